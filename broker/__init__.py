@@ -1,0 +1,1 @@
+"""The Keybus broker: RocksDB log, partitions, dispatch and the gRPC shell."""

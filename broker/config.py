@@ -1,0 +1,145 @@
+"""Broker settings: one dataclass, every limit named with its unit.
+
+Precedence, lowest to highest: defaults here, a TOML config file
+(`--config`), environment variables `KEYBUS_<FIELD>` (upper case), then
+command-line flags. An unknown key in the file or an out-of-range value
+stops the broker with a message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it and the allowed values."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every broker setting. Limits carry their unit in the name."""
+
+    data_dir: str = "./keybus-data"
+    host: str = "127.0.0.1"
+    port: int = 6650
+    # Durability: fsync the RocksDB WAL before acknowledging a produce.
+    # False acknowledges after the write reaches the OS (faster; a machine
+    # crash, not a process crash, can lose the last acknowledged batches).
+    fsync: bool = True
+    metrics_port: int = 0  # 0 = no Prometheus endpoint
+    # Limits on what clients send.
+    event_bytes_max: int = 1 << 20
+    batch_events_max: int = 100_000
+    request_bytes_max: int = 32 << 20
+    topic_name_bytes_max: int = 249
+    partitions_max: int = 1024
+    # Group commit: produce requests one partition writes in one WriteBatch.
+    commit_requests_max: int = 64
+    commit_bytes_max: int = 16 << 20
+    partition_queue_requests_max: int = 1024
+    produce_in_flight_max: int = 256  # per Produce stream
+    producer_ids_max: int = 100_000  # idempotence state kept per partition
+    # Reads.
+    read_events_max: int = 10_000  # per response message, default and cap
+    read_bytes_max: int = 4 << 20  # per response message, default and cap
+    # Retention (per topic settings override; these are the topic defaults).
+    retention_ms: int = 0  # 0 = keep forever
+    retention_bytes: int = 0  # per partition; 0 = no limit
+    retention_check_interval_ms: int = 5_000
+    # Default partitions for a new topic.
+    default_partitions: int = 1
+    # Server-side filters per source (Databus config keys), raw strings.
+    serversidefilter: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and f.name not in ("metrics_port",) and value < 0:
+                raise ConfigError(f"{f.name}={value} is negative; allowed: an integer >= 0")
+        for name in ("event_bytes_max", "batch_events_max", "request_bytes_max",
+                     "partitions_max", "commit_requests_max", "commit_bytes_max",
+                     "partition_queue_requests_max", "produce_in_flight_max",
+                     "read_events_max", "read_bytes_max", "default_partitions"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Convert a raw file/env/flag value to the field's type, or explain."""
+    kind = _FIELDS[name].type
+    try:
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        if kind == "str":
+            return str(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def _flatten_filters(table: Mapping[str, Any], prefix: str = "serversidefilter") -> dict[str, str]:
+    """Turn a nested TOML table back into Databus's dotted property keys."""
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}.{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten_filters(value, dotted))
+        else:
+            flat[dotted] = str(value)
+    return flat
+
+
+def load_settings(config_path: str | None = None, env: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Build Settings from file, environment and flag overrides (highest wins)."""
+    values: dict[str, Any] = {}
+    if config_path:
+        try:
+            with open(config_path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as e:
+            raise ConfigError(f"config file {config_path}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {config_path}: {e}") from None
+        filters: dict[str, str] = {}
+        for key, raw in data.items():
+            if key == "serversidefilter" and isinstance(raw, Mapping):
+                filters.update(_flatten_filters(raw))
+            elif key.startswith("serversidefilter."):
+                filters[key] = str(raw)
+            elif key not in _FIELDS:
+                allowed = ", ".join(sorted(_FIELDS))
+                raise ConfigError(f"config file {config_path}: unknown key {key!r}; allowed: {allowed}")
+            else:
+                values[key] = _coerce(key, raw)
+        if filters:
+            values["serversidefilter"] = filters
+    for name in _FIELDS:
+        env_value = (env if env is not None else os.environ).get(f"KEYBUS_{name.upper()}")
+        if env_value is not None and name != "serversidefilter":
+            values[name] = _coerce(name, env_value)
+    for name, raw in (overrides or {}).items():
+        if raw is not None:
+            values[name] = _coerce(name, raw)
+    return Settings(**values)

@@ -1,0 +1,92 @@
+"""The error catalogue: every error a client can get, as data.
+
+Each entry has a name, a gRPC status code and a message template that says
+what was wrong and what is allowed (NATS keeps its errors the same way).
+Cores and the partition task raise `BrokerError`; the RPC shell maps it to a
+status once (`broker/rpc/status.py`). A `BrokerError` is the client's fault
+or a state the client must react to; a bug is an `AssertionError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    name: str
+    code: grpc.StatusCode
+    template: str
+
+
+CATALOGUE: dict[str, ErrorKind] = {
+    k.name: k
+    for k in [
+        ErrorKind("topic_not_found", grpc.StatusCode.NOT_FOUND,
+                  "topic {topic!r} does not exist; create it first (keybus topics create {topic})"),
+        ErrorKind("topic_exists", grpc.StatusCode.ALREADY_EXISTS,
+                  "topic {topic!r} already exists"),
+        ErrorKind("topic_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "topic name {topic!r} is invalid: use 1..{max} characters from "
+                  "[A-Za-z0-9._-]"),
+        ErrorKind("partitions_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "config.partitions={value} is invalid; allowed 1..{max}"),
+        ErrorKind("retention_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "config.{field}={value} is invalid; allowed 0 (no limit) or a positive number"),
+        ErrorKind("partition_out_of_range", grpc.StatusCode.INVALID_ARGUMENT,
+                  "partition={partition} is out of range for topic {topic!r}; "
+                  "allowed 0..{last}"),
+        ErrorKind("batch_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("request_too_large", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{field}={value} is over the limit of {max}"),
+        ErrorKind("scn_not_increasing", grpc.StatusCode.FAILED_PRECONDITION,
+                  "scn={scn} is not greater than the last SCN {last_scn} of "
+                  "{topic!r}/{partition}; a supplied SCN must increase (a re-sent window "
+                  "is refused and stores nothing)"),
+        ErrorKind("sequence_gap", grpc.StatusCode.FAILED_PRECONDITION,
+                  "sequence={sequence} of producer {producer_id} on {topic!r}/{partition} "
+                  "skips ahead; expected sequence {expected}"),
+        ErrorKind("sequence_too_old", grpc.StatusCode.FAILED_PRECONDITION,
+                  "sequence={sequence} of producer {producer_id} on {topic!r}/{partition} is "
+                  "older than the {kept} results the broker keeps; its outcome is unknown"),
+        ErrorKind("producer_unknown", grpc.StatusCode.FAILED_PRECONDITION,
+                  "producer_id={producer_id} is unknown on {topic!r}/{partition} and "
+                  "sequence={sequence} is not 0; call InitProducer"),
+        ErrorKind("offset_out_of_range", grpc.StatusCode.OUT_OF_RANGE,
+                  "start offset {offset} of {topic!r}/{partition} is out of range; "
+                  "stored offsets are {start}..{end} (earlier ones were removed by retention)"),
+        ErrorKind("start_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "start is not set; allowed: earliest, latest, offset or scn"),
+        ErrorKind("read_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{field}={value} is over the broker limit of {max}; allowed 0 (broker "
+                  "default) or 1..{max}"),
+        ErrorKind("hash_range_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("filter_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("queue_full", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "{what} is full ({max} requests); retry later"),
+        ErrorKind("unknown_field", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{message} has unknown field number {number} (an option this broker does "
+                  "not support); allowed fields: {allowed}"),
+        ErrorKind("shutting_down", grpc.StatusCode.UNAVAILABLE,
+                  "the broker is shutting down; retry on another broker or later"),
+        ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
+                  "topic {topic!r} was deleted"),
+    ]
+}
+
+
+class BrokerError(Exception):
+    """An error to report to the client: a catalogue entry filled in."""
+
+    def __init__(self, name: str, **params: Any) -> None:
+        kind = CATALOGUE[name]
+        self.kind = kind
+        self.message = kind.template.format(**params)
+        super().__init__(self.message)
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return self.kind.code

@@ -1,0 +1,1 @@
+"""The durable log: byte layout (codec), RocksDB store, retention rules."""

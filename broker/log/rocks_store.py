@@ -1,0 +1,198 @@
+"""The RocksDB store: one database per broker, one column family per kind.
+
+Layout is in `codec.py`. Every method is a blocking call; the partition task
+runs the slow ones (sync writes, reads) on a worker thread. RocksDB itself
+is thread-safe; this class keeps no mutable state beyond the handles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import rocksdict
+
+from broker.log import codec
+from broker.log.retention import HeadRecord
+
+COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta")
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """A partition's state recovered at start: no scan, two seeks and a get."""
+
+    start_offset: int
+    next_offset: int
+    last_scn: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One record to append: its log value and where it goes."""
+
+    base_offset: int
+    scn_first: int
+    count: int
+    window: bool
+    value: bytes
+
+
+def _raw_options() -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class RocksStore:
+    """Typed access to the broker's RocksDB database."""
+
+    def __init__(self, path: str, fsync: bool) -> None:
+        options = _raw_options()
+        families = {name: rocksdict.Options(raw_mode=True) for name in COLUMN_FAMILIES}
+        self._db = rocksdict.Rdict(path, options=options, column_families=families)
+        self._cf = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._views = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self._write_options = rocksdict.WriteOptions()
+        self._write_options.sync = fsync
+        self._sync_options = rocksdict.WriteOptions()
+        self._sync_options.sync = True
+
+    def close(self) -> None:
+        for view in self._views.values():
+            view.close()
+        self._db.close()
+
+    # ------------------------------------------------------------ metadata
+
+    def load_topics(self) -> list[dict[str, Any]]:
+        meta = self._views["meta"]
+        it = meta.iter()
+        it.seek(b"topic/")
+        topics = []
+        while it.valid() and it.key().startswith(b"topic/"):
+            topics.append(json.loads(it.value()))
+            it.next()
+        return topics
+
+    def save_topic(self, topic: dict[str, Any]) -> None:
+        batch = self._batch()
+        batch.put(b"topic/" + topic["name"].encode(), json.dumps(topic).encode(), self._cf["meta"])
+        self._db.write(batch, self._sync_options)
+
+    def next_id(self, counter: str) -> int:
+        """Take the next value of a persisted counter (1, 2, ...). Sync write."""
+        key = counter.encode()
+        current = self._views["meta"].get(key)
+        value = (codec.U64.unpack(current)[0] if current else 0) + 1
+        batch = self._batch()
+        batch.put(key, codec.U64.pack(value), self._cf["meta"])
+        self._db.write(batch, self._sync_options)
+        return int(value)
+
+    def delete_topic(self, name: str, topic_id: int, partitions: int) -> None:
+        """Remove a topic's metadata and every key of its partitions, atomically."""
+        batch = self._batch()
+        batch.delete(b"topic/" + name.encode(), self._cf["meta"])
+        start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
+        for family in ("log", "scn_index", "producers", "partitions"):
+            batch.delete_range(start, stop, self._cf[family])
+        self._db.write(batch, self._sync_options)
+
+    # ------------------------------------------------------------ partitions
+
+    def recover_tail(self, topic_id: int, partition: int) -> Tail:
+        prefix = codec.prefix(topic_id, partition)
+        state = self._views["partitions"].get(prefix)
+        start_offset, size = codec.PARTITION_STATE.unpack(state) if state else (0, 0)
+        it = self._views["log"].iter()
+        it.seek_for_prev(codec.log_key(topic_id, partition, codec.OFFSET_MAX))
+        if not it.valid() or not it.key().startswith(prefix):
+            return Tail(start_offset, start_offset, 0, size)
+        header = codec.decode_header(it.value())
+        codec.record_bytes(it.value())  # verify the tail's checksum before trusting it
+        base_offset = codec.offset_of_key(it.key())
+        return Tail(start_offset, base_offset + header.count, header.scn_last, size)
+
+    def append(self, topic_id: int, partition: int, appends: list[Append],
+               producer_states: dict[int, bytes], start_offset: int, size: int) -> None:
+        """Write records, their SCN index, producer state and partition state in
+        one WriteBatch, fsynced when the store is durable: all or nothing."""
+        batch = self._batch()
+        log, scn_index = self._cf["log"], self._cf["scn_index"]
+        for item in appends:
+            batch.put(codec.log_key(topic_id, partition, item.base_offset), item.value, log)
+            batch.put(codec.log_key(topic_id, partition, item.scn_first),
+                      codec.SCN_ENTRY.pack(item.base_offset, item.count, item.window), scn_index)
+        producers = self._cf["producers"]
+        for producer_id, state in producer_states.items():
+            batch.put(codec.log_key(topic_id, partition, producer_id), state, producers)
+        batch.put(codec.prefix(topic_id, partition),
+                  codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
+        self._db.write(batch, self._write_options)
+
+    def load_producer(self, topic_id: int, partition: int, producer_id: int) -> bytes | None:
+        value = self._views["producers"].get(codec.log_key(topic_id, partition, producer_id))
+        return bytes(value) if value is not None else None
+
+    def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
+        """Yield (base_offset, value) of the record holding `offset`, then the next
+        ones, in offset order. Opens a fresh iterator per call, so a reader sees
+        what was written before the call."""
+        prefix = codec.prefix(topic_id, partition)
+        it = self._views["log"].iter()
+        it.seek_for_prev(codec.log_key(topic_id, partition, offset))
+        if not it.valid() or not it.key().startswith(prefix):
+            it.seek(codec.log_key(topic_id, partition, offset))
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            yield codec.offset_of_key(key), it.value()
+            it.next()
+
+    def offset_for_scn(self, topic_id: int, partition: int, scn: int) -> int | None:
+        """The first offset whose event SCN is >= scn; None when past the end."""
+        prefix = codec.prefix(topic_id, partition)
+        it = self._views["scn_index"].iter()
+        it.seek_for_prev(codec.log_key(topic_id, partition, scn))
+        if it.valid() and it.key().startswith(prefix):
+            scn_first = codec.offset_of_key(it.key())
+            base, count, window = codec.SCN_ENTRY.unpack(it.value())
+            if scn_first == scn:
+                return int(base)
+            if not window and scn < scn_first + count:
+                return int(base + scn - scn_first)
+            it.next()
+        else:
+            it.seek(codec.log_key(topic_id, partition, scn))
+        if it.valid() and it.key().startswith(prefix):
+            return int(codec.SCN_ENTRY.unpack(it.value())[0])
+        return None
+
+    def trim(self, topic_id: int, partition: int, stop_offset: int, stop_scn: int,
+             start_offset: int, size: int) -> None:
+        """Delete whole records below stop_offset (and their SCN index entries)."""
+        batch = self._batch()
+        batch.delete_range(codec.log_key(topic_id, partition, 0),
+                           codec.log_key(topic_id, partition, stop_offset), self._cf["log"])
+        batch.delete_range(codec.log_key(topic_id, partition, 0),
+                           codec.log_key(topic_id, partition, stop_scn), self._cf["scn_index"])
+        batch.put(codec.prefix(topic_id, partition),
+                  codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
+        self._db.write(batch, self._write_options)
+
+    def _batch(self) -> rocksdict.WriteBatch:
+        return rocksdict.WriteBatch(raw_mode=True)
+
+
+def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:
+    """A partition's records from the oldest, as retention needs them (headers only)."""
+    for base_offset, value in store.records_from(topic_id, partition, 0):
+        header = codec.decode_header(value)
+        yield HeadRecord(base_offset, header.count, header.scn_first, header.publish_time_ms,
+                         len(value))

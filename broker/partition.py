@@ -1,0 +1,275 @@
+"""The task that owns one partition: the only writer of its log.
+
+Servicers hand it commands over a bounded queue and await the reply, so the
+SCN clock, producer state and partition size need no locks (runs on the
+partition task). Produce requests that queue up while a write is in flight
+are written together in one WriteBatch with one fsync (group commit).
+Readers never go through the queue: they read RocksDB on worker threads and
+wait on `wait_for_data` to follow the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.log import codec
+from broker.log.retention import plan_trim
+from broker.log.rocks_store import Append, RocksStore, Tail, head_records
+from broker.read_path import Chunk, ReadSpec, read_chunk
+from broker.windows import (
+    Decision,
+    PartitionClock,
+    ProduceInput,
+    ProducerTable,
+    advance,
+    decide,
+)
+from sdk.core.columns import BatchError, batch_slots, validate_batch
+from sdk.core.pb import keybus_pb2 as pb
+
+PRODUCER_RESULTS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    name: str
+    topic_id: int
+    partitions: int
+    retention_ms: int
+    retention_bytes: int
+    created_ms: int
+
+
+@dataclass(slots=True)
+class _Produce:
+    request: pb.ProduceRequest
+    future: asyncio.Future[pb.ProduceResponse]
+    size: int
+
+
+@dataclass(slots=True)
+class _Trim:
+    now_ms: int
+    future: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Partition:
+    """One topic partition: its queue, its task, its in-memory tail state."""
+
+    def __init__(self, store: RocksStore, meta: TopicMeta, index: int, settings: Settings,
+                 tail: Tail) -> None:
+        self.store = store
+        self.meta = meta
+        self.index = index
+        self.settings = settings
+        self.clock = PartitionClock(tail.next_offset, tail.last_scn)
+        self.start_offset = tail.start_offset
+        self.bytes = tail.bytes
+        self.producers = ProducerTable(PRODUCER_RESULTS_KEPT)
+        self._queue: asyncio.Queue[_Produce | _Trim] = asyncio.Queue(
+            settings.partition_queue_requests_max)
+        self._appended = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"partition {self.meta.name}/{self.index}")
+
+    async def stop(self) -> None:
+        """Stop the task; queued requests fail with UNAVAILABLE; readers end."""
+        self._closed = True
+        self._appended.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        while not self._queue.empty():
+            command = self._queue.get_nowait()
+            if not command.future.done():
+                command.future.set_exception(BrokerError("shutting_down"))
+
+    # ------------------------------------------------------------ produce
+
+    def submit(self, request: pb.ProduceRequest) -> asyncio.Future[pb.ProduceResponse]:
+        """Check a produce request and queue it; the future resolves once durable.
+
+        Raises:
+            BrokerError: bad batch (INVALID_ARGUMENT) or a full queue.
+        """
+        if self._closed:
+            raise BrokerError("topic_deleted", topic=self.meta.name)
+        try:
+            validate_batch(request.batch, self.settings.event_bytes_max,
+                           self.settings.batch_events_max)
+        except BatchError as e:
+            raise BrokerError("batch_invalid", detail=str(e)) from None
+        future: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(_Produce(request, future, request.batch.ByteSize()))
+        except asyncio.QueueFull:
+            raise BrokerError("queue_full", what=f"partition {self.meta.name}/{self.index}",
+                              max=self.settings.partition_queue_requests_max) from None
+        return future
+
+    async def _run(self) -> None:
+        while True:
+            group = await self._next_group()
+            produces = [c for c in group if isinstance(c, _Produce)]
+            if produces:
+                await self._commit(produces)
+            for command in group:
+                if isinstance(command, _Trim):
+                    await self._trim(command)
+
+    async def _next_group(self) -> list[_Produce | _Trim]:
+        """The first waiting command plus whatever else is queued, within limits."""
+        group = [await self._queue.get()]
+        size = 0
+        while (not self._queue.empty() and len(group) < self.settings.commit_requests_max
+               and size < self.settings.commit_bytes_max):
+            command = self._queue.get_nowait()
+            size += command.size if isinstance(command, _Produce) else 0
+            group.append(command)
+        return group
+
+    async def _commit(self, commands: list[_Produce]) -> None:
+        """Decide every request, write the appends in one WriteBatch, then answer."""
+        saved_clock = PartitionClock(self.clock.next_offset, self.clock.last_scn)
+        saved_producers: dict[int, list[codec.ProducerResult]] = {}
+        saved_bytes = self.bytes
+        appends: list[Append] = []
+        states: dict[int, bytes] = {}
+        outcomes: list[Decision | BrokerError] = []
+        publish_time_ms = now_ms()
+        for command in commands:
+            try:
+                outcome = self._decide(command.request, publish_time_ms, saved_producers)
+            except BrokerError as e:
+                outcomes.append(e)
+                continue
+            outcomes.append(outcome)
+            if not outcome.duplicate:
+                appends.append(self._append_of(command.request, outcome))
+                self.bytes += len(appends[-1].value)
+                advance(self.clock, outcome.result)
+                producer_id = command.request.producer_id
+                if producer_id:
+                    kept = self.producers.commit(producer_id, outcome.result)
+                    states[producer_id] = codec.encode_producer_results(kept)
+        if appends:
+            try:
+                await asyncio.to_thread(self.store.append, self.meta.topic_id, self.index,
+                                        appends, states, self.start_offset, self.bytes)
+            except Exception as e:  # storage failure: undo the in-memory moves, fail all
+                self.clock, self.bytes = saved_clock, saved_bytes
+                self.producers.results.update(saved_producers)
+                for command in commands:
+                    if not command.future.done():
+                        command.future.set_exception(e)
+                return
+            self._wake_readers()
+        for command, outcome in zip(commands, outcomes, strict=True):
+            if command.future.done():
+                continue
+            if isinstance(outcome, BrokerError):
+                command.future.set_exception(outcome)
+            else:
+                command.future.set_result(self._response(command.request, outcome))
+
+    def _decide(self, request: pb.ProduceRequest, publish_time_ms: int,
+                saved_producers: dict[int, list[codec.ProducerResult]]) -> Decision:
+        producer_id = request.producer_id
+        if producer_id and not self.producers.known(producer_id):
+            stored = self.store.load_producer(self.meta.topic_id, self.index, producer_id)
+            if stored is not None:
+                self.producers.load(producer_id, codec.decode_producer_results(stored))
+        if producer_id and producer_id not in saved_producers:
+            saved_producers[producer_id] = list(self.producers.results.get(producer_id, []))
+        request_input = ProduceInput(self.meta.name, self.index, request.batch.count,
+                                     request.window, request.scn, producer_id, request.sequence)
+        return decide(request_input, self.clock, self.producers, publish_time_ms)
+
+    def _append_of(self, request: pb.ProduceRequest, decision: Decision) -> Append:
+        result = decision.result
+        record = pb.Record(topic=self.meta.name, partition=self.index,
+                           base_offset=result.base_offset, scn_first=result.scn_first,
+                           window=result.window, publish_time_ms=result.publish_time_ms)
+        record.batch.CopyFrom(request.batch)
+        if len(record.batch.slots) != result.count:
+            slots = batch_slots(request.batch)
+            del record.batch.slots[:]
+            record.batch.slots.extend(slots)
+        value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
+                                    result.count, result.scn_first, result.window)
+        return Append(result.base_offset, result.scn_first, result.count, result.window, value)
+
+    def _response(self, request: pb.ProduceRequest, decision: Decision) -> pb.ProduceResponse:
+        result = decision.result
+        return pb.ProduceResponse(
+            request_id=request.request_id, topic=self.meta.name, partition=self.index,
+            base_offset=result.base_offset, count=result.count, scn_first=result.scn_first,
+            window=result.window, publish_time_ms=result.publish_time_ms,
+            duplicate=decision.duplicate)
+
+    # ------------------------------------------------------------ read
+
+    async def read(self, spec: ReadSpec, start: int) -> Chunk:
+        """One chunk from `start` (runs on a worker thread)."""
+        return await asyncio.to_thread(read_chunk, self.store, spec, start)
+
+    async def wait_for_data(self, offset: int) -> None:
+        """Return once the log holds an event at `offset` (or the partition closes)."""
+        while self.clock.next_offset <= offset and not self._closed:
+            await self._appended.wait()
+        if self._closed:
+            raise BrokerError("topic_deleted", topic=self.meta.name)
+
+    def _wake_readers(self) -> None:
+        event, self._appended = self._appended, asyncio.Event()
+        event.set()
+
+    def offset_for_scn(self, scn: int) -> int:
+        found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)
+        return self.clock.next_offset if found is None else max(found, self.start_offset)
+
+    # ------------------------------------------------------------ retention
+
+    async def enforce_retention(self, now: int) -> int:
+        """Queue a trim behind pending produces; returns the records removed."""
+        command = _Trim(now)
+        try:
+            self._queue.put_nowait(command)
+        except asyncio.QueueFull:
+            return 0
+        return await command.future
+
+    async def _trim(self, command: _Trim) -> None:
+        meta = self.meta
+        plan = await asyncio.to_thread(
+            lambda: plan_trim(head_records(self.store, meta.topic_id, self.index),
+                              command.now_ms, meta.retention_ms, meta.retention_bytes,
+                              self.bytes))
+        if plan is not None:
+            await asyncio.to_thread(self.store.trim, meta.topic_id, self.index, plan.stop_offset,
+                                    plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
+            self.start_offset = plan.stop_offset
+            self.bytes -= plan.bytes_removed
+        if not command.future.done():
+            command.future.set_result(plan.records_removed if plan else 0)
+
+    def info(self) -> pb.PartitionInfo:
+        return pb.PartitionInfo(partition=self.index, start_offset=self.start_offset,
+                                end_offset=self.clock.next_offset, last_scn=self.clock.last_scn,
+                                bytes=self.bytes)

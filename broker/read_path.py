@@ -1,0 +1,114 @@
+"""Build read chunks from the log: whole stored records where possible.
+
+Runs on a worker thread (blocking RocksDB reads). A stored record goes out
+as its exact stored bytes unless only part of it may be sent (it starts
+before the read's start, ends after its stop, or a hash range or key filter
+drops some events): only then is it decoded and re-encoded with the
+passing events and their `offsets` column. Filtered events never leave the
+broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from broker.log import codec
+from broker.log.rocks_store import RocksStore
+from sdk.core.columns import OPTIONAL_COLUMNS
+from sdk.core.pb import keybus_pb2 as pb
+
+# Given a batch, the indexes of the events that pass (ascending).
+EventSelector = Callable[[pb.EventBatch], list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpec:
+    """What one read wants; limits are per chunk."""
+
+    topic_id: int
+    partition: int
+    stop_offset: int | None
+    events_max: int
+    bytes_max: int
+    slot_mask: bytes | None
+    selector: EventSelector | None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    records: list[bytes]  # serialized keybus.v1.Record, in offset order
+    next_offset: int
+    events: int
+    scanned_events: int
+
+
+def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
+    """Read records from `start` until a limit or the end of the log."""
+    records: list[bytes] = []
+    events = size = scanned = 0
+    next_offset = start
+    stop = spec.stop_offset
+    for base, value in store.records_from(spec.topic_id, spec.partition, start):
+        header = codec.decode_header(value)
+        end = base + header.count
+        if end <= start:
+            continue
+        if stop is not None and base >= stop:
+            break
+        body = codec.record_bytes(value)
+        partial = base < start or (stop is not None and end > stop)
+        if partial or spec.slot_mask is not None or spec.selector is not None:
+            body, n = _subset(body, start, stop, spec)
+        else:
+            n = header.count
+        scanned += header.count
+        next_offset = end if stop is None else min(end, stop)
+        if n:
+            records.append(body)
+            events += n
+            size += len(body)
+        if events >= spec.events_max or size >= spec.bytes_max or scanned >= 8 * spec.events_max:
+            break
+    return Chunk(records, next_offset, events, scanned)
+
+
+def _subset(body: bytes, start: int, stop: int | None, spec: ReadSpec) -> tuple[bytes, int]:
+    """Re-encode a record with only the events the read may see."""
+    record = pb.Record.FromString(body)
+    batch = record.batch
+    count = batch.count
+    first = max(0, start - record.base_offset)
+    last = count if stop is None else min(count, stop - record.base_offset)
+    keep = range(first, last)
+    if spec.slot_mask is not None:
+        mask, slots = spec.slot_mask, batch.slots
+        keep = [i for i in keep if mask[slots[i]]]
+    if spec.selector is not None:
+        passing = spec.selector(batch)
+        keep = sorted(set(keep).intersection(passing))
+    if len(keep) == count:
+        return body, count
+    if not keep:
+        return b"", 0
+    return _select(record, list(keep)).SerializeToString(), len(keep)
+
+
+def _select(record: pb.Record, keep: Sequence[int]) -> pb.Record:
+    """A copy of a record with only the events at indexes `keep`."""
+    batch = record.batch
+    count = batch.count
+    subset = pb.EventBatch(count=len(keep))
+    for name in ("key_ints", "key_strings", "values", *OPTIONAL_COLUMNS):
+        column = getattr(batch, name)
+        if len(column) == count and count > 1:
+            getattr(subset, name).extend([column[i] for i in keep])
+        else:
+            getattr(subset, name).extend(column)
+    result = pb.Record(topic=record.topic, partition=record.partition,
+                       base_offset=record.base_offset, scn_first=record.scn_first,
+                       window=record.window, publish_time_ms=record.publish_time_ms,
+                       offsets=[record.base_offset + i for i in keep])
+    result.batch.CopyFrom(subset)
+    return result
+

@@ -1,0 +1,85 @@
+"""Produce (bidi stream) and InitProducer.
+
+The stream is pipelined: requests are handed to their partitions as they
+arrive (up to `produce_in_flight_max` unanswered), and answers go back in
+request order. A bad request gets an error answer; the stream stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from broker.errors import BrokerError
+from broker.log.rocks_store import RocksStore
+from broker.rpc.status import refuse_unknown_fields, unary
+from broker.topics import TopicRegistry
+from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.produce")
+_Pending = tuple[pb.ProduceRequest, "asyncio.Future[pb.ProduceResponse] | BrokerError"]
+
+
+class ProduceServicer:
+    def __init__(self, registry: TopicRegistry, store: RocksStore, in_flight_max: int) -> None:
+        self.registry = registry
+        self.store = store
+        self.in_flight_max = in_flight_max
+
+    async def Produce(self, requests: AsyncIterator[pb.ProduceRequest],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProduceResponse]:
+        pending: asyncio.Queue[_Pending | None] = asyncio.Queue(self.in_flight_max)
+        pump = asyncio.get_running_loop().create_task(self._pump(requests, pending))
+        try:
+            while (item := await pending.get()) is not None:
+                yield await self._answer(*item)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await pump
+
+    async def _pump(self, requests: AsyncIterator[pb.ProduceRequest],
+                    pending: asyncio.Queue[_Pending | None]) -> None:
+        try:
+            async for request in requests:
+                await pending.put((request, self._submit(request)))
+        finally:
+            await pending.put(None)
+
+    def _submit(self, request: pb.ProduceRequest) -> asyncio.Future[pb.ProduceResponse] | BrokerError:
+        try:
+            refuse_unknown_fields(request)
+            return self.registry.partition(request.topic, request.partition).submit(request)
+        except BrokerError as e:
+            return e
+
+    async def _answer(self, request: pb.ProduceRequest,
+                      outcome: asyncio.Future[pb.ProduceResponse] | BrokerError
+                      ) -> pb.ProduceResponse:
+        if not isinstance(outcome, BrokerError):
+            try:
+                return await outcome
+            except BrokerError as e:
+                outcome = e
+            except Exception as e:  # storage failure: tell the client, keep serving
+                log.exception("produce to %s/%d failed", request.topic, request.partition)
+                return pb.ProduceResponse(request_id=request.request_id, topic=request.topic,
+                                          partition=request.partition,
+                                          error_code=grpc.StatusCode.UNAVAILABLE.value[0],
+                                          error_message=f"storage error: {e}")
+        return pb.ProduceResponse(request_id=request.request_id, topic=request.topic,
+                                  partition=request.partition,
+                                  error_code=outcome.code.value[0],
+                                  error_message=outcome.message)
+
+    @unary
+    async def InitProducer(self, request: pb.InitProducerRequest,
+                           context: grpc.aio.ServicerContext) -> pb.InitProducerResponse:
+        partitions = self.registry.meta(request.topic).partitions
+        producer_id = await asyncio.to_thread(self.store.next_id, "next_producer_id")
+        return pb.InitProducerResponse(producer_id=producer_id,
+                                       next_sequences=[0] * partitions)

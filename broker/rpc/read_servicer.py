@@ -1,0 +1,93 @@
+"""Read: stream a partition's records from a start position.
+
+Responses are built from the stored record bytes (see `wire.py`), so an
+unfiltered read never parses or re-encodes an event. With `follow`, the
+stream waits at the tail for new records instead of ending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.partition import Partition
+from broker.read_path import EventSelector, ReadSpec
+from broker.rpc import wire
+from broker.rpc.status import streaming
+from broker.topics import TopicRegistry
+from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
+from sdk.core.pb import keybus_pb2 as pb
+
+
+def start_offset(partition: Partition, start: pb.StartPosition) -> int:
+    """Resolve a StartPosition to an offset, or explain why it cannot be."""
+    which = start.WhichOneof("position")
+    if which is None:
+        raise BrokerError("start_invalid")
+    if which == "earliest":
+        return partition.start_offset
+    if which == "latest":
+        return partition.clock.next_offset
+    if which == "scn":
+        return partition.offset_for_scn(start.scn)
+    if not partition.start_offset <= start.offset <= partition.clock.next_offset:
+        raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
+                          partition=partition.index, start=partition.start_offset,
+                          end=partition.clock.next_offset)
+    return start.offset
+
+
+def read_limit(field: str, value: int, limit: int) -> int:
+    if value > limit:
+        raise BrokerError("read_limit_invalid", field=field, value=value, max=limit)
+    return value or limit
+
+
+def hash_mask(ranges: list[pb.HashRange]) -> bytes | None:
+    if not ranges:
+        return None
+    try:
+        checked = [HashRange(r.slot_first, r.slot_last) for r in ranges]
+    except RangeError as e:
+        raise BrokerError("hash_range_invalid", detail=f"hash_ranges: {e}") from None
+    return slot_mask(normalize_ranges(checked))
+
+
+def key_selector(key_filter: pb.KeyFilter) -> EventSelector | None:
+    """The broker-side key filter of a read, or None for no filter."""
+    from broker.filtering import compile_selector
+
+    return compile_selector(key_filter)
+
+
+class ReadServicer:
+    def __init__(self, registry: TopicRegistry, settings: Settings) -> None:
+        self.registry = registry
+        self.settings = settings
+
+    @streaming
+    async def Read(self, request: pb.ReadRequest,
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        partition = self.registry.partition(request.topic, request.partition)
+        spec = ReadSpec(
+            topic_id=partition.meta.topic_id,
+            partition=partition.index,
+            stop_offset=request.stop_offset or None,
+            events_max=read_limit("events_max", request.events_max, self.settings.read_events_max),
+            bytes_max=read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max),
+            slot_mask=hash_mask(list(request.hash_ranges)),
+            selector=key_selector(request.filter),
+        )
+        offset = start_offset(partition, request.start)
+        while spec.stop_offset is None or offset < spec.stop_offset:
+            if offset >= partition.clock.next_offset:
+                if not request.follow:
+                    return
+                await partition.wait_for_data(offset)
+            chunk = await partition.read(spec, offset)
+            offset = max(offset, chunk.next_offset)
+            if chunk.records:
+                yield wire.read_response(chunk.records, offset, partition.clock.next_offset)

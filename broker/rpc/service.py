@@ -1,0 +1,51 @@
+"""Register Keybus's methods with a grpc.aio server.
+
+Built by hand instead of with the generated `add_KeybusServicer_to_server`
+for one reason: `Read` answers with bytes assembled from stored records
+(`wire.py`), so its response serializer is the identity. Every other method
+uses the generated message classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from sdk.core.pb import keybus_pb2 as pb
+
+SERVICE = "keybus.v1.Keybus"
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None = None
+                    ) -> grpc.GenericRpcHandler:
+    """One generic handler for the Keybus service from the servicer objects."""
+    handlers = {
+        "Produce": grpc.stream_stream_rpc_method_handler(
+            produce.Produce, pb.ProduceRequest.FromString, pb.ProduceResponse.SerializeToString),
+        "InitProducer": grpc.unary_unary_rpc_method_handler(
+            produce.InitProducer, pb.InitProducerRequest.FromString,
+            pb.InitProducerResponse.SerializeToString),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            read.Read, pb.ReadRequest.FromString, _identity),
+        "CreateTopic": grpc.unary_unary_rpc_method_handler(
+            admin.CreateTopic, pb.CreateTopicRequest.FromString, pb.TopicInfo.SerializeToString),
+        "ListTopics": grpc.unary_unary_rpc_method_handler(
+            admin.ListTopics, pb.ListTopicsRequest.FromString,
+            pb.ListTopicsResponse.SerializeToString),
+        "DescribeTopic": grpc.unary_unary_rpc_method_handler(
+            admin.DescribeTopic, pb.DescribeTopicRequest.FromString,
+            pb.TopicInfo.SerializeToString),
+        "DeleteTopic": grpc.unary_unary_rpc_method_handler(
+            admin.DeleteTopic, pb.DeleteTopicRequest.FromString,
+            pb.DeleteTopicResponse.SerializeToString),
+    }
+    if subscribe is not None:
+        handlers["Subscribe"] = grpc.stream_stream_rpc_method_handler(
+            subscribe.Subscribe, pb.SubscribeRequest.FromString,
+            pb.SubscribeResponse.SerializeToString)
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)

@@ -1,0 +1,65 @@
+"""Error -> gRPC status, written once for every method.
+
+`BrokerError` carries its status code and message from the catalogue. A
+request that carries fields this broker does not know (a newer client's
+option) is refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from broker.errors import BrokerError
+
+log = logging.getLogger("keybus.rpc")
+R = TypeVar("R")
+
+
+def refuse_unknown_fields(message: Message) -> None:
+    """Raise if the message, or a message field set in it, has unknown fields."""
+    unknown = UnknownFieldSet(message)
+    if len(unknown):
+        descriptor = message.DESCRIPTOR
+        raise BrokerError("unknown_field", message=descriptor.name,
+                          number=unknown[0].field_number,
+                          allowed=", ".join(descriptor.fields_by_name))
+    for field, value in message.ListFields():
+        if field.message_type is not None and not field.is_repeated:
+            refuse_unknown_fields(value)
+
+
+def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
+          ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    """Map BrokerError to a status for a unary method."""
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            refuse_unknown_fields(request)
+            return await method(self, request, context)
+        except BrokerError as e:
+            await context.abort(e.code, e.message)
+            raise AssertionError("abort returned") from None
+    return wrapper
+
+
+def streaming(method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[R]]
+              ) -> Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[R]]:
+    """Map BrokerError to a status for a server-streaming method."""
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[R]:
+        try:
+            if isinstance(request, Message):
+                refuse_unknown_fields(request)
+            async for item in method(self, request, context):
+                yield item
+        except BrokerError as e:
+            await context.abort(e.code, e.message)
+    return wrapper

@@ -1,0 +1,36 @@
+"""Hand-built ReadResponse bytes: records go out as stored, never re-parsed.
+
+A repeated message field on the wire is tag + length + bytes per element,
+so a response is the concatenation of the stored record bytes with their
+tags. Field numbers must match `ReadResponse` in proto/keybus.proto; a unit
+test parses the output with the generated class to keep them in step.
+"""
+
+from __future__ import annotations
+
+RECORDS_TAG = b"\x0a"  # field 1, length-delimited
+NEXT_OFFSET_TAG = b"\x10"  # field 2, varint
+END_OFFSET_TAG = b"\x18"  # field 3, varint
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def read_response(records: list[bytes], next_offset: int, end_offset: int) -> bytes:
+    parts: list[bytes] = []
+    for record in records:
+        parts += (RECORDS_TAG, varint(len(record)), record)
+    if next_offset:
+        parts += (NEXT_OFFSET_TAG, varint(next_offset))
+    if end_offset:
+        parts += (END_OFFSET_TAG, varint(end_offset))
+    return b"".join(parts)

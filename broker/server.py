@@ -1,0 +1,108 @@
+"""Build and run the broker: store, topics, gRPC server, health, reflection.
+
+Nothing else lives here: no decisions, only wiring and the lifecycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from broker.config import Settings
+from broker.log.rocks_store import RocksStore
+from broker.rpc.admin_servicer import AdminServicer
+from broker.rpc.produce_servicer import ProduceServicer
+from broker.rpc.read_servicer import ReadServicer
+from broker.rpc.service import SERVICE, generic_handler
+from broker.topics import TopicRegistry
+from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.broker")
+MESSAGE_BYTES_MAX_SLACK = 1 << 20
+
+
+@dataclass
+class Broker:
+    """A running broker; `stop()` shuts it down cleanly."""
+
+    settings: Settings
+    store: RocksStore
+    registry: TopicRegistry
+    server: grpc.aio.Server
+    port: int
+    _retention: asyncio.Task[None] | None = None
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        if self._retention is not None:
+            self._retention.cancel()
+        await self.server.stop(grace_s)
+        await self.registry.close()
+        self.store.close()
+
+    async def retention_loop(self) -> None:
+        interval_s = self.settings.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.registry.enforce_retention()
+            except Exception:
+                log.exception("retention pass failed; will retry")
+
+
+async def start_broker(settings: Settings) -> Broker:
+    """Open the store, recover every partition, and start serving."""
+    os.makedirs(settings.data_dir, exist_ok=True)
+    store = RocksStore(os.path.join(settings.data_dir, "log.rocksdb"), fsync=settings.fsync)
+    registry = TopicRegistry(store, settings)
+    await registry.open()
+    message_max = settings.request_bytes_max + MESSAGE_BYTES_MAX_SLACK
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", message_max),
+        ("grpc.max_send_message_length", message_max),
+        ("grpc.so_reuseport", 0),
+    ])
+    server.add_generic_rpc_handlers((generic_handler(
+        ProduceServicer(registry, store, settings.produce_in_flight_max),
+        ReadServicer(registry, settings),
+        AdminServicer(registry)),))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        store.close()
+        raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+    await server.start()
+    await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    broker = Broker(settings, store, registry, server, port)
+    broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
+    return broker
+
+
+async def serve(settings: Settings, ready_file: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM. Writes the bound port to ready_file when serving."""
+    broker = await start_broker(settings)
+    log.info("keybus broker serving on %s:%d, data in %s, fsync=%s",
+             settings.host, broker.port, settings.data_dir, settings.fsync)
+    if ready_file:
+        with open(ready_file + ".tmp", "w") as f:
+            f.write(str(broker.port))
+        os.replace(ready_file + ".tmp", ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await broker.stop()

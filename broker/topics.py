@@ -1,0 +1,127 @@
+"""The topic registry: which topics exist and the partitions that serve them.
+
+Admin calls (create, delete, describe) and lookups by the servicers go
+through here. Topic metadata is written synchronously before a create or
+delete returns. Runs on the event loop; blocking store calls are short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import asdict
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.log.rocks_store import RocksStore
+from broker.partition import Partition, TopicMeta, now_ms
+from sdk.core.pb import keybus_pb2 as pb
+
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class TopicRegistry:
+    """Topics by name, each with its running partitions."""
+
+    def __init__(self, store: RocksStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
+        self._lock = asyncio.Lock()  # serializes create/delete against each other
+
+    async def open(self) -> None:
+        """Load every topic and recover each partition's tail (no log scan)."""
+        for raw in self.store.load_topics():
+            meta = TopicMeta(**raw)
+            self._start(meta)
+
+    def _start(self, meta: TopicMeta) -> None:
+        partitions = []
+        for index in range(meta.partitions):
+            tail = self.store.recover_tail(meta.topic_id, index)
+            partition = Partition(self.store, meta, index, self.settings, tail)
+            partition.start()
+            partitions.append(partition)
+        self._topics[meta.name] = (meta, partitions)
+
+    async def close(self) -> None:
+        for _, partitions in list(self._topics.values()):
+            for partition in partitions:
+                await partition.stop()
+        self._topics.clear()
+
+    # ------------------------------------------------------------ lookups
+
+    def meta(self, topic: str) -> TopicMeta:
+        try:
+            return self._topics[topic][0]
+        except KeyError:
+            raise BrokerError("topic_not_found", topic=topic) from None
+
+    def partition(self, topic: str, index: int) -> Partition:
+        meta = self.meta(topic)
+        if not 0 <= index < meta.partitions:
+            raise BrokerError("partition_out_of_range", partition=index, topic=topic,
+                              last=meta.partitions - 1)
+        return self._topics[topic][1][index]
+
+    def partitions(self, topic: str) -> list[Partition]:
+        self.meta(topic)
+        return self._topics[topic][1]
+
+    def names(self) -> list[str]:
+        return sorted(self._topics)
+
+    # ------------------------------------------------------------ admin
+
+    def _check_config(self, topic: str, config: pb.TopicConfig) -> TopicMeta:
+        limit = self.settings.topic_name_bytes_max
+        if not (0 < len(topic) <= limit and TOPIC_NAME.fullmatch(topic)):
+            raise BrokerError("topic_name_invalid", topic=topic, max=limit)
+        partitions = config.partitions or self.settings.default_partitions
+        if not 1 <= partitions <= self.settings.partitions_max:
+            raise BrokerError("partitions_invalid", value=partitions,
+                              max=self.settings.partitions_max)
+        for name in ("retention_ms", "retention_bytes"):
+            if getattr(config, name) < 0:
+                raise BrokerError("retention_invalid", field=name, value=getattr(config, name))
+        retention_ms = config.retention_ms or self.settings.retention_ms
+        retention_bytes = config.retention_bytes or self.settings.retention_bytes
+        return TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())
+
+    async def create(self, topic: str, config: pb.TopicConfig) -> pb.TopicInfo:
+        draft = self._check_config(topic, config)
+        async with self._lock:
+            if topic in self._topics:
+                raise BrokerError("topic_exists", topic=topic)
+            topic_id = self.store.next_id("next_topic_id")
+            meta = TopicMeta(draft.name, topic_id, draft.partitions, draft.retention_ms,
+                             draft.retention_bytes, draft.created_ms)
+            self.store.save_topic(asdict(meta))
+            self._start(meta)
+        return self.describe(topic)
+
+    async def delete(self, topic: str) -> None:
+        async with self._lock:
+            meta = self.meta(topic)
+            _, partitions = self._topics.pop(topic)
+            for partition in partitions:
+                await partition.stop()
+            await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
+                                    meta.partitions)
+
+    def describe(self, topic: str) -> pb.TopicInfo:
+        meta = self.meta(topic)
+        config = pb.TopicConfig(partitions=meta.partitions, retention_ms=meta.retention_ms,
+                                retention_bytes=meta.retention_bytes)
+        return pb.TopicInfo(topic=meta.name, config=config, created_ms=meta.created_ms,
+                            partitions=[p.info() for p in self.partitions(topic)])
+
+    async def enforce_retention(self) -> int:
+        """One retention pass over every partition that has a limit."""
+        removed = 0
+        for meta, partitions in list(self._topics.values()):
+            if meta.retention_ms or meta.retention_bytes:
+                for partition in partitions:
+                    removed += await partition.enforce_retention(now_ms())
+        return removed

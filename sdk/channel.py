@@ -1,0 +1,75 @@
+"""Broker addresses and gRPC channels, set up once for every SDK client.
+
+Options are passed explicitly (STYLE §5): produce requests and read
+responses may carry large batches, so both message limits are 64 MiB.
+"""
+
+from __future__ import annotations
+
+import grpc
+import grpc.aio
+
+DEFAULT_PORT = 6650
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+]
+# No client keepalive pings: a gRPC server's default policy answers pings more
+# often than every 5 minutes on an idle stream with GOAWAY (too_many_pings).
+
+
+def parse_broker(broker: str) -> tuple[str, int]:
+    """Split "host:port" (or "host", "[::1]:port") into host and port.
+
+    Args:
+        broker: address; the port defaults to 6650.
+    Returns:
+        (host, port).
+    Raises:
+        ValueError: the address is empty, the port is not an integer in
+            1..65535, or an IPv6 address lacks its brackets.
+    """
+    text = broker.strip() if isinstance(broker, str) else ""
+    if not text:
+        raise ValueError(f"broker address {broker!r} is empty; use HOST:PORT, e.g. localhost:6650")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"broker address {broker!r} does not parse; use [IPV6]:PORT")
+        port_text = rest[1:] if rest else ""
+    else:
+        if text.count(":") > 1:
+            raise ValueError(f"broker address {broker!r}: put an IPv6 host in brackets, "
+                             "e.g. [::1]:6650")
+        host, _, port_text = text.partition(":")
+    if not host:
+        raise ValueError(f"broker address {broker!r} has no host; use HOST:PORT")
+    return host, _parse_port(broker, port_text)
+
+
+def _parse_port(broker: str, port_text: str) -> int:
+    if not port_text:
+        return DEFAULT_PORT
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"broker address {broker!r} has port {port_text!r}; "
+                         "the port is an integer in 1..65535")
+    return int(port_text)
+
+
+def target_of(broker: str) -> str:
+    """The gRPC target string for a broker address."""
+    host, port = parse_broker(broker)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def open_channel(broker: str) -> grpc.aio.Channel:
+    """An insecure grpc.aio channel to the broker, with the SDK's options.
+
+    Must be called with an asyncio event loop running (grpc.aio binds to it).
+
+    Raises:
+        ValueError: the address does not parse (see parse_broker).
+    """
+    return grpc.aio.insecure_channel(target_of(broker), options=CHANNEL_OPTIONS)

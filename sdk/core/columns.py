@@ -1,0 +1,214 @@
+"""Columns of an EventBatch: the broadcast rule, validation and row views.
+
+Rules:
+1. A required column (values; at least one key column) has `count` entries.
+2. An optional column has 0 entries (default for all), 1 entry (broadcast to
+   all) or `count` entries. This lets a batch from one source with one schema
+   carry the source and schema once.
+3. An event's key is key_strings[i] when that column is present and the entry
+   is non-empty, else key_ints[i]. An empty string key is therefore only
+   allowed where key_ints has an entry.
+
+Validation here is per batch (lengths, one pass over key columns); it raises
+`BatchError`, whose message names the field and what is allowed. It must not
+know about topics, partitions or storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sdk.core.hashing import SLOT_MAX, slots_of
+from sdk.core.pb import keybus_pb2 as pb
+
+T = TypeVar("T")
+
+OPTIONAL_COLUMNS = ("ordering_keys", "slots", "sources", "opcodes", "schemas", "headers",
+                    "event_times_ms")
+
+
+class BatchError(ValueError):
+    """An EventBatch that breaks the column rules; the message names the field."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field_name = field_name
+
+
+def column_value(column: Sequence[T], i: int, default: T) -> T:
+    """Element i of a column under the broadcast rule."""
+    n = len(column)
+    if n == 0:
+        return default
+    if n == 1:
+        return column[0]
+    return column[i]
+
+
+def expand(column: Sequence[T], count: int, default: T) -> list[T]:
+    """A column as exactly `count` entries (broadcast applied)."""
+    n = len(column)
+    if n == count:
+        return list(column)
+    if n == 0:
+        return [default] * count
+    return [column[0]] * count
+
+
+def validate_batch(batch: pb.EventBatch, event_bytes_max: int, batch_events_max: int) -> None:
+    """Check a batch's shape; raise BatchError naming the first broken field.
+
+    Per-event work is kept off the common path: the oversize check looks at
+    single values only when the whole batch's value bytes could hold one.
+    """
+    count = batch.count
+    if count == 0:
+        raise BatchError("batch.count", "an empty batch or window is not allowed; send 1 or more events")
+    if count > batch_events_max:
+        raise BatchError("batch.count", f"{count} events is over the limit of {batch_events_max} per batch")
+    if len(batch.values) != count:
+        raise BatchError("batch.values", f"has {len(batch.values)} entries; need exactly count={count}")
+    _check_keys(batch, count)
+    for name in OPTIONAL_COLUMNS:
+        n = len(getattr(batch, name))
+        if n not in (0, 1, count):
+            raise BatchError(f"batch.{name}", f"has {n} entries; allowed: 0, 1 or count={count}")
+    if batch.slots and max(batch.slots) > SLOT_MAX:
+        raise BatchError("batch.slots", f"slot {max(batch.slots)} is out of range; allowed 0..{SLOT_MAX}")
+    _check_sizes(batch, event_bytes_max)
+
+
+def _check_keys(batch: pb.EventBatch, count: int) -> None:
+    n_ints, n_strings = len(batch.key_ints), len(batch.key_strings)
+    if n_ints not in (0, count) or n_strings not in (0, count) or n_ints + n_strings == 0:
+        raise BatchError(
+            "batch.key",
+            f"key_ints has {n_ints} and key_strings {n_strings} entries; each must have 0 or "
+            f"count={count} entries and at least one must have count",
+        )
+    if n_strings and not n_ints and "" in batch.key_strings:
+        i = list(batch.key_strings).index("")
+        raise BatchError("batch.key_strings",
+                         f"event {i} has an empty string key; a key is a non-empty string or an int64")
+
+
+def _check_sizes(batch: pb.EventBatch, event_bytes_max: int) -> None:
+    values = batch.values
+    if sum(map(len, values)) <= event_bytes_max:
+        return
+    for i, value in enumerate(values):
+        if len(value) > event_bytes_max:
+            raise BatchError(
+                "batch.values",
+                f"event {i} is {len(value)} bytes; the limit is {event_bytes_max} bytes per event",
+            )
+
+
+def keys_of(batch: pb.EventBatch) -> list[int | str]:
+    """The primary key of every event (rule 3)."""
+    strings = batch.key_strings
+    ints = batch.key_ints
+    if not strings:
+        return list(ints)
+    if not ints:
+        return list(strings)
+    return [s if s else k for s, k in zip(strings, ints, strict=True)]
+
+
+def ordering_keys_of(batch: pb.EventBatch) -> list[int | str]:
+    """The key Key_Shared hashes for every event: ordering key, else the key."""
+    ordering = batch.ordering_keys
+    keys = keys_of(batch)
+    if not ordering:
+        return keys
+    if len(ordering) == 1:
+        return [ordering[0] or k for k in keys]
+    return [o or k for o, k in zip(ordering, keys, strict=True)]
+
+
+def batch_slots(batch: pb.EventBatch) -> list[int]:
+    """The slot of every event: the slots column when sent, else computed."""
+    if len(batch.slots) == batch.count:
+        return list(batch.slots)
+    if len(batch.slots) == 1:
+        return [batch.slots[0]] * batch.count
+    return slots_of(ordering_keys_of(batch))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event as an application sees it (a row view of a batch)."""
+
+    key: int | str
+    value: bytes
+    ordering_key: str = ""
+    source: str = ""
+    opcode: int = pb.UPSERT
+    schema: str = ""
+    headers: dict[str, bytes] = field(default_factory=dict)
+    event_time_ms: int = 0
+    # Set by the broker.
+    topic: str = ""
+    partition: int = 0
+    offset: int = -1
+    scn: int = 0
+    publish_time_ms: int = 0
+    slot: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (value decoded as UTF-8 where it can be)."""
+        try:
+            value: Any = self.value.decode()
+        except UnicodeDecodeError:
+            value = self.value.hex()
+        return {
+            "topic": self.topic, "partition": self.partition, "offset": self.offset,
+            "scn": self.scn, "key": self.key, "ordering_key": self.ordering_key,
+            "slot": self.slot, "source": self.source,
+            "opcode": pb.Opcode.Name(self.opcode), "schema": self.schema, "value": value,
+            "headers": {k: v.decode(errors="replace") for k, v in self.headers.items()},
+            "event_time_ms": self.event_time_ms, "publish_time_ms": self.publish_time_ms,
+        }
+
+
+def record_offsets(record: pb.Record) -> list[int]:
+    """The offset of every event of a record (dense unless `offsets` is set)."""
+    if record.offsets:
+        return list(record.offsets)
+    return list(range(record.base_offset, record.base_offset + record.batch.count))
+
+
+def record_scns(record: pb.Record) -> list[int]:
+    """The SCN of every event: one per window, else scn_first + position."""
+    offsets = record_offsets(record)
+    if record.window:
+        return [record.scn_first] * len(offsets)
+    delta = record.scn_first - record.base_offset
+    return [o + delta for o in offsets]
+
+
+def record_events(record: pb.Record) -> list[Event]:
+    """Row views of a record's events. Costs a Python object per event: use
+    the columns directly on hot paths."""
+    batch = record.batch
+    count = batch.count
+    keys = keys_of(batch)
+    ordering = expand(batch.ordering_keys, count, "")
+    sources = expand(batch.sources, count, "")
+    opcodes = expand(batch.opcodes, count, pb.UPSERT)
+    schemas = expand(batch.schemas, count, "")
+    times = expand(batch.event_times_ms, count, 0)
+    headers = expand(batch.headers, count, pb.Headers())
+    slots = batch_slots(batch)
+    offsets = record_offsets(record)
+    scns = record_scns(record)
+    return [
+        Event(key=keys[i], value=batch.values[i], ordering_key=ordering[i], source=sources[i],
+              opcode=opcodes[i], schema=schemas[i], headers=dict(headers[i].entries),
+              event_time_ms=times[i], topic=record.topic, partition=record.partition,
+              offset=offsets[i], scn=scns[i], publish_time_ms=record.publish_time_ms,
+              slot=slots[i])
+        for i in range(count)
+    ]

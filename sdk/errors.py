@@ -1,0 +1,167 @@
+"""The SDK's error types: one class per broker status code, plus client-side
+failures (buffer full, delivery timeout, closed producer).
+
+Every broker error carries the broker's own message (it names the field and
+what is allowed) and the gRPC status code number. `from_rpc_error` maps a
+grpc.RpcError; `from_code` maps the error fields of a ProduceResponse.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+# google.rpc.Code numbers (equal to grpc.StatusCode values).
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+NOT_FOUND = 5
+ALREADY_EXISTS = 6
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+ABORTED = 10
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+UNAUTHENTICATED = 16
+
+
+class KeybusError(Exception):
+    """Base of every Keybus SDK error.
+
+    Attributes:
+        message: what went wrong (the broker's text for broker errors).
+        code: the google.rpc code number, 0 for client-side errors.
+    """
+
+    code_default = UNKNOWN
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = self.code_default if code is None else code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(KeybusError):
+    """The broker refused a request field (INVALID_ARGUMENT)."""
+
+    code_default = INVALID_ARGUMENT
+
+
+class NotFound(KeybusError):
+    """A named thing does not exist (NOT_FOUND)."""
+
+    code_default = NOT_FOUND
+
+
+class TopicNotFound(NotFound):
+    """The topic does not exist (NOT_FOUND)."""
+
+
+class AlreadyExists(KeybusError):
+    """The thing to create exists already (ALREADY_EXISTS)."""
+
+    code_default = ALREADY_EXISTS
+
+
+class ResourceExhausted(KeybusError):
+    """A broker limit was hit (RESOURCE_EXHAUSTED); the message names it."""
+
+    code_default = RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(KeybusError):
+    """The broker's state does not allow the request (FAILED_PRECONDITION)."""
+
+    code_default = FAILED_PRECONDITION
+
+
+class SequenceError(FailedPrecondition):
+    """An idempotent-producer sequence gap or mismatch (the producer re-sends
+    in order; the application sees this only if that keeps failing)."""
+
+
+class ScnNotIncreasing(FailedPrecondition):
+    """A producer-supplied SCN is not above the partition's last SCN; the
+    window was not stored and is not retried."""
+
+
+class PermissionDenied(KeybusError):
+    """The caller lacks the right for this topic (PERMISSION_DENIED)."""
+
+    code_default = PERMISSION_DENIED
+
+
+class Unauthenticated(KeybusError):
+    """No valid credentials (UNAUTHENTICATED)."""
+
+    code_default = UNAUTHENTICATED
+
+
+class Unavailable(KeybusError):
+    """The broker cannot be reached or is shutting down (UNAVAILABLE)."""
+
+    code_default = UNAVAILABLE
+
+
+class BufferFull(KeybusError):
+    """The producer's buffer holds buffer_events_max events (client side)."""
+
+    code_default = RESOURCE_EXHAUSTED
+
+
+class DeliveryTimeout(KeybusError):
+    """No answer from the broker within delivery_timeout_ms (client side).
+    An event that was sent may or may not be stored."""
+
+    code_default = DEADLINE_EXCEEDED
+
+
+class ProducerClosed(KeybusError):
+    """send() after close(), or events still unsent when close() gave up."""
+
+    code_default = CANCELLED
+
+
+_BY_CODE: dict[int, type[KeybusError]] = {
+    INVALID_ARGUMENT: InvalidArgument,
+    NOT_FOUND: NotFound,
+    ALREADY_EXISTS: AlreadyExists,
+    PERMISSION_DENIED: PermissionDenied,
+    RESOURCE_EXHAUSTED: ResourceExhausted,
+    FAILED_PRECONDITION: FailedPrecondition,
+    UNAVAILABLE: Unavailable,
+    UNAUTHENTICATED: Unauthenticated,
+}
+
+
+def from_code(code: int, message: str) -> KeybusError:
+    """The error for a google.rpc code and the broker's message.
+
+    A NOT_FOUND naming a topic is TopicNotFound; a FAILED_PRECONDITION about a
+    sequence is SequenceError and one about an SCN is ScnNotIncreasing.
+    """
+    lowered = message.lower()
+    if code == NOT_FOUND and "topic" in lowered:
+        return TopicNotFound(message, code)
+    if code == FAILED_PRECONDITION:
+        if "sequence" in lowered:
+            return SequenceError(message, code)
+        if "scn" in lowered:
+            return ScnNotIncreasing(message, code)
+    return _BY_CODE.get(code, KeybusError)(message, code)
+
+
+def from_rpc_error(error: grpc.RpcError) -> KeybusError:
+    """Map a grpc.RpcError (or grpc.aio.AioRpcError) to a KeybusError."""
+    code_fn = getattr(error, "code", None)
+    details_fn = getattr(error, "details", None)
+    status = code_fn() if callable(code_fn) else None
+    details = details_fn() if callable(details_fn) else None
+    code = status.value[0] if isinstance(status, grpc.StatusCode) else UNKNOWN
+    name = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+    return from_code(code, details or f"broker call failed with {name}")
