@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,4 +143,24 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
     for name, raw in (overrides or {}).items():
         if raw is not None:
             values[name] = _coerce(name, raw)
-    return Settings(**values)
+    settings = Settings(**values)
+    check_filters(settings, config_path)
+    return settings
+
+
+def check_filters(settings: Settings, config_path: str | None) -> None:
+    """Refuse a bad serversidefilter block, naming the property and its line."""
+    from sdk.core.filters import FilterError, from_config
+
+    try:
+        from_config(settings.serversidefilter)
+    except FilterError as e:
+        where = config_path or "config"
+        match = re.search(r"serversidefilter\.(filter\([^)]*\)(?:\.[A-Za-z]+)*)", str(e))
+        if config_path and match:
+            with open(config_path) as f:
+                for number, line in enumerate(f, 1):
+                    if match[1] in line:
+                        where = f"{config_path} line {number}"
+                        break
+        raise ConfigError(f"{where}: {e}") from None

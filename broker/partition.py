@@ -20,6 +20,7 @@ from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.retention import plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
+from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_path import Chunk, ReadSpec, read_chunk
 from broker.windows import (
     Decision,
@@ -180,6 +181,8 @@ class Partition:
                         command.future.set_exception(e)
                 return
             self._wake_readers()
+            PRODUCED_EVENTS.labels(self.meta.name).inc(sum(a.count for a in appends))
+            PRODUCE_COMMITS.labels(self.meta.name).inc()
         for command, outcome in zip(commands, outcomes, strict=True):
             if command.future.done():
                 continue

@@ -13,6 +13,7 @@ import signal
 from dataclasses import dataclass
 
 import grpc
+import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -23,6 +24,7 @@ from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
 from broker.topics import TopicRegistry
+from sdk.core.filters import from_config
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.broker")
@@ -71,12 +73,14 @@ async def start_broker(settings: Settings) -> Broker:
     ])
     server.add_generic_rpc_handlers((generic_handler(
         ProduceServicer(registry, store, settings.produce_in_flight_max),
-        ReadServicer(registry, settings),
+        ReadServicer(registry, settings, from_config(settings.serversidefilter)),
         AdminServicer(registry)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
+    if settings.metrics_port:
+        prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     if port == 0:
         store.close()

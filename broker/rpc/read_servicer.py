@@ -7,17 +7,20 @@ stream waits at the tail for new records instead of ending.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import grpc
 
 from broker.config import Settings
 from broker.errors import BrokerError
+from broker.filtering import compile_selector
+from broker.metrics import READ_EVENTS
 from broker.partition import Partition
-from broker.read_path import EventSelector, ReadSpec
+from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
 from broker.topics import TopicRegistry
+from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -56,17 +59,12 @@ def hash_mask(ranges: list[pb.HashRange]) -> bytes | None:
     return slot_mask(normalize_ranges(checked))
 
 
-def key_selector(key_filter: pb.KeyFilter) -> EventSelector | None:
-    """The broker-side key filter of a read, or None for no filter."""
-    from broker.filtering import compile_selector
-
-    return compile_selector(key_filter)
-
-
 class ReadServicer:
-    def __init__(self, registry: TopicRegistry, settings: Settings) -> None:
+    def __init__(self, registry: TopicRegistry, settings: Settings,
+                 config_filters: Mapping[str, KeyFilterSpec]) -> None:
         self.registry = registry
         self.settings = settings
+        self.config_filters = config_filters
 
     @streaming
     async def Read(self, request: pb.ReadRequest,
@@ -79,7 +77,7 @@ class ReadServicer:
             events_max=read_limit("events_max", request.events_max, self.settings.read_events_max),
             bytes_max=read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max),
             slot_mask=hash_mask(list(request.hash_ranges)),
-            selector=key_selector(request.filter),
+            selector=compile_selector(request.filter, self.config_filters),
         )
         offset = start_offset(partition, request.start)
         while spec.stop_offset is None or offset < spec.stop_offset:
@@ -90,4 +88,5 @@ class ReadServicer:
             chunk = await partition.read(spec, offset)
             offset = max(offset, chunk.next_offset)
             if chunk.records:
+                READ_EVENTS.labels(request.topic).inc(chunk.events)
                 yield wire.read_response(chunk.records, offset, partition.clock.next_offset)

@@ -203,6 +203,7 @@ class KeyFilterSpec:
     _select: _Selector = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        assert isinstance(self.type, FilterType), f"type {self.type!r} is not a FilterType"
         object.__setattr__(self, "sources", frozenset(self.sources))
         if self.type is FilterType.RANGE:
             assert self.num_buckets == 0 and not self.buckets, "MOD fields on a RANGE filter"
@@ -215,6 +216,11 @@ class KeyFilterSpec:
             object.__setattr__(self, "buckets",
                                _validated(self.buckets, "mod.buckets", self.num_buckets))
         object.__setattr__(self, "_select", _compile(self))
+
+    def __reduce__(self) -> tuple[Callable[..., KeyFilterSpec], tuple[object, ...]]:
+        # Pickle the fields only; the compiled lookup is a closure and is rebuilt.
+        return (KeyFilterSpec, (self.type, self.range_size, self.range_ids, self.num_buckets,
+                                self.buckets, self.sources))
 
     @property
     def is_none(self) -> bool:
@@ -329,9 +335,7 @@ def evaluate(spec: KeyFilterSpec, keys: Sequence[int | str],
 
     Runs on the partition task; no I/O.
     """
-    if spec.is_none:
-        return FilterResult(list(range(len(keys))), 0)
-    if not spec.sources:
+    if spec.is_none or not spec.sources:
         return _evaluate_keys(spec, keys)
     if not sources or len(sources) == 1:
         if sources and sources[0] in spec.sources:

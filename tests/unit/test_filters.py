@@ -16,6 +16,7 @@ and the Databus config properties.
 
 from __future__ import annotations
 
+import pickle
 import re
 from itertools import pairwise
 
@@ -169,7 +170,7 @@ def test_range_example_boundaries(key: int, passes: bool) -> None:
 
 
 def test_range_example_passes_exactly_the_two_spans() -> None:
-    keys: list[int | str] = list(range(0, 35 * M, 1000)) + list(range(4_999_990, 5_000_010))
+    keys: list[int | str] = [*range(0, 35 * M, 1000), *range(4_999_990, 5_000_010)]
     expected = [k for k in keys if 5 * M <= int(k) < 10 * M or 15 * M <= int(k) < 30 * M]
     assert passing_keys(RANGE_EXAMPLE, keys) == expected
     assert RANGE_EXAMPLE.range_ids == ((1, 2), (3, 6))
@@ -365,8 +366,11 @@ def test_list_notation_round_trips(ids: set[int], data: st.DataObject) -> None:
 
 
 @given(spec=specs())
-def test_proto_round_trip(spec: KeyFilterSpec) -> None:
+def test_proto_and_pickle_round_trips(spec: KeyFilterSpec) -> None:
     assert KeyFilterSpec.from_proto(spec.to_proto()) == spec
+    copy = pickle.loads(pickle.dumps(spec))
+    assert copy == spec
+    assert evaluate(copy, [0, 1, 5 * M, "x"]) == evaluate(spec, [0, 1, 5 * M, "x"])
 
 
 def test_cli_forms() -> None:

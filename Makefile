@@ -1,0 +1,45 @@
+# Keybus: two commands.
+#   make run    install, start the broker on its embedded default (./keybus-data, port 6650)
+#               and run a short demo against it; the broker keeps serving until Ctrl-C.
+#   make test   install, then lint, type-check and run the whole test suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck unit proto bench clean system-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Keybus needs Python 3.11; set PYTHON=/path/to/python3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+install: $(STAMP) system-deps
+
+# Spark needs a Java runtime; install one from Debian's packages when missing.
+system-deps:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing a Java runtime for Spark (Debian: openjdk-17-jre-headless)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
+
+run: install
+	$(BIN)/keybus demo
+
+proto: install
+	$(BIN)/python proto/generate.py
+
+lint: install
+	$(BIN)/python proto/generate.py --check
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(BIN)/python -m benchmarks all
+
+clean:
+	rm -rf $(VENV) keybus-data

@@ -1,0 +1,28 @@
+"""Shared fixtures: a real broker process per test module or per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh broker on a temp dir, stopped after the test."""
+    process = BrokerProcess(tmp_path / "data")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for a whole test module (tests use distinct topics)."""
+    process = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
+    process.start()
+    yield process
+    process.stop()

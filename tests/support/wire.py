@@ -1,0 +1,45 @@
+"""Small helpers for tests that speak the wire contract directly (sync gRPC)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import grpc
+
+from sdk.core.columns import record_events
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+
+
+def stub(address: str) -> pb_grpc.KeybusStub:
+    return pb_grpc.KeybusStub(grpc.insecure_channel(address))
+
+
+def int_batch(keys: list[int], value_prefix: bytes = b"v") -> pb.EventBatch:
+    return pb.EventBatch(count=len(keys), key_ints=keys, slots=slots_of(keys),
+                         values=[value_prefix + str(k).encode() for k in keys])
+
+
+def produce(client: pb_grpc.KeybusStub, requests: Iterable[pb.ProduceRequest]
+            ) -> list[pb.ProduceResponse]:
+    return list(client.Produce(iter(list(requests)), timeout=30))
+
+
+def read_all(client: pb_grpc.KeybusStub, topic: str, partition: int = 0,
+             **fields: object) -> list[pb.Record]:
+    start = fields.pop("start", pb.StartPosition(earliest=True))
+    request = pb.ReadRequest(topic=topic, partition=partition, start=start, **fields)  # type: ignore[arg-type]
+    return [r for response in client.Read(request, timeout=30) for r in response.records]
+
+
+def events_of(records: Iterable[pb.Record]) -> Iterator[tuple[int, object, bytes, int]]:
+    """(offset, key, value, scn) of every event."""
+    for record in records:
+        for e in record_events(record):
+            yield e.offset, e.key, e.value, e.scn
+
+
+def create_topic(client: pb_grpc.KeybusStub, topic: str, partitions: int = 1) -> pb.TopicInfo:
+    return client.CreateTopic(pb.CreateTopicRequest(
+        topic=topic, config=pb.TopicConfig(partitions=partitions)), timeout=10)
