@@ -167,7 +167,8 @@ class Event:
             "topic": self.topic, "partition": self.partition, "offset": self.offset,
             "scn": self.scn, "key": self.key, "ordering_key": self.ordering_key,
             "slot": self.slot, "source": self.source,
-            "opcode": pb.Opcode.Name(self.opcode), "schema": self.schema, "value": value,
+            "opcode": "DELETE" if self.opcode == pb.DELETE else "UPSERT", "schema": self.schema,
+            "value": value,
             "headers": {k: v.decode(errors="replace") for k, v in self.headers.items()},
             "event_time_ms": self.event_time_ms, "publish_time_ms": self.publish_time_ms,
         }

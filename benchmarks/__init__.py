@@ -1,0 +1,1 @@
+"""Keybus benchmark harness: scenarios, a broker launcher, and RESULTS.md."""

@@ -1,0 +1,36 @@
+"""Start a broker process for a benchmark (127.0.0.1, temp dir) and stop it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def running_broker(*extra_args: str) -> Iterator[str]:
+    """Yield the address of a fresh broker on a temp data dir; kill it after."""
+    with tempfile.TemporaryDirectory(prefix="keybus-bench-") as tmp:
+        ready = Path(tmp) / "ready"
+        command = [sys.executable, "-m", "broker", "--data-dir", str(Path(tmp) / "data"),
+                   "--host", "127.0.0.1", "--port", "0", "--ready-file", str(ready),
+                   "--log-level", "WARNING", *extra_args]
+        process = subprocess.Popen(command, env=dict(os.environ))
+        try:
+            deadline = time.monotonic() + 30
+            while not ready.exists():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("benchmark broker did not start")
+                time.sleep(0.02)
+            yield f"127.0.0.1:{ready.read_text()}"
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
