@@ -5,3 +5,50 @@ callback consumer and event processor).
 protobuf code) and the rules the broker and clients share (hash slot, hash
 ranges, columns, filters). It imports nothing else from Keybus.
 """
+
+from sdk.accumulator import WindowEvent
+from sdk.admin import Admin
+from sdk.channel import DEFAULT_PORT, open_channel, parse_broker
+from sdk.core.columns import Event
+from sdk.errors import (
+    AlreadyExists,
+    BufferFull,
+    DeliveryTimeout,
+    FailedPrecondition,
+    InvalidArgument,
+    KeybusError,
+    NotFound,
+    OffsetOutOfRange,
+    PermissionDenied,
+    ProducerClosed,
+    ResourceExhausted,
+    ScnNotIncreasing,
+    SequenceError,
+    TopicNotFound,
+    Unauthenticated,
+    Unavailable,
+    from_rpc_error,
+)
+from sdk.producer import (
+    DELETE,
+    UPSERT,
+    BatchFuture,
+    EventFuture,
+    Producer,
+    ProducerConfig,
+    WindowResult,
+)
+from sdk.reader import ReadBatch, Reader, read_all
+from sdk.sender import BatchResult, ProducedEvent
+from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader
+
+__all__ = [
+    "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
+    "BufferFull", "DeliveryTimeout", "Event", "EventFuture", "FailedPrecondition",
+    "InvalidArgument", "KeybusError", "NotFound", "OffsetOutOfRange", "PermissionDenied",
+    "ProducedEvent", "Producer", "ProducerClosed", "ProducerConfig", "ReadBatch", "Reader",
+    "ResourceExhausted", "ScnNotIncreasing", "SequenceError", "SyncAdmin", "SyncEventFuture",
+    "SyncProducer", "SyncReader", "TopicNotFound", "Unauthenticated", "Unavailable",
+    "WindowEvent", "WindowResult", "from_rpc_error", "open_channel", "parse_broker",
+    "read_all",
+]

@@ -6,8 +6,12 @@ responses may carry large batches, so both message limits are 64 MiB.
 
 from __future__ import annotations
 
+from typing import cast
+
 import grpc
 import grpc.aio
+
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 
 DEFAULT_PORT = 6650
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
@@ -15,6 +19,14 @@ MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    # Reconnect to a restarted broker within ~2 s, not gRPC's default of up to
+    # 120 s; the SDK's own backoff paces the retries above this.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Each channel its own subchannels: a new client is not failed fast by
+    # another channel's connection backoff to the same broker.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 # No client keepalive pings: a gRPC server's default policy answers pings more
 # often than every 5 minutes on an idle stream with GOAWAY (too_many_pings).
@@ -73,3 +85,8 @@ def open_channel(broker: str) -> grpc.aio.Channel:
         ValueError: the address does not parse (see parse_broker).
     """
     return grpc.aio.insecure_channel(target_of(broker), options=CHANNEL_OPTIONS)
+
+
+def stub_of(channel: grpc.aio.Channel) -> pb_grpc.KeybusAsyncStub:
+    """The async Keybus stub on a grpc.aio channel (typed as the async flavour)."""
+    return cast("pb_grpc.KeybusAsyncStub", pb_grpc.KeybusStub(channel))

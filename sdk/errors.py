@@ -21,6 +21,7 @@ PERMISSION_DENIED = 7
 RESOURCE_EXHAUSTED = 8
 FAILED_PRECONDITION = 9
 ABORTED = 10
+OUT_OF_RANGE = 11
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
@@ -81,13 +82,32 @@ class FailedPrecondition(KeybusError):
 
 
 class SequenceError(FailedPrecondition):
-    """An idempotent-producer sequence gap or mismatch (the producer re-sends
-    in order; the application sees this only if that keeps failing)."""
+    """An idempotent-producer sequence the broker refused: a gap (the
+    producer re-sends in order; the application sees it only if that keeps
+    failing), a sequence older than the broker remembers, or an unknown
+    producer id (the producer gets a new one)."""
+
+    @property
+    def kind(self) -> str:
+        """"gap", "too_old" or "producer_unknown", judged from the message."""
+        lowered = self.message.lower()
+        if "unknown" in lowered and "initproducer" in lowered:
+            return "producer_unknown"
+        if "older than" in lowered or "outcome is unknown" in lowered:
+            return "too_old"
+        return "gap"
 
 
 class ScnNotIncreasing(FailedPrecondition):
     """A producer-supplied SCN is not above the partition's last SCN; the
     window was not stored and is not retried."""
+
+
+class OffsetOutOfRange(KeybusError):
+    """A start offset outside the stored offsets (OUT_OF_RANGE); the message
+    gives the stored range (retention may have removed earlier ones)."""
+
+    code_default = OUT_OF_RANGE
 
 
 class PermissionDenied(KeybusError):
@@ -134,6 +154,7 @@ _BY_CODE: dict[int, type[KeybusError]] = {
     PERMISSION_DENIED: PermissionDenied,
     RESOURCE_EXHAUSTED: ResourceExhausted,
     FAILED_PRECONDITION: FailedPrecondition,
+    OUT_OF_RANGE: OffsetOutOfRange,
     UNAVAILABLE: Unavailable,
     UNAUTHENTICATED: Unauthenticated,
 }

@@ -865,6 +865,7 @@ class SubscribeOpen(_message.Message):
     MAX_REDELIVERIES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    LOOK_AHEAD_MAX_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     consumer_name: _builtins.str
@@ -874,6 +875,10 @@ class SubscribeOpen(_message.Message):
     ack_timeout_ms: _builtins.int
     max_redeliveries: _builtins.int
     dead_letter_topic: _builtins.str
+    look_ahead_max: _builtins.int
+    """Key_Shared: the most events the broker leaves waiting past blocked keys
+    per partition (0 = broker default; above the broker's limit is refused).
+    """
     @_builtins.property
     def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]: ...
     @_builtins.property
@@ -900,10 +905,11 @@ class SubscribeOpen(_message.Message):
         max_redeliveries: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
         partitions: _abc.Iterable[_builtins.int] | None = ...,
+        look_ahead_max: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "initial_position", b"initial_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "look_ahead_max", b"look_ahead_max", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1025,17 +1031,30 @@ class Delivery(_message.Message):
     RECORD_FIELD_NUMBER: _builtins.int
     REDELIVERY_COUNTS_FIELD_NUMBER: _builtins.int
     WINDOW_LAST_OFFSETS_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def record(self) -> Global___Record:
-        """The events sent to this consumer (Record.offsets set when a subset)."""
+        """Unused: brokers send `records` (one Delivery per consumer per dispatch)."""
 
     @_builtins.property
     def redelivery_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Redelivery count per event (0 entries = all first deliveries)."""
+        """Redelivery count per event, in the order of the events of `records`
+        (0 entries = all first deliveries).
+        """
 
     @_builtins.property
     def window_last_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Where each window this delivery touches ends (last offset of the window)."""
+        """Parallel to `records`: the last offset of the stored record each one
+        came from. A window record is one consistency window, so this is where
+        the window ends even when Key_Shared sent only part of it; in a plain
+        batch every event is its own window.
+        """
+
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
+        """The events sent to this consumer, one Record per stored record touched,
+        in offset order per partition (Record.offsets set when a subset).
+        """
 
     def __init__(
         self,
@@ -1043,10 +1062,11 @@ class Delivery(_message.Message):
         record: Global___Record | None = ...,
         redelivery_counts: _abc.Iterable[_builtins.int] | None = ...,
         window_last_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        records: _abc.Iterable[Global___Record] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1126,3 +1146,332 @@ class SubscribeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
 Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
+
+@_typing.final
+class ConsumerInfo(_message.Message):
+    """---------------------------------------------------------------- subscription admin"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    UNACKED_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    DISPATCH_RATE_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    DELIVERED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    partition: _builtins.int
+    unacked: _builtins.int
+    """sent, not yet acknowledged"""
+    permits: _builtins.int
+    """granted, not yet used"""
+    dispatch_rate: _builtins.float
+    """events per second, recent"""
+    active: _builtins.bool
+    """Failover: the active consumer"""
+    priority: _builtins.int
+    delivered: _builtins.int
+    """events sent since it attached"""
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]:
+        """Key_Shared: the slots it serves"""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        ranges: _abc.Iterable[Global___HashRange] | None = ...,
+        unacked: _builtins.int = ...,
+        permits: _builtins.int = ...,
+        dispatch_rate: _builtins.float = ...,
+        active: _builtins.bool = ...,
+        priority: _builtins.int = ...,
+        delivered: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "delivered", b"delivered", "dispatch_rate", b"dispatch_rate", "name", b"name", "partition", b"partition", "permits", b"permits", "priority", b"priority", "ranges", b"ranges", "unacked", b"unacked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerInfo: _TypeAlias = ConsumerInfo  # noqa: Y015
+
+@_typing.final
+class WaitingSlot(_message.Message):
+    """A slot whose events wait, and why (no_owner, draining, held, no_permits)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    slot: _builtins.int
+    reason: _builtins.str
+    holder: _builtins.str
+    """draining: the consumer that still holds unacked events"""
+    events: _builtins.int
+    """events of the slot waiting"""
+    def __init__(
+        self,
+        *,
+        slot: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        holder: _builtins.str = ...,
+        events: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "holder", b"holder", "reason", b"reason", "slot", b"slot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitingSlot: _TypeAlias = WaitingSlot  # noqa: Y015
+
+@_typing.final
+class SubscriptionPartitionInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    MARK_DELETE_FIELD_NUMBER: _builtins.int
+    PERSISTED_MARK_DELETE_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    BACKLOG_FIELD_NUMBER: _builtins.int
+    UNACKED_FIELD_NUMBER: _builtins.int
+    DISPATCH_RATE_FIELD_NUMBER: _builtins.int
+    READ_OFFSET_FIELD_NUMBER: _builtins.int
+    CONSUMERS_FIELD_NUMBER: _builtins.int
+    WAITING_SLOTS_FIELD_NUMBER: _builtins.int
+    WAITING_SLOTS_TOTAL_FIELD_NUMBER: _builtins.int
+    WAITING_EVENTS_FIELD_NUMBER: _builtins.int
+    ACKED_RANGES_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    mark_delete: _builtins.int
+    """every offset below is acknowledged"""
+    persisted_mark_delete: _builtins.int
+    """as last written to disk"""
+    end_offset: _builtins.int
+    backlog: _builtins.int
+    """unacknowledged events (filtered ones excluded once read)"""
+    unacked: _builtins.int
+    """sent to consumers, not acknowledged"""
+    dispatch_rate: _builtins.float
+    read_offset: _builtins.int
+    """next log offset the dispatcher reads"""
+    waiting_slots_total: _builtins.int
+    waiting_events: _builtins.int
+    acked_ranges: _builtins.int
+    """individually acked ranges above mark_delete"""
+    @_builtins.property
+    def consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerInfo]: ...
+    @_builtins.property
+    def waiting_slots(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingSlot]:
+        """up to the broker's report limit"""
+
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        mark_delete: _builtins.int = ...,
+        persisted_mark_delete: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        backlog: _builtins.int = ...,
+        unacked: _builtins.int = ...,
+        dispatch_rate: _builtins.float = ...,
+        read_offset: _builtins.int = ...,
+        consumers: _abc.Iterable[Global___ConsumerInfo] | None = ...,
+        waiting_slots: _abc.Iterable[Global___WaitingSlot] | None = ...,
+        waiting_slots_total: _builtins.int = ...,
+        waiting_events: _builtins.int = ...,
+        acked_ranges: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_ranges", b"acked_ranges", "backlog", b"backlog", "consumers", b"consumers", "dispatch_rate", b"dispatch_rate", "end_offset", b"end_offset", "mark_delete", b"mark_delete", "partition", b"partition", "persisted_mark_delete", b"persisted_mark_delete", "read_offset", b"read_offset", "unacked", b"unacked", "waiting_events", b"waiting_events", "waiting_slots", b"waiting_slots", "waiting_slots_total", b"waiting_slots_total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionPartitionInfo: _TypeAlias = SubscriptionPartitionInfo  # noqa: Y015
+
+@_typing.final
+class SubscriptionInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    KEY_SHARED_MODE_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    MAX_REDELIVERIES_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    type: Global___SubscriptionType.ValueType
+    key_shared_mode: Global___KeySharedMode.ValueType
+    max_redeliveries: _builtins.int
+    dead_letter_topic: _builtins.str
+    created_ms: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___KeyFilter: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionPartitionInfo]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        key_shared_mode: Global___KeySharedMode.ValueType = ...,
+        filter: Global___KeyFilter | None = ...,
+        max_redeliveries: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___SubscriptionPartitionInfo] | None = ...,
+        created_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "key_shared_mode", b"key_shared_mode", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionInfo: _TypeAlias = SubscriptionInfo  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsRequest: _TypeAlias = ListSubscriptionsRequest  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionInfo]: ...
+    def __init__(
+        self,
+        *,
+        subscriptions: _abc.Iterable[Global___SubscriptionInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsResponse: _TypeAlias = ListSubscriptionsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeSubscriptionRequest: _TypeAlias = DescribeSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SeekSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    @_builtins.property
+    def position(self) -> Global___StartPosition: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """empty = all"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        position: Global___StartPosition | None = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "position", b"position", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeekSubscriptionRequest: _TypeAlias = SeekSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    force: _builtins.bool
+    """also when consumers are attached (they are disconnected)"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSubscriptionRequest: _TypeAlias = DeleteSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015

@@ -76,6 +76,26 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/keybus.v1.Keybus/ListSubscriptions',
+                request_serializer=keybus__pb2.ListSubscriptionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ListSubscriptionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeSubscription = channel.unary_unary(
+                '/keybus.v1.Keybus/DescribeSubscription',
+                request_serializer=keybus__pb2.DescribeSubscriptionRequest.SerializeToString,
+                response_deserializer=keybus__pb2.SubscriptionInfo.FromString,
+                _registered_method=True)
+        self.SeekSubscription = channel.unary_unary(
+                '/keybus.v1.Keybus/SeekSubscription',
+                request_serializer=keybus__pb2.SeekSubscriptionRequest.SerializeToString,
+                response_deserializer=keybus__pb2.SubscriptionInfo.FromString,
+                _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/keybus.v1.Keybus/DeleteSubscription',
+                request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
+                response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
+                _registered_method=True)
 
 
 class KeybusServicer:
@@ -133,6 +153,30 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSubscriptions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeekSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KeybusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +219,26 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=keybus__pb2.DeleteTopicRequest.FromString,
                     response_serializer=keybus__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=keybus__pb2.ListSubscriptionsRequest.FromString,
+                    response_serializer=keybus__pb2.ListSubscriptionsResponse.SerializeToString,
+            ),
+            'DescribeSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSubscription,
+                    request_deserializer=keybus__pb2.DescribeSubscriptionRequest.FromString,
+                    response_serializer=keybus__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'SeekSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekSubscription,
+                    request_deserializer=keybus__pb2.SeekSubscriptionRequest.FromString,
+                    response_serializer=keybus__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
+                    response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +459,114 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteTopic',
             keybus__pb2.DeleteTopicRequest.SerializeToString,
             keybus__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ListSubscriptions',
+            keybus__pb2.ListSubscriptionsRequest.SerializeToString,
+            keybus__pb2.ListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/DescribeSubscription',
+            keybus__pb2.DescribeSubscriptionRequest.SerializeToString,
+            keybus__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/SeekSubscription',
+            keybus__pb2.SeekSubscriptionRequest.SerializeToString,
+            keybus__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/DeleteSubscription',
+            keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
+            keybus__pb2.DeleteSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,10 @@ class KeybusStub:
     ListTopics: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListTopicsRequest, _keybus_pb2.ListTopicsResponse]
     DescribeTopic: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeTopicRequest, _keybus_pb2.TopicInfo]
     DeleteTopic: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteTopicRequest, _keybus_pb2.DeleteTopicResponse]
+    ListSubscriptions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListSubscriptionsRequest, _keybus_pb2.ListSubscriptionsResponse]
+    DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
+    SeekSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
+    DeleteSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]
 
 @_typing.type_check_only
 class KeybusAsyncStub(KeybusStub):
@@ -74,6 +78,10 @@ class KeybusAsyncStub(KeybusStub):
     ListTopics: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListTopicsRequest, _keybus_pb2.ListTopicsResponse]  # type: ignore[assignment]
     DescribeTopic: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeTopicRequest, _keybus_pb2.TopicInfo]  # type: ignore[assignment]
     DeleteTopic: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteTopicRequest, _keybus_pb2.DeleteTopicResponse]  # type: ignore[assignment]
+    ListSubscriptions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListSubscriptionsRequest, _keybus_pb2.ListSubscriptionsResponse]  # type: ignore[assignment]
+    DescribeSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
+    SeekSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
+    DeleteSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]  # type: ignore[assignment]
 
 class KeybusServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- service"""
@@ -136,5 +144,33 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.DeleteTopicRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.DeleteTopicResponse, _abc.Awaitable[_keybus_pb2.DeleteTopicResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListSubscriptions(
+        self,
+        request: _keybus_pb2.ListSubscriptionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ListSubscriptionsResponse, _abc.Awaitable[_keybus_pb2.ListSubscriptionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeSubscription(
+        self,
+        request: _keybus_pb2.DescribeSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.SubscriptionInfo, _abc.Awaitable[_keybus_pb2.SubscriptionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def SeekSubscription(
+        self,
+        request: _keybus_pb2.SeekSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.SubscriptionInfo, _abc.Awaitable[_keybus_pb2.SubscriptionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteSubscription(
+        self,
+        request: _keybus_pb2.DeleteSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.DeleteSubscriptionResponse, _abc.Awaitable[_keybus_pb2.DeleteSubscriptionResponse]]: ...
 
 def add_KeybusServicer_to_server(servicer: KeybusServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

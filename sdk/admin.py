@@ -1,0 +1,119 @@
+"""Admin: create, list, describe and delete topics.
+
+Thin by design: one unary call per method, broker errors mapped to
+KeybusError subclasses. Returns the wire types (pb.TopicInfo), which carry
+config and per-partition offsets without a second copy of the schema here.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.channel import open_channel, stub_of
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+
+
+class Admin:
+    """Topic administration on one broker.
+
+    Args:
+        broker: "host:port" (port defaults to 6650); ignored when `channel` is given.
+        request_timeout_ms: deadline per call (default 30000).
+        channel: a grpc.aio channel to share (not closed by close()).
+    """
+
+    def __init__(self, broker: str = "localhost:6650", *, request_timeout_ms: int = 30_000,
+                 channel: grpc.aio.Channel | None = None) -> None:
+        self.broker = broker
+        self._timeout_s = request_timeout_ms / 1000
+        self._channel = channel
+        self._owns_channel = channel is None
+        self._stub: pb_grpc.KeybusAsyncStub | None = None
+
+    def _connect(self) -> pb_grpc.KeybusAsyncStub:
+        """The stub, opening the channel on first use (needs the running loop)."""
+        if self._stub is None:
+            if self._channel is None:
+                self._channel = open_channel(self.broker)
+            self._stub = stub_of(self._channel)
+        return self._stub
+
+    async def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
+                           retention_bytes: int = 0) -> pb.TopicInfo:
+        """Create a topic.
+
+        Args:
+            partitions: 1..the broker's partitions_max (default 1).
+            retention_ms: keep events this long; 0 = forever (default).
+            retention_bytes: per partition; 0 = no size limit (default).
+        Returns:
+            The new topic's TopicInfo.
+        Raises:
+            AlreadyExists, InvalidArgument (names the bad field), Unavailable.
+        """
+        config = pb.TopicConfig(partitions=partitions, retention_ms=retention_ms,
+                                retention_bytes=retention_bytes)
+        request = pb.CreateTopicRequest(topic=name, config=config)
+        try:
+            info: pb.TopicInfo = await self._connect().CreateTopic(request,
+                                                                   timeout=self._timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        return info
+
+    async def list_topics(self) -> list[pb.TopicInfo]:
+        """Every topic with its config and partitions.
+
+        Raises:
+            Unavailable, KeybusError.
+        """
+        try:
+            response = await self._connect().ListTopics(pb.ListTopicsRequest(),
+                                                        timeout=self._timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        return list(response.topics)
+
+    async def describe_topic(self, name: str) -> pb.TopicInfo:
+        """A topic's config and per-partition start/end offsets and last SCN.
+
+        Raises:
+            TopicNotFound, Unavailable, KeybusError.
+        """
+        try:
+            info: pb.TopicInfo = await self._connect().DescribeTopic(
+                pb.DescribeTopicRequest(topic=name), timeout=self._timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic and its events.
+
+        Raises:
+            TopicNotFound, Unavailable, KeybusError.
+        """
+        try:
+            await self._connect().DeleteTopic(pb.DeleteTopicRequest(topic=name),
+                                              timeout=self._timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    async def close(self) -> None:
+        """Close the channel this Admin opened. Idempotent."""
+        if self._owns_channel and self._channel is not None:
+            await self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()

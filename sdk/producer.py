@@ -1,0 +1,620 @@
+"""The async producer API: `send` buffers, a linger task drains, the Sender sends.
+
+Work per event is kept to a validation, a slot lookup and a few list
+appends (accumulator.py); protobuf objects are built per batch. `send` returns
+an EventFuture that is a batch future plus an index, as Kafka's
+FutureRecordMetadata is, so no asyncio.Future is made per event.
+
+Runs on one asyncio event loop: create, use and close a Producer there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from time import monotonic as _monotonic
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.accumulator import (
+    EVENT_OVERHEAD_BYTES,
+    Accumulator,
+    OpenBatch,
+    ReadyBatch,
+    WindowEvent,
+    as_bytes,
+    check_keys,
+    check_ordering_key,
+    chunk_bounds,
+    extras_of,
+    fill_batch,
+    split_columns,
+    window_columns,
+)
+from sdk.channel import open_channel, stub_of
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.sender import BatchResult, ProducedEvent, ProducerBatch, Sender, now_ms
+
+UPSERT = pb.UPSERT
+DELETE = pb.DELETE
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Producer settings; every limit carries its unit in the name.
+
+    Attributes:
+        linger_ms: how long a batch waits for more events (default 5).
+        batch_events_max / batch_bytes_max: a batch is sent when it reaches
+            either (defaults 1000 events, 1 MiB estimated).
+        buffer_events_max: events held from send() until the broker answers;
+            past it send() waits and send_nowait() raises BufferFull (100000).
+        in_flight_max: unanswered requests on the stream (16).
+        idempotent: use a producer id and sequences so retries store nothing
+            twice (True).
+        delivery_timeout_ms: from send() to failing with DeliveryTimeout (120000).
+        max_block_ms: how long send() waits for buffer room (60000).
+        window_events_max / window_bytes_max: refuse larger windows before
+            sending (100000 events, 16 MiB; the broker's defaults are
+            100000 events per batch and 32 MiB per request).
+        retry_backoff_ms / retry_backoff_max_ms: reconnect backoff, doubling
+            from the first to the cap (100, 1000, as Kafka).
+        request_timeout_ms: deadline of unary calls such as InitProducer (30000).
+    """
+
+    linger_ms: int = 5
+    batch_events_max: int = 1000
+    batch_bytes_max: int = 1 << 20
+    buffer_events_max: int = 100_000
+    in_flight_max: int = 16
+    idempotent: bool = True
+    delivery_timeout_ms: int = 120_000
+    max_block_ms: int = 60_000
+    window_events_max: int = 100_000
+    window_bytes_max: int = 16 << 20
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        for name in ("batch_events_max", "batch_bytes_max", "buffer_events_max",
+                     "in_flight_max", "delivery_timeout_ms", "window_events_max",
+                     "window_bytes_max", "retry_backoff_ms", "retry_backoff_max_ms",
+                     "request_timeout_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: need an int >= 1")
+        for name in ("linger_ms", "max_block_ms"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: need an int >= 0")
+        if self.buffer_events_max < self.batch_events_max:
+            raise ValueError(f"buffer_events_max={self.buffer_events_max} must be at least "
+                             f"batch_events_max={self.batch_events_max}")
+
+    def accumulator(self, partitions: int, new_token: Callable[[], Any]) -> Accumulator[Any]:
+        """A batching buffer with these limits."""
+        return Accumulator(partitions=partitions, linger_ms=self.linger_ms,
+                           batch_events_max=self.batch_events_max,
+                           batch_bytes_max=self.batch_bytes_max,
+                           buffer_events_max=self.buffer_events_max, new_token=new_token)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """Where a consistency window was stored: offsets base_offset.. + count, one SCN."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    count: int
+    scn: int
+    publish_time_ms: int
+    duplicate: bool = False
+
+    @property
+    def offsets(self) -> range:
+        return range(self.base_offset, self.base_offset + self.count)
+
+
+class EventFuture:
+    """The fate of one sent event: its batch's future and its index in the batch.
+
+    `await` it for a ProducedEvent; `result()` once `done()`. Awaiting never
+    cancels the shared batch future.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: asyncio.Future[BatchResult], index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __await__(self) -> Generator[Any, None, ProducedEvent]:
+        result = yield from asyncio.shield(self._batch).__await__()
+        return result.event(self._index)
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def result(self) -> ProducedEvent:
+        """The stored event.
+
+        Raises:
+            asyncio.InvalidStateError: not done yet.
+            KeybusError: the batch failed (e.g. DeliveryTimeout, InvalidArgument).
+        """
+        return self._batch.result().event(self._index)
+
+    def exception(self) -> BaseException | None:
+        return self._batch.exception()
+
+    def add_done_callback(self, fn: Callable[[EventFuture], object]) -> None:
+        """Call fn(self) on the event loop once the event's batch is answered."""
+        self._batch.add_done_callback(lambda _: fn(self))
+
+
+class BatchFuture:
+    """The fate of a send_batch call: one future per request it became.
+
+    `await` it for a list of ProducedEvent in input order (a Python object
+    per event: on hot paths use `results()`).
+    """
+
+    __slots__ = ("_pieces", "count")
+
+    def __init__(self, pieces: list[tuple[asyncio.Future[BatchResult], list[int]]],
+                 count: int) -> None:
+        self._pieces = pieces
+        self.count = count
+
+    def __await__(self) -> Generator[Any, None, list[ProducedEvent]]:
+        for token, _ in self._pieces:
+            yield from asyncio.shield(token).__await__()
+        out: list[Any] = [None] * self.count
+        for token, indexes in self._pieces:
+            result = token.result()
+            for j, i in enumerate(indexes):
+                out[i] = result.event(j)
+        return out
+
+    def done(self) -> bool:
+        return all(token.done() for token, _ in self._pieces)
+
+    def results(self) -> list[tuple[list[int], BatchResult | BaseException]]:
+        """Per request: the input indexes it carried and its result or error.
+
+        Raises:
+            asyncio.InvalidStateError: not done yet.
+        """
+        return [(indexes, token.exception() or token.result()) for token, indexes in self._pieces]
+
+
+class Producer:
+    """Async producer of one topic. Make one with `await Producer.create(...)`."""
+
+    def __init__(self, channel: grpc.aio.Channel, stub: pb_grpc.KeybusAsyncStub, topic: str,
+                 partitions: int, config: ProducerConfig, threaded: bool = False) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.config = config
+        self._channel = channel
+        self._loop = asyncio.get_running_loop()
+        # Threaded (the SyncProducer's face): other threads append under the
+        # lock, so batch tokens are concurrent futures and every accumulator
+        # touch on the loop takes the lock too (once per batch, not per event).
+        new_token: Callable[[], Any] = (
+            concurrent.futures.Future if threaded else self._loop.create_future)
+        self._acc: Accumulator[Any] = config.accumulator(partitions, new_token)
+        lock = threading.Lock()
+        self._lock: threading.Lock | contextlib.nullcontext[None] = (
+            lock if threaded else contextlib.nullcontext())
+        self._room_changed = threading.Condition(lock) if threaded else None
+        # Batches drained by another thread, submitted first by the loop (order).
+        self._handoff: list[ReadyBatch[Any]] = []
+        self._sender = Sender(
+            stub, topic, partitions, in_flight_max=config.in_flight_max,
+            delivery_timeout_ms=config.delivery_timeout_ms, idempotent=config.idempotent,
+            retry_backoff_ms=config.retry_backoff_ms,
+            retry_backoff_max_ms=config.retry_backoff_max_ms,
+            request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done)
+        self._wakeup = asyncio.Event()  # the linger task should look again
+        self._room = asyncio.Event()  # buffer room was given back
+        self._linger_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def create(cls, broker: str = "localhost:6650", topic: str = "", *,
+                     config: ProducerConfig | None = None, threaded: bool = False,
+                     **options: Any) -> Producer:
+        """Connect, look the topic up, get a producer id and start sending.
+
+        Args:
+            broker: "host:port" (port defaults to 6650).
+            topic: an existing topic.
+            config: settings; or pass ProducerConfig fields as keywords
+                (linger_ms=5, batch_events_max=1000, batch_bytes_max=1<<20,
+                buffer_events_max=100_000, in_flight_max=16, idempotent=True,
+                delivery_timeout_ms=120_000, ...).
+            threaded: for SyncProducer only (events come from other threads
+                through send_threadsafe).
+        Returns:
+            A started Producer.
+        Raises:
+            ValueError: a bad address or setting.
+            TopicNotFound, Unavailable, KeybusError: the broker's answer.
+        """
+        if config is not None and options:
+            raise ValueError(f"pass either config or settings as keywords, not both: "
+                             f"{sorted(options)}")
+        config = config or ProducerConfig(**options)
+        channel = open_channel(broker)
+        try:
+            stub = stub_of(channel)
+            partitions = await _partitions_of(stub, topic, config.request_timeout_ms)
+            producer = cls(channel, stub, topic, partitions, config, threaded)
+            await producer._sender.start()
+        except BaseException:
+            await channel.close()
+            raise
+        producer._linger_task = asyncio.create_task(producer._linger_loop(),
+                                                    name=f"keybus-linger-{topic}")
+        return producer
+
+    async def send(self, key: int | str, value: bytes, *, ordering_key: str | int | None = None,
+                   partition: int | None = None, source: str = "", opcode: int = UPSERT,
+                   schema: str = "", headers: Mapping[str, bytes] | None = None,
+                   event_time_ms: int = 0) -> EventFuture:
+        """Buffer one event; return once it is buffered (waits only when full).
+
+        Args:
+            key: primary key, an int64 or a non-empty str.
+            value: bytes (str is UTF-8 encoded).
+            ordering_key: what Key_Shared hashes; default the key.
+            partition: explicit partition; default slot % partitions.
+            source, opcode (UPSERT/DELETE), schema, headers, event_time_ms:
+                optional event fields (defaults "", UPSERT, "", none, 0).
+        Returns:
+            An EventFuture; await it for the ProducedEvent.
+        Raises:
+            ValueError: naming the argument that is not allowed.
+            BufferFull: no room within max_block_ms.
+            ProducerClosed: after close().
+        """
+        if self._closed:
+            raise errors.ProducerClosed("send() after close()")
+        acc = self._acc
+        batch = acc.add(key, value, ordering_key, partition, source, opcode, schema, headers,
+                        event_time_ms, int(_monotonic() * 1000))
+        if batch is None:
+            return await self._send_when_room(lambda: acc.add(
+                key, value, ordering_key, partition, source, opcode, schema, headers,
+                event_time_ms, now_ms()))
+        future = EventFuture(batch.token, len(batch.keys) - 1)
+        if acc.wake:
+            acc.wake = False
+            self._wakeup.set()
+            await asyncio.sleep(0)  # let the sender write what is ready
+        return future
+
+    def send_nowait(self, key: int | str, value: bytes, *,
+                    ordering_key: str | int | None = None, partition: int | None = None,
+                    source: str = "", opcode: int = UPSERT, schema: str = "",
+                    headers: Mapping[str, bytes] | None = None,
+                    event_time_ms: int = 0) -> EventFuture:
+        """As `send`, without waiting: raises BufferFull when the buffer is full."""
+        if self._closed:
+            raise errors.ProducerClosed("send_nowait() after close()")
+        acc = self._acc
+        batch = acc.add(key, value, ordering_key, partition, source, opcode, schema, headers,
+                        event_time_ms, now_ms())
+        if batch is None:
+            self._drain(force=True)
+            raise errors.BufferFull(f"the producer buffer holds buffer_events_max="
+                                    f"{self.config.buffer_events_max} events")
+        if acc.wake:
+            acc.wake = False
+            self._wakeup.set()
+        return EventFuture(batch.token, len(batch.keys) - 1)
+
+    async def _send_when_room(
+            self, add: Callable[[], OpenBatch[asyncio.Future[BatchResult]] | None]) -> EventFuture:
+        """The buffer is full: wait for room (up to max_block_ms), then add."""
+        deadline_ms = now_ms() + self.config.max_block_ms
+        while True:
+            await self._wait_room(deadline_ms)
+            batch = add()
+            if batch is not None:
+                self._acc.wake = False
+                self._wakeup.set()
+                return EventFuture(batch.token, len(batch.keys) - 1)
+
+    async def _wait_room(self, deadline_ms: int) -> None:
+        """Wait for buffer room, sending what is buffered meanwhile."""
+        self._drain(force=True)
+        self._room.clear()
+        remaining_s = (deadline_ms - now_ms()) / 1000
+        try:
+            async with asyncio.timeout(max(remaining_s, 0)):
+                await self._room.wait()
+        except TimeoutError:
+            raise errors.BufferFull(
+                f"no buffer room within max_block_ms={self.config.max_block_ms}: "
+                f"buffer_events_max={self.config.buffer_events_max} events are unanswered"
+            ) from None
+        if self._closed:
+            raise errors.ProducerClosed("the producer closed while send() waited for room")
+
+    async def send_batch(self, keys: Sequence[int | str], values: Sequence[bytes], *,
+                         partition: int | None = None,
+                         ordering_keys: Sequence[str | int] | None = None, source: str = "",
+                         opcode: int = UPSERT, schema: str = "",
+                         headers: Mapping[str, bytes] | None = None,
+                         event_time_ms: int = 0) -> BatchFuture:
+        """Send many events from columns: the bulk path, no per-event objects.
+
+        Events are split by partition (explicit, else slot % partitions) and
+        into requests of at most batch_events_max / batch_bytes_max; source,
+        opcode, schema, headers and event_time_ms apply to every event.
+
+        Returns:
+            A BatchFuture; await it for the ProducedEvents in input order.
+        Raises:
+            ValueError: lengths differ, or naming the first bad key/value.
+            BufferFull, ProducerClosed: as `send`.
+        """
+        if self._closed:
+            raise errors.ProducerClosed("send_batch() after close()")
+        keys, values, ordering = _check_columns(keys, values, ordering_keys)
+        if partition is not None and not 0 <= partition < self.partitions:
+            raise ValueError(f"partition {partition} is invalid: the topic has partitions "
+                             f"0..{self.partitions - 1}")
+        extras = {name: [v] for name, v in
+                  extras_of(None, source, opcode, schema, headers, event_time_ms).items()}
+        slots = slots_of([o or k for o, k in zip(ordering, keys, strict=True)] if ordering
+                         else keys)
+        parts = split_columns(keys, values, slots, ordering, self.partitions, partition)
+        pieces: list[tuple[asyncio.Future[BatchResult], list[int]]] = []
+        for part in parts:
+            self._drain_partition(part.partition)
+            sizes = [len(v) + EVENT_OVERHEAD_BYTES for v in part.values]
+            for start, stop in chunk_bounds(sizes, self.config.batch_events_max,
+                                            self.config.batch_bytes_max):
+                await self._reserve(stop - start)
+                token = self._submit_columns(part, start, stop, extras)
+                pieces.append((token, part.indexes[start:stop]))
+        return BatchFuture(pieces, len(keys))
+
+    async def _reserve(self, n: int) -> None:
+        deadline_ms = now_ms() + self.config.max_block_ms
+        while True:
+            with self._lock:
+                if self._acc.reserve(n):
+                    return
+            await self._wait_room(deadline_ms)
+
+    def _submit_columns(self, part: Any, start: int, stop: int,
+                        extras: dict[str, list[Any]]) -> asyncio.Future[BatchResult]:
+        request = pb.ProduceRequest(topic=self.topic, partition=part.partition)
+        columns = dict(extras)
+        if part.ordering_keys:
+            columns["ordering_keys"] = part.ordering_keys[start:stop]
+        fill_batch(request.batch, part.keys[start:stop], part.values[start:stop],
+                   part.slots[start:stop], columns)
+        token: asyncio.Future[BatchResult] = self._loop.create_future()
+        deadline_ms = now_ms() + self.config.delivery_timeout_ms
+        self._sender.submit(ProducerBatch(request, stop - start, token, deadline_ms,
+                                          stop - start))
+        return token
+
+    async def send_window(self, events: Sequence[WindowEvent | Mapping[str, Any]], *,
+                          partition: int, scn: int | None = None) -> WindowResult:
+        """Send one consistency window: one request, appended atomically, one SCN.
+
+        Args:
+            events: WindowEvent objects or dicts of their fields (key, value,
+                ordering_key, source, opcode, schema, headers, event_time_ms).
+            partition: the window's partition (a window is never split).
+            scn: the window's SCN, above the partition's last one; None lets
+                the broker assign it.
+        Returns:
+            WindowResult with the offsets and SCN the broker gave it.
+        Raises:
+            ValueError: empty, over window_events_max / window_bytes_max, or a
+                bad event field (named) or partition or scn.
+            ScnNotIncreasing: the supplied SCN is not above the last one.
+            KeybusError: other broker refusals; DeliveryTimeout.
+        """
+        request = self._window_request(events, partition, scn)
+        self._drain_partition(partition)
+        token: asyncio.Future[BatchResult] = self._loop.create_future()
+        deadline_ms = now_ms() + self.config.delivery_timeout_ms
+        self._sender.submit(ProducerBatch(request, request.batch.count, token, deadline_ms, 0))
+        result = await asyncio.shield(token)
+        return WindowResult(self.topic, partition, result.base_offset, result.count,
+                            result.scn_first, result.publish_time_ms, result.duplicate)
+
+    def _window_request(self, events: Sequence[WindowEvent | Mapping[str, Any]],
+                        partition: int, scn: int | None) -> pb.ProduceRequest:
+        """Validate a window against the limits and build its request."""
+        if self._closed:
+            raise errors.ProducerClosed("send_window() after close()")
+        config = self.config
+        if not events or len(events) > config.window_events_max:
+            raise ValueError(f"a window has {len(events)} events; allowed 1.."
+                             f"{config.window_events_max} (window_events_max)")
+        if type(partition) is not int or not 0 <= partition < self.partitions:
+            raise ValueError(f"partition {partition!r} is invalid: the topic has partitions "
+                             f"0..{self.partitions - 1}")
+        if scn is not None and (type(scn) is not int or scn < 1):
+            raise ValueError(f"scn {scn!r} is invalid: an SCN is an int >= 1, or None")
+        keys, values, slots, extras = window_columns(events)
+        size = sum(map(len, values)) + EVENT_OVERHEAD_BYTES * len(values)
+        if size > config.window_bytes_max:
+            raise ValueError(f"the window is about {size} bytes; the limit is "
+                             f"window_bytes_max={config.window_bytes_max}")
+        request = pb.ProduceRequest(topic=self.topic, partition=partition, window=True,
+                                    scn=scn or 0)
+        fill_batch(request.batch, keys, values, slots, extras)
+        return request
+
+    async def flush(self) -> None:
+        """Send everything buffered and wait until the broker answered it all
+        (or it failed). Errors stay on the events' futures."""
+        self._drain(force=True)
+        await self._sender.flush()
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (up to timeout_ms, default delivery_timeout_ms) and disconnect.
+
+        Events still unanswered then fail with ProducerClosed. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._drain(force=True)
+        await self._sender.close(timeout_ms)
+        if self._linger_task is not None:
+            self._linger_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._linger_task
+        self._room.set()  # wake senders waiting for room: they see the close
+        if self._room_changed is not None:
+            with self._room_changed:
+                self._room_changed.notify_all()
+        await self._channel.close()
+
+    def send_threadsafe(self, key: int | str, value: bytes, ordering_key: str | int | None,
+                        partition: int | None, source: str, opcode: int, schema: str,
+                        headers: Mapping[str, bytes] | None, event_time_ms: int,
+                        max_block_ms: int) -> tuple[concurrent.futures.Future[BatchResult], int]:
+        """Buffer one event from a thread other than the loop's (threaded mode).
+
+        Returns:
+            (the batch's concurrent future, the event's index in the batch).
+        Raises:
+            As `send`; BufferFull after max_block_ms without room.
+        """
+        assert self._room_changed is not None, "send_threadsafe needs threaded=True"
+        deadline_s = time.monotonic() + max_block_ms / 1000
+        with self._room_changed:
+            while True:
+                if self._closed:
+                    raise errors.ProducerClosed("send() after close()")
+                batch = self._acc.add(key, value, ordering_key, partition, source, opcode,
+                                      schema, headers, event_time_ms, now_ms())
+                if batch is not None:
+                    break
+                self._handoff.extend(self._acc.drain(now_ms(), force=True))
+                self._loop.call_soon_threadsafe(self._wakeup.set)
+                if not self._room_changed.wait(deadline_s - time.monotonic()):
+                    raise errors.BufferFull(f"no buffer room within max_block_ms={max_block_ms}")
+            index = len(batch.keys) - 1
+            wake = self._acc.wake
+            self._acc.wake = False
+        if wake:
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+        return batch.token, index
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _batch_done(self, batch: ProducerBatch) -> None:
+        """Runs on the loop when the Sender finishes a batch: give room back."""
+        if not batch.buffered:
+            return
+        if self._room_changed is None:
+            self._acc.release(batch.buffered)
+        else:
+            with self._room_changed:
+                self._acc.release(batch.buffered)
+                self._room_changed.notify_all()
+        self._room.set()
+
+    def _drain(self, force: bool = False, partition: int | None = None) -> None:
+        """Submit what is ready (all when force; the partition's open batch too)."""
+        with self._lock:
+            if partition is not None:
+                self._acc.seal(partition)
+            ready = self._handoff + self._acc.drain(now_ms(), force)
+            self._handoff = []
+        self._submit(ready)
+
+    def _drain_partition(self, partition: int) -> None:
+        """Queue the partition's open batch now, so what follows goes behind it."""
+        self._drain(partition=partition)
+
+    def _submit(self, ready: list[ReadyBatch[asyncio.Future[BatchResult]]]) -> None:
+        topic = self.topic
+        timeout_ms = self.config.delivery_timeout_ms
+        for r in ready:
+            r.request.topic = topic
+            self._sender.submit(ProducerBatch(r.request, r.count, r.token,
+                                              r.created_ms + timeout_ms, r.count))
+
+    async def _linger_loop(self) -> None:
+        """Drain batches as they become ready; sleep until the next one lingers out."""
+        acc = self._acc
+        while True:
+            self._wakeup.clear()
+            self._drain()
+            with self._lock:
+                next_ms = acc.next_ready_ms()
+            if next_ms is None:
+                await self._wakeup.wait()
+                continue
+            delay_s = max((next_ms - now_ms()) / 1000, 0.0005)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay_s):
+                    await self._wakeup.wait()
+
+
+async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int) -> int:
+    """The topic's partition count (DescribeTopic).
+
+    Raises:
+        ValueError: empty topic name. TopicNotFound, KeybusError: broker errors.
+    """
+    if not topic or not isinstance(topic, str):
+        raise ValueError(f"topic {topic!r} is invalid: give the name of an existing topic")
+    try:
+        info = await stub.DescribeTopic(pb.DescribeTopicRequest(topic=topic),
+                                        timeout=timeout_ms / 1000)
+    except grpc.RpcError as e:
+        raise errors.from_rpc_error(e) from None
+    return info.config.partitions or len(info.partitions) or 1
+
+
+def _check_columns(keys: Sequence[Any], values: Sequence[Any],
+                   ordering_keys: Sequence[Any] | None) -> tuple[
+                       list[int | str], list[bytes], list[str]]:
+    """Validate bulk columns: equal lengths, keys, values, ordering keys."""
+    if len(keys) != len(values):
+        raise ValueError(f"keys has {len(keys)} entries and values {len(values)}; "
+                         "they must have the same length")
+    if ordering_keys is not None and len(ordering_keys) != len(keys):
+        raise ValueError(f"ordering_keys has {len(ordering_keys)} entries; need "
+                         f"{len(keys)} (one per key) or None")
+    checked_values = [v if type(v) is bytes else as_bytes(v, f"values[{i}]")
+                      for i, v in enumerate(values)]
+    ordering = [check_ordering_key(o, f"ordering_keys[{i}]")
+                for i, o in enumerate(ordering_keys or [])]
+    return check_keys(keys, "keys"), checked_values, ordering
+
+
+__all__ = ["DELETE", "UPSERT", "BatchFuture", "BatchResult", "EventFuture", "ProducedEvent",
+           "Producer", "ProducerConfig", "WindowEvent", "WindowResult"]

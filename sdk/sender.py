@@ -1,0 +1,511 @@
+"""The producer's background send task: owns the Produce stream.
+
+Two parts, as STYLE §1 asks:
+
+* `SendQueue` (pure, no asyncio/grpc/clock) decides: which batch goes next,
+  its sequence and request id, what a response means, what to re-send after
+  a broken stream or a sequence gap, and what a delivery timeout fails.
+* `Sender` (the shell) moves bytes: one writer coroutine, one reader task on
+  a bidi `Produce` call, an expiry task, reconnects with capped backoff.
+
+Idempotence rules (the broker stores a (producer_id, partition, sequence) once):
+1. A batch gets its sequence when it is first written and keeps it for every
+   re-send, so a retry after a broken stream stores nothing twice.
+2. Per partition, batches go out in sequence order; after a sequence gap
+   (FAILED_PRECONDITION naming "sequence") the partition is held until every
+   request of it on the stream is answered, then re-sent in order.
+3. A batch the broker refused for good (bad argument, SCN not increasing,
+   missing topic) consumed no sequence: later batches of its partition move
+   down by one.
+4. A batch whose fate is unknown (written, unanswered) and past its deadline
+   forces a new producer id: every such batch fails with DeliveryTimeout and
+   the rest are numbered afresh, so nothing stale is deduplicated wrongly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+
+_log = logging.getLogger("keybus.producer")
+
+# How a Produce stream ends when the broker goes away (or refuses a new id).
+_EXPECTED_STREAM_FAILURES = (grpc.RpcError, errors.KeybusError, asyncio.InvalidStateError,
+                             ConnectionError)
+# A batch refused with a sequence gap this many times fails with SequenceError.
+GAP_RETRIES_MAX = 5
+# Stream failures with these codes are not worth a reconnect: fail the batches.
+_PERMANENT_STREAM_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedEvent:
+    """Where one event was stored."""
+
+    topic: str
+    partition: int
+    offset: int
+    scn: int
+    publish_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """The broker's answer for one produce request (a batch or a window)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    count: int
+    scn_first: int
+    window: bool
+    publish_time_ms: int
+    duplicate: bool = False
+
+    def event(self, index: int) -> ProducedEvent:
+        """The ProducedEvent of the batch's event at position `index`."""
+        scn = self.scn_first if self.window else self.scn_first + index
+        return ProducedEvent(self.topic, self.partition, self.base_offset + index, scn,
+                             self.publish_time_ms)
+
+
+class Completion(Protocol):
+    """Where a batch's fate goes: asyncio.Future or concurrent.futures.Future."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: BatchResult, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class ProducerBatch:
+    """One produce request with its completion and retry state."""
+
+    __slots__ = ("buffered", "count", "deadline_ms", "gaps", "partition", "request", "token")
+
+    def __init__(self, request: pb.ProduceRequest, count: int, token: Completion,
+                 deadline_ms: int, buffered: int) -> None:
+        self.request = request
+        self.partition = request.partition
+        self.count = count
+        self.token = token
+        self.deadline_ms = deadline_ms
+        self.buffered = buffered  # accumulator room to give back when done
+        self.gaps = 0  # sequence-gap refusals so far
+
+    @property
+    def sequence(self) -> int:
+        """The batch's sequence, -1 before its first write."""
+        return self.request.sequence if self.request.request_id else -1
+
+
+Outcome = tuple[ProducerBatch, "BatchResult | BaseException"]
+
+
+class SendQueue:
+    """Pure bookkeeping of unsent, in-flight and held batches (see module rules)."""
+
+    def __init__(self, topic: str, partitions: int, idempotent: bool) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.idempotent = idempotent
+        self.producer_id = 0
+        self.next_sequences = [0] * partitions
+        self.unsent: deque[ProducerBatch] = deque()
+        self.in_flight: dict[int, ProducerBatch] = {}
+        self._in_flight_by_partition = [0] * partitions
+        self.held: dict[int, list[ProducerBatch]] = {}
+        self._next_request_id = 1
+        # A new producer id is needed before anything more is written.
+        self.needs_reinit = False
+        # The broker answered UNAVAILABLE: the shell should reconnect with backoff.
+        self.reconnect_requested = False
+
+    def reinit(self, producer_id: int, next_sequences: list[int]) -> None:
+        """Adopt a producer id and its next sequence per partition."""
+        assert not self.in_flight and all(b.sequence < 0 for b in self.pending())
+        self.producer_id = producer_id
+        self.next_sequences = list(next_sequences) + [0] * (self.partitions - len(next_sequences))
+        self.needs_reinit = False
+
+    def add(self, batch: ProducerBatch) -> None:
+        """Queue a new batch behind the others of its partition."""
+        held = self.held.get(batch.partition)
+        if held is not None:
+            held.append(batch)
+        else:
+            self.unsent.append(batch)
+
+    def pending(self) -> list[ProducerBatch]:
+        """Every batch not yet answered for good."""
+        held = [b for batches in self.held.values() for b in batches]
+        return [*self.in_flight.values(), *held, *self.unsent]
+
+    def __len__(self) -> int:
+        return len(self.in_flight) + len(self.unsent) + sum(map(len, self.held.values()))
+
+    def next_to_write(self, in_flight_max: int) -> ProducerBatch | None:
+        """Take the next batch to write, giving it a request id (and a
+        sequence on its first write); None when nothing may go now."""
+        if self.needs_reinit or len(self.in_flight) >= in_flight_max or not self.unsent:
+            return None
+        batch = self.unsent.popleft()
+        request = batch.request
+        if self.idempotent and batch.sequence < 0:
+            request.producer_id = self.producer_id
+            request.sequence = self.next_sequences[batch.partition]
+            self.next_sequences[batch.partition] += 1
+        request.request_id = self._next_request_id
+        self._next_request_id += 1
+        self.in_flight[request.request_id] = batch
+        self._in_flight_by_partition[batch.partition] += 1
+        return batch
+
+    def process_response(self, response: pb.ProduceResponse) -> list[Outcome]:
+        """Match a response to its batch; return the batches now finished."""
+        batch = self.in_flight.pop(response.request_id, None)
+        if batch is None:
+            return []  # answers a request of an older numbering: superseded
+        self._in_flight_by_partition[batch.partition] -= 1
+        if not response.error_code:
+            outcome: list[Outcome] = [(batch, _result_of(self.topic, batch, response))]
+            return outcome + self._release_hold(batch.partition)
+        if _retriable(response):
+            # The broker cannot take it now: re-send after a reconnect and backoff.
+            self._hold(batch.partition)
+            self.held[batch.partition].append(batch)
+            self.reconnect_requested = True
+            return []
+        error = errors.from_code(response.error_code, response.error_message)
+        if isinstance(error, errors.SequenceError) and self.idempotent:
+            return self._process_sequence_error(batch, error)
+        return [(batch, error), *self._refused(batch)]
+
+    def _process_sequence_error(self, batch: ProducerBatch,
+                                error: errors.SequenceError) -> list[Outcome]:
+        kind = error.kind
+        if kind == "gap":
+            return self._process_gap(batch, error)
+        outcome: list[Outcome] = [(batch, error)]
+        if kind == "too_old":  # later sequences were stored: numbering stands
+            return outcome + self._release_hold(batch.partition)
+        # The broker forgot this producer id: nothing numbered can be trusted.
+        self.needs_reinit = True
+        doomed = {b for b in self.pending() if b.sequence >= 0}
+        return outcome + self._remove(doomed, error)
+
+    def _process_gap(self, batch: ProducerBatch, error: errors.KeybusError) -> list[Outcome]:
+        batch.gaps += 1
+        if batch.gaps >= GAP_RETRIES_MAX:
+            return [(batch, error), *self._refused(batch)]
+        p = batch.partition
+        self._hold(p)
+        self.held[p].append(batch)
+        return self._release_hold(p)
+
+    def _refused(self, batch: ProducerBatch) -> list[Outcome]:
+        """A batch the broker did not store: later sequences move down by one."""
+        p = batch.partition
+        if self.idempotent and batch.sequence >= 0:
+            for other in self._batches_of(p):
+                if other.sequence > batch.sequence:
+                    other.request.sequence -= 1
+            self.next_sequences[p] -= 1
+        return self._release_hold(p)
+
+    def _batches_of(self, p: int) -> list[ProducerBatch]:
+        return [b for b in self.pending() if b.partition == p]
+
+    def _hold(self, p: int) -> None:
+        if p not in self.held:
+            self.held[p] = [b for b in self.unsent if b.partition == p]
+            self.unsent = deque(b for b in self.unsent if b.partition != p)
+
+    def _release_hold(self, p: int) -> list[Outcome]:
+        """Once a held partition has nothing on the stream, queue it in order."""
+        if p in self.held and not self._in_flight_by_partition[p]:
+            batches = sorted(self.held.pop(p), key=_by_sequence)
+            self.unsent.extendleft(reversed(batches))
+        return []
+
+    def process_stream_broken(self) -> None:
+        """Put every unanswered batch back in order for the next stream."""
+        by_partition: dict[int, list[ProducerBatch]] = {}
+        for batch in self.pending():
+            by_partition.setdefault(batch.partition, []).append(batch)
+        self.in_flight.clear()
+        self._in_flight_by_partition = [0] * self.partitions
+        self.held.clear()
+        self.reconnect_requested = False
+        self.unsent = deque(b for p in sorted(by_partition)
+                            for b in sorted(by_partition[p], key=_by_sequence))
+
+    def process_expiry(self, now_ms: int, error: BaseException) -> list[Outcome]:
+        """Fail batches past their deadline (rule 4 when one may be stored)."""
+        expired = [b for b in self.pending() if b.deadline_ms <= now_ms]
+        if not expired:
+            return []
+        doomed = set(expired)
+        if self.idempotent and any(b.sequence >= 0 for b in expired):
+            doomed.update(b for b in self.pending() if b.sequence >= 0)
+            self.needs_reinit = True
+        return self._remove(doomed, error)
+
+    def process_fail_all(self, error: BaseException) -> list[Outcome]:
+        """Fail every pending batch (closed producer, permanent stream error)."""
+        if self.idempotent and any(b.sequence >= 0 for b in self.pending()):
+            self.needs_reinit = True
+        return self._remove(set(self.pending()), error)
+
+    def _remove(self, doomed: set[ProducerBatch], error: BaseException) -> list[Outcome]:
+        for rid in [rid for rid, b in self.in_flight.items() if b in doomed]:
+            batch = self.in_flight.pop(rid)
+            self._in_flight_by_partition[batch.partition] -= 1
+        for p in list(self.held):
+            self.held[p] = [b for b in self.held[p] if b not in doomed]
+            self._release_hold(p)
+        self.unsent = deque(b for b in self.unsent if b not in doomed)
+        if self.needs_reinit:
+            for batch in self.pending():
+                assert batch.sequence < 0 or batch in self.in_flight.values()
+        return [(b, error) for b in doomed]
+
+
+def _retriable(response: pb.ProduceResponse) -> bool:
+    """Per-request refusals that a later re-send can fix: the broker is
+    shutting down or had a storage error, or a queue of it is full."""
+    code = response.error_code
+    return code == errors.UNAVAILABLE or (
+        code == errors.RESOURCE_EXHAUSTED and "retry" in response.error_message.lower())
+
+
+def _by_sequence(batch: ProducerBatch) -> tuple[bool, int]:
+    """Sort key: numbered batches by sequence, then unnumbered ones (stable)."""
+    return (batch.sequence < 0, batch.sequence)
+
+
+def _result_of(topic: str, batch: ProducerBatch, response: pb.ProduceResponse) -> BatchResult:
+    return BatchResult(topic, batch.partition, response.base_offset,
+                       response.count or batch.count, response.scn_first, response.window,
+                       response.publish_time_ms, response.duplicate)
+
+
+def _describe(failure: BaseException) -> str:
+    if isinstance(failure, grpc.RpcError):
+        return f"{failure.code().name}: {failure.details()}"
+    return repr(failure)
+
+
+def now_ms() -> int:
+    """Monotonic milliseconds: the shells' one clock."""
+    return int(time.monotonic() * 1000)
+
+
+class Sender:
+    """The shell: one Produce stream, pipelined, re-established on failure.
+
+    Runs on the event loop that created it; `submit` must be called there too.
+    """
+
+    def __init__(self, stub: pb_grpc.KeybusAsyncStub, topic: str, partitions: int, *,
+                 in_flight_max: int = 16, delivery_timeout_ms: int = 120_000,
+                 idempotent: bool = True, retry_backoff_ms: int = 100,
+                 retry_backoff_max_ms: int = 1_000, request_timeout_ms: int = 30_000,
+                 on_done: Callable[[ProducerBatch], None] | None = None) -> None:
+        assert in_flight_max >= 1 and delivery_timeout_ms >= 1
+        self._stub = stub
+        self.topic = topic
+        self.queue = SendQueue(topic, partitions, idempotent)
+        self.in_flight_max = in_flight_max
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self._backoff_first_ms = retry_backoff_ms
+        self._backoff_max_ms = retry_backoff_max_ms
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._on_done = on_done
+        self._wakeup = asyncio.Event()  # work arrived, a response came, a stream ended
+        self._progress = asyncio.Event()  # some batch finished
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._answered = False  # a response arrived on the current stream
+
+    async def start(self) -> None:
+        """Get a producer id (when idempotent) and start the background tasks.
+
+        Raises:
+            KeybusError: InitProducer failed (e.g. TopicNotFound, Unavailable).
+        """
+        if self.queue.idempotent:
+            await self._init_producer()
+        self._tasks = [asyncio.create_task(self._run(), name=f"keybus-sender-{self.topic}"),
+                       asyncio.create_task(self._expire_loop(), name="keybus-expiry")]
+
+    def submit(self, batch: ProducerBatch) -> None:
+        """Queue a batch for sending (behind earlier batches of its partition)."""
+        if self._closing and not self._tasks:
+            self._finish([(batch, errors.ProducerClosed("the producer is closed"))])
+            return
+        self.queue.add(batch)
+        self._wakeup.set()
+
+    async def flush(self) -> None:
+        """Wait until every batch submitted so far is answered or failed."""
+        waiting = set(self.queue.pending())
+        while waiting:
+            self._progress.clear()
+            await self._progress.wait()
+            waiting.intersection_update(self.queue.pending())
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (up to timeout_ms; None = the delivery timeout), then stop.
+
+        Batches still pending fail with ProducerClosed.
+        """
+        self._closing = True
+        timeout = (self.delivery_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), timeout)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self._finish(self.queue.process_fail_all(
+            errors.ProducerClosed("the producer closed before the broker answered")))
+
+    def _finish(self, outcomes: list[Outcome]) -> None:
+        for batch, outcome in outcomes:
+            token = batch.token
+            if not token.done():
+                if isinstance(outcome, BatchResult):
+                    token.set_result(outcome)
+                else:
+                    token.set_exception(outcome)
+            if self._on_done is not None:
+                self._on_done(batch)
+        if outcomes:
+            self._progress.set()
+
+    async def _init_producer(self) -> None:
+        try:
+            response = await self._stub.InitProducer(
+                pb.InitProducerRequest(topic=self.topic), timeout=self._request_timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        self.queue.reinit(response.producer_id, list(response.next_sequences))
+
+    async def _run(self) -> None:
+        """Connect when there is work; on failure back off and reconnect."""
+        backoff_ms = self._backoff_first_ms
+        while True:
+            while not self.queue.pending():
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            try:
+                if self.queue.needs_reinit:
+                    healthy = await self._try_reinit()
+                else:
+                    healthy = await self._run_stream()
+            except Exception:  # a bug here must not silently stop every send
+                _log.exception("produce stream for topic %r failed unexpectedly", self.topic)
+                self.queue.process_stream_broken()
+                healthy = False
+            if healthy:
+                continue
+            if self._answered:
+                backoff_ms = self._backoff_first_ms
+            await asyncio.sleep(backoff_ms / 1000)
+            backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
+
+    async def _try_reinit(self) -> bool:
+        try:
+            await self._init_producer()
+        except errors.KeybusError:
+            return False
+        return True
+
+    async def _run_stream(self) -> bool:
+        """Write batches on one stream until it ends; True when no backoff is due."""
+        self._answered = False
+        call = self._stub.Produce()
+        reader = asyncio.create_task(self._read(call))
+        failure: BaseException | None = None
+        try:
+            await self._write(call, reader)
+        except _EXPECTED_STREAM_FAILURES as e:
+            failure = e
+        finally:
+            reader.cancel()
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                await reader
+        if failure is None and not reader.cancelled():
+            failure = reader.exception()
+        if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
+            self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
+            return True
+        if failure is not None and not isinstance(failure, _EXPECTED_STREAM_FAILURES):
+            _log.error("produce stream for topic %r broke: %r", self.topic, failure)
+        elif failure is not None:
+            _log.info("produce stream for topic %r broke (%s); reconnecting", self.topic,
+                      _describe(failure))
+        self.queue.process_stream_broken()
+        return False
+
+    async def _write(self, call: grpc.aio.StreamStreamCall[pb.ProduceRequest,
+                     pb.ProduceResponse], reader: asyncio.Task[None]) -> None:
+        """Pipeline writes up to in_flight_max; return when the reader stops."""
+        queue = self.queue
+        while not reader.done() and not queue.reconnect_requested:
+            self._wakeup.clear()
+            if queue.needs_reinit and not queue.in_flight:
+                await self._init_producer()
+            batch = queue.next_to_write(self.in_flight_max)
+            if batch is None:
+                await self._wakeup.wait()
+                continue
+            await call.write(batch.request)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall[pb.ProduceRequest,
+                    pb.ProduceResponse]) -> None:
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return
+                self._answered = True
+                self._finish(self.queue.process_response(response))
+                self._wakeup.set()
+        finally:
+            self._wakeup.set()
+
+    async def _expire_loop(self) -> None:
+        """Fail batches past delivery_timeout_ms (checked a few times per timeout)."""
+        interval_s = min(1.0, self.delivery_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(interval_s)
+            error = errors.DeliveryTimeout(
+                f"no answer from the broker within delivery_timeout_ms="
+                f"{self.delivery_timeout_ms}; the events may or may not be stored")
+            outcomes = self.queue.process_expiry(now_ms(), error)
+            if outcomes:
+                self._finish(outcomes)
+                self._wakeup.set()

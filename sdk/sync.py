@@ -1,0 +1,298 @@
+"""Blocking faces of the SDK for code without an event loop.
+
+Each object runs an asyncio loop in a daemon thread and calls the async
+class there. `SyncProducer.send` does not hop threads per event: it appends
+to the producer's accumulator under a lock in the caller's thread, and only
+whole batches cross to the loop (see Producer.send_threadsafe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sdk.accumulator import WindowEvent
+from sdk.admin import Admin
+from sdk.core.columns import Event
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.producer import (
+    UPSERT,
+    BatchFuture,
+    Producer,
+    ProducerConfig,
+    WindowResult,
+)
+from sdk.reader import ReadBatch, Reader
+from sdk.sender import BatchResult, ProducedEvent
+
+R = TypeVar("R")
+
+
+class LoopThread:
+    """An asyncio event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, R], timeout_s: float | None = None) -> R:
+        """Run a coroutine on the loop and wait for its result.
+
+        Raises:
+            RuntimeError: called from the loop's own thread (it would deadlock).
+            TimeoutError: not done within timeout_s (the coroutine is cancelled).
+        """
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking Keybus call was made on the SDK's loop thread "
+                               "(e.g. from a done callback); call it from another thread")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def submit(self, coro: Coroutine[Any, Any, R]) -> concurrent.futures.Future[R]:
+        """Start a coroutine on the loop; return its future without waiting."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        """Cancel what still runs on the loop (grpc's own call tasks too), stop
+        it and join the thread. Idempotent."""
+        if self.loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError, TimeoutError):
+            asyncio.run_coroutine_threadsafe(_cancel_others(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+async def _cancel_others() -> None:
+    """Let finished calls settle, then cancel and await every other task."""
+    await asyncio.sleep(0)
+    current = asyncio.current_task()
+    others = [t for t in asyncio.all_tasks() if t is not current]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+class SyncEventFuture:
+    """The fate of one event sent by SyncProducer.send: batch future + index."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: concurrent.futures.Future[BatchResult], index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def result(self, timeout_s: float | None = None) -> ProducedEvent:
+        """Wait for the stored event.
+
+        Raises:
+            TimeoutError: not answered within timeout_s.
+            KeybusError: the batch failed (DeliveryTimeout, InvalidArgument, ...).
+        """
+        return self._batch.result(timeout_s).event(self._index)
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def exception(self, timeout_s: float | None = None) -> BaseException | None:
+        return self._batch.exception(timeout_s)
+
+    def add_done_callback(self, fn: Any) -> None:
+        """Call fn(self) once answered (on the SDK's loop thread: do not block there)."""
+        self._batch.add_done_callback(lambda _: fn(self))
+
+
+class SyncProducer:
+    """Blocking producer of one topic; the settings are ProducerConfig's.
+
+    Args:
+        broker: "host:port". topic: an existing topic.
+        config / options: as Producer.create.
+    Raises:
+        TopicNotFound, Unavailable, ValueError: as Producer.create.
+    """
+
+    def __init__(self, broker: str = "localhost:6650", topic: str = "", *,
+                 config: ProducerConfig | None = None, **options: Any) -> None:
+        self._thread = LoopThread(f"keybus-producer-{topic}")
+        try:
+            self._producer = self._thread.run(
+                Producer.create(broker, topic, config=config, threaded=True, **options))
+        except BaseException:
+            self._thread.stop()
+            raise
+        self.topic = topic
+        self.partitions = self._producer.partitions
+        self.config = self._producer.config
+
+    def send(self, key: int | str, value: bytes, *, ordering_key: str | int | None = None,
+             partition: int | None = None, source: str = "", opcode: int = UPSERT,
+             schema: str = "", headers: Mapping[str, bytes] | None = None,
+             event_time_ms: int = 0) -> SyncEventFuture:
+        """Buffer one event (arguments as Producer.send); blocks only when full.
+
+        Raises:
+            ValueError, BufferFull (after max_block_ms), ProducerClosed.
+        """
+        token, index = self._producer.send_threadsafe(
+            key, value, ordering_key, partition, source, opcode, schema, headers,
+            event_time_ms, self.config.max_block_ms)
+        return SyncEventFuture(token, index)
+
+    def send_batch(self, keys: Sequence[int | str], values: Sequence[bytes],
+                   **options: Any) -> concurrent.futures.Future[list[ProducedEvent]]:
+        """The columnar bulk path (arguments as Producer.send_batch).
+
+        Returns once buffered; the future gives the ProducedEvents in input order.
+        """
+        batch_future = self._thread.run(self._producer.send_batch(keys, values, **options))
+        return self._thread.submit(_await_batch(batch_future))
+
+    def send_window(self, events: Sequence[WindowEvent | Mapping[str, Any]], *,
+                    partition: int, scn: int | None = None) -> WindowResult:
+        """Send one consistency window and wait for it (as Producer.send_window)."""
+        return self._thread.run(self._producer.send_window(events, partition=partition,
+                                                           scn=scn))
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything buffered and wait for the broker's answers.
+
+        Raises:
+            TimeoutError: not all answered within timeout_s.
+        """
+        self._thread.run(self._producer.flush(), timeout_s)
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (up to timeout_ms, default delivery_timeout_ms), disconnect,
+        stop the loop thread. Idempotent."""
+        if self._thread.loop.is_closed():
+            return
+        try:
+            self._thread.run(self._producer.close(timeout_ms))
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+async def _await_batch(batch_future: BatchFuture) -> list[ProducedEvent]:
+    return await batch_future
+
+
+class SyncReader:
+    """Blocking iterator of ReadBatch over one partition (arguments as Reader)."""
+
+    def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
+                 **options: Any) -> None:
+        self._reader = Reader(broker, topic, partition, **options)
+        self._thread = LoopThread(f"keybus-reader-{topic}-{partition}")
+
+    @property
+    def next_offset(self) -> int | None:
+        return self._reader.next_offset
+
+    @property
+    def end_offset(self) -> int | None:
+        return self._reader.end_offset
+
+    def __iter__(self) -> Iterator[ReadBatch]:
+        return self
+
+    def __next__(self) -> ReadBatch:
+        if self._thread.loop.is_closed():
+            raise StopIteration
+        try:
+            return self._thread.run(_next_batch(self._reader))
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Cancel the stream, close the channel, stop the loop thread. Idempotent."""
+        if self._thread.loop.is_closed():
+            return
+        try:
+            self._thread.run(self._reader.close())
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> SyncReader:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+async def _next_batch(reader: Reader) -> ReadBatch:
+    return await reader.__anext__()
+
+
+def read_all(broker: str = "localhost:6650", topic: str = "", partition: int = 0,
+             **options: Any) -> list[Event]:
+    """Blocking sdk.reader.read_all: every event to the end of the log."""
+    from sdk.reader import read_all as read_all_async
+
+    thread = LoopThread(f"keybus-read-all-{topic}")
+    try:
+        return thread.run(read_all_async(broker, topic, partition, **options))
+    finally:
+        thread.stop()
+
+
+class SyncAdmin:
+    """Blocking topic administration (methods as Admin)."""
+
+    def __init__(self, broker: str = "localhost:6650", **options: Any) -> None:
+        self._admin = Admin(broker, **options)
+        self._thread = LoopThread("keybus-admin")
+
+    def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
+                     retention_bytes: int = 0) -> pb.TopicInfo:
+        return self._thread.run(self._admin.create_topic(name, partitions, retention_ms,
+                                                         retention_bytes))
+
+    def list_topics(self) -> list[pb.TopicInfo]:
+        return self._thread.run(self._admin.list_topics())
+
+    def describe_topic(self, name: str) -> pb.TopicInfo:
+        return self._thread.run(self._admin.describe_topic(name))
+
+    def delete_topic(self, name: str) -> None:
+        self._thread.run(self._admin.delete_topic(name))
+
+    def close(self) -> None:
+        """Close the channel and stop the loop thread. Idempotent."""
+        if self._thread.loop.is_closed():
+            return
+        try:
+            self._thread.run(self._admin.close())
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> SyncAdmin:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
