@@ -13,8 +13,8 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def running_broker(*extra_args: str) -> Iterator[str]:
-    """Yield the address of a fresh broker on a temp data dir; kill it after."""
+def running_broker(*extra_args: str) -> Iterator[tuple[str, int]]:
+    """Yield (address, pid) of a fresh broker on a temp data dir; stop it after."""
     with tempfile.TemporaryDirectory(prefix="keybus-bench-") as tmp:
         ready = Path(tmp) / "ready"
         command = [sys.executable, "-m", "broker", "--data-dir", str(Path(tmp) / "data"),
@@ -27,7 +27,7 @@ def running_broker(*extra_args: str) -> Iterator[str]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("benchmark broker did not start")
                 time.sleep(0.02)
-            yield f"127.0.0.1:{ready.read_text()}"
+            yield f"127.0.0.1:{ready.read_text()}", process.pid
         finally:
             process.terminate()
             try:

@@ -8,7 +8,7 @@ keys that a RANGE filter rejects are counted in a Prometheus counter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from broker.errors import BrokerError
 from broker.metrics import FILTER_NON_INTEGER_REJECTED
@@ -38,7 +38,8 @@ def compile_selector(key_filter: pb.KeyFilter,
         return None
 
     def select(batch: pb.EventBatch) -> list[int]:
-        keys = keys_of(batch)
+        # All-int batches (the common case) pass the packed column as is: no copy.
+        keys: Sequence[int | str] = batch.key_ints if not batch.key_strings else keys_of(batch)
         sources = list(batch.sources) or None
         passed: list[int] | None = None
         for one in specs:

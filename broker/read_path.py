@@ -80,13 +80,17 @@ def _subset(body: bytes, start: int, stop: int | None, spec: ReadSpec) -> tuple[
     count = batch.count
     first = max(0, start - record.base_offset)
     last = count if stop is None else min(count, stop - record.base_offset)
-    keep = range(first, last)
+    keep: Sequence[int] = range(first, last)
     if spec.slot_mask is not None:
         mask, slots = spec.slot_mask, batch.slots
         keep = [i for i in keep if mask[slots[i]]]
     if spec.selector is not None:
         passing = spec.selector(batch)
-        keep = sorted(set(keep).intersection(passing))
+        if len(keep) == count:  # the common case: no cut, no hash ranges
+            keep = passing
+        else:
+            inside = set(keep)
+            keep = [i for i in passing if i in inside]
     if len(keep) == count:
         return body, count
     if not keep:
