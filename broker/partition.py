@@ -183,13 +183,13 @@ class Partition:
             self._wake_readers()
             PRODUCED_EVENTS.labels(self.meta.name).inc(sum(a.count for a in appends))
             PRODUCE_COMMITS.labels(self.meta.name).inc()
-        for command, outcome in zip(commands, outcomes, strict=True):
+        for command, answer in zip(commands, outcomes, strict=True):
             if command.future.done():
                 continue
-            if isinstance(outcome, BrokerError):
-                command.future.set_exception(outcome)
+            if isinstance(answer, BrokerError):
+                command.future.set_exception(answer)
             else:
-                command.future.set_result(self._response(command.request, outcome))
+                command.future.set_result(self._response(command.request, answer))
 
     def _decide(self, request: pb.ProduceRequest, publish_time_ms: int,
                 saved_producers: dict[int, list[codec.ProducerResult]]) -> Decision:
