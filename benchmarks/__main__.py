@@ -7,6 +7,7 @@ Every run starts its own broker on 127.0.0.1 with a temp data dir.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -36,20 +37,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+async def run_scenarios(scenario: str, broker: str, broker_pid: int,
+                        workload: scenarios.Workload, profile: bool) -> list[dict[str, Any]]:
+    """Every scenario of one command in one event loop (grpc.aio binds to it)."""
+    with profiled(profile, broker_pid, OUT / "profile-produce"):
+        results = [await scenarios.produce(broker, workload)]
+    if scenario != "produce":
+        results.append(await scenarios.read(broker, workload))
+    if scenario in ("filtered-read", "all"):
+        results.append(await scenarios.filtered_read(broker, workload))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)
     broker_args = ["--no-fsync"] if options.no_fsync else []
-    results: list[dict[str, Any]] = []
-    OUT.mkdir(exist_ok=True)
     with running_broker(*broker_args) as (broker, broker_pid):
-        with profiled(options.profile, broker_pid, OUT / "profile-produce"):
-            results.append(scenarios.run(scenarios.produce(broker, workload)))
-        if options.scenario != "produce":
-            results.append(scenarios.run(scenarios.read(broker, workload)))
-        if options.scenario in ("filtered-read", "all"):
-            results.append(scenarios.run(scenarios.filtered_read(broker, workload)))
+        OUT.mkdir(exist_ok=True)
+        results = asyncio.run(run_scenarios(options.scenario, broker, broker_pid, workload,
+                                            options.profile))
     report = {"machine": machine.describe(), "command": "python -m benchmarks " + " ".join(
         sys.argv[1:] if argv is None else argv), "results": results}
     print(json.dumps(report, indent=2))

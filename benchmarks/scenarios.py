@@ -8,7 +8,6 @@ the scenario's client runs in this one, so each has a core of its own on a
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time
@@ -85,6 +84,3 @@ def _result(scenario: str, workload: Workload, seconds: float) -> dict[str, Any]
         "mb_per_s": round(workload.events * workload.value_bytes / seconds / 1e6, 1),
     }
 
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
