@@ -54,6 +54,22 @@ class Settings:
     retention_check_interval_ms: int = 5_000
     # Default partitions for a new topic.
     default_partitions: int = 1
+    # Subscriptions and dispatch.
+    subscriptions_per_topic_max: int = 1_000
+    consumers_per_subscription_max: int = 1_000
+    consumer_permits_max: int = 100_000  # outstanding permits per consumer and partition
+    consumer_unacked_events_max: int = 200_000  # per consumer and partition; past it no dispatch
+    consumer_outbox_messages_max: int = 4_096  # messages queued for one consumer's stream
+    look_ahead_events_max: int = 20_000  # Key_Shared: events left waiting per partition
+    dispatch_read_events_max: int = 5_000  # events per log read of a dispatcher
+    key_shared_points_per_consumer: int = 100  # consistent-hashing ring points
+    nack_delay_ms_default: int = 1_000  # a Nack with delay_ms 0 waits this long
+    nack_delay_ms_max: int = 3_600_000
+    ack_timeout_ms_min: int = 1_000  # a consumer's ack_timeout_ms: 0 (none) or within bounds
+    ack_timeout_ms_max: int = 3_600_000
+    max_redeliveries_max: int = 1_000
+    cursor_persist_interval_ms: int = 50  # how often changed cursors are written, at most
+    waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
     # Server-side filters per source (Databus config keys), raw strings.
     serversidefilter: dict[str, str] = field(default_factory=dict)
 
@@ -65,9 +81,20 @@ class Settings:
         for name in ("event_bytes_max", "batch_events_max", "request_bytes_max",
                      "partitions_max", "commit_requests_max", "commit_bytes_max",
                      "partition_queue_requests_max", "produce_in_flight_max",
-                     "read_events_max", "read_bytes_max", "default_partitions"):
+                     "read_events_max", "read_bytes_max", "default_partitions",
+                     "subscriptions_per_topic_max", "consumers_per_subscription_max",
+                     "consumer_permits_max", "consumer_unacked_events_max",
+                     "consumer_outbox_messages_max", "look_ahead_events_max",
+                     "dispatch_read_events_max", "key_shared_points_per_consumer",
+                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if self.ack_timeout_ms_min > self.ack_timeout_ms_max:
+            raise ConfigError(f"ack_timeout_ms_min={self.ack_timeout_ms_min} is above "
+                              f"ack_timeout_ms_max={self.ack_timeout_ms_max}")
+        if self.nack_delay_ms_default > self.nack_delay_ms_max:
+            raise ConfigError(f"nack_delay_ms_default={self.nack_delay_ms_default} is above "
+                              f"nack_delay_ms_max={self.nack_delay_ms_max}")
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
 

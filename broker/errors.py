@@ -74,6 +74,56 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "the broker is shutting down; retry on another broker or later"),
         ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ subscriptions
+        ErrorKind("subscribe_open_missing", grpc.StatusCode.INVALID_ARGUMENT,
+                  "the first message of a Subscribe stream must be `open`; got {got}"),
+        ErrorKind("subscribe_open_twice", grpc.StatusCode.INVALID_ARGUMENT,
+                  "`open` was sent twice on one Subscribe stream; open a new stream "
+                  "for another subscription"),
+        ErrorKind("subscription_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{field} {value!r} is invalid: use 1..{max} characters from [A-Za-z0-9._-]"),
+        ErrorKind("subscription_not_found", grpc.StatusCode.NOT_FOUND,
+                  "subscription {subscription!r} does not exist on topic {topic!r}; it is "
+                  "created by the first consumer that subscribes"),
+        ErrorKind("subscription_type_mismatch", grpc.StatusCode.FAILED_PRECONDITION,
+                  "subscription {subscription!r} on topic {topic!r} is {existing}; consumer "
+                  "{consumer!r} asked for {asked}. Subscribe with {existing}, or delete the "
+                  "subscription first (keybus subscriptions delete {topic} {subscription})"),
+        ErrorKind("subscription_setting_mismatch", grpc.StatusCode.FAILED_PRECONDITION,
+                  "subscription {subscription!r} on topic {topic!r} has {field}={existing}; "
+                  "consumer {consumer!r} asked for {asked}. It is fixed when the subscription "
+                  "is created: use the same value (or leave it unset)"),
+        ErrorKind("exclusive_consumer_busy", grpc.StatusCode.FAILED_PRECONDITION,
+                  "subscription {subscription!r} on topic {topic!r} is Exclusive and consumer "
+                  "{holder!r} is attached; a second consumer ({consumer!r}) is refused. Use "
+                  "type shared, failover or key_shared for several consumers"),
+        ErrorKind("consumer_name_taken", grpc.StatusCode.ALREADY_EXISTS,
+                  "consumer {consumer!r} is already attached to subscription {subscription!r} "
+                  "on topic {topic!r}; consumer names are unique per subscription"),
+        ErrorKind("sticky_range_conflict", grpc.StatusCode.FAILED_PRECONDITION, "{detail}"),
+        ErrorKind("key_shared_refused", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("subscribe_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{field}={value} is out of range; allowed {allowed}"),
+        ErrorKind("permits_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "permits for partition {partition}: {detail}"),
+        ErrorKind("partition_not_subscribed", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{what} names partition {partition}, which this stream did not subscribe "
+                  "to; subscribed: {subscribed}"),
+        ErrorKind("ack_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{what}: {detail}"),
+        ErrorKind("too_many_consumers", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "subscription {subscription!r} on topic {topic!r} has {count} consumers, the "
+                  "limit (consumers_per_subscription_max={max}); retry later"),
+        ErrorKind("too_many_subscriptions", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "topic {topic!r} has {count} subscriptions, the limit "
+                  "(subscriptions_per_topic_max={max}); delete unused ones"),
+        ErrorKind("consumer_outbox_full", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "consumer {consumer!r} does not read its stream: {max} messages wait to be "
+                  "sent; it was disconnected"),
+        ErrorKind("subscription_has_consumers", grpc.StatusCode.FAILED_PRECONDITION,
+                  "subscription {subscription!r} on topic {topic!r} has {count} attached "
+                  "consumer(s); stop them first, or delete with force"),
+        ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
+                  "subscription {subscription!r} on topic {topic!r} was deleted"),
     ]
 }
 

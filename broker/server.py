@@ -23,6 +23,9 @@ from broker.rpc.admin_servicer import AdminServicer
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
+from broker.rpc.subscribe_servicer import SubscribeServicer
+from broker.rpc.subscription_admin_servicer import SubscriptionAdminServicer
+from broker.subscription.manager import SubscriptionManager
 from broker.topics import TopicRegistry
 from sdk.core.filters import from_config
 from sdk.core.pb import keybus_pb2 as pb
@@ -38,6 +41,7 @@ class Broker:
     settings: Settings
     store: RocksStore
     registry: TopicRegistry
+    subscriptions: SubscriptionManager
     server: grpc.aio.Server
     port: int
     _retention: asyncio.Task[None] | None = None
@@ -45,6 +49,7 @@ class Broker:
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._retention is not None:
             self._retention.cancel()
+        await self.subscriptions.close()
         await self.server.stop(grace_s)
         await self.registry.close()
         self.store.close()
@@ -65,6 +70,10 @@ async def start_broker(settings: Settings) -> Broker:
     store = RocksStore(os.path.join(settings.data_dir, "log.rocksdb"), fsync=settings.fsync)
     registry = TopicRegistry(store, settings)
     await registry.open()
+    config_filters = from_config(settings.serversidefilter)
+    subscriptions = SubscriptionManager(registry, store, settings, config_filters)
+    await subscriptions.open()
+    registry.delete_listeners.append(subscriptions.drop_topic)
     message_max = settings.request_bytes_max + MESSAGE_BYTES_MAX_SLACK
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", message_max),
@@ -73,8 +82,10 @@ async def start_broker(settings: Settings) -> Broker:
     ])
     server.add_generic_rpc_handlers((generic_handler(
         ProduceServicer(registry, store, settings.produce_in_flight_max),
-        ReadServicer(registry, settings, from_config(settings.serversidefilter)),
-        AdminServicer(registry)),))
+        ReadServicer(registry, settings, config_filters),
+        AdminServicer(registry),
+        SubscribeServicer(subscriptions),
+        SubscriptionAdminServicer(subscriptions)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -88,7 +99,7 @@ async def start_broker(settings: Settings) -> Broker:
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    broker = Broker(settings, store, registry, server, port)
+    broker = Broker(settings, store, registry, subscriptions, server, port)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
 

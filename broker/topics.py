@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
 from broker.config import Settings
@@ -28,6 +29,8 @@ class TopicRegistry:
         self.settings = settings
         self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
         self._lock = asyncio.Lock()  # serializes create/delete against each other
+        # Called with a topic's name once it is deleted (e.g. its subscriptions go).
+        self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
 
     async def open(self) -> None:
         """Load every topic and recover each partition's tail (no log scan)."""
@@ -109,6 +112,8 @@ class TopicRegistry:
                 await partition.stop()
             await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
                                     meta.partitions)
+            for listener in self.delete_listeners:
+                await listener(topic)
 
     def describe(self, topic: str) -> pb.TopicInfo:
         meta = self.meta(topic)

@@ -9,6 +9,7 @@ ranges, columns, filters). It imports nothing else from Keybus.
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
 from sdk.channel import DEFAULT_PORT, open_channel, parse_broker
+from sdk.consumer import Consumer, ConsumerConfig, Message, ReceivedBatch
 from sdk.core.columns import Event
 from sdk.errors import (
     AlreadyExists,
@@ -40,15 +41,18 @@ from sdk.producer import (
 )
 from sdk.reader import ReadBatch, Reader, read_all
 from sdk.sender import BatchResult, ProducedEvent
+from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader
+from sdk.sync_consumer import SyncConsumer
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BufferFull", "DeliveryTimeout", "Event", "EventFuture", "FailedPrecondition",
-    "InvalidArgument", "KeybusError", "NotFound", "OffsetOutOfRange", "PermissionDenied",
-    "ProducedEvent", "Producer", "ProducerClosed", "ProducerConfig", "ReadBatch", "Reader",
-    "ResourceExhausted", "ScnNotIncreasing", "SequenceError", "SyncAdmin", "SyncEventFuture",
-    "SyncProducer", "SyncReader", "TopicNotFound", "Unauthenticated", "Unavailable",
-    "WindowEvent", "WindowResult", "from_rpc_error", "open_channel", "parse_broker",
-    "read_all",
+    "BufferFull", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture",
+    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
+    "OffsetOutOfRange", "PermissionDenied", "ProducedEvent", "Producer", "ProducerClosed",
+    "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
+    "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
+    "SyncEventFuture", "SyncProducer", "SyncReader", "TopicNotFound", "Unauthenticated",
+    "Unavailable", "WindowEvent", "WindowResult", "from_rpc_error", "open_channel",
+    "parse_broker", "read_all",
 ]

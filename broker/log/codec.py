@@ -9,6 +9,8 @@ numeric order and a seek is a range scan):
     partitions topic_id u32 | partition u32                    -> start_offset u64 | bytes u64
     meta       b"topic/" + name                                -> topic JSON
                b"next_topic_id", b"next_producer_id"           -> u64
+    cursors    topic_id u32 | b"s" | name                      -> subscription JSON
+               topic_id u32 | b"c" | partition u32 | name      -> cursor (subscription/cursor.py)
 
 A record value is a 25-byte header then the serialized `keybus.v1.Record`:
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 PREFIX = struct.Struct(">II")
 LOG_KEY = struct.Struct(">IIQ")
 U64 = struct.Struct(">Q")
+U32 = struct.Struct(">I")
 HEADER = struct.Struct(">IqIQ?")
 SCN_ENTRY = struct.Struct(">QI?")  # base_offset, count, window
 PARTITION_STATE = struct.Struct(">QQ")
@@ -45,6 +48,14 @@ def prefix(topic_id: int, partition: int) -> bytes:
 
 def log_key(topic_id: int, partition: int, offset: int) -> bytes:
     return LOG_KEY.pack(topic_id, partition, offset)
+
+
+def subscription_key(topic_id: int, name: str) -> bytes:
+    return U32.pack(topic_id) + b"s" + name.encode()
+
+
+def cursor_key(topic_id: int, partition: int, name: str) -> bytes:
+    return U32.pack(topic_id) + b"c" + U32.pack(partition) + name.encode()
 
 
 def offset_of_key(key: bytes) -> int:

@@ -17,7 +17,7 @@ import rocksdict
 from broker.log import codec
 from broker.log.retention import HeadRecord
 
-COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta")
+COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,8 @@ class RocksStore:
         self._write_options.sync = fsync
         self._sync_options = rocksdict.WriteOptions()
         self._sync_options.sync = True
+        self._cursor_write_options = rocksdict.WriteOptions()
+        self._cursor_write_options.sync = False
 
     def close(self) -> None:
         for view in self._views.values():
@@ -99,7 +101,7 @@ class RocksStore:
         batch = self._batch()
         batch.delete(b"topic/" + name.encode(), self._cf["meta"])
         start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
-        for family in ("log", "scn_index", "producers", "partitions"):
+        for family in ("log", "scn_index", "producers", "partitions", "cursors"):
             batch.delete_range(start, stop, self._cf[family])
         self._db.write(batch, self._sync_options)
 
@@ -185,6 +187,52 @@ class RocksStore:
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
         self._db.write(batch, self._write_options)
+
+    # ------------------------------------------------------------ subscriptions
+
+    def load_subscriptions(self, topic_id: int) -> list[dict[str, Any]]:
+        """Every subscription of a topic, as saved by `save_subscription`."""
+        prefix = codec.U32.pack(topic_id) + b"s"
+        it = self._views["cursors"].iter()
+        it.seek(prefix)
+        found = []
+        while it.valid() and it.key().startswith(prefix):
+            found.append(json.loads(it.value()))
+            it.next()
+        return found
+
+    def save_subscription(self, topic_id: int, name: str, config: dict[str, Any],
+                          cursors: dict[int, bytes]) -> None:
+        """Write a new subscription's settings and initial cursors (partition ->
+        bytes) in one synced WriteBatch: it exists on disk before it is used."""
+        batch = self._batch()
+        family = self._cf["cursors"]
+        batch.put(codec.subscription_key(topic_id, name), json.dumps(config).encode(), family)
+        for partition, data in cursors.items():
+            batch.put(codec.cursor_key(topic_id, partition, name), data, family)
+        self._db.write(batch, self._sync_options)
+
+    def get_cursor(self, topic_id: int, partition: int, name: str) -> bytes | None:
+        value = self._views["cursors"].get(codec.cursor_key(topic_id, partition, name))
+        return bytes(value) if value is not None else None
+
+    def put_cursors(self, topic_id: int, name: str, cursors: dict[int, bytes]) -> None:
+        """Write cursors (partition -> bytes) in one WriteBatch. Not fsynced even
+        when the log is: a lost cursor write only redelivers acked events after
+        a machine crash, and a process crash loses nothing (the WAL is written)."""
+        batch = self._batch()
+        for partition, data in cursors.items():
+            batch.put(codec.cursor_key(topic_id, partition, name), data, self._cf["cursors"])
+        self._db.write(batch, self._cursor_write_options)
+
+    def delete_subscription(self, topic_id: int, name: str, partitions: int) -> None:
+        """Remove a subscription's settings and every cursor of it, atomically."""
+        batch = self._batch()
+        family = self._cf["cursors"]
+        batch.delete(codec.subscription_key(topic_id, name), family)
+        for partition in range(partitions):
+            batch.delete(codec.cursor_key(topic_id, partition, name), family)
+        self._db.write(batch, self._sync_options)
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)

@@ -1,8 +1,9 @@
 """Register Keybus's methods with a grpc.aio server.
 
 Built by hand instead of with the generated `add_KeybusServicer_to_server`
-for one reason: `Read` answers with bytes assembled from stored records
-(`wire.py`), so its response serializer is the identity. Every other method
+for one reason: `Read` and `Subscribe` answer with bytes assembled from
+stored records (`wire.py`, `subscription/delivery.py`), so their response
+serializer is the identity. Every other method
 uses the generated message classes.
 """
 
@@ -21,8 +22,8 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
-def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None = None
-                    ) -> grpc.GenericRpcHandler:
+def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None = None,
+                    subscription_admin: Any | None = None) -> grpc.GenericRpcHandler:
     """One generic handler for the Keybus service from the servicer objects."""
     handlers = {
         "Produce": grpc.stream_stream_rpc_method_handler(
@@ -44,8 +45,17 @@ def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None =
             admin.DeleteTopic, pb.DeleteTopicRequest.FromString,
             pb.DeleteTopicResponse.SerializeToString),
     }
-    if subscribe is not None:
+    if subscribe is not None:  # deliveries are assembled as bytes, like Read responses
         handlers["Subscribe"] = grpc.stream_stream_rpc_method_handler(
-            subscribe.Subscribe, pb.SubscribeRequest.FromString,
-            pb.SubscribeResponse.SerializeToString)
+            subscribe.Subscribe, pb.SubscribeRequest.FromString, _identity)
+    if subscription_admin is not None:
+        for name, request_type, response_type in (
+                ("ListSubscriptions", pb.ListSubscriptionsRequest, pb.ListSubscriptionsResponse),
+                ("DescribeSubscription", pb.DescribeSubscriptionRequest, pb.SubscriptionInfo),
+                ("SeekSubscription", pb.SeekSubscriptionRequest, pb.SubscriptionInfo),
+                ("DeleteSubscription", pb.DeleteSubscriptionRequest,
+                 pb.DeleteSubscriptionResponse)):
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                getattr(subscription_admin, name), request_type.FromString,
+                response_type.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE, handlers)

@@ -17,7 +17,7 @@ import click
 import grpc
 from rich.console import Console
 
-from keybus.cli import render
+from keybus.cli import render, subscriptions
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec, explain
 from sdk.core.model import RangeError, parse_ranges
@@ -232,3 +232,6 @@ def filters_explain(expression: str) -> None:
 def main() -> None:
     cli(prog_name="keybus")
 
+
+
+subscriptions.register(cli)

@@ -1032,6 +1032,13 @@ class Delivery(_message.Message):
     REDELIVERY_COUNTS_FIELD_NUMBER: _builtins.int
     WINDOW_LAST_OFFSETS_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    NACKS_SEEN_FIELD_NUMBER: _builtins.int
+    nacks_seen: _builtins.int
+    """How many Nack messages of this stream the broker had processed when it
+    sent this delivery. Fewer than the consumer sent: the delivery may hold
+    events of a nacked key sent before the broker saw the nack, which the
+    consumer gives back so the retry is not overtaken.
+    """
     @_builtins.property
     def record(self) -> Global___Record:
         """Unused: brokers send `records` (one Delivery per consumer per dispatch)."""
@@ -1063,10 +1070,11 @@ class Delivery(_message.Message):
         redelivery_counts: _abc.Iterable[_builtins.int] | None = ...,
         window_last_offsets: _abc.Iterable[_builtins.int] | None = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
+        nacks_seen: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1118,30 +1126,65 @@ class ActiveChange(_message.Message):
 Global___ActiveChange: _TypeAlias = ActiveChange  # noqa: Y015
 
 @_typing.final
+class Opened(_message.Message):
+    """The first response of a Subscribe stream: the consumer is attached."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    KEY_SHARED_MODE_FIELD_NUMBER: _builtins.int
+    type: Global___SubscriptionType.ValueType
+    """the subscription's type"""
+    key_shared_mode: Global___KeySharedMode.ValueType
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the partitions this stream serves"""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        type: Global___SubscriptionType.ValueType = ...,
+        key_shared_mode: Global___KeySharedMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_shared_mode", b"key_shared_mode", "partitions", b"partitions", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Opened: _TypeAlias = Opened  # noqa: Y015
+
+@_typing.final
 class SubscribeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERY_FIELD_NUMBER: _builtins.int
     RANGE_CHANGE_FIELD_NUMBER: _builtins.int
     ACTIVE_CHANGE_FIELD_NUMBER: _builtins.int
+    OPENED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def delivery(self) -> Global___Delivery: ...
     @_builtins.property
     def range_change(self) -> Global___RangeChange: ...
     @_builtins.property
     def active_change(self) -> Global___ActiveChange: ...
+    @_builtins.property
+    def opened(self) -> Global___Opened: ...
     def __init__(
         self,
         *,
         delivery: Global___Delivery | None = ...,
         range_change: Global___RangeChange | None = ...,
         active_change: Global___ActiveChange | None = ...,
+        opened: Global___Opened | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "range_change", b"range_change"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "range_change", b"range_change"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["delivery", "range_change", "active_change"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["delivery", "range_change", "active_change", "opened"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -1,0 +1,80 @@
+"""Subscribe: the bidirectional consumer stream.
+
+The first message must be `open`; the manager validates it and attaches the
+consumer. Then two flows run side by side: a pump task hands permits, acks
+and nacks to the manager as they arrive, and this generator sends what the
+dispatchers queued in the session's bounded outbox (serialized
+SubscribeResponse bytes: deliveries are assembled from stored record bytes,
+see `broker/subscription/delivery.py`). A refused request ends the stream
+with its status; the consumer's unacknowledged events go back for
+redelivery when the stream ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from broker.errors import BrokerError
+from broker.rpc.status import refuse_unknown_fields, streaming
+from broker.subscription.consumer_state import Session
+from broker.subscription.manager import SubscriptionManager
+from sdk.core.pb import keybus_pb2 as pb
+
+
+class SubscribeServicer:
+    def __init__(self, manager: SubscriptionManager) -> None:
+        self.manager = manager
+
+    @streaming
+    async def Subscribe(self, requests: AsyncIterator[pb.SubscribeRequest],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        try:
+            first = await anext(aiter(requests))
+        except StopAsyncIteration:
+            return
+        refuse_unknown_fields(first)
+        body = first.WhichOneof("body")
+        if body != "open":
+            raise BrokerError("subscribe_open_missing", got=body or "an empty message")
+        session = await self.manager.attach(first.open)
+        pump: asyncio.Task[None] | None = None
+        try:
+            spec = self.manager.spec_of(session)
+            yield pb.SubscribeResponse(opened=pb.Opened(
+                partitions=session.spec.partitions, type=spec.type,  # type: ignore[arg-type]
+                key_shared_mode=spec.mode)).SerializeToString()  # type: ignore[arg-type]
+            pump = asyncio.get_running_loop().create_task(self._pump(requests, session))
+            while (message := await session.outbox.get()) is not None:
+                yield message
+            if session.error is not None:
+                raise session.error
+        finally:
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await pump
+            self.manager.detach(session)
+
+    async def _pump(self, requests: AsyncIterator[pb.SubscribeRequest], session: Session) -> None:
+        manager = self.manager
+        try:
+            async for request in requests:
+                refuse_unknown_fields(request)
+                body = request.WhichOneof("body")
+                if body == "permits":
+                    manager.grant(session, request.permits)
+                elif body == "ack":
+                    manager.ack(session, request.ack)
+                elif body == "nack":
+                    manager.nack(session, request.nack)
+                elif body == "open":
+                    raise BrokerError("subscribe_open_twice")
+            session.close()  # the consumer half-closed: end the stream cleanly
+        except BrokerError as e:
+            session.close(e)
+        except (grpc.aio.AioRpcError, ConnectionError):
+            session.close()

@@ -1,0 +1,442 @@
+"""Subscriptions of every topic: create, attach consumers, route acks, admin.
+
+Job: the registry of subscriptions and the one entry point the servicers
+call. A subscription has one `PartitionDispatcher` per partition, each with
+its durable cursor (RocksDB family `cursors`, see `codec.py`). A
+subscription is created by its first consumer, with its cursor at the
+initial position (earliest, latest, offset or SCN; default latest, as
+Pulsar) written synchronously together with its settings, so it exists on
+disk before anything is delivered. It lives until deleted (or its topic is).
+
+Everything here runs on the event loop. Consumer calls (`grant`, `ack`,
+`nack`) validate, then call the dispatcher of the named partition, which
+never awaits; admin calls that write (`seek`, `delete`) await the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Mapping
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.filtering import compile_selector
+from broker.log.rocks_store import RocksStore
+from broker.metrics import (
+    CONSUMER_DISPATCH_RATE,
+    CONSUMER_PERMITS,
+    CONSUMER_UNACKED,
+    DEAD_LETTERED_EVENTS,
+    SUBSCRIPTION_BACKLOG,
+    SUBSCRIPTION_DISPATCH_RATE,
+    SUBSCRIPTION_UNACKED,
+    SUBSCRIPTION_WAITING_SLOTS,
+)
+from broker.partition import Partition, TopicMeta, now_ms
+from broker.subscription.consumer_state import ConsumerSpec, Session
+from broker.subscription.cursor import Cursor
+from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.spec import SubscriptionSpec
+from broker.subscription.stats import REASON_NAMES, partition_info, remove_consumer_gauges, waiting_slots
+from broker.topics import TOPIC_NAME, TopicRegistry
+from sdk.core.filters import KeyFilterSpec
+from sdk.core.model import HashRange, RangeError
+from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.subscriptions")
+NAME = re.compile(r"[A-Za-z0-9._-]+")
+METRICS_INTERVAL_S = 1.0
+
+
+class Subscription:
+    """One subscription: its settings, dispatchers and attached streams."""
+
+    def __init__(self, spec: SubscriptionSpec, meta: TopicMeta,
+                 dispatchers: list[PartitionDispatcher]) -> None:
+        self.spec = spec
+        self.meta = meta
+        self.dispatchers = dispatchers
+        self.sessions: dict[str, Session] = {}
+
+
+def resolve_start(partition: Partition, start: pb.StartPosition) -> int:
+    """The offset a StartPosition names on `partition` (unset = latest)."""
+    which = start.WhichOneof("position")
+    if which is None or which == "latest":
+        return partition.clock.next_offset
+    if which == "earliest":
+        return partition.start_offset
+    if which == "scn":
+        return partition.offset_for_scn(start.scn)
+    if not partition.start_offset <= start.offset <= partition.clock.next_offset:
+        raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
+                          partition=partition.index, start=partition.start_offset,
+                          end=partition.clock.next_offset)
+    return start.offset
+
+
+class SubscriptionManager:
+    """See the module docstring."""
+
+    def __init__(self, registry: TopicRegistry, store: RocksStore, settings: Settings,
+                 config_filters: Mapping[str, KeyFilterSpec]) -> None:
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.config_filters = config_filters
+        self._topics: dict[str, dict[str, Subscription]] = {}
+        self._create_lock = asyncio.Lock()
+        self._metrics_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        """Load every subscription of every topic and start its dispatchers."""
+        for topic in self.registry.names():
+            meta = self.registry.meta(topic)
+            for raw in self.store.load_subscriptions(meta.topic_id):
+                self._start(SubscriptionSpec.from_dict(raw), meta)
+        self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
+
+    def _start(self, spec: SubscriptionSpec, meta: TopicMeta) -> Subscription:
+        selector = compile_selector(spec.key_filter(), self.config_filters)
+        dispatchers = []
+        for partition in self.registry.partitions(meta.name):
+            data = self.store.get_cursor(meta.topic_id, partition.index, spec.name)
+            cursor = Cursor.from_bytes(data) if data else Cursor(partition.start_offset)
+            dispatcher = PartitionDispatcher(spec, partition, self.store, self.settings, cursor,
+                                             selector, self._dead_letter)
+            dispatcher.start()
+            dispatchers.append(dispatcher)
+        subscription = Subscription(spec, meta, dispatchers)
+        self._topics.setdefault(meta.name, {})[spec.name] = subscription
+        return subscription
+
+    async def close(self) -> None:
+        """End every stream (UNAVAILABLE) and write every changed cursor."""
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+        for topic in list(self._topics):
+            for subscription in list(self._topics[topic].values()):
+                await self._end(subscription, BrokerError("shutting_down"), persist=True)
+        self._topics.clear()
+
+    async def _end(self, subscription: Subscription, error: BrokerError, persist: bool) -> None:
+        for session in list(subscription.sessions.values()):
+            session.close(error)
+        for dispatcher in subscription.dispatchers:
+            await dispatcher.stop(persist=persist)
+        for name in subscription.sessions:
+            remove_consumer_gauges(subscription.spec.topic, subscription.spec.name, name)
+
+    async def drop_topic(self, topic: str) -> None:
+        """The topic was deleted: its subscriptions go too (their keys went with it)."""
+        for subscription in self._topics.pop(topic, {}).values():
+            await self._end(subscription, BrokerError("topic_deleted", topic=topic), persist=False)
+
+    # ------------------------------------------------------------ consumers
+
+    async def attach(self, request: pb.SubscribeOpen) -> Session:
+        """Validate an `open`, create the subscription if new, attach the consumer.
+
+        Raises:
+            BrokerError: every refusal of the catalogue's subscription section.
+        """
+        meta = self.registry.meta(request.topic)
+        spec = self._consumer_spec(request, meta)
+        asked = SubscriptionSpec.of_open(request, now_ms())
+        self._check_open(request, asked)
+        async with self._create_lock:
+            subscription = self._topics.get(meta.name, {}).get(request.subscription)
+            if subscription is None:
+                subscription = await self._create(asked, meta, request.initial_position)
+        subscription.spec.check_compatible(asked, spec.name)
+        self._check_room(subscription, spec.name)
+        session = Session(spec, meta.name, subscription.spec.name,
+                          self.settings.consumer_outbox_messages_max)
+        attached: list[PartitionDispatcher] = []
+        now = now_ms()
+        try:
+            for index in spec.partitions:
+                dispatcher = subscription.dispatchers[index]
+                dispatcher.attach(session, now)
+                attached.append(dispatcher)
+        except BrokerError:
+            for dispatcher in attached:
+                dispatcher.detach(spec.name, now)
+            raise
+        subscription.sessions[spec.name] = session
+        return session
+
+    def _consumer_spec(self, request: pb.SubscribeOpen, meta: TopicMeta) -> ConsumerSpec:
+        limit = self.settings.topic_name_bytes_max
+        for field, value in (("subscription", request.subscription),
+                             ("consumer_name", request.consumer_name)):
+            if not (0 < len(value) <= limit and NAME.fullmatch(value)):
+                raise BrokerError("subscription_name_invalid", field=field, value=value,
+                                  max=limit)
+        partitions = sorted(set(request.partitions)) or list(range(meta.partitions))
+        for index in partitions:
+            if index >= meta.partitions:
+                raise BrokerError("partition_out_of_range", partition=index, topic=meta.name,
+                                  last=meta.partitions - 1)
+        try:
+            ranges = tuple(HashRange(r.slot_first, r.slot_last) for r in request.sticky_ranges)
+        except RangeError as e:
+            raise BrokerError("hash_range_invalid", detail=f"sticky_ranges: {e}") from None
+        s = self.settings
+        timeout = request.ack_timeout_ms
+        if timeout and not s.ack_timeout_ms_min <= timeout <= s.ack_timeout_ms_max:
+            raise BrokerError("subscribe_limit_invalid", field="ack_timeout_ms", value=timeout,
+                              allowed=f"0 (none) or {s.ack_timeout_ms_min}..{s.ack_timeout_ms_max}")
+        if request.look_ahead_max > s.look_ahead_events_max:
+            raise BrokerError("subscribe_limit_invalid", field="look_ahead_max",
+                              value=request.look_ahead_max,
+                              allowed=f"0 (broker default) or 1..{s.look_ahead_events_max}")
+        return ConsumerSpec(request.consumer_name, request.priority, ranges, timeout,
+                            request.look_ahead_max, tuple(partitions))
+
+    def _check_open(self, request: pb.SubscribeOpen, asked: SubscriptionSpec) -> None:
+        s = self.settings
+        if request.type not in pb.SubscriptionType.values():
+            raise BrokerError("subscribe_limit_invalid", field="type", value=request.type,
+                              allowed="EXCLUSIVE (0), SHARED (1), FAILOVER (2), KEY_SHARED (3)")
+        if request.key_shared_mode not in pb.KeySharedMode.values():
+            raise BrokerError("subscribe_limit_invalid", field="key_shared_mode",
+                              value=request.key_shared_mode,
+                              allowed="AUTO_SPLIT (0), STICKY (1), CONSISTENT (2)")
+        if request.sticky_ranges and not (request.type == pb.KEY_SHARED
+                                          and request.key_shared_mode == pb.STICKY):
+            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
+                              "type key_shared with mode sticky")
+        if request.max_redeliveries > s.max_redeliveries_max:
+            raise BrokerError("subscribe_limit_invalid", field="max_redeliveries",
+                              value=request.max_redeliveries,
+                              allowed=f"0 (no dead-letter topic) or 1..{s.max_redeliveries_max}")
+        dead_letter = asked.dead_letter_topic
+        if dead_letter and not (len(dead_letter) <= s.topic_name_bytes_max
+                                and TOPIC_NAME.fullmatch(dead_letter)):
+            raise BrokerError("topic_name_invalid", topic=dead_letter, max=s.topic_name_bytes_max)
+        compile_selector(asked.key_filter(), {})  # raises filter_invalid
+
+    def _check_room(self, subscription: Subscription, consumer: str) -> None:
+        spec = subscription.spec
+        sessions = subscription.sessions
+        if consumer in sessions:
+            raise BrokerError("consumer_name_taken", consumer=consumer, subscription=spec.name,
+                              topic=spec.topic)
+        if spec.type == pb.EXCLUSIVE and sessions:
+            raise BrokerError("exclusive_consumer_busy", subscription=spec.name, topic=spec.topic,
+                              holder=next(iter(sessions)), consumer=consumer)
+        if len(sessions) >= self.settings.consumers_per_subscription_max:
+            raise BrokerError("too_many_consumers", subscription=spec.name, topic=spec.topic,
+                              count=len(sessions), max=self.settings.consumers_per_subscription_max)
+
+    async def _create(self, spec: SubscriptionSpec, meta: TopicMeta,
+                      start: pb.StartPosition) -> Subscription:
+        existing = self._topics.get(meta.name, {})
+        if len(existing) >= self.settings.subscriptions_per_topic_max:
+            raise BrokerError("too_many_subscriptions", topic=meta.name, count=len(existing),
+                              max=self.settings.subscriptions_per_topic_max)
+        cursors = {p.index: Cursor(resolve_start(p, start)).to_bytes()
+                   for p in self.registry.partitions(meta.name)}
+        await asyncio.to_thread(self.store.save_subscription, meta.topic_id, spec.name,
+                                spec.to_dict(), cursors)
+        log.info("created subscription %s on %s (%s)", spec.name, meta.name, spec.type_text)
+        return self._start(spec, meta)
+
+    def spec_of(self, session: Session) -> SubscriptionSpec:
+        subscription = self._topics.get(session.topic, {}).get(session.subscription)
+        if subscription is None:
+            raise BrokerError("subscription_deleted", subscription=session.subscription,
+                              topic=session.topic)
+        return subscription.spec
+
+    def detach(self, session: Session) -> None:
+        """The consumer's stream ended: its unacked events go back for redelivery."""
+        subscription = self._topics.get(session.topic, {}).get(session.subscription)
+        if subscription is None or subscription.sessions.get(session.name) is not session:
+            return
+        del subscription.sessions[session.name]
+        now = now_ms()
+        for index in session.spec.partitions:
+            subscription.dispatchers[index].detach(session.name, now)
+        remove_consumer_gauges(session.topic, session.subscription, session.name)
+
+    def _dispatcher(self, session: Session, partition: int, what: str) -> PartitionDispatcher:
+        subscription = self._topics.get(session.topic, {}).get(session.subscription)
+        if subscription is None:
+            raise BrokerError("subscription_deleted", subscription=session.subscription,
+                              topic=session.topic)
+        if partition not in session.spec.partitions:
+            raise BrokerError("partition_not_subscribed", what=what, partition=partition,
+                              subscribed=list(session.spec.partitions))
+        return subscription.dispatchers[partition]
+
+    def grant(self, session: Session, permits: pb.Permits) -> None:
+        self._dispatcher(session, permits.partition, "permits").grant(session.name, permits.count)
+
+    def ack(self, session: Session, ack: pb.Ack) -> None:
+        dispatcher = self._dispatcher(session, ack.partition, "ack")
+        if ack.cumulative:
+            if dispatcher.spec.type in (pb.SHARED, pb.KEY_SHARED):
+                raise BrokerError("ack_invalid", what="ack", detail="cumulative acks are for "
+                                  "exclusive and failover subscriptions; acknowledge ranges")
+            if len(ack.ranges) != 1:
+                raise BrokerError("ack_invalid", what="ack", detail="a cumulative ack carries "
+                                  "one range whose stop is the first offset not acknowledged")
+            ranges = [(0, ack.ranges[0].stop)]
+        else:
+            ranges = [(r.start, r.stop) for r in ack.ranges]
+        dispatcher.ack(session.name, self._checked_ranges(dispatcher, ranges, "ack"))
+
+    def nack(self, session: Session, nack: pb.Nack) -> None:
+        session.nacks_seen += 1
+        dispatcher = self._dispatcher(session, nack.partition, "nack")
+        delay = nack.delay_ms or self.settings.nack_delay_ms_default
+        if delay > self.settings.nack_delay_ms_max:
+            raise BrokerError("subscribe_limit_invalid", field="nack.delay_ms", value=delay,
+                              allowed=f"0 (broker default) or 1..{self.settings.nack_delay_ms_max}")
+        ranges = self._checked_ranges(dispatcher, [(r.start, r.stop) for r in nack.ranges], "nack")
+        dispatcher.nack(session.name, ranges, delay, now_ms())
+
+    @staticmethod
+    def _checked_ranges(dispatcher: PartitionDispatcher, ranges: list[tuple[int, int]],
+                        what: str) -> list[tuple[int, int]]:
+        """Sorted, merged ranges, each start < stop <= the partition's end offset."""
+        end = dispatcher.partition.clock.next_offset
+        if not ranges:
+            raise BrokerError("ack_invalid", what=what, detail="no offset ranges given")
+        merged: list[tuple[int, int]] = []
+        for start, stop in sorted(ranges):
+            if not start < stop <= end:
+                raise BrokerError("ack_invalid", what=what,
+                                  detail=f"offset range [{start}, {stop}) of partition "
+                                         f"{dispatcher.index} is invalid; need start < stop <= "
+                                         f"{end} (the partition's end offset), half-open")
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+            else:
+                merged.append((start, stop))
+        return merged
+
+    # ------------------------------------------------------------ dead letters
+
+    async def _dead_letter(self, spec: SubscriptionSpec, records: list[bytes]) -> None:
+        """Append events that kept failing to the subscription's dead-letter topic
+        (created with one partition when missing)."""
+        topic = spec.dead_letter_topic
+        if topic not in self.registry.names():
+            with contextlib.suppress(BrokerError):
+                await self.registry.create(topic, pb.TopicConfig(partitions=1))
+        partitions = self.registry.meta(topic).partitions
+        futures = []
+        for body in records:
+            record = pb.Record.FromString(body)
+            batch = record.batch
+            slot = batch.slots[0] if batch.slots else 0
+            request = pb.ProduceRequest(topic=topic, partition=slot % partitions, batch=batch)
+            futures.append(self.registry.partition(topic, slot % partitions).submit(request))
+        results = await asyncio.gather(*futures)
+        DEAD_LETTERED_EVENTS.labels(spec.topic, spec.name).inc(sum(r.count for r in results))
+
+    # ------------------------------------------------------------ admin
+
+    def _subscription(self, topic: str, name: str) -> Subscription:
+        self.registry.meta(topic)
+        subscription = self._topics.get(topic, {}).get(name)
+        if subscription is None:
+            raise BrokerError("subscription_not_found", subscription=name, topic=topic)
+        return subscription
+
+    def list_all(self, topic: str) -> list[pb.SubscriptionInfo]:
+        self.registry.meta(topic)
+        names = sorted(self._topics.get(topic, {}))
+        return [self.describe(topic, name) for name in names]
+
+    def describe(self, topic: str, name: str) -> pb.SubscriptionInfo:
+        subscription = self._subscription(topic, name)
+        spec = subscription.spec
+        now = now_ms()
+        info = pb.SubscriptionInfo(
+            topic=topic, subscription=name, type=spec.type,  # type: ignore[arg-type]
+            key_shared_mode=spec.mode,  # type: ignore[arg-type]
+            filter=spec.key_filter(), max_redeliveries=spec.max_redeliveries,
+            dead_letter_topic=spec.dead_letter_topic, created_ms=spec.created_ms)
+        info.partitions.extend(partition_info(d, now, self.settings.waiting_slots_reported_max)
+                               for d in subscription.dispatchers)
+        return info
+
+    async def seek(self, topic: str, name: str, position: pb.StartPosition,
+                   partitions: list[int]) -> pb.SubscriptionInfo:
+        """Move the cursor of the named partitions (all when empty) and persist it."""
+        subscription = self._subscription(topic, name)
+        if position.WhichOneof("position") is None:
+            raise BrokerError("start_invalid")
+        indexes = sorted(set(partitions)) or list(range(subscription.meta.partitions))
+        for index in indexes:
+            if index >= subscription.meta.partitions:
+                raise BrokerError("partition_out_of_range", partition=index, topic=topic,
+                                  last=subscription.meta.partitions - 1)
+        offsets = {i: resolve_start(subscription.dispatchers[i].partition, position)
+                   for i in indexes}
+        for index, offset in offsets.items():
+            await subscription.dispatchers[index].seek(offset)
+        return self.describe(topic, name)
+
+    async def delete(self, topic: str, name: str, force: bool) -> None:
+        subscription = self._subscription(topic, name)
+        if subscription.sessions and not force:
+            raise BrokerError("subscription_has_consumers", subscription=name, topic=topic,
+                              count=len(subscription.sessions))
+        del self._topics[topic][name]
+        await self._end(subscription, BrokerError("subscription_deleted", subscription=name,
+                                                  topic=topic), persist=False)
+        meta = subscription.meta
+        await asyncio.to_thread(self.store.delete_subscription, meta.topic_id, name,
+                                meta.partitions)
+        for gauge in (SUBSCRIPTION_BACKLOG, SUBSCRIPTION_UNACKED, SUBSCRIPTION_DISPATCH_RATE):
+            with contextlib.suppress(KeyError):
+                gauge.remove(topic, name)
+
+    # ------------------------------------------------------------ metrics
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL_S)
+            try:
+                self._update_metrics()
+            except Exception:
+                log.exception("updating subscription metrics failed; will retry")
+
+    def _update_metrics(self) -> None:
+        now = now_ms()
+        for topic, subscriptions in self._topics.items():
+            for name, subscription in subscriptions.items():
+                backlog = unacked = 0
+                rate = 0.0
+                reasons = dict.fromkeys(REASON_NAMES.values(), 0)
+                per_consumer: dict[str, list[float]] = {}
+                for d in subscription.dispatchers:
+                    backlog += d.cursor.backlog(d.partition.clock.next_offset)
+                    rate += d.meter.rate(now)
+                    for reason, _, _ in waiting_slots(d).values():
+                        reasons[reason] += 1
+                    for consumer_name, c in d.consumers.items():
+                        unacked += len(c.unacked)
+                        totals = per_consumer.setdefault(consumer_name, [0, 0.0, 0])
+                        totals[0] += len(c.unacked)
+                        totals[1] += c.meter.rate(now)
+                        totals[2] += c.permits
+                SUBSCRIPTION_BACKLOG.labels(topic, name).set(backlog)
+                SUBSCRIPTION_UNACKED.labels(topic, name).set(unacked)
+                SUBSCRIPTION_DISPATCH_RATE.labels(topic, name).set(rate)
+                for reason, count in reasons.items():
+                    SUBSCRIPTION_WAITING_SLOTS.labels(topic, name, reason).set(count)
+                for consumer_name, (held, consumer_rate, permits) in per_consumer.items():
+                    CONSUMER_UNACKED.labels(topic, name, consumer_name).set(held)
+                    CONSUMER_DISPATCH_RATE.labels(topic, name, consumer_name).set(consumer_rate)
+                    CONSUMER_PERMITS.labels(topic, name, consumer_name).set(permits)

@@ -1,0 +1,100 @@
+"""A subscription's fixed settings, as persisted, and the refusals they imply.
+
+A subscription is created by its first consumer; its type, Key_Shared mode,
+key filter and dead-letter policy are fixed then (so its backlog and its
+ordering mean one thing). A later consumer that asks for something else is
+refused with a message naming the field, the subscription's value and how
+to proceed, rather than silently getting what it did not ask for.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from broker.errors import BrokerError
+from sdk.core.pb import keybus_pb2 as pb
+
+TYPE_NAMES: dict[int, str] = {pb.EXCLUSIVE: "exclusive", pb.SHARED: "shared", pb.FAILOVER: "failover",
+              pb.KEY_SHARED: "key_shared"}
+MODE_NAMES: dict[int, str] = {pb.AUTO_SPLIT: "auto_split", pb.STICKY: "sticky", pb.CONSISTENT: "consistent"}
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    topic: str
+    name: str
+    type: int  # pb.SubscriptionType
+    mode: int  # pb.KeySharedMode (Key_Shared only)
+    filter_bytes: bytes  # serialized pb.KeyFilter ("" = none)
+    max_redeliveries: int  # 0 = never dead-letter
+    dead_letter_topic: str
+    created_ms: int
+
+    @property
+    def type_text(self) -> str:
+        if self.type == pb.KEY_SHARED:
+            return f"key_shared (mode {MODE_NAMES[self.mode]})"
+        return TYPE_NAMES[self.type]
+
+    def key_filter(self) -> pb.KeyFilter:
+        return pb.KeyFilter.FromString(self.filter_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "name": self.name, "type": self.type, "mode": self.mode,
+                "filter": base64.b64encode(self.filter_bytes).decode(),
+                "max_redeliveries": self.max_redeliveries,
+                "dead_letter_topic": self.dead_letter_topic, "created_ms": self.created_ms}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SubscriptionSpec:
+        return cls(raw["topic"], raw["name"], raw["type"], raw["mode"],
+                   base64.b64decode(raw["filter"]), raw["max_redeliveries"],
+                   raw["dead_letter_topic"], raw["created_ms"])
+
+    @classmethod
+    def of_open(cls, request: pb.SubscribeOpen, created_ms: int) -> SubscriptionSpec:
+        key_filter = request.filter if request.HasField("filter") else pb.KeyFilter()
+        filter_bytes = b"" if key_filter.type == pb.KeyFilter.NONE else \
+            key_filter.SerializeToString(deterministic=True)
+        mode = request.key_shared_mode if request.type == pb.KEY_SHARED else pb.AUTO_SPLIT
+        dead_letter = request.dead_letter_topic
+        if request.max_redeliveries and not dead_letter:
+            dead_letter = f"{request.topic}-{request.subscription}-DLQ"
+        return cls(request.topic, request.subscription, request.type, mode, filter_bytes,
+                   request.max_redeliveries, dead_letter, created_ms)
+
+    def check_compatible(self, asked: SubscriptionSpec, consumer: str) -> None:
+        """Refuse a consumer whose settings differ from the subscription's.
+
+        Raises:
+            BrokerError: subscription_type_mismatch or subscription_setting_mismatch.
+        """
+        if (asked.type, asked.mode) != (self.type, self.mode):
+            raise BrokerError("subscription_type_mismatch", subscription=self.name,
+                              topic=self.topic, existing=self.type_text, consumer=consumer,
+                              asked=asked.type_text)
+        pairs: list[tuple[str, object, object, str, str]] = [("filter", self.filter_bytes, asked.filter_bytes,
+                  _filter_text(self.filter_bytes), _filter_text(asked.filter_bytes))]
+        if asked.max_redeliveries:
+            pairs.append(("max_redeliveries", self.max_redeliveries, asked.max_redeliveries,
+                          str(self.max_redeliveries), str(asked.max_redeliveries)))
+            pairs.append(("dead_letter_topic", self.dead_letter_topic, asked.dead_letter_topic,
+                          repr(self.dead_letter_topic), repr(asked.dead_letter_topic)))
+        for field, mine, theirs, mine_text, their_text in pairs:
+            if mine != theirs:
+                raise BrokerError("subscription_setting_mismatch", subscription=self.name,
+                                  topic=self.topic, field=field, existing=mine_text,
+                                  consumer=consumer, asked=their_text)
+
+
+def _filter_text(filter_bytes: bytes) -> str:
+    if not filter_bytes:
+        return "none"
+    f = pb.KeyFilter.FromString(filter_bytes)
+    if f.type == pb.KeyFilter.RANGE:
+        text = f"range:{f.range_size}:{f.range_partitions}"
+    else:
+        text = f"mod:{f.mod_num_buckets}:{f.mod_buckets}"
+    return text + (f"@{','.join(f.sources)}" if f.sources else "")

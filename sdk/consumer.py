@@ -1,0 +1,602 @@
+"""The async consumer: subscribe, receive, acknowledge.
+
+A background task keeps one Subscribe stream open (reconnecting with capped
+backoff when the broker goes away), puts deliveries in a bounded buffer
+(`fetch_buffer.py`) and grants permits back as the application takes
+events. Acks are collected and leave as merged offset ranges, one message
+per partition every `ack_flush_ms`. Range changes (Key_Shared) and
+active/inactive changes (Failover) reach the application as callbacks.
+
+Runs on one asyncio event loop: create, use and close a Consumer there.
+`SyncConsumer` (sync_consumer.py) is the blocking face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.channel import open_channel, stub_of
+from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
+from sdk.core.model import HashRange
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
+from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.stream import SubscribeStream
+
+TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
+         "key_shared": pb.KEY_SHARED}
+MODES = {"auto_split": pb.AUTO_SPLIT, "sticky": pb.STICKY, "consistent": pb.CONSISTENT}
+_RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+              grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED}
+# While reconnecting, the broker may not yet have noticed the old stream is gone.
+_RETRIABLE_ON_RECONNECT = _RETRIABLE | {grpc.StatusCode.ALREADY_EXISTS,
+                                        grpc.StatusCode.FAILED_PRECONDITION}
+
+RangeCallback = Callable[[int, list[HashRange]], Any]
+ActiveCallback = Callable[[int, bool], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Consumer settings.
+
+    Attributes:
+        type: "exclusive" (default), "shared", "failover" or "key_shared".
+        mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
+        ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
+        initial_position: where a new subscription starts: "latest"
+            (default), "earliest", an offset or {"scn": n}.
+        key_filter: broker-side filter ("mod:10:[0,3]", a KeyFilter, ...).
+        consumer_name: unique per subscription; default a random name
+            (give a stable one for consistent hashing to return its ranges).
+        priority: Failover: 0 is the highest (default 0).
+        partitions: the partitions to consume (default all).
+        receiver_queue_size: permits per partition, bounds the buffer (1000).
+        ack_timeout_ms: redeliver events not acknowledged in time (0 = never).
+        max_redeliveries / dead_letter_topic: after this many redeliveries an
+            event goes to the dead-letter topic (0 = never; topic default
+            "<topic>-<subscription>-DLQ").
+        look_ahead_max: Key_Shared events the broker may hold past blocked
+            keys (0 = broker default).
+        ack_flush_ms: how long acks gather before they are sent (5).
+        nack_delay_ms: default delay of nack() (0 = the broker's default).
+        reconnect: reconnect when the broker goes away (True).
+        retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
+    """
+
+    type: str = "exclusive"
+    mode: str = "auto_split"
+    ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
+    initial_position: Start = "latest"
+    key_filter: Any = None
+    consumer_name: str = ""
+    priority: int = 0
+    partitions: Sequence[int] = ()
+    receiver_queue_size: int = 1000
+    ack_timeout_ms: int = 0
+    max_redeliveries: int = 0
+    dead_letter_topic: str = ""
+    look_ahead_max: int = 0
+    ack_flush_ms: int = 5
+    nack_delay_ms: int = 0
+    reconnect: bool = True
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 2_000
+
+    def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
+        """The SubscribeOpen message. Raises ValueError naming a bad setting."""
+        if self.type not in TYPES:
+            raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+        if self.receiver_queue_size < 2:
+            raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
+        request = pb.SubscribeOpen(
+            topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
+            key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
+            initial_position=start_to_proto(self.initial_position), priority=self.priority,
+            ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
+            dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
+            look_ahead_max=self.look_ahead_max)
+        key_filter = filter_to_proto(self.key_filter)
+        if key_filter is not None:
+            request.filter.CopyFrom(key_filter)
+        return request
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One received event with its delivery facts."""
+
+    event: Event
+    redelivery_count: int = 0
+    window_last_offset: int = 0
+
+    @property
+    def partition(self) -> int:
+        return self.event.partition
+
+    @property
+    def offset(self) -> int:
+        return self.event.offset
+
+    @property
+    def key(self) -> int | str:
+        return self.event.key
+
+    @property
+    def value(self) -> bytes:
+        return self.event.value
+
+
+class ReceivedBatch:
+    """The events of one stored record delivered to this consumer (columns stay protobuf)."""
+
+    __slots__ = ("_offsets", "record", "redelivery_counts", "window_last_offset")
+
+    def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
+                 window_last_offset: int) -> None:
+        self.record = record
+        self.redelivery_counts = redelivery_counts  # empty: all first deliveries
+        self.window_last_offset = window_last_offset
+        self._offsets: list[int] | None = None
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
+
+    @property
+    def count(self) -> int:
+        return self.record.batch.count
+
+    @property
+    def offsets(self) -> list[int]:
+        if self._offsets is None:
+            self._offsets = record_offsets(self.record)
+        return self._offsets
+
+    @property
+    def values(self) -> Sequence[bytes]:
+        return self.record.batch.values
+
+    @property
+    def slots(self) -> Sequence[int]:
+        return self.record.batch.slots
+
+    def keys(self) -> list[int | str]:
+        return keys_of(self.record.batch)
+
+    def scns(self) -> list[int]:
+        return record_scns(self.record)
+
+    def messages(self) -> list[Message]:
+        """Row views (a Python object per event)."""
+        counts = self.redelivery_counts or [0] * self.count
+        return [Message(e, c, self.window_last_offset)
+                for e, c in zip(record_events(self.record), counts, strict=True)]
+
+
+@dataclass
+class _State:
+    """What the background task shares with the API methods."""
+
+    buffer: FetchBuffer[ReceivedBatch]
+    acks: AckBuffer = field(default_factory=AckBuffer)
+    nacks: list[tuple[int, list[int], int]] = field(default_factory=list)
+    cumulative: dict[int, int] = field(default_factory=dict)
+    ranges: dict[int, list[HashRange]] = field(default_factory=dict)
+    active: dict[int, bool] = field(default_factory=dict)
+    error: errors.KeybusError | None = None
+
+
+class Consumer:
+    """Async consumer of one subscription. Make one with `await Consumer.subscribe(...)`."""
+
+    def __init__(self, broker: str, topic: str, subscription: str, config: ConsumerConfig,
+                 channel: grpc.aio.Channel | None = None,
+                 on_range_change: RangeCallback | None = None,
+                 on_active_change: ActiveCallback | None = None) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.config = config
+        self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
+        self._open = config.open_request(topic, subscription, self.name)
+        self._owns_channel = channel is None
+        self._channel = channel or open_channel(broker)
+        self._stub = stub_of(self._channel)
+        self._on_range_change = on_range_change
+        self._on_active_change = on_active_change
+        self._state = _State(FetchBuffer(config.receiver_queue_size))
+        self._current: deque[Message] = deque()
+        self._available = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._stream: SubscribeStream | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._callback_tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self.partitions: list[int] = []
+        # Nacked slots: (partition, slot) -> first nacked offset, until the broker
+        # has seen every nack sent on this stream (Delivery.nacks_seen).
+        self._holds: dict[tuple[int, int], int] = {}
+        self._nacks_sent = 0
+
+    @classmethod
+    async def subscribe(cls, broker: str = "localhost:6650", topic: str = "",
+                        subscription: str = "", *, config: ConsumerConfig | None = None,
+                        channel: grpc.aio.Channel | None = None,
+                        on_range_change: RangeCallback | None = None,
+                        on_active_change: ActiveCallback | None = None,
+                        **options: Any) -> Consumer:
+        """Attach to `subscription` on `topic` (created by the first consumer).
+
+        Args:
+            broker: "host:port". topic: an existing topic.
+            subscription: the subscription's name.
+            config / options: ConsumerConfig, or its fields as keywords.
+            on_range_change: called (partition, ranges) when this consumer's
+                Key_Shared hash ranges change; may be a coroutine function.
+            on_active_change: called (partition, active) when Failover makes
+                this consumer active or inactive on a partition.
+        Returns:
+            An attached Consumer.
+        Raises:
+            ValueError: a bad setting. TopicNotFound, InvalidArgument,
+            FailedPrecondition (e.g. a second Exclusive consumer, a sticky
+            range overlap naming the other consumer, another type), Unavailable.
+        """
+        if config is not None and options:
+            raise ValueError(f"pass either config or settings as keywords, not both: "
+                             f"{sorted(options)}")
+        consumer = cls(broker, topic, subscription, config or ConsumerConfig(**options),
+                       channel, on_range_change, on_active_change)
+        try:
+            await consumer._connect(reconnecting=False)
+        except BaseException:
+            await consumer._close_channel()
+            raise
+        loop = asyncio.get_running_loop()
+        consumer._tasks = [loop.create_task(consumer._receive_loop(), name="keybus-consumer"),
+                           loop.create_task(consumer._flush_loop(), name="keybus-consumer-acks")]
+        return consumer
+
+    # ------------------------------------------------------------ receiving
+
+    async def receive(self, timeout_s: float | None = None) -> Message:
+        """The next event.
+
+        Raises:
+            TimeoutError: none within timeout_s. KeybusError: the consumer failed.
+            ConsumerClosed-like KeybusError after close().
+        """
+        if not self._current:
+            batch = await self.receive_batch(timeout_s)
+            self._current.extend(batch.messages())
+        return self._current.popleft()
+
+    async def receive_batch(self, timeout_s: float | None = None) -> ReceivedBatch:
+        """The next delivered batch (the events of one stored record), columns as protobuf.
+
+        Raises:
+            TimeoutError, KeybusError: as receive().
+        """
+        state = self._state
+        async with asyncio.timeout(timeout_s):
+            while True:
+                batch = state.buffer.take()
+                if batch is not None:
+                    if state.buffer.grant_wanted():
+                        self._flush_wanted.set()
+                    return batch
+                if state.error is not None:
+                    raise state.error
+                if self._closed:
+                    raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
+                self._available.clear()
+                await self._available.wait()
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except errors.KeybusError:
+            if self._closed and self._state.error is None:
+                raise StopAsyncIteration from None
+            raise
+
+    # ------------------------------------------------------------ acknowledging
+
+    def ack(self, message: Message) -> None:
+        """Acknowledge one event (sent with the next flush)."""
+        self.ack_offsets(message.partition, (message.offset,))
+
+    def ack_batch(self, batch: ReceivedBatch) -> None:
+        """Acknowledge every event of a received batch."""
+        self.ack_offsets(batch.partition, batch.offsets)
+
+    def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
+        self._state.acks.add(partition, offsets)
+        self._flush_wanted.set()
+
+    def ack_cumulative(self, message: Message) -> None:
+        """Acknowledge this event and every earlier one of its partition
+        (Exclusive and Failover only)."""
+        partition = message.partition
+        self._state.cumulative[partition] = max(self._state.cumulative.get(partition, 0),
+                                                message.offset + 1)
+        self._flush_wanted.set()
+
+    def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
+        """Give events back for redelivery after delay_ms (default: config.nack_delay_ms,
+        0 = the broker's default). Later events of the same key wait for the retry."""
+        if isinstance(message, Message):
+            self.nack_offsets(message.partition, [message.offset], delay_ms,
+                              [message.event.slot])
+        else:
+            self.nack_offsets(message.partition, message.offsets, delay_ms, list(message.slots))
+
+    def nack_offsets(self, partition: int, offsets: Sequence[int], delay_ms: int | None = None,
+                     slots: Sequence[int] | None = None) -> None:
+        """Give these offsets of `partition` back (see nack). With their `slots`,
+        events of those slots prefetched behind them are given back too, so the
+        retry is not overtaken by events already buffered here."""
+        delay = self.config.nack_delay_ms if delay_ms is None else delay_ms
+        given = list(offsets)
+        if slots is not None:
+            first: dict[int, int] = {}
+            for offset, slot in zip(offsets, slots, strict=True):
+                first[slot] = min(first.get(slot, offset), offset)
+                hold = self._holds.get((partition, slot))
+                self._holds[partition, slot] = offset if hold is None else min(hold, offset)
+            given += self._give_back_prefetched(partition, first)
+        self._state.nacks.append((partition, given, delay))
+        self._flush_wanted.set()
+
+    def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
+        """Remove buffered events of `partition` whose slot has a nacked offset before them."""
+        removed: list[int] = []
+
+        def cut(batch: ReceivedBatch) -> tuple[ReceivedBatch | None, int]:
+            drop = [i for i, (o, s) in enumerate(zip(batch.offsets, batch.slots, strict=True))
+                    if o > first.get(s, o)]
+            if not drop:
+                return batch, 0
+            removed.extend(batch.offsets[i] for i in drop)
+            return _without(batch, set(drop)), len(drop)
+
+        self._state.buffer.remove(partition, cut)
+        current = [m for m in self._current
+                   if not (m.partition == partition and m.offset > first.get(m.event.slot,
+                                                                             m.offset))]
+        removed += [m.offset for m in self._current
+                    if m.partition == partition and m.offset > first.get(m.event.slot, m.offset)]
+        self._current = deque(current)
+        return removed
+
+    async def flush_acks(self) -> None:
+        """Send every pending ack and nack now."""
+        await self._send_pending()
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def hash_ranges(self) -> dict[int, list[HashRange]]:
+        """partition -> this consumer's current Key_Shared ranges."""
+        return {p: list(r) for p, r in self._state.ranges.items()}
+
+    @property
+    def active(self) -> dict[int, bool]:
+        """partition -> whether Failover made this consumer active there."""
+        return dict(self._state.active)
+
+    # ------------------------------------------------------------ background
+
+    async def _connect(self, reconnecting: bool) -> None:
+        """Open a stream (retrying while the broker is away) and grant the initial permits."""
+        backoff_ms = self.config.retry_backoff_ms
+        retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
+        while True:
+            stream = SubscribeStream(self._stub, self._open)
+            try:
+                opened = await stream.open()
+                break
+            except grpc.aio.AioRpcError as e:
+                stream.cancel()
+                if not self.config.reconnect or e.code() not in retriable or \
+                        (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
+                    raise errors.from_rpc_error(e) from None
+            await asyncio.sleep(backoff_ms / 1000)
+            backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)
+        self._stream = stream
+        self._holds.clear()
+        self._nacks_sent = 0
+        self.partitions = list(opened.partitions)
+        self._state.buffer.reset()
+        self._current.clear()
+        for partition, count in self._state.buffer.initial_grants(self.partitions):
+            await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
+                                                                     count=count)))
+        self._flush_wanted.set()
+
+    async def _receive_loop(self) -> None:
+        try:
+            while True:
+                assert self._stream is not None
+                try:
+                    response = await self._stream.read()
+                except grpc.aio.AioRpcError as e:
+                    if self._closed:
+                        return
+                    if not self.config.reconnect or e.code() not in _RETRIABLE:
+                        raise errors.from_rpc_error(e) from None
+                    response = None
+                    await self._connect(reconnecting=True)
+                    continue
+                if response is None:
+                    if self._closed:
+                        return
+                    await self._connect(reconnecting=True)
+                    continue
+                self._handle(response)
+        except errors.KeybusError as e:
+            self._state.error = e
+            self._available.set()
+
+    def _handle(self, response: pb.SubscribeResponse) -> None:
+        body = response.WhichOneof("body")
+        if body == "delivery":
+            delivery = response.delivery
+            counts = delivery.redelivery_counts
+            lasts = delivery.window_last_offsets
+            stale = bool(self._holds) and delivery.nacks_seen < self._nacks_sent
+            if not stale:
+                self._holds.clear()  # the broker saw every nack: it holds those keys now
+            position = 0
+            for i, record in enumerate(delivery.records):
+                n = record.batch.count
+                batch_counts = counts[position:position + n] if counts else ()
+                position += n
+                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i])
+                if stale:
+                    batch = self._give_back_stale(batch)  # type: ignore[arg-type]
+                if batch is not None:
+                    self._state.buffer.put(record.partition, batch.count, batch)
+            self._available.set()
+        elif body == "range_change":
+            change = response.range_change
+            ranges = [HashRange(r.slot_first, r.slot_last) for r in change.ranges]
+            self._state.ranges[change.partition] = ranges
+            self._callback(self._on_range_change, change.partition, ranges)
+        elif body == "active_change":
+            active = response.active_change
+            self._state.active[active.partition] = active.active
+            self._callback(self._on_active_change, active.partition, active.active)
+
+    def _give_back_stale(self, batch: ReceivedBatch) -> ReceivedBatch | None:
+        """Events of a nacked slot after its nacked offset, sent before the broker saw
+        the nack: give them back (nack) so they come again after the retry."""
+        partition, holds = batch.partition, self._holds
+        drop = [i for i, (o, s) in enumerate(zip(batch.offsets, batch.slots, strict=True))
+                if o > holds.get((partition, s), o)]
+        if not drop:
+            return batch
+        offsets = [batch.offsets[i] for i in drop]
+        self._state.nacks.append((partition, offsets, self.config.nack_delay_ms))
+        self._state.buffer.count_taken(partition, len(drop))
+        self._flush_wanted.set()
+        return _without(batch, set(drop))
+
+    def _callback(self, callback: Callable[..., Any] | None, *args: Any) -> None:
+        if callback is None:
+            return
+        result = callback(*args)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
+
+    async def _flush_loop(self) -> None:
+        flush_s = self.config.ack_flush_ms / 1000
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            if flush_s and not self._state.buffer.grant_wanted():
+                await asyncio.sleep(flush_s)  # let more acks gather into this message
+            with contextlib.suppress(asyncio.QueueFull):
+                await self._send_pending()
+
+    async def _send_pending(self) -> None:
+        stream = self._stream
+        if stream is None:
+            return
+        state = self._state
+        # Nacks and acks before new permits: the broker must know what is held
+        # back before it may send more.
+        nacks, state.nacks = state.nacks, []
+        for partition, offsets, delay in nacks:
+            self._nacks_sent += 1
+            await stream.send(pb.SubscribeRequest(nack=pb.Nack(
+                partition=partition, delay_ms=delay,
+                ranges=[pb.OffsetRange(start=a, stop=b) for a, b in offsets_to_ranges(offsets)])))
+        for partition, stop in state.cumulative.items():
+            await stream.send(pb.SubscribeRequest(ack=pb.Ack(
+                partition=partition, cumulative=True, ranges=[pb.OffsetRange(start=0, stop=stop)])))
+        state.cumulative.clear()
+        for partition, ranges in state.acks.drain().items():
+            await stream.send(pb.SubscribeRequest(ack=pb.Ack(
+                partition=partition, ranges=[pb.OffsetRange(start=a, stop=b) for a, b in ranges])))
+        for partition, count in state.buffer.grants_due():
+            await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
+                                                                     count=count)))
+
+    # ------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Send pending acks, end the stream, close the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await self._send_pending()
+        if self._stream is not None:
+            self._stream.half_close()  # the broker ends the stream once the acks are in
+            if self._tasks:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(self._tasks[0]), 2.0)
+            self._stream.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._available.set()
+        await self._close_channel()
+
+    async def _close_channel(self) -> None:
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+
+def _without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
+    """A copy of `batch` without the events at positions `drop` (None if none is left)."""
+    keep = [i for i in range(batch.count) if i not in drop]
+    if not keep:
+        return None
+    record = batch.record
+    source = record.batch
+    subset = pb.Record(topic=record.topic, partition=record.partition,
+                       base_offset=record.base_offset, scn_first=record.scn_first,
+                       window=record.window, publish_time_ms=record.publish_time_ms)
+    subset.offsets.extend(batch.offsets[i] for i in keep)
+    subset.batch.count = len(keep)
+    count = source.count
+    for descriptor, column in source.ListFields():
+        if descriptor.name == "count":
+            continue
+        target = getattr(subset.batch, descriptor.name)
+        if len(column) == count and count > 1:
+            target.extend(column[i] for i in keep)
+        else:
+            target.extend(column)
+    counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
+    return ReceivedBatch(subset, counts, batch.window_last_offset)
