@@ -7,10 +7,9 @@ localhost:6650). Errors print one line, `keybus: error: ...`, and exit 1
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
@@ -18,6 +17,7 @@ import grpc
 from rich.console import Console
 
 from keybus.cli import render, subscriptions
+from keybus.cli.common import broker_option, fail, json_option, print_json, run
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec, explain
 from sdk.core.model import RangeError, parse_ranges
@@ -25,24 +25,6 @@ from sdk.errors import KeybusError, from_rpc_error
 
 T = TypeVar("T")
 console = Console()
-
-broker_option = click.option(
-    "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
-    help="Broker address HOST:PORT (env KEYBUS_BROKER).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-def fail(message: str) -> None:
-    click.echo(f"keybus: error: {message}", err=True)
-    sys.exit(1)
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine (failures are turned into one line by KeybusGroup)."""
-    try:
-        return asyncio.run(coro)
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 class KeybusGroup(click.Group):
@@ -64,10 +46,6 @@ def with_admin(broker: str, action: Callable[[Admin], Awaitable[T]]) -> T:
         async with Admin(broker) as admin:
             return await action(admin)
     return run(go())
-
-
-def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=None, default=str))
 
 
 @click.group(cls=KeybusGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,40 +7,22 @@ and the 0..65535 range bar per consumer) is pure and lives in
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 
 from keybus.cli import render_subscriptions as render
+from keybus.cli.common import broker_option, json_option, print_json, run
 from keybus.cli.read import event_line, parse_start
 from sdk.consumer import Consumer, ConsumerConfig, Message
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange
 from sdk.subscription_admin import SubscriptionAdmin
 
-T = TypeVar("T")
 console = Console()
-# The same options as main.py's (not imported: main.py imports this module).
-broker_option = click.option(
-    "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
-    help="Broker address HOST:PORT (env KEYBUS_BROKER).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(coro)
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
-def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, default=str))
 
 
 @click.group()
