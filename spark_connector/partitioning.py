@@ -1,0 +1,308 @@
+"""Which events each Spark task reads: ranges, offsets and input splits. Pure.
+
+Rules:
+1. An input split is one (topic partition, hash range) over a half-open
+   offset span [start, stop). The splits of one topic partition share the
+   span and their ranges are disjoint, so together they hold every event of
+   the span exactly once (an event's slot is in exactly one range).
+2. `ranges` is `N` (equal splits of 0..65535), an explicit list of
+   inclusive slot ranges "0-16383,16384-65535" (they need not cover every
+   slot: events in uncovered slots are not read), or `subscription:NAME`.
+3. Offsets are per topic partition and name the next event to read, as
+   Kafka's do; in JSON, -2 is earliest and -1 is latest. A partition the
+   JSON leaves out takes the option's default (earliest for a start,
+   latest for an end).
+4. Admission control (`limit_offsets`) splits a budget of events over the
+   topic partitions in proportion to their backlog, as Kafka's
+   maxOffsetsPerTrigger does; the budget counts log offsets, so events the
+   ranges or filter skip still count.
+
+This module must not know about Spark, gRPC or the clock: callers pass the
+partitions' current start/end offsets in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sdk.core.model import FULL_RANGE, HashRange, RangeError, TopicPartition, equal_splits, parse_ranges
+
+EARLIEST = -2
+LATEST = -1
+SUBSCRIPTION_PREFIX = "subscription:"
+
+
+class PartitioningError(ValueError):
+    """A ranges or offsets value that cannot be used; the message names the option."""
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query needs are gone (retention) and failOnDataLoss is true."""
+
+
+# ---------------------------------------------------------------- ranges
+
+
+@dataclass(frozen=True, slots=True)
+class RangesSpec:
+    """The parsed `ranges` option: explicit ranges, or a subscription to ask."""
+
+    ranges: tuple[HashRange, ...]
+    subscription: str | None = None
+
+
+def parse_ranges_option(text: str) -> RangesSpec:
+    """Parse `ranges`: "N", "0-16383,16384-65535" or "subscription:NAME".
+
+    Raises:
+        PartitioningError: naming the option, the value and the allowed forms.
+    """
+    body = text.strip()
+    if body.lower().startswith(SUBSCRIPTION_PREFIX):
+        name = body[len(SUBSCRIPTION_PREFIX):].strip()
+        if not name:
+            raise PartitioningError(f"option 'ranges'={text!r}: give the subscription name "
+                                    "after 'subscription:', e.g. subscription:billing")
+        return RangesSpec((), name)
+    try:
+        if body.isdigit():
+            return RangesSpec(tuple(equal_splits(int(body))))
+        if "-" not in body:
+            raise RangeError("need N or FIRST-LAST entries")
+        return RangesSpec(tuple(parse_ranges(body)))
+    except RangeError as e:
+        raise PartitioningError(
+            f"option 'ranges'={text!r}: {e}. Allowed: N (1..65536 equal splits of 0..65535), "
+            "a list of inclusive slot ranges such as 0-16383,16384-65535, or "
+            "subscription:NAME") from None
+
+
+def resolve_ranges(spec: RangesSpec) -> list[HashRange]:
+    """The ranges to split by.
+
+    Raises:
+        PartitioningError: for subscription:NAME, which needs the
+            subscriptions feature (a broker RPC that lists a Key_Shared
+            subscription's live ranges), not yet available.
+    """
+    if spec.subscription is not None:
+        raise PartitioningError(
+            f"option 'ranges'='subscription:{spec.subscription}' needs the subscriptions "
+            "feature (the live hash ranges of a Key_Shared subscription), which is not yet "
+            "available in this broker; use ranges=N or an explicit list such as "
+            "0-16383,16384-65535 for now")
+    return list(spec.ranges)
+
+
+# ---------------------------------------------------------------- offsets
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsSpec:
+    """A parsed startingOffsets/endingOffsets value.
+
+    `default` (EARLIEST or LATEST) applies to every topic partition that
+    `per_partition` does not name; per_partition values are offsets >= 0 or
+    EARLIEST/LATEST.
+    """
+
+    default: int
+    per_partition: tuple[tuple[TopicPartition, int], ...] = ()
+
+    def offset_of(self, tp: TopicPartition) -> int:
+        for named, offset in self.per_partition:
+            if named == tp:
+                return offset
+        return self.default
+
+
+def parse_offsets(text: str, option: str, topics: Sequence[str], *, allow_latest: bool,
+                  allow_earliest: bool) -> OffsetsSpec:
+    """Parse "earliest", "latest" or JSON such as {"orders":{"0":23,"1":-2}}.
+
+    Raises:
+        PartitioningError: naming the option and the offending entry.
+    """
+    body = text.strip()
+    allowed = _allowed_words(allow_latest, allow_earliest)
+    if body.lower() in ("earliest", "latest"):
+        word = body.lower()
+        if word not in allowed:
+            raise PartitioningError(f"option {option!r}={text!r} is not allowed here; "
+                                    f"allowed: {' or '.join(allowed)} or JSON per partition")
+        return OffsetsSpec(EARLIEST if word == "earliest" else LATEST)
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise PartitioningError(
+            f"option {option!r}={text!r}: allowed {' or '.join(allowed)}, or JSON per topic "
+            'partition such as {"orders":{"0":23,"1":-2}} (-2 = earliest, -1 = latest)')
+    entries = _json_entries(parsed, option, topics, allow_latest, allow_earliest)
+    default = EARLIEST if option == "startingOffsets" else LATEST
+    return OffsetsSpec(default, tuple(sorted(entries.items())))
+
+
+def _allowed_words(allow_latest: bool, allow_earliest: bool) -> list[str]:
+    return [w for w, ok in (("earliest", allow_earliest), ("latest", allow_latest)) if ok]
+
+
+def _json_entries(parsed: dict[str, object], option: str, topics: Sequence[str],
+                  allow_latest: bool, allow_earliest: bool) -> dict[TopicPartition, int]:
+    entries: dict[TopicPartition, int] = {}
+    for topic, partitions in parsed.items():
+        if topic not in topics:
+            raise PartitioningError(f"option {option!r} names topic {topic!r}, which is not "
+                                    f"in option 'topic' ({', '.join(topics)})")
+        if not isinstance(partitions, dict):
+            raise PartitioningError(f"option {option!r} topic {topic!r}: need an object of "
+                                    'partition to offset, e.g. {"0":23}')
+        for key, offset in partitions.items():
+            if not str(key).isdigit() or type(offset) is not int or offset < EARLIEST:
+                raise PartitioningError(
+                    f"option {option!r} entry {topic}/{key}={offset!r}: need a partition "
+                    "number and an offset >= 0, or -2 (earliest) or -1 (latest)")
+            if (offset == LATEST and not allow_latest) or (offset == EARLIEST
+                                                           and not allow_earliest):
+                word = "latest (-1)" if offset == LATEST else "earliest (-2)"
+                raise PartitioningError(f"option {option!r} entry {topic}/{key}: {word} is "
+                                        "not allowed here (as in Spark's Kafka connector)")
+            entries[TopicPartition(topic, int(key))] = offset
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBounds:
+    """A topic partition's stored offsets: [start_offset, end_offset)."""
+
+    start_offset: int
+    end_offset: int
+
+
+def resolve_offsets(spec: OffsetsSpec, bounds: Mapping[TopicPartition, PartitionBounds],
+                    option: str) -> dict[TopicPartition, int]:
+    """Concrete offsets for every topic partition in `bounds`.
+
+    Raises:
+        PartitioningError: the spec names a partition the topic does not have.
+    """
+    for tp, _ in spec.per_partition:
+        if tp not in bounds:
+            raise PartitioningError(f"option {option!r} names partition {tp.partition} of "
+                                    f"topic {tp.topic!r}, which does not exist")
+    out: dict[TopicPartition, int] = {}
+    for tp, b in sorted(bounds.items()):
+        offset = spec.offset_of(tp)
+        if offset == EARLIEST:
+            offset = b.start_offset
+        elif offset == LATEST:
+            offset = b.end_offset
+        out[tp] = offset
+    return out
+
+
+def check_data_loss(starts: Mapping[TopicPartition, int],
+                    bounds: Mapping[TopicPartition, PartitionBounds],
+                    fail_on_data_loss: bool) -> dict[TopicPartition, int]:
+    """Starts moved up to what is still stored; raise if that loses data and we must fail.
+
+    Raises:
+        DataLossError: a start is below the partition's start_offset and
+            fail_on_data_loss is true.
+    """
+    out = dict(starts)
+    for tp, start in starts.items():
+        b = bounds.get(tp)
+        if b is None or start >= b.start_offset:
+            continue
+        if fail_on_data_loss:
+            raise DataLossError(
+                f"{tp.topic}/{tp.partition}: offsets {start}..{b.start_offset - 1} are no longer "
+                f"stored (retention removed them; the earliest is {b.start_offset}). Set "
+                "failOnDataLoss=false to skip them and go on")
+        out[tp] = b.start_offset
+    return out
+
+
+# ---------------------------------------------------------------- splits
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One Spark input partition: a topic partition, its slot ranges, [start, stop)."""
+
+    topic: str
+    partition: int
+    ranges: tuple[HashRange, ...]
+    start: int
+    stop: int
+
+    @property
+    def full_range(self) -> bool:
+        """True when the split reads every slot (no hash_ranges on the wire)."""
+        return self.ranges == (FULL_RANGE,)
+
+
+def plan_splits(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartition, int],
+                ranges: Sequence[Sequence[HashRange]]) -> list[Split]:
+    """Splits = topic partitions with start < stop, times range groups (rule 1).
+
+    Args:
+        ranges: one group of slot ranges per split of a topic partition
+            (normally one range each; pushdown may narrow a group).
+    """
+    splits: list[Split] = []
+    for tp in sorted(starts):
+        start, stop = starts[tp], stops.get(tp, starts[tp])
+        if start >= stop:
+            continue
+        splits.extend(Split(tp.topic, tp.partition, tuple(group), start, stop)
+                      for group in ranges if group)
+    return splits
+
+
+# ---------------------------------------------------------------- streaming
+
+
+Offsets = dict[TopicPartition, int]
+
+
+def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """Spark's offset form: {topic: {"partition": next offset}}, in a fixed order
+    (Spark compares offsets by their JSON text)."""
+    out: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    return out
+
+
+def offsets_from_json(value: Mapping[str, Mapping[str, int]]) -> Offsets:
+    """Read back `offsets_to_json`'s form (as Spark stores it in the checkpoint)."""
+    return {TopicPartition(topic, int(p)): int(offset)
+            for topic, partitions in value.items() for p, offset in partitions.items()}
+
+
+def limit_offsets(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+                  events_max: int | None) -> Offsets:
+    """End offsets admitting at most `events_max` events, split by backlog (rule 4).
+
+    Every partition in `latest` gets an end; one missing from `start` is taken
+    to have no backlog (callers add new partitions to `start` first). With
+    events_max None everything is admitted.
+    """
+    ends = {tp: max(latest[tp], start.get(tp, latest[tp])) for tp in latest}
+    backlog = {tp: ends[tp] - start.get(tp, ends[tp]) for tp in ends}
+    total = sum(backlog.values())
+    if events_max is None or total <= events_max:
+        return dict(sorted(ends.items()))
+    assert events_max >= 1
+    shares = {tp: events_max * n // total for tp, n in backlog.items()}
+    left = events_max - sum(shares.values())
+    # Hand what rounding left over to the largest remainders (ties: lowest partition).
+    order = sorted(backlog, key=lambda tp: (-(events_max * backlog[tp] % total), tp))
+    for tp in order[:left]:
+        shares[tp] += 1
+    return {tp: start.get(tp, ends[tp]) + shares[tp] for tp in sorted(ends)}

@@ -1,0 +1,323 @@
+"""The keybus data source: Spark glue over `partitioning`, `pushdown`, `schema`.
+
+* `KeybusDataSource` ("keybus") validates options when the DataFrame is
+  defined and hands out readers and writers.
+* `KeybusBatchReader`: one input partition per (topic partition, hash range)
+  over [startingOffsets, endingOffsets); filter pushdown per `pushdown.py`.
+* `KeybusStreamReader`: offsets per topic partition live in Spark's
+  checkpoint; `latestOffset(start, limit)` admits at most maxEventsPerTrigger
+  events split by backlog; Trigger.AvailableNow stops at the offsets seen
+  when the query started.
+
+Readers are pickled to executors: `read()` opens its own connection (an SDK
+SyncReader) and closes it when the split is done. partitions() and
+latestOffset() run on the driver and ask the broker for the partitions'
+offsets each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from sdk.core.filters import KeyFilterSpec
+from sdk.core.model import HashRange, TopicPartition
+from sdk.core.pb import keybus_pb2 as pb
+from spark_connector import _client
+from spark_connector.options import (
+    OptionError,
+    Pushdown,
+    ReadOptions,
+    Use,
+    parse_read_options,
+    parse_write_options,
+)
+from spark_connector.partitioning import (
+    DataLossError,
+    PartitionBounds,
+    Split,
+    check_data_loss,
+    limit_offsets,
+    offsets_from_json,
+    offsets_to_json,
+    plan_splits,
+    resolve_offsets,
+    resolve_ranges,
+)
+from spark_connector.pushdown import GUARD, Condition, PushdownPlan, apply_pushdown, plan_pushdown
+from spark_connector.schema import arrow_schema, records_to_batch, spark_schema
+from spark_connector.writer import KeybusBatchWriter, KeybusStreamWriter
+
+
+class KeybusDataSource(DataSource):
+    """spark.read / readStream / write / writeStream .format("keybus")."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "keybus"
+
+    def schema(self) -> StructType:
+        # Called when a read is defined (load()): check the options now, for
+        # either kind of read; reader()/streamReader() check them for their use.
+        options = parse_read_options(self.options, Use.READ)
+        resolve_ranges(options.ranges)
+        return spark_schema(options.include_headers)
+
+    def reader(self, schema: StructType) -> KeybusBatchReader:
+        options = parse_read_options(self.options, Use.BATCH_READ)
+        if options.pushdown is Pushdown.GUARDED:
+            return KeybusPushdownReader(options, schema)
+        return KeybusBatchReader(options, schema)
+
+    def streamReader(self, schema: StructType) -> KeybusStreamReader:
+        return KeybusStreamReader(parse_read_options(self.options, Use.STREAM_READ), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KeybusBatchWriter:
+        _refuse_overwrite(overwrite)
+        return KeybusBatchWriter(parse_write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KeybusStreamWriter:
+        _refuse_overwrite(overwrite)
+        return KeybusStreamWriter(parse_write_options(self.options), schema)
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("a keybus topic is an append-only log: use mode 'append' "
+                          "(mode 'overwrite' would need to delete events)")
+
+
+def _check_schema(schema: StructType, options: ReadOptions) -> pa.Schema:
+    expected = spark_schema(options.include_headers)
+    if schema.fieldNames() != expected.fieldNames():
+        raise OptionError(f"a keybus read has a fixed schema ({expected.simpleString()}); got "
+                          f"{schema.simpleString()}: do not set .schema(...), and use "
+                          "includeHeaders=true for the headers column")
+    return arrow_schema(schema)
+
+
+class KeybusInputPartition(InputPartition):
+    """Everything one task needs to read one split (pickled to an executor)."""
+
+    def __init__(self, split: Split, broker: str, key_filter: bytes | None,
+                 events_max: int, fail_on_data_loss: bool) -> None:
+        super().__init__(None)
+        self.split = split
+        self.broker = broker
+        self.key_filter = key_filter
+        self.events_max = events_max
+        self.fail_on_data_loss = fail_on_data_loss
+
+
+def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one split's events, each of about events_max events.
+
+    Records are gathered until they hold events_max events, so a topic
+    written in small produce batches still gives Spark large Arrow batches.
+
+    Raises:
+        DataLossError: the split's start is no longer stored and
+            failOnDataLoss is true.
+        BrokerCallError: the read failed for another reason.
+    """
+    split = partition.split
+    key_filter = None
+    if partition.key_filter is not None:
+        key_filter = pb.KeyFilter.FromString(partition.key_filter)
+    ranges: Sequence[HashRange] | None = None if split.full_range else split.ranges
+
+    def records(start: int | str) -> Iterator[pb.Record]:
+        return _client.read_records(partition.broker, split.topic, split.partition, start,
+                                    split.stop, ranges, key_filter, partition.events_max)
+
+    try:
+        yield from _coalesced(records(split.start), partition.events_max, schema)
+    except _client.BrokerCallError as e:
+        if not e.out_of_range:
+            raise
+        if partition.fail_on_data_loss:
+            raise DataLossError(f"{e}. Set failOnDataLoss=false to skip the events that are "
+                                "gone and go on") from None
+        yield from _coalesced(records("earliest"), partition.events_max, schema)
+
+
+def _coalesced(records: Iterator[pb.Record], events_max: int,
+               schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    pending: list[pb.Record] = []
+    events = 0
+    for record in records:
+        pending.append(record)
+        events += record.batch.count
+        if events >= events_max:
+            yield records_to_batch(pending, schema)
+            pending, events = [], 0
+    if pending:
+        yield records_to_batch(pending, schema)
+
+
+def _input_partitions(splits: Sequence[Split], options: ReadOptions,
+                      key_filter: KeyFilterSpec | None) -> list[KeybusInputPartition]:
+    chosen = options.key_filter or key_filter
+    filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
+    return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
+                                 options.fail_on_data_loss) for s in splits]
+
+
+# ---------------------------------------------------------------- batch
+
+
+_COMPARISON_OPS: dict[type[Filter], str] = {
+    EqualTo: "=", EqualNullSafe: "=", GreaterThan: ">", GreaterThanOrEqual: ">=",
+    LessThan: "<", LessThanOrEqual: "<=",
+}
+
+
+def condition_of(spark_filter: Filter) -> Condition | None:
+    """A Spark filter as a pushdown Condition; None when pushdown cannot use it."""
+    attribute: tuple[str, ...] = getattr(spark_filter, "attribute", ())
+    if len(attribute) != 1:
+        return None
+    column = attribute[0]
+    if isinstance(spark_filter, In):
+        return Condition(column, "in", tuple(v for v in spark_filter.value if v is not None))
+    op = _COMPARISON_OPS.get(type(spark_filter))
+    value = getattr(spark_filter, "value", None)
+    if op is None or value is None:
+        return None
+    return Condition(column, op, (value,))
+
+
+class KeybusBatchReader(DataSourceReader):
+    """Batch read of [startingOffsets, endingOffsets) per topic partition."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.arrow_schema = _check_schema(schema, options)
+        self.ranges = resolve_ranges(options.ranges)
+        self.plan = PushdownPlan()
+
+    def partitions(self) -> list[KeybusInputPartition]:
+        options = self.options
+        bounds = _client.describe(options.broker, options.topics)
+        starts = resolve_offsets(options.starting, bounds, "startingOffsets")
+        stops = resolve_offsets(options.ending, bounds, "endingOffsets")
+        for tp, stop in stops.items():
+            if starts[tp] > stop:
+                raise OptionError(f"{tp.topic}/{tp.partition}: startingOffsets {starts[tp]} is "
+                                  f"after endingOffsets {stop}")
+            stops[tp] = min(stop, bounds[tp].end_offset)
+        starts = check_data_loss(starts, bounds, options.fail_on_data_loss)
+        splits = plan_splits(starts, stops, [[r] for r in self.ranges])
+        splits = apply_pushdown(splits, self.plan)
+        return _input_partitions(splits, options, self.plan.key_filter)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KeybusInputPartition):
+            return iter(())  # PySpark's stand-in when partitions() found nothing to read
+        return read_split(partition, self.arrow_schema)
+
+
+class KeybusPushdownReader(KeybusBatchReader):
+    """A batch reader that narrows its read by the query's conditions (pushdown=guarded).
+
+    A separate class because PySpark refuses a reader that defines pushFilters
+    when spark.sql.python.filterPushdown.enabled is false.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        """Narrow the read (pushdown.py); every filter except the guard goes back to Spark.
+
+        Narrows only when the guard `offset >= 0` is among the filters, which
+        every query on a spark_connector.load() DataFrame carries.
+        """
+        conditions = [condition_of(f) for f in filters]
+        self.plan = plan_pushdown([c for c in conditions if c is not None])
+        # The guard is exact (every offset is >= 0): Spark need not check it again.
+        return [f for f, c in zip(filters, conditions, strict=True) if c != GUARD]
+
+
+# ---------------------------------------------------------------- streaming
+
+
+class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reads; offsets {topic: {partition: next offset}} in the checkpoint."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.arrow_schema = _check_schema(schema, options)
+        self.ranges = resolve_ranges(options.ranges)
+        self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self._latest: dict[TopicPartition, int] | None = None
+
+    def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
+        return _client.describe(self.options.broker, self.options.topics)
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        starts = resolve_offsets(self.options.starting, self._bounds(), "startingOffsets")
+        return offsets_to_json(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        events_max = self.options.max_events_per_trigger
+        return ReadAllAvailable() if events_max is None else ReadMaxRows(events_max)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {tp: b.end_offset for tp, b in self._bounds().items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit
+                     ) -> dict[str, dict[str, int]]:
+        bounds = self._bounds()
+        starts = offsets_from_json(start)
+        latest = {tp: b.end_offset for tp, b in bounds.items()}
+        for tp, b in bounds.items():
+            starts.setdefault(tp, b.start_offset)  # a partition new since the last batch
+        if self._target is not None:
+            latest = {tp: min(end, self._target.get(tp, starts[tp])) for tp, end in latest.items()}
+        self._latest = latest
+        events_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return offsets_to_json(limit_offsets(starts, latest, events_max))
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]
+                   ) -> list[KeybusInputPartition]:
+        starts, stops = offsets_from_json(start), offsets_from_json(end)
+        if any(tp not in starts for tp in stops):
+            bounds = self._bounds()
+            for tp in stops:
+                starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
+        splits = plan_splits(starts, stops, [[r] for r in self.ranges])
+        return _input_partitions(splits, self.options, None)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KeybusInputPartition):
+            return iter(())  # PySpark's stand-in when partitions() found nothing to read
+        return read_split(partition, self.arrow_schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets; the broker keeps no cursor."""
+
+

@@ -1,0 +1,130 @@
+"""End-to-end fixtures: one local[2] SparkSession and one broker for the whole session.
+
+Spark takes seconds to start, so every Spark test shares one session (UI
+off, few shuffle partitions, Python filter pushdown on). Its Python workers
+run the interpreter running the tests and import this repository, as an
+installed connector would be imported on a cluster. Tests use distinct topic
+names on the shared broker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.broker_process import REPO, BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    import spark_connector
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = python_path
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("keybus-e2e")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.executorEnv.PYTHONPATH", python_path)
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_connector.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for every Spark test (distinct topics per test)."""
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("spark-broker")) / "data")
+    process.start()
+    yield process
+    process.stop()
+
+
+ROW_COLUMNS = ("topic", "partition", "offset", "key_long", "key_string", "ordering_key", "source",
+               "opcode", "value", "scn", "slot", "publish_ms", "event_ms")
+
+
+class Topics:
+    """Create topics, produce over the wire, and compare what Spark reads with the log."""
+
+    def __init__(self, spark: Any, broker: BrokerProcess) -> None:
+        from tests.support import wire
+
+        self.spark = spark
+        self.broker = broker
+        self.address = broker.address
+        self.stub = wire.stub(broker.address)
+        self._wire = wire
+
+    def make(self, name: str, partitions: int = 1) -> str:
+        self._wire.create_topic(self.stub, name, partitions)
+        return name
+
+    def produce(self, name: str, partition: int, batch: Any, *, window: bool = False,
+                scn: int = 0) -> Any:
+        from sdk.core.pb import keybus_pb2 as pb
+
+        request = pb.ProduceRequest(topic=name, partition=partition, batch=batch, window=window,
+                                    scn=scn)
+        (response,) = self._wire.produce(self.stub, [request])
+        assert response.error_code == 0, response.error_message
+        return response
+
+    def produce_ints(self, name: str, partition: int, keys: list[int]) -> None:
+        self.produce(name, partition, self._wire.int_batch(keys))
+
+    def expected(self, name: str, partitions: int = 1) -> list[tuple[Any, ...]]:
+        """Every event of the topic as a row tuple (ROW_COLUMNS), sorted."""
+        from sdk.core.columns import record_events
+        from sdk.core.pb import keybus_pb2 as pb
+
+        rows = []
+        for p in range(partitions):
+            for record in self._wire.read_all(self.stub, name, p):
+                for e in record_events(record):
+                    rows.append((
+                        name, p, e.offset,
+                        e.key if isinstance(e.key, int) else None,
+                        e.key if isinstance(e.key, str) else None,
+                        e.ordering_key or None, e.source or None, pb.Opcode.Name(e.opcode),
+                        e.value, e.scn, e.slot, e.publish_time_ms, e.event_time_ms or None,
+                    ))
+        return sorted(rows)
+
+    def reader(self, name: str, **options: str) -> Any:
+        reader = self.spark.read.format("keybus").option("broker", self.address)
+        return reader.option("topic", name).options(**options)
+
+    def rows(self, df: Any) -> list[tuple[Any, ...]]:
+        """The DataFrame's rows as ROW_COLUMNS tuples, sorted."""
+        from pyspark.sql import functions as F
+
+        selected = df.select(
+            "topic", "partition", "offset", "key_long", "key_string", "ordering_key", "source",
+            "opcode", "value", "scn", "slot", F.unix_millis("publish_time").alias("publish_ms"),
+            F.unix_millis("event_time").alias("event_ms"))
+        return sorted(tuple(bytes(v) if isinstance(v, bytearray) else v for v in row)
+                      for row in selected.collect())
+
+
+@pytest.fixture(scope="session")
+def topics(spark: Any, spark_broker: BrokerProcess) -> Topics:
+    return Topics(spark, spark_broker)
