@@ -44,7 +44,11 @@ class Settings:
     commit_bytes_max: int = 16 << 20
     partition_queue_requests_max: int = 1024
     produce_in_flight_max: int = 256  # per Produce stream
-    producer_ids_max: int = 100_000  # idempotence state kept per partition
+    producer_ids_max: int = 100_000  # idempotence state kept in memory per partition (LRU)
+    # A producer id unused this long loses its idempotence state (on disk too):
+    # a retry after that is refused as unknown. Kafka's producer.id.expiration.ms.
+    producer_expiry_ms: int = 7 * 24 * 3600 * 1000
+    producer_expiry_check_interval_ms: int = 3600 * 1000
     # Reads.
     read_events_max: int = 10_000  # per response message, default and cap
     read_bytes_max: int = 4 << 20  # per response message, default and cap

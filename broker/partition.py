@@ -73,13 +73,18 @@ class Partition:
         self.index = index
         self.settings = settings
         self.clock = PartitionClock(tail.next_offset, tail.last_scn)
+        # What readers may see: advanced only once a write is durable. The clock
+        # runs ahead of it while a group commit is being written.
+        self.end_offset = tail.next_offset
+        self.last_scn = tail.last_scn
         self.start_offset = tail.start_offset
         self.bytes = tail.bytes
-        self.producers = ProducerTable(PRODUCER_RESULTS_KEPT)
+        self.producers = ProducerTable(PRODUCER_RESULTS_KEPT, settings.producer_ids_max)
         self._queue: asyncio.Queue[_Produce | _Trim] = asyncio.Queue(
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
         self._closed = False
+        self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -180,6 +185,7 @@ class Partition:
                     if not command.future.done():
                         command.future.set_exception(e)
                 return
+            self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
             self._wake_readers()
             PRODUCED_EVENTS.labels(self.meta.name).inc(sum(a.count for a in appends))
             PRODUCE_COMMITS.labels(self.meta.name).inc()
@@ -234,7 +240,7 @@ class Partition:
 
     async def wait_for_data(self, offset: int) -> None:
         """Return once the log holds an event at `offset` (or the partition closes)."""
-        while self.clock.next_offset <= offset and not self._closed:
+        while self.end_offset <= offset and not self._closed:
             await self._appended.wait()
         if self._closed:
             raise BrokerError("topic_deleted", topic=self.meta.name)
@@ -245,7 +251,7 @@ class Partition:
 
     def offset_for_scn(self, scn: int) -> int:
         found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)
-        return self.clock.next_offset if found is None else max(found, self.start_offset)
+        return self.end_offset if found is None else max(found, self.start_offset)
 
     # ------------------------------------------------------------ retention
 
@@ -260,7 +266,7 @@ class Partition:
 
     async def _trim(self, command: _Trim) -> None:
         meta = self.meta
-        plan = await asyncio.to_thread(
+        plan = None if not (meta.retention_ms or meta.retention_bytes) else await asyncio.to_thread(
             lambda: plan_trim(head_records(self.store, meta.topic_id, self.index),
                               command.now_ms, meta.retention_ms, meta.retention_bytes,
                               self.bytes))
@@ -269,10 +275,15 @@ class Partition:
                                     plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
             self.start_offset = plan.stop_offset
             self.bytes -= plan.bytes_removed
+        if command.now_ms - self._producers_checked_ms >= self.settings.producer_expiry_check_interval_ms:
+            self._producers_checked_ms = command.now_ms
+            expired = await asyncio.to_thread(self.store.expire_producers, meta.topic_id,
+                                              self.index, command.now_ms - self.settings.producer_expiry_ms)
+            self.producers.forget(expired)
         if not command.future.done():
             command.future.set_result(plan.records_removed if plan else 0)
 
     def info(self) -> pb.PartitionInfo:
         return pb.PartitionInfo(partition=self.index, start_offset=self.start_offset,
-                                end_offset=self.clock.next_offset, last_scn=self.clock.last_scn,
+                                end_offset=self.end_offset, last_scn=self.last_scn,
                                 bytes=self.bytes)

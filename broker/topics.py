@@ -125,8 +125,7 @@ class TopicRegistry:
     async def enforce_retention(self) -> int:
         """One retention pass over every partition that has a limit."""
         removed = 0
-        for meta, partitions in list(self._topics.values()):
-            if meta.retention_ms or meta.retention_bytes:
-                for partition in partitions:
-                    removed += await partition.enforce_retention(now_ms())
+        for _, partitions in list(self._topics.values()):
+            for partition in partitions:
+                removed += await partition.enforce_retention(now_ms())
         return removed

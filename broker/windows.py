@@ -19,6 +19,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from broker.errors import BrokerError
@@ -54,22 +55,41 @@ class PartitionClock:
 
 @dataclass(slots=True)
 class ProducerTable:
-    """Recent results per producer id on one partition."""
+    """Recent results per producer id on one partition, in memory.
+
+    At most `producer_ids_max` ids stay in memory (least recently used go
+    first); an evicted id's state is still in RocksDB and is loaded again on
+    its next request, so eviction never breaks idempotence.
+    """
 
     results_kept: int
-    results: dict[int, list[ProducerResult]] = field(default_factory=dict)
+    producer_ids_max: int = 100_000
+    results: OrderedDict[int, list[ProducerResult]] = field(default_factory=OrderedDict)
 
     def known(self, producer_id: int) -> bool:
-        return producer_id in self.results
+        if producer_id in self.results:
+            self.results.move_to_end(producer_id)
+            return True
+        return False
 
     def load(self, producer_id: int, results: list[ProducerResult]) -> None:
         self.results[producer_id] = results[-self.results_kept:]
+        self._evict()
 
     def commit(self, producer_id: int, result: ProducerResult) -> list[ProducerResult]:
         kept = self.results.setdefault(producer_id, [])
         kept.append(result)
         del kept[: -self.results_kept]
+        self._evict()
         return kept
+
+    def forget(self, producer_ids: list[int]) -> None:
+        for producer_id in producer_ids:
+            self.results.pop(producer_id, None)
+
+    def _evict(self) -> None:
+        while len(self.results) > self.producer_ids_max:
+            self.results.popitem(last=False)
 
 
 def decide(request: ProduceInput, clock: PartitionClock, producers: ProducerTable,

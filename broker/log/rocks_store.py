@@ -141,6 +141,25 @@ class RocksStore:
         value = self._views["producers"].get(codec.log_key(topic_id, partition, producer_id))
         return bytes(value) if value is not None else None
 
+    def expire_producers(self, topic_id: int, partition: int, used_before_ms: int) -> list[int]:
+        """Delete the idempotence state of producers whose last batch is older
+        than used_before_ms; returns their ids."""
+        prefix = codec.prefix(topic_id, partition)
+        it = self._views["producers"].iter()
+        it.seek(prefix)
+        expired: list[int] = []
+        while it.valid() and it.key().startswith(prefix):
+            results = codec.decode_producer_results(it.value())
+            if not results or results[-1].publish_time_ms < used_before_ms:
+                expired.append(codec.offset_of_key(it.key()))
+            it.next()
+        if expired:
+            batch = self._batch()
+            for producer_id in expired:
+                batch.delete(codec.log_key(topic_id, partition, producer_id), self._cf["producers"])
+            self._db.write(batch, self._write_options)
+        return expired
+
     def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
         """Yield (base_offset, value) of the record holding `offset`, then the next
         ones, in offset order. Opens a fresh iterator per call, so a reader sees

@@ -33,13 +33,13 @@ def start_offset(partition: Partition, start: pb.StartPosition) -> int:
     if which == "earliest":
         return partition.start_offset
     if which == "latest":
-        return partition.clock.next_offset
+        return partition.end_offset
     if which == "scn":
         return partition.offset_for_scn(start.scn)
-    if not partition.start_offset <= start.offset <= partition.clock.next_offset:
+    if not partition.start_offset <= start.offset <= partition.end_offset:
         raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
                           partition=partition.index, start=partition.start_offset,
-                          end=partition.clock.next_offset)
+                          end=partition.end_offset)
     return start.offset
 
 
@@ -81,7 +81,7 @@ class ReadServicer:
         )
         offset = start_offset(partition, request.start)
         while spec.stop_offset is None or offset < spec.stop_offset:
-            if offset >= partition.clock.next_offset:
+            if offset >= partition.end_offset:
                 if not request.follow:
                     return
                 await partition.wait_for_data(offset)
@@ -89,4 +89,4 @@ class ReadServicer:
             offset = max(offset, chunk.next_offset)
             if chunk.records:
                 READ_EVENTS.labels(request.topic).inc(chunk.events)
-                yield wire.read_response(chunk.records, offset, partition.clock.next_offset)
+                yield wire.read_response(chunk.records, offset, partition.end_offset)

@@ -80,3 +80,27 @@ def test_health_and_reflection(shared_broker: BrokerProcess) -> None:
     answer = next(iter(reflection.ServerReflectionInfo(iter([request]), timeout=10)))
     names = {s.name for s in answer.list_services_response.service}
     assert {"keybus.v1.Keybus", "grpc.health.v1.Health"} <= names
+
+
+def test_idle_producer_state_expires(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", "--retention-check-interval-ms", "50",
+                           "--producer-expiry-ms", "200", "--producer-expiry-check-interval-ms", "0")
+    broker.start()
+    try:
+        client = stub(broker.address)
+        client.CreateTopic(pb.CreateTopicRequest(topic="expiry"))
+        producer_id = client.InitProducer(pb.InitProducerRequest(topic="expiry")).producer_id
+        first = pb.ProduceRequest(topic="expiry", batch=int_batch([1]), producer_id=producer_id, sequence=0)
+        assert produce(client, [first])[0].error_code == 0
+        assert produce(client, [first])[0].duplicate  # remembered while fresh
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            late = pb.ProduceRequest(topic="expiry", batch=int_batch([2]), producer_id=producer_id, sequence=1)
+            answer = produce(client, [late])[0]
+            if answer.error_code:
+                break
+            time.sleep(0.1)  # still known (stored, or answered as a duplicate): wait for expiry
+        assert answer.error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "unknown" in answer.error_message
+    finally:
+        broker.stop()

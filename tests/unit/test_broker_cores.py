@@ -131,3 +131,13 @@ def test_bad_filter_config_names_the_line(tmp_path: Path) -> None:
                       '"filter(people).mod.numBuckets" = 2\n"filter(people).mod.buckets" = "[0-5]"\n')
     with pytest.raises(ConfigError, match=r"keybus.toml line 4: .*mod.buckets"):
         load_settings(str(config), env={})
+
+
+def test_producer_table_evicts_least_recently_used_from_memory_only() -> None:
+    producers = ProducerTable(results_kept=2, producer_ids_max=2)
+    result = codec.ProducerResult(0, 0, 1, 1, False, 1)
+    producers.commit(1, result)
+    producers.commit(2, result)
+    assert producers.known(1)  # 1 is now the most recently used
+    producers.commit(3, result)
+    assert list(producers.results) == [1, 3]
