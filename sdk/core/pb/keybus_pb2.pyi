@@ -294,8 +294,12 @@ class ProduceRequest(_message.Message):
     non-increasing SCN is refused with FAILED_PRECONDITION.
     """
     producer_id: _builtins.int
-    """Idempotence: a producer id from InitProducer (0 = none) and a
-    per-partition batch sequence starting at 0. A retried sequence is
+    """Idempotence: a producer id (0 = none) and a per-partition batch sequence
+    starting at 0. The id comes from InitProducer (below 2^63), or is a
+    stable id the client chooses with the high bit set (like Kafka's
+    transactional.id: the Spark writer derives one per write task), used by
+    one writer at a time. State of an id idle for producer_expiry_ms is
+    dropped. A retried sequence is
     answered with the original result and stores nothing; a gap is refused
     with FAILED_PRECONDITION.
     """
