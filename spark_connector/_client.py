@@ -28,7 +28,8 @@ from sdk.channel import CHANNEL_OPTIONS, target_of
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
-from sdk.sync import SyncAdmin, SyncReader
+from sdk.subscription_admin import SubscriptionAdmin
+from sdk.sync import LoopThread, SyncAdmin, SyncReader
 from spark_connector.partitioning import PartitionBounds
 
 CALL_TIMEOUT_S = 30.0
@@ -71,6 +72,40 @@ def describe(broker: str, topics: Sequence[str]) -> dict[TopicPartition, Partiti
                 out[TopicPartition(topic, p.partition)] = PartitionBounds(p.start_offset,
                                                                           p.end_offset)
     return out
+
+
+def subscription_ranges(broker: str, topics: Sequence[str], subscription: str
+                        ) -> dict[TopicPartition, list[list[HashRange]]]:
+    """Each consumer's hash ranges per topic partition of a Key_Shared
+    subscription, as DescribeSubscription (and `keybus subscriptions describe`)
+    reports them.
+
+    Raises:
+        BrokerCallError: the topic or subscription does not exist, or the
+            broker cannot be reached.
+    """
+    loop = LoopThread("keybus-spark-describe")
+    out: dict[TopicPartition, list[list[HashRange]]] = {}
+    try:
+        for topic in topics:
+            try:
+                info = loop.run(_describe_subscription(broker, topic, subscription),
+                                CALL_TIMEOUT_S)
+            except errors.KeybusError as e:
+                raise _failure(f"DescribeSubscription({topic!r}, {subscription!r})", broker,
+                               e) from None
+            for p in info.partitions:
+                out[TopicPartition(topic, p.partition)] = [
+                    [HashRange(r.slot_first, r.slot_last) for r in c.ranges] for c in p.consumers]
+    finally:
+        loop.stop()
+    return out
+
+
+async def _describe_subscription(broker: str, topic: str, subscription: str
+                                 ) -> pb.SubscriptionInfo:
+    async with SubscriptionAdmin(broker) as admin:
+        return await admin.describe_subscription(topic, subscription)
 
 
 def read_records(broker: str, topic: str, partition: int, start: int | str, stop: int,

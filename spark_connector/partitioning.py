@@ -80,20 +80,38 @@ def parse_ranges_option(text: str) -> RangesSpec:
 
 
 def resolve_ranges(spec: RangesSpec) -> list[HashRange]:
-    """The ranges to split by.
+    """The explicit ranges to split by (empty for subscription:NAME, whose
+    ranges come from the broker when the read is planned)."""
+    return list(spec.ranges)
+
+
+RangeGroups = dict[TopicPartition, list[list[HashRange]]]
+
+
+def range_groups(spec: RangesSpec, partitions: Sequence[TopicPartition],
+                 live: Mapping[TopicPartition, list[list[HashRange]]] | None = None
+                 ) -> RangeGroups:
+    """One group of slot ranges per Spark input partition, per topic partition.
+
+    Explicit ranges: every topic partition gets one group per range. For
+    subscription:NAME, `live` holds each consumer's ranges per topic partition
+    (as `keybus subscriptions describe` shows them): one group per consumer.
 
     Raises:
-        PartitioningError: for subscription:NAME, which needs the
-            subscriptions feature (a broker RPC that lists a Key_Shared
-            subscription's live ranges), not yet available.
+        PartitioningError: the subscription has no consumer on a partition.
     """
-    if spec.subscription is not None:
-        raise PartitioningError(
-            f"option 'ranges'='subscription:{spec.subscription}' needs the subscriptions "
-            "feature (the live hash ranges of a Key_Shared subscription), which is not yet "
-            "available in this broker; use ranges=N or an explicit list such as "
-            "0-16383,16384-65535 for now")
-    return list(spec.ranges)
+    if spec.subscription is None:
+        return {tp: [[r] for r in spec.ranges] for tp in partitions}
+    groups: RangeGroups = {}
+    for tp in partitions:
+        found = [g for g in (live or {}).get(tp, []) if g]
+        if not found:
+            raise PartitioningError(
+                f"option 'ranges'='subscription:{spec.subscription}': the subscription has no "
+                f"Key_Shared consumer with hash ranges on {tp.topic}/{tp.partition}; start its "
+                "consumers first, or use ranges=N or an explicit list")
+        groups[tp] = found
+    return groups
 
 
 # ---------------------------------------------------------------- offsets
@@ -247,12 +265,13 @@ class Split:
 
 
 def plan_splits(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartition, int],
-                ranges: Sequence[Sequence[HashRange]]) -> list[Split]:
+                groups: Mapping[TopicPartition, Sequence[Sequence[HashRange]]]) -> list[Split]:
     """Splits = topic partitions with start < stop, times range groups (rule 1).
 
     Args:
-        ranges: one group of slot ranges per split of a topic partition
-            (normally one range each; pushdown may narrow a group).
+        groups: per topic partition, one group of slot ranges per split
+            (normally one range each; a subscription consumer's ranges form
+            one group; pushdown may narrow a group).
     """
     splits: list[Split] = []
     for tp in sorted(starts):
@@ -260,7 +279,7 @@ def plan_splits(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartit
         if start >= stop:
             continue
         splits.extend(Split(tp.topic, tp.partition, tuple(group), start, stop)
-                      for group in ranges if group)
+                      for group in groups[tp] if group)
     return splits
 
 

@@ -64,6 +64,7 @@ from spark_connector.partitioning import (
     offsets_from_json,
     offsets_to_json,
     plan_splits,
+    range_groups,
     resolve_offsets,
     resolve_ranges,
 )
@@ -102,6 +103,16 @@ class KeybusDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> KeybusStreamWriter:
         _refuse_overwrite(overwrite)
         return KeybusStreamWriter(parse_write_options(self.options), schema)
+
+
+def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
+                  ) -> dict[TopicPartition, list[list[HashRange]]]:
+    """Range groups per topic partition; asks the broker for subscription:NAME."""
+    spec = options.ranges
+    live = None
+    if spec.subscription is not None:
+        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription)
+    return range_groups(spec, partitions, live)
 
 
 def _refuse_overwrite(overwrite: bool) -> None:
@@ -216,7 +227,6 @@ class KeybusBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.arrow_schema = _check_schema(schema, options)
-        self.ranges = resolve_ranges(options.ranges)
         self.plan = PushdownPlan()
 
     def partitions(self) -> list[KeybusInputPartition]:
@@ -230,7 +240,7 @@ class KeybusBatchReader(DataSourceReader):
                                   f"after endingOffsets {stop}")
             stops[tp] = min(stop, bounds[tp].end_offset)
         starts = check_data_loss(starts, bounds, options.fail_on_data_loss)
-        splits = plan_splits(starts, stops, [[r] for r in self.ranges])
+        splits = plan_splits(starts, stops, _range_groups(options, list(bounds)))
         splits = apply_pushdown(splits, self.plan)
         return _input_partitions(splits, options, self.plan.key_filter)
 
@@ -268,7 +278,6 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.arrow_schema = _check_schema(schema, options)
-        self.ranges = resolve_ranges(options.ranges)
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._latest: dict[TopicPartition, int] | None = None
 
@@ -309,7 +318,7 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bounds = self._bounds()
             for tp in stops:
                 starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
-        splits = plan_splits(starts, stops, [[r] for r in self.ranges])
+        splits = plan_splits(starts, stops, _range_groups(self.options, list(stops)))
         return _input_partitions(splits, self.options, None)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

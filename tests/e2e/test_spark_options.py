@@ -24,6 +24,7 @@ from spark_connector.partitioning import (
     offsets_from_json,
     offsets_to_json,
     parse_ranges_option,
+    range_groups,
     resolve_ranges,
 )
 from spark_connector.pushdown import GUARD, Condition, plan_pushdown
@@ -87,11 +88,16 @@ def test_options_are_case_insensitive_and_defaults_hold() -> None:
     assert batch.fail_on_data_loss and not batch.include_headers
 
 
-def test_subscription_ranges_need_the_subscriptions_feature() -> None:
+def test_subscription_ranges_become_one_group_per_consumer() -> None:
     spec = parse_ranges_option("subscription:billing")
-    assert spec.subscription == "billing"
-    with pytest.raises(PartitioningError, match="needs the subscriptions feature"):
-        resolve_ranges(spec)
+    assert spec.subscription == "billing" and resolve_ranges(spec) == []
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    live = {p0: [[HashRange(0, 99), HashRange(500, 599)], [HashRange(100, 499)]], p1: [[]]}
+    assert range_groups(spec, [p0], live) == {p0: live[p0]}
+    with pytest.raises(PartitioningError, match="no Key_Shared consumer with hash ranges on t/1"):
+        range_groups(spec, [p0, p1], live)
+    explicit = parse_ranges_option("2")
+    assert range_groups(explicit, [p0]) == {p0: [[HashRange(0, 32767)], [HashRange(32768, 65535)]]}
 
 
 def test_admission_splits_the_budget_by_backlog() -> None:
@@ -140,8 +146,8 @@ def test_spark_reports_bad_options_when_the_dataframe_is_defined(spark: Any, top
         reader().option("ranges", "zero").load()
     with pytest.raises(Exception, match="not known for a keybus read"):
         reader().option("startingOffset", "earliest").load()
-    with pytest.raises(Exception, match="needs the subscriptions feature"):
-        reader().option("ranges", "subscription:s").load()
+    with pytest.raises(Exception, match="'ranges'"):
+        reader().option("ranges", "subscription:").load()
     with pytest.raises(Exception, match="DescribeTopic"):
         reader().load().count()
     df = spark.createDataFrame([(1,)], "key_long long")
