@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Keybus needs Python 3.11; set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 install: $(STAMP) system-deps
@@ -40,6 +40,7 @@ test: lint
 
 bench: install
 	$(BIN)/python -m benchmarks all
+	$(BIN)/python -m benchmarks compare
 
 clean:
 	rm -rf $(VENV) keybus-data

@@ -2,6 +2,9 @@
 
 Scenarios: produce, read (reads what produce wrote), filtered-read, all.
 Every run starts its own broker on 127.0.0.1 with a temp data dir.
+
+`python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
+NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ async def run_scenarios(scenario: str, broker: str, broker_pid: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(sys.argv[1:] if argv is None else argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["compare"]:
+        from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
+
+        return compare.main(arguments[1:])
+    options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)
     broker_args = ["--no-fsync"] if options.no_fsync else []

@@ -1,0 +1,140 @@
+"""The producer and consumer loops every system's client shares.
+
+A driver connects (and subscribes), then hands the loop how to send a batch
+and how to fetch-and-ack one; the loop says ready, waits for the common start
+(`Link.start`), and decides batch sizes, pacing, counting, latencies and when
+to stop, so the workload is the same for Keybus, Redis and NATS. Each loop is bounded by its
+event count and by the task's hard stop time. A sync and an async version:
+Redis's client is sync, nats-py and the Keybus SDK are asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from benchmarks.link import Link, Task, monotonic_ns
+from benchmarks.pacing import due_s, events_limit, next_batch_events
+from benchmarks.payload import key_sequence, latencies_ms, stamped_value
+
+Send = Callable[[Sequence[int], bytes], None]  # keys, one value for the batch; may return before acks
+Fetch = Callable[[], tuple[Sequence[bytes], int]]  # values of one batch, ns when they arrived; acked
+AsyncSend = Callable[[Sequence[int], bytes], Awaitable[None]]
+AsyncFetch = Callable[[], Awaitable[tuple[Sequence[bytes], int]]]
+Report = dict[str, Any]
+
+
+class _Batches:
+    """Which keys the next send carries and when it is due (shared by both loops)."""
+
+    def __init__(self, task: Task, link: Link) -> None:
+        self.task = task
+        self.keys = key_sequence(task.workload.keys, events_limit(task.workload, task.paced))
+        link.start()
+        self.began_s = time.monotonic()
+        self.hard_stop_s = task.hard_stop_monotonic(self.began_s)
+        self.sent = 0
+        self.stopped_early = False
+
+    def next_keys(self, link: Link) -> list[int]:
+        if link.stopped() or time.monotonic() > self.hard_stop_s:
+            self.stopped_early = True
+            return []
+        n = next_batch_events(self.sent, time.monotonic() - self.began_s, self.task.workload,
+                              self.task.paced)
+        start = self.sent % len(self.keys)
+        if start + n <= len(self.keys):
+            return self.keys[start:start + n]
+        return [self.keys[(start + j) % len(self.keys)] for j in range(n)]
+
+    def wait_s(self) -> float:
+        """Seconds until the next send is due (0 when not paced or late)."""
+        if not self.task.paced:
+            return 0.0
+        due = self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
+        return max(0.0, due - time.monotonic())
+
+    def value(self) -> bytes:
+        return stamped_value(self.task.workload.value_bytes, monotonic_ns())
+
+    def sent_batch(self, n: int, link: Link) -> None:
+        self.sent += n
+        link.add_produced(n)
+
+
+def produce(task: Task, link: Link, send: Send, flush: Callable[[], None]) -> Report:
+    """Send batches until the count, duration or stop; then wait for every ack."""
+    batches = _Batches(task, link)
+    while keys := batches.next_keys(link):
+        time.sleep(batches.wait_s())
+        send(keys, batches.value())
+        batches.sent_batch(len(keys), link)
+    flush()
+    last_ns = monotonic_ns()
+    link.finish_producing()
+    return {"events": batches.sent, "last_ns": last_ns, "stopped_early": batches.stopped_early}
+
+
+async def produce_async(task: Task, link: Link, send: AsyncSend,
+                        flush: Callable[[], Awaitable[None]]) -> Report:
+    """`produce` for asyncio clients."""
+    batches = _Batches(task, link)
+    while keys := batches.next_keys(link):
+        await asyncio.sleep(batches.wait_s())
+        await send(keys, batches.value())
+        batches.sent_batch(len(keys), link)
+    await flush()
+    last_ns = monotonic_ns()
+    link.finish_producing()
+    return {"events": batches.sent, "last_ns": last_ns, "stopped_early": batches.stopped_early}
+
+
+class _Tally:
+    """What a consumer counted: events, the last arrival, latencies when paced."""
+
+    def __init__(self, task: Task, link: Link) -> None:
+        link.start()
+        self.paced = task.paced
+        self.hard_stop_s = task.hard_stop_monotonic(time.monotonic())
+        self.events = 0
+        self.last_ns = 0
+        self.latencies_ms: list[float] = []
+
+    def running(self, link: Link) -> bool:
+        return not link.stopped() and time.monotonic() < self.hard_stop_s
+
+    def add(self, values: Sequence[bytes], received_ns: int, link: Link) -> None:
+        self.events += len(values)
+        self.last_ns = received_ns
+        link.add_consumed(len(values))
+        if self.paced:
+            self.latencies_ms.extend(latencies_ms(values, received_ns))
+
+    def report(self) -> Report:
+        return {"events": self.events, "last_ns": self.last_ns, "latencies_ms": self.latencies_ms}
+
+
+def consume(task: Task, link: Link, fetch: Fetch) -> Report:
+    """Fetch-and-ack until every produced event is consumed, or stop."""
+    tally = _Tally(task, link)
+    while tally.running(link):
+        values, received_ns = fetch()
+        if values:
+            tally.add(values, received_ns, link)
+        elif link.consumption_done():
+            break
+    return tally.report()
+
+
+async def consume_async(task: Task, link: Link, fetch: AsyncFetch) -> Report:
+    """`consume` for asyncio clients."""
+    tally = _Tally(task, link)
+    while tally.running(link):
+        values, received_ns = await fetch()
+        if values:
+            tally.add(values, received_ns, link)
+        elif link.consumption_done():
+            break
+    return tally.report()

@@ -1,0 +1,129 @@
+"""The comparison's Markdown: one table per scenario with Keybus/peer ratios.
+
+Pure: takes the report dict that `compare.py` builds and returns text; the
+generated block is delimited like results.py's (`<!-- bench: COMMAND -->` ...
+`<!-- /bench -->`) so a rerun of the same command replaces its own block and
+leaves hand-written notes alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Row = dict[str, Any]
+KEYBUS = "Keybus"
+PLOTS = (("Throughput by scenario", "plots/throughput.png"),
+         ("Publish-to-delivery latency distribution", "plots/latency.png"))
+
+
+def ratio(numerator: float | None, denominator: float | None) -> str:
+    """Like "2.41x", or "—" when either side is missing or zero."""
+    if not numerator or not denominator:
+        return "—"
+    return f"{numerator / denominator:.2f}x"
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:,.{digits}f}"
+
+
+def _reference(rows: list[Row]) -> Row | None:
+    """The scenario's first measured Keybus row: what the ratios compare against."""
+    return next((r for r in rows if r.get("family") == KEYBUS and "events_per_s" in r), None)
+
+
+def _events(row: Row) -> str:
+    return _number(row["events"]) + ("" if row.get("complete", True) else " (incomplete)")
+
+
+def _throughput_line(row: Row, reference: Row | None) -> list[str]:
+    keybus_rate = reference["events_per_s"] if reference else None
+    return [row["system"], _number(row.get("consumers") or 1), _events(row),
+            _number(row["events_per_s"]), _number(row["mb_per_s"], 1),
+            _number(row["cpu_s_per_m_client"], 2), _number(row["cpu_s_per_m_server"], 2),
+            ratio(keybus_rate, row["events_per_s"])]
+
+
+def _latency_line(row: Row, reference: Row | None) -> list[str]:
+    keybus_p99 = reference.get("p99_ms") if reference else None
+    return [row["system"], _number(row.get("consumers")), _events(row),
+            _number(row["events_per_s"]), _number(row.get("p50_ms"), 2),
+            _number(row.get("p99_ms"), 2), _number(row.get("max_ms"), 1),
+            _number(row["cpu_s_per_m_client"], 2), _number(row["cpu_s_per_m_server"], 2),
+            ratio(row.get("p99_ms"), keybus_p99)]
+
+
+THROUGHPUT_HEADER = ["system", "clients", "events", "events/s", "MB/s",
+                     "CPU s per M events, clients", "CPU s per M events, server",
+                     "Keybus ÷ system (events/s)"]
+LATENCY_HEADER = ["system", "consumers", "events", "events/s", "p50 ms", "p99 ms", "max ms",
+                  "CPU s per M events, clients", "CPU s per M events, server",
+                  "system p99 ÷ Keybus p99"]
+
+
+def scenario_table(rows: list[Row], latency: bool) -> str:
+    """A Markdown table of one scenario's rows; note rows (failed, pending) say why."""
+    header = LATENCY_HEADER if latency else THROUGHPUT_HEADER
+    reference = _reference(rows)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        if "events_per_s" not in row:
+            cells = [row["system"], row.get("note", "")] + ["—"] * (len(header) - 2)
+        elif latency:
+            cells = _latency_line(row, reference)
+        else:
+            cells = _throughput_line(row, reference)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _heading(scenario: str, workload: dict[str, Any]) -> str:
+    w = workload
+    size = (f"{w['value_bytes']}-byte values, {w['keys']:,} keys, batches of "
+            f"{w['batch_events']:,}")
+    limit = f"{w['events']:,} events" + (f" or {w['duration_s']} s" if w.get("duration_s") else "")
+    if scenario == "produce":
+        return f"#### produce: one producer process, {limit}, {size}, until every ack"
+    if scenario == "consume":
+        return (f"#### consume: {w['consumers']} consumer processes drain the events produce "
+                f"stored, until every one is delivered and acknowledged")
+    return (f"#### latency, end to end: one producer at {w['rate_per_s']:,} events/s and "
+            f"{w['consumers']} consumer processes, {w['latency_events']:,} events, "
+            f"{w['value_bytes']}-byte values; send time (in the value) to arrival at a consumer")
+
+
+def durability_table(systems: list[Row]) -> str:
+    lines = ["| system | server | acknowledged when |", "|---|---|---|"]
+    lines += [f"| {s['system']} | {s['version']} | {s['durability']} |" for s in systems]
+    return "\n".join(lines)
+
+
+def body(report: dict[str, Any]) -> str:
+    """The generated block's content: heading line, durability, tables, plots."""
+    m = report["machine"]
+    load = (f"; load average (1 min) {m['load_1min_before']} before, {m['load_1min_after']} after"
+            if "load_1min_before" in m else "")
+    parts = [f"`{report['command']}` — {m['date']}, {m['nproc']} cores, {m['cpu']}, "
+             f"Python {m['python']}; every server and client on this machine, 127.0.0.1{load}",
+             "", durability_table(report["systems"])]
+    for scenario in report["scenarios"]:
+        rows = [row for row in report["results"] if row["scenario"] == scenario]
+        if rows:
+            parts += ["", _heading(scenario, report["workload"]), "",
+                      scenario_table(rows, latency=scenario == "latency")]
+    parts += ["", " ".join(f"![{title}]({path})" for title, path in PLOTS)]
+    return "\n".join(parts)
+
+
+def replace_block(text: str, command: str, block_body: str) -> str:
+    """`text` with the block of `command` replaced (or appended when new)."""
+    start, end = f"<!-- bench: {command} -->", "<!-- /bench -->"
+    block = f"{start}\n{block_body}\n{end}"
+    if start in text:
+        head, rest = text.split(start, 1)
+        return head + block + rest.split(end, 1)[1]
+    return text.rstrip("\n") + "\n\n" + block + "\n"

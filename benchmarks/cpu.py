@@ -1,0 +1,27 @@
+"""CPU seconds a process has used, from /proc/PID/stat (utime + stime, all threads).
+
+Read before and after a scenario; the difference is what that scenario cost,
+for client and server processes alike, without adding a dependency (psutil).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def cpu_ticks_of_stat(stat: str) -> int:
+    """utime + stime in clock ticks from the text of /proc/PID/stat.
+
+    The command name (field 2) is in parentheses and may hold spaces, so fields
+    are counted from the last ')': field 3 (state) is first there, so utime
+    (field 14) and stime (field 15) are the 12th and 13th.
+    """
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def process_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds of `pid` (this process when None)."""
+    path = f"/proc/{'self' if pid is None else pid}/stat"
+    with open(path) as f:
+        return cpu_ticks_of_stat(f.read()) / os.sysconf("SC_CLK_TCK")
