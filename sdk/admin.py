@@ -3,11 +3,14 @@
 Thin by design: one unary call per method, broker errors mapped to
 KeybusError subclasses. Returns the wire types (pb.TopicInfo), which carry
 config and per-partition offsets without a second copy of the schema here.
+`AdminClient` is the part every admin class shares (channel, deadline,
+error mapping); `SubscriptionAdmin` builds on it too.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any, Self
 
 import grpc
 import grpc.aio
@@ -18,8 +21,9 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 
 
-class Admin:
-    """Topic administration on one broker.
+class AdminClient:
+    """One broker's unary admin calls: a lazily opened channel, a deadline per
+    call, and gRPC errors mapped to KeybusError subclasses.
 
     Args:
         broker: "host:port" (port defaults to 6650); ignored when `channel` is given.
@@ -43,6 +47,31 @@ class Admin:
             self._stub = stub_of(self._channel)
         return self._stub
 
+    async def _call(self, method: str, request: Any) -> Any:
+        """One unary call by name; a broker error becomes a KeybusError."""
+        try:
+            return await getattr(self._connect(), method)(request, timeout=self._timeout_s)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    async def close(self) -> None:
+        """Close the channel this client opened. Idempotent."""
+        if self._owns_channel and self._channel is not None:
+            await self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+
+class Admin(AdminClient):
+    """Topic administration on one broker (arguments as AdminClient)."""
+
     async def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
                            retention_bytes: int = 0) -> pb.TopicInfo:
         """Create a topic.
@@ -58,12 +87,8 @@ class Admin:
         """
         config = pb.TopicConfig(partitions=partitions, retention_ms=retention_ms,
                                 retention_bytes=retention_bytes)
-        request = pb.CreateTopicRequest(topic=name, config=config)
-        try:
-            info: pb.TopicInfo = await self._connect().CreateTopic(request,
-                                                                   timeout=self._timeout_s)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+        info: pb.TopicInfo = await self._call("CreateTopic",
+                                              pb.CreateTopicRequest(topic=name, config=config))
         return info
 
     async def list_topics(self) -> list[pb.TopicInfo]:
@@ -72,11 +97,7 @@ class Admin:
         Raises:
             Unavailable, KeybusError.
         """
-        try:
-            response = await self._connect().ListTopics(pb.ListTopicsRequest(),
-                                                        timeout=self._timeout_s)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+        response = await self._call("ListTopics", pb.ListTopicsRequest())
         return list(response.topics)
 
     async def describe_topic(self, name: str) -> pb.TopicInfo:
@@ -85,11 +106,7 @@ class Admin:
         Raises:
             TopicNotFound, Unavailable, KeybusError.
         """
-        try:
-            info: pb.TopicInfo = await self._connect().DescribeTopic(
-                pb.DescribeTopicRequest(topic=name), timeout=self._timeout_s)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+        info: pb.TopicInfo = await self._call("DescribeTopic", pb.DescribeTopicRequest(topic=name))
         return info
 
     async def delete_topic(self, name: str) -> None:
@@ -98,22 +115,4 @@ class Admin:
         Raises:
             TopicNotFound, Unavailable, KeybusError.
         """
-        try:
-            await self._connect().DeleteTopic(pb.DeleteTopicRequest(topic=name),
-                                              timeout=self._timeout_s)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
-
-    async def close(self) -> None:
-        """Close the channel this Admin opened. Idempotent."""
-        if self._owns_channel and self._channel is not None:
-            await self._channel.close()
-        self._channel = None
-        self._stub = None
-
-    async def __aenter__(self) -> Admin:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self.close()
+        await self._call("DeleteTopic", pb.DeleteTopicRequest(topic=name))
