@@ -228,9 +228,11 @@ class Consumer:
         self._closed = False
         self.partitions: list[int] = []
         # Nacked slots: (partition, slot) -> first nacked offset, until the broker
-        # has seen every nack sent on this stream (Delivery.nacks_seen).
+        # has seen every nack of this stream (Delivery.nacks_seen). Nacks count
+        # when queued, not when sent: a delivery that arrives while a nack waits
+        # for the next flush was planned before the broker saw it.
         self._holds: dict[tuple[int, int], int] = {}
-        self._nacks_sent = 0
+        self._nacks_queued = 0
 
     @classmethod
     async def subscribe(cls, broker: str = "localhost:6650", topic: str = "",
@@ -362,8 +364,13 @@ class Consumer:
                 hold = self._holds.get((partition, slot))
                 self._holds[partition, slot] = offset if hold is None else min(hold, offset)
             given += self._give_back_prefetched(partition, first)
-        self._state.nacks.append((partition, given, delay))
+        self._queue_nack(partition, given, delay)
         self._flush_wanted.set()
+
+    def _queue_nack(self, partition: int, offsets: list[int], delay_ms: int) -> None:
+        """One Nack message for the next flush (the broker counts them: nacks_seen)."""
+        self._state.nacks.append((partition, offsets, delay_ms))
+        self._nacks_queued += 1
 
     def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
         """Remove buffered events of `partition` whose slot has a nacked offset before them."""
@@ -422,7 +429,7 @@ class Consumer:
             backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)
         self._stream = stream
         self._holds.clear()
-        self._nacks_sent = 0
+        self._nacks_queued = len(self._state.nacks)  # still to go, on this stream
         self.partitions = list(opened.partitions)
         self._state.buffer.reset()
         self._current.clear()
@@ -461,7 +468,7 @@ class Consumer:
             delivery = response.delivery
             counts = delivery.redelivery_counts
             lasts = delivery.window_last_offsets
-            stale = bool(self._holds) and delivery.nacks_seen < self._nacks_sent
+            stale = bool(self._holds) and delivery.nacks_seen < self._nacks_queued
             if not stale:
                 self._holds.clear()  # the broker saw every nack: it holds those keys now
             position = 0
@@ -494,7 +501,7 @@ class Consumer:
         if not drop:
             return batch
         offsets = [batch.offsets[i] for i in drop]
-        self._state.nacks.append((partition, offsets, self.config.nack_delay_ms))
+        self._queue_nack(partition, offsets, self.config.nack_delay_ms)
         self._state.buffer.count_taken(partition, len(drop))
         self._flush_wanted.set()
         return _without(batch, set(drop))
@@ -527,7 +534,6 @@ class Consumer:
         # back before it may send more.
         nacks, state.nacks = state.nacks, []
         for partition, offsets, delay in nacks:
-            self._nacks_sent += 1
             await stream.send(pb.SubscribeRequest(nack=pb.Nack(
                 partition=partition, delay_ms=delay,
                 ranges=[pb.OffsetRange(start=a, stop=b) for a, b in offsets_to_ranges(offsets)])))

@@ -20,20 +20,30 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, islice, repeat
+from operator import add, ne
 from typing import Generic, TypeVar
 
 B = TypeVar("B")
 
 
 def offsets_to_ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted, merged half-open ranges covering exactly `offsets`."""
-    ranges: list[tuple[int, int]] = []
-    for offset in sorted(set(offsets)):
-        if ranges and ranges[-1][1] == offset:
-            ranges[-1] = (ranges[-1][0], offset + 1)
-        else:
-            ranges.append((offset, offset + 1))
-    return ranges
+    """Sorted, merged half-open ranges covering exactly `offsets` (any order, repeats).
+
+    Python work is per range, not per offset: the run breaks (where an offset
+    is not its predecessor + 1) are found by C-level `map` and `compress`.
+    """
+    ordered = sorted(set(offsets))
+    n = len(ordered)
+    if not n:
+        return []
+    if ordered[-1] - ordered[0] == n - 1:  # one run (a whole record): the common case
+        return [(ordered[0], ordered[-1] + 1)]
+    # breaks[k]: ordered[k] ends a run (ordered[k + 1] is not ordered[k] + 1)
+    breaks = bytes(map(ne, islice(ordered, 1, None), map(add, ordered, repeat(1))))
+    starts = [ordered[0], *compress(islice(ordered, 1, None), breaks)]
+    stops = [*map(add, compress(ordered, breaks), repeat(1)), ordered[-1] + 1]
+    return list(zip(starts, stops, strict=True))
 
 
 class FetchBuffer(Generic[B]):

@@ -63,13 +63,49 @@ class Cursor:
         return list(zip(self._starts, self._stops, strict=True))
 
     def ack_ranges(self, ranges: Iterable[tuple[int, int]]) -> int:
-        """Acknowledge half-open offset ranges; returns how many offsets were newly acked."""
-        newly = 0
-        for start, stop in ranges:
-            _check_range(start, stop)
-            newly += self._ack_one(start, stop)
+        """Acknowledge half-open offset ranges (any order, may overlap or be empty);
+        returns how many offsets were newly acked.
+
+        One ack message carries many short ranges: they are merged with the
+        stored ranges they can touch in one sorted pass (sorting two sorted
+        runs is a merge), one loop step per range, instead of a list insert each.
+        """
+        given = sorted(ranges)
+        if not given:
+            return 0
+        if given[0][0] < 0 or any(stop < start for start, stop in given):
+            for start, stop in given:
+                _check_range(start, stop)
+        mark = self._mark_delete
+        high = max(stop for _, stop in given)
+        if high <= mark:
+            return 0
+        starts, stops = self._starts, self._stops
+        i = bisect_left(stops, max(given[0][0], mark))  # first stored range reaching low
+        j = bisect_right(starts, high)  # stored ranges before j start at or before high
+        window = list(zip(starts[i:j], stops[i:j], strict=False))
+        before = sum(stop - start for start, stop in window)
+        merged_starts: list[int] = []
+        merged_stops: list[int] = []
+        current_start = current_stop = mark
+        for start, stop in sorted(window + given):
+            if stop <= current_stop:
+                continue
+            if start <= current_stop:
+                current_stop = stop
+                continue
+            if current_stop > current_start:
+                merged_starts.append(current_start)
+                merged_stops.append(current_stop)
+            current_start, current_stop = start, stop
+        if current_stop > current_start:
+            merged_starts.append(current_start)
+            merged_stops.append(current_stop)
+        starts[i:j] = merged_starts
+        stops[i:j] = merged_stops
+        after = sum(stop - start for start, stop in zip(merged_starts, merged_stops, strict=True))
         self._advance_mark_delete()
-        return newly
+        return after - before
 
     def ack_cumulative(self, stop: int) -> int:
         """Acknowledge every offset below `stop`; returns how many were newly acked."""
@@ -81,6 +117,19 @@ class Cursor:
             return True
         i = bisect_right(self._starts, offset) - 1
         return i >= 0 and offset < self._stops[i]
+
+    def is_range_acked(self, start: int, stop: int) -> bool:
+        """True when every offset in ``[start, stop)`` is acknowledged; O(log ranges).
+
+        Ranges never touch (rule 2), so a fully acknowledged span lies below
+        the mark-delete or inside one range.
+        """
+        _check_range(start, stop)
+        start = max(start, self._mark_delete)
+        if start >= stop:
+            return True
+        i = bisect_right(self._starts, start) - 1
+        return i >= 0 and stop <= self._stops[i]
 
     def unacked_in(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The unacknowledged offsets in ``[start, stop)`` as half-open ranges, ascending."""
@@ -166,23 +215,6 @@ class Cursor:
 
     def __repr__(self) -> str:
         return f"Cursor(mark_delete={self._mark_delete}, acked={self.acked_ranges()})"
-
-    def _ack_one(self, start: int, stop: int) -> int:
-        start = max(start, self._mark_delete)
-        if start >= stop:
-            return 0
-        starts, stops = self._starts, self._stops
-        i = bisect_left(stops, start)  # first range that reaches start (or touches it)
-        j = bisect_right(starts, stop)  # ranges before j start at or before stop
-        if i == j:
-            starts.insert(i, start)
-            stops.insert(i, stop)
-            return stop - start
-        merged_start, merged_stop = min(start, starts[i]), max(stop, stops[j - 1])
-        covered = sum(stops[k] - starts[k] for k in range(i, j))
-        starts[i:j] = [merged_start]
-        stops[i:j] = [merged_stop]
-        return merged_stop - merged_start - covered
 
     def _advance_mark_delete(self) -> None:
         if self._starts and self._starts[0] == self._mark_delete:

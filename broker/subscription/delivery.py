@@ -121,15 +121,23 @@ class RecordCache:
         j = bisect_left(self._bases, stop)
         return [self._records[b] for b in self._bases[i:j] if self._records[b].end > start]
 
-    def evict_acked(self, is_fully_acked: Callable[[int, int], bool], start: int,
-                    stop: int) -> int:
-        """Drop records in [start, stop) whose offsets are all acknowledged."""
-        dropped = [e.base for e in self.overlapping(start, stop) if is_fully_acked(e.base, e.end)]
-        for base in dropped:
-            del self._records[base]
+    def evict_acked(self, is_fully_acked: Callable[[int, int], bool],
+                    ranges: Sequence[tuple[int, int]]) -> int:
+        """Drop the records within the span of `ranges` (half-open, ascending) whose
+        offsets are all acknowledged; asks `is_fully_acked` once per record.
+
+        One ack message carries many short ranges over a few records: the walk
+        is per record in the span, not per range (a fully acknowledged record
+        the ranges did not touch may go too: that is always safe).
+        """
+        if not ranges:
+            return 0
+        dropped = {e.base for e in self.overlapping(ranges[0][0], ranges[-1][1])
+                   if is_fully_acked(e.base, e.end)}
         if dropped:
-            gone = set(dropped)
-            self._bases = [b for b in self._bases if b not in gone]
+            for base in dropped:
+                del self._records[base]
+            self._bases = [b for b in self._bases if b not in dropped]
         return len(dropped)
 
     def evict_below(self, offset: int) -> None:

@@ -50,7 +50,7 @@ assigns ranges.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import pairwise
 
@@ -78,6 +78,8 @@ class DispatchPlan:
         waiting_reasons: `WaitReason` values, parallel to `waiting_offsets`.
         examined: candidates[:examined] were decided; the rest were not looked at.
         look_ahead_reached: the plan stopped because `look_ahead_max` events wait.
+        waiting_indexes: positions of the waiting events in the candidate lists
+            (so the shell moves them with C-level maps, not a loop per event).
     """
 
     sends: dict[str, list[int]]
@@ -86,6 +88,7 @@ class DispatchPlan:
     waiting_reasons: list[int]
     examined: int
     look_ahead_reached: bool
+    waiting_indexes: list[int] = field(default_factory=list)
 
     def sent_count(self) -> int:
         return sum(len(offsets) for offsets in self.sends.values())
@@ -131,7 +134,7 @@ def plan_dispatch(
     left = [0 if name is None else max(0, permits.get(name, 0)) for name in names]
     left_total = sum(left)
     chosen: list[list[int]] = [[] for _ in names]
-    waiting_offsets: list[int] = []
+    waiting_indexes: list[int] = []
     waiting_reasons: list[int] = []
     examined = len(offsets)
     reached = False
@@ -156,9 +159,9 @@ def plan_dispatch(
             left_total -= 1
             chosen[owner].append(i)
             continue
-        waiting_offsets.append(offsets[i])
+        waiting_indexes.append(i)
         waiting_reasons.append(reason)
-        if len(waiting_offsets) >= look_ahead_max:
+        if len(waiting_indexes) >= look_ahead_max:
             examined = i + 1
             reached = True
             break
@@ -168,8 +171,10 @@ def plan_dispatch(
         name = names[owner]
         if indexes and name is not None:
             send_indexes[name] = indexes
-            sends[name] = [offsets[i] for i in indexes]
-    return DispatchPlan(sends, send_indexes, waiting_offsets, waiting_reasons, examined, reached)
+            sends[name] = list(map(offsets.__getitem__, indexes))
+    waiting_offsets = list(map(offsets.__getitem__, waiting_indexes))
+    return DispatchPlan(sends, send_indexes, waiting_offsets, waiting_reasons, examined, reached,
+                        waiting_indexes)
 
 
 class DrainTracker:

@@ -14,6 +14,11 @@ or were given back by a nack, ack timeout or a consumer that left), then the
 fresh events read from the log and not yet examined. Every replay offset is
 below every fresh one, so the planner's per-slot order rule holds.
 
+It reads only up to the partition's `end_offset` (what is durable; the
+partition clock runs ahead while a group commit is written) and never idles
+while events up to it are unread and some consumer could take them: the log
+may grow while a round awaits, and nothing else would wake the task.
+
 Exclusive and Failover run `plan_dispatch` with an owner table that gives
 every slot to the active consumer: the same code keeps their per-key order
 across nacks. Key_Shared adds the selector's table, the `DrainTracker`'s
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -34,7 +40,12 @@ from broker.log.rocks_store import RocksStore
 from broker.metrics import DISPATCHED_EVENTS, REDELIVERED_EVENTS
 from broker.partition import Partition, now_ms
 from broker.read_path import EventSelector
-from broker.subscription.consumer_state import PartitionConsumer, RateMeter, Session, take_in_ranges
+from broker.subscription.consumer_state import (
+    PartitionConsumer,
+    RateMeter,
+    Session,
+    discard_in_ranges,
+)
 from broker.subscription.cursor import Cursor
 from broker.subscription.delivery import CachedRecord, RecordCache, delivery_bytes
 from broker.subscription.dispatch import (
@@ -153,9 +164,11 @@ class PartitionDispatcher:
 
     async def _idle(self) -> None:
         """Wait for a wake, new log data (when someone could take it) or a timer."""
+        if self._want_read():  # the log grew while the round awaited: nothing would wake us
+            return
         wake: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
         waits: set[asyncio.Future[Any]] = {wake}
-        if self._has_demand() and self.read_position >= self.partition.clock.next_offset:
+        if self._has_demand() and self.read_position >= self.partition.end_offset:
             if self._data_task is None or self._data_task.done():
                 self._data_task = asyncio.ensure_future(
                     self.partition.wait_for_data(self.read_position))
@@ -198,7 +211,7 @@ class PartitionDispatcher:
         return any(c.permits > 0 and len(c.unacked) < limit for c in self.consumers.values())
 
     def _want_read(self) -> bool:
-        if self.read_position >= self.partition.clock.next_offset or not self._has_demand():
+        if self.read_position >= self.partition.end_offset or not self._has_demand():
             return False
         if self._fresh_pending() >= self.settings.dispatch_read_events_max:
             return False
@@ -207,7 +220,7 @@ class PartitionDispatcher:
     async def _read(self) -> bool:
         """Read the next records into the cache and the fresh candidates."""
         start, generation = self.read_position, self._generation
-        end = self.partition.clock.next_offset
+        end = self.partition.end_offset
         records = await asyncio.to_thread(
             read_records, self.store, self.partition.meta.topic_id, self.index, start, end,
             self.settings.dispatch_read_events_max, self.selector)
@@ -279,7 +292,7 @@ class PartitionDispatcher:
         offsets = replay_offsets + self._fresh_offsets[self._fresh_start:fresh_stop]
         if not offsets:
             return 0
-        slots = [replay[o] for o in replay_offsets]
+        slots = list(map(replay.__getitem__, replay_offsets))
         slots += self._fresh_slots[self._fresh_start:fresh_stop]
         plan = self._plan(offsets, slots, permits)
         self._apply(plan, offsets, slots, len(replay_offsets), now)
@@ -298,19 +311,19 @@ class PartitionDispatcher:
 
     def _apply(self, plan: DispatchPlan, offsets: list[int], slots: list[int], n_replay: int,
                now: int) -> None:
+        """Send the plan's slices; replayed events that went out leave the replay set,
+        fresh ones that wait join it (C-level maps over the plan's positions)."""
         replay = self.replay
-        sent_mark = bytearray(plan.examined)
         for name, indexes in plan.send_indexes.items():
-            sent_offsets = plan.sends[name]
-            sent_slots = [slots[i] for i in indexes]
-            for i in indexes:
-                sent_mark[i] = 1
-                if i < n_replay:
-                    del replay[offsets[i]]
-            self._send(self.consumers[name], sent_offsets, sent_slots, now)
-        for i in range(n_replay, plan.examined):
-            if not sent_mark[i]:
-                replay[offsets[i]] = slots[i]
+            for i in indexes[:bisect_left(indexes, n_replay)]:
+                del replay[offsets[i]]
+            self._send(self.consumers[name], plan.sends[name],
+                       list(map(slots.__getitem__, indexes)), now)
+        waiting = plan.waiting_indexes
+        fresh_waiting = waiting[bisect_left(waiting, n_replay):]
+        if fresh_waiting:
+            replay.update(zip(map(offsets.__getitem__, fresh_waiting),
+                              map(slots.__getitem__, fresh_waiting), strict=True))
         self._fresh_start += max(0, plan.examined - n_replay)
         if self._fresh_start >= FRESH_COMPACT_MIN and \
                 self._fresh_start * 2 >= len(self._fresh_offsets):
@@ -532,12 +545,12 @@ class PartitionDispatcher:
         self._schedule_persist()
         limit = self.settings.consumer_unacked_events_max
         was_full = consumer is not None and len(consumer.unacked) >= limit
-        taken = len(consumer.take_unacked(ranges)[0]) if consumer is not None else 0
+        taken = consumer.discard_unacked(ranges) if consumer is not None else 0
         if taken < sum(stop - start for start, stop in ranges):
             for other in self.consumers.values():  # rewound or late: held elsewhere
                 if other is not consumer:
-                    other.take_unacked(ranges)
-            take_in_ranges(self.replay, ranges)
+                    other.discard_unacked(ranges)
+            discard_in_ranges(self.replay, ranges)
         wake = was_full
         if self.tracker.draining and self.tracker.process_acks(ranges):
             wake = True
@@ -545,8 +558,7 @@ class PartitionDispatcher:
             self.redeliveries.process_acks(ranges)
             wake = True
         self.cache.evict_below(self.cursor.mark_delete)
-        for start, stop in ranges:
-            self.cache.evict_acked(self._fully_acked, start, stop)
+        self.cache.evict_acked(self.cursor.is_range_acked, ranges)
         if wake:
             self._wake.set()
 
@@ -561,9 +573,6 @@ class PartitionDispatcher:
     def _persist_due(self) -> None:
         self._persist_timer = None
         self._wake.set()
-
-    def _fully_acked(self, start: int, stop: int) -> bool:
-        return not self.cursor.unacked_in(start, stop)
 
     def nack(self, name: str, ranges: list[tuple[int, int]], delay_ms: int, now: int) -> None:
         """Give events back for redelivery after `delay_ms`."""

@@ -20,6 +20,8 @@ import contextlib
 import logging
 import re
 from collections.abc import Mapping
+from itertools import islice
+from operator import itemgetter, le, lt
 
 from broker.config import Settings
 from broker.errors import BrokerError
@@ -49,6 +51,7 @@ from sdk.core.pb import keybus_pb2 as pb
 log = logging.getLogger("keybus.subscriptions")
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 METRICS_INTERVAL_S = 1.0
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class Subscription:
@@ -66,15 +69,15 @@ def resolve_start(partition: Partition, start: pb.StartPosition) -> int:
     """The offset a StartPosition names on `partition` (unset = latest)."""
     which = start.WhichOneof("position")
     if which is None or which == "latest":
-        return partition.clock.next_offset
+        return partition.end_offset
     if which == "earliest":
         return partition.start_offset
     if which == "scn":
         return partition.offset_for_scn(start.scn)
-    if not partition.start_offset <= start.offset <= partition.clock.next_offset:
+    if not partition.start_offset <= start.offset <= partition.end_offset:
         raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
                           partition=partition.index, start=partition.start_offset,
-                          end=partition.clock.next_offset)
+                          end=partition.end_offset)
     return start.offset
 
 
@@ -306,10 +309,17 @@ class SubscriptionManager:
     @staticmethod
     def _checked_ranges(dispatcher: PartitionDispatcher, ranges: list[tuple[int, int]],
                         what: str) -> list[tuple[int, int]]:
-        """Sorted, merged ranges, each start < stop <= the partition's end offset."""
-        end = dispatcher.partition.clock.next_offset
+        """Sorted, disjoint ranges, each start < stop <= the partition's end offset
+        (touching ranges are allowed: every consumer of them accepts them)."""
+        end = dispatcher.partition.end_offset
         if not ranges:
             raise BrokerError("ack_invalid", what=what, detail="no offset ranges given")
+        # The SDK sends sorted, merged ranges: check that with C-level maps, no loop.
+        starts = list(map(_FIRST, ranges))
+        stops = list(map(_SECOND, ranges))
+        if all(map(lt, starts, stops)) and all(map(le, stops, islice(starts, 1, None))) \
+                and stops[-1] <= end:
+            return ranges
         merged: list[tuple[int, int]] = []
         for start, stop in sorted(ranges):
             if not start < stop <= end:
@@ -421,7 +431,7 @@ class SubscriptionManager:
                 reasons = dict.fromkeys(REASON_NAMES.values(), 0)
                 per_consumer: dict[str, list[float]] = {}
                 for d in subscription.dispatchers:
-                    backlog += d.cursor.backlog(d.partition.clock.next_offset)
+                    backlog += d.cursor.backlog(d.partition.end_offset)
                     rate += d.meter.rate(now)
                     for reason, _, _ in waiting_slots(d).values():
                         reasons[reason] += 1

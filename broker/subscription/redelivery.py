@@ -31,8 +31,11 @@ class Redeliveries:
     """See the module docstring. Runs on the dispatcher's task."""
 
     def __init__(self) -> None:
-        self._delayed: list[tuple[int, int]] = []  # heap of (due_ms, offset)
+        # heap of (due_ms, offset); an entry is live only while its due_ms is the
+        # offset's current one (settled or re-nacked offsets leave stale entries)
+        self._delayed: list[tuple[int, int]] = []
         self._delayed_slot: dict[int, int] = {}  # offset -> slot, waiting out a delay
+        self._delayed_due: dict[int, int] = {}  # offset -> its due_ms
         self._retrying: dict[int, int] = {}  # offset -> slot, nacked and not acked
         self._counts: dict[int, int] = {}
         self._held: dict[int, int] | None = {}
@@ -73,6 +76,7 @@ class Redeliveries:
             counts[offset] = counts.get(offset, 0) + 1
             self._retrying[offset] = slot
             self._delayed_slot[offset] = slot
+            self._delayed_due[offset] = due_ms
             heapq.heappush(self._delayed, (due_ms, offset))
         self._held = None
 
@@ -82,19 +86,20 @@ class Redeliveries:
         slots: list[int] = []
         heap = self._delayed
         while heap and heap[0][0] <= now_ms:
-            _, offset = heapq.heappop(heap)
-            slot = self._delayed_slot.pop(offset, None)
-            if slot is not None and offset not in self._delayed_slot:
-                offsets.append(offset)
-                slots.append(slot)
+            due, offset = heapq.heappop(heap)
+            if self._delayed_due.get(offset) != due:
+                continue  # stale
+            del self._delayed_due[offset]
+            offsets.append(offset)
+            slots.append(self._delayed_slot.pop(offset))
         if offsets:
             self._held = None
         return offsets, slots
 
     def next_due_ms(self) -> int | None:
         heap = self._delayed
-        while heap and heap[0][1] not in self._delayed_slot:
-            heapq.heappop(heap)
+        while heap and self._delayed_due.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # stale
         return heap[0][0] if heap else None
 
     def held(self) -> Mapping[int, int]:
@@ -126,12 +131,13 @@ class Redeliveries:
         """`offset` is settled (acknowledged or dead-lettered)."""
         if self._retrying.pop(offset, None) is not None:
             self._delayed_slot.pop(offset, None)
+            self._delayed_due.pop(offset, None)
             self._held = None
         self._counts.pop(offset, None)
 
     def prune_below(self, mark_delete: int) -> None:
         """Drop everything below the mark-delete (all acknowledged)."""
-        for table in (self._counts, self._retrying, self._delayed_slot):
+        for table in (self._counts, self._retrying, self._delayed_slot, self._delayed_due):
             stale = [o for o in table if o < mark_delete]
             for offset in stale:
                 del table[offset]
@@ -141,6 +147,7 @@ class Redeliveries:
         """Forget everything (a seek)."""
         self._delayed.clear()
         self._delayed_slot.clear()
+        self._delayed_due.clear()
         self._retrying.clear()
         self._counts.clear()
         self._held = None

@@ -27,7 +27,7 @@ REASON_NAMES = {WaitReason.NO_OWNER: "no_owner", WaitReason.DRAINING: "draining"
 def partition_info(dispatcher: PartitionDispatcher, now_ms: int,
                    waiting_slots_max: int) -> pb.SubscriptionPartitionInfo:
     d = dispatcher
-    end = d.partition.clock.next_offset
+    end = d.partition.end_offset
     info = pb.SubscriptionPartitionInfo(
         partition=d.index, mark_delete=d.cursor.mark_delete,
         persisted_mark_delete=d.persisted_mark_delete, end_offset=end,

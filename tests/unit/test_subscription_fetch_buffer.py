@@ -1,0 +1,156 @@
+"""The consumer's client-side buffers: offsets to ranges, prefetch and permits, acks.
+
+Goal: acks leave as the fewest sorted half-open ranges covering exactly the
+acknowledged offsets; the fetch buffer hands batches out in arrival order
+and grants permits back Pulsar's way (the whole queue at open, then what was
+taken once half of it was), so permits outstanding plus events buffered
+never exceed the queue size of a partition; `remove` (a nack giving back
+prefetched events) and `count_taken` (stale events given back unseen) return
+their permits; `reset` (a reconnect) forgets everything.
+
+Method: worked examples; a hypothesis property of `offsets_to_ranges`
+against a plain set model; and a RuleBasedStateMachine in which a fake
+broker delivers at most the permits it was granted while the application
+takes batches and nacks, checking the permit bound after every step.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
+
+
+def test_offsets_to_ranges_examples() -> None:
+    assert offsets_to_ranges([]) == []
+    assert offsets_to_ranges([7]) == [(7, 8)]
+    assert offsets_to_ranges(range(100, 105)) == [(100, 105)]
+    assert offsets_to_ranges([5, 3, 4, 9, 9, 11, 10, 0]) == [(0, 1), (3, 6), (9, 12)]
+
+
+@given(st.lists(st.integers(0, 300), max_size=200))
+def test_offsets_to_ranges_covers_exactly_the_offsets(offsets: list[int]) -> None:
+    ranges = offsets_to_ranges(offsets)
+    covered = [o for start, stop in ranges for o in range(start, stop)]
+    assert covered == sorted(set(offsets))
+    for (_, stop), (start, _) in itertools.pairwise(ranges):
+        assert stop < start  # sorted, disjoint and not touching: the fewest ranges
+
+
+def test_queue_size_below_two_is_refused() -> None:
+    with pytest.raises(ValueError, match="need >= 2"):
+        FetchBuffer[str](1)
+
+
+def test_batches_come_out_in_arrival_order_and_grants_follow_takes() -> None:
+    buffer = FetchBuffer[str](10)
+    assert buffer.initial_grants([0, 1]) == [(0, 10), (1, 10)]
+    buffer.put(0, 3, "a")
+    buffer.put(1, 4, "b")
+    buffer.put(0, 2, "c")
+    assert (len(buffer), buffer.buffered_events) == (3, 9)
+    assert buffer.take() == "a"
+    assert not buffer.grant_wanted()  # 3 taken of partition 0: below half of 10
+    assert buffer.take() == "b"
+    assert buffer.take() == "c"
+    assert buffer.grant_wanted()
+    assert buffer.grants_due() == [(0, 5)]  # partition 1 took 4: not yet
+    assert buffer.grants_due() == []
+    assert buffer.take() is None
+    assert buffer.buffered_events == 0
+
+
+def test_remove_cuts_batches_of_one_partition_and_returns_their_permits() -> None:
+    buffer = FetchBuffer[list[int]](10)
+    buffer.initial_grants([0, 1])
+    buffer.put(0, 3, [1, 2, 3])
+    buffer.put(1, 2, [4, 5])
+    buffer.put(0, 2, [6, 7])
+
+    def cut(batch: list[int]) -> tuple[list[int] | None, int]:
+        kept = [o for o in batch if o % 2]
+        return (kept or None), len(batch) - len(kept)
+
+    buffer.remove(0, cut)
+    assert buffer.buffered_events == 2 + 2 + 1
+    assert buffer.take() == [1, 3]
+    assert buffer.take() == [4, 5]
+    assert buffer.take() == [7]  # [6] lost its only event... and 7 stayed
+    assert buffer.grants_due() == [(0, 5)]  # 2 removed + 3 taken
+
+
+def test_count_taken_and_reset() -> None:
+    buffer = FetchBuffer[str](4)
+    buffer.initial_grants([0])
+    buffer.count_taken(0, 2)
+    buffer.count_taken(7, 2)  # a partition this stream does not hold: ignored
+    assert buffer.grants_due() == [(0, 2)]
+    buffer.put(0, 1, "x")
+    buffer.reset()
+    assert (len(buffer), buffer.buffered_events, buffer.grants_due()) == (0, 0, [])
+    assert buffer.take() is None
+
+
+def test_ack_buffer_merges_per_partition_and_empties() -> None:
+    acks = AckBuffer()
+    acks.add(0, [4, 2, 3])
+    acks.add(1, [])
+    acks.add(0, range(5, 8))
+    acks.add(2, [9])
+    assert acks.count == 7
+    assert acks.drain() == {0: [(2, 8)], 2: [(9, 10)]}
+    assert acks.count == 0
+    assert acks.drain() == {}
+
+
+QUEUE = 8
+
+
+class PermitMachine(RuleBasedStateMachine):
+    """A fake broker that never sends more than it was granted, and an application
+    that takes and nacks: outstanding permits + buffered events <= queue size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = FetchBuffer[list[int]](QUEUE)
+        self.outstanding = dict(self.buffer.initial_grants([0, 1]))
+        self.next_offset = 0
+
+    @rule(partition=st.sampled_from([0, 1]), n=st.integers(1, QUEUE))
+    def deliver(self, partition: int, n: int) -> None:
+        n = min(n, self.outstanding[partition])
+        if n:
+            batch = list(range(self.next_offset, self.next_offset + n))
+            self.next_offset += n
+            self.outstanding[partition] -= n
+            self.buffer.put(partition, n, batch)
+
+    @precondition(lambda self: len(self.buffer) > 0)
+    @rule()
+    def take(self) -> None:
+        assert self.buffer.take() is not None
+
+    @rule(partition=st.sampled_from([0, 1]))
+    def nack_prefetched(self, partition: int) -> None:
+        self.buffer.remove(partition, lambda batch: (batch[:1], len(batch) - 1))
+
+    @rule()
+    def grant(self) -> None:
+        for partition, count in self.buffer.grants_due():
+            self.outstanding[partition] += count
+
+    @invariant()
+    def bounded(self) -> None:
+        for partition in (0, 1):
+            buffered = sum(n for p, n, _ in self.buffer._batches if p == partition)
+            assert self.outstanding[partition] + buffered <= QUEUE
+        assert self.buffer.buffered_events == sum(n for _, n, _ in self.buffer._batches)
+
+
+TestPermitMachine = PermitMachine.TestCase
+TestPermitMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
