@@ -372,6 +372,53 @@ def extras_of(ordering_key: str | None, source: Any, opcode: Any, schema: Any, h
     return extras
 
 
+def event_columns(n: int, sources: Sequence[Any] | None = None,
+                  opcodes: Sequence[Any] | None = None, schemas: Sequence[Any] | None = None,
+                  headers: Sequence[Any] | None = None,
+                  event_times_ms: Sequence[Any] | None = None) -> dict[str, list[Any]]:
+    """Validated per-event optional columns of a bulk send, by EventBatch field name.
+
+    Args:
+        n: the number of events; every column given must have n entries.
+        sources / schemas: str each ("" = none). opcodes: UPSERT (0) or
+            DELETE (1) each. headers: a dict of str to bytes, or None, each.
+        event_times_ms: int milliseconds each (0 = not set).
+    Returns:
+        One list per column given (None columns are left out), entries
+        normalised as `extras_of` does; headers None becomes {}.
+    Raises:
+        ValueError: a length differs, or naming the first bad entry (sources[i]).
+    """
+    given = {"sources": sources, "opcodes": opcodes, "schemas": schemas, "headers": headers,
+             "event_times_ms": event_times_ms}
+    out: dict[str, list[Any]] = {}
+    for name, column in given.items():
+        if column is None:
+            continue
+        if isinstance(column, str | bytes | Mapping) or len(column) != n:
+            size = len(column) if not isinstance(column, str | bytes | Mapping) else "not a list"
+            raise ValueError(f"{name} must be a list with one entry per key ({n}); got {size}")
+        out[name] = _check_column(name, column)
+    return out
+
+
+def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
+    if name in ("sources", "schemas"):
+        return [v if type(v) is str else _check_str(v, f"{name}[{i}]")
+                for i, v in enumerate(column)]
+    if name == "opcodes":
+        for i, v in enumerate(column):
+            if v not in (pb.UPSERT, pb.DELETE) or type(v) is not int:
+                raise ValueError(f"opcodes[{i}] is {v!r}: use UPSERT (0) or DELETE (1)")
+        return list(column)
+    if name == "headers":
+        return [check_headers(v, f"headers[{i}]") if v else {} for i, v in enumerate(column)]
+    for i, v in enumerate(column):
+        if type(v) is not int:
+            raise ValueError(f"event_times_ms[{i}] must be an int (milliseconds); got {v!r}")
+    return list(column)
+
+
 def _check_str(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a str; got {value!r}")

@@ -35,6 +35,7 @@ from sdk.accumulator import (
     check_keys,
     check_ordering_key,
     chunk_bounds,
+    event_columns,
     extras_of,
     fill_batch,
     split_columns,
@@ -44,7 +45,14 @@ from sdk.channel import open_channel, stub_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
-from sdk.sender import BatchResult, ProducedEvent, ProducerBatch, Sender, now_ms
+from sdk.sender import (
+    BatchResult,
+    ProducedEvent,
+    ProducerBatch,
+    Sender,
+    check_producer_id,
+    now_ms,
+)
 
 UPSERT = pb.UPSERT
 DELETE = pb.DELETE
@@ -194,17 +202,33 @@ class BatchFuture:
     def results(self) -> list[tuple[list[int], BatchResult | BaseException]]:
         """Per request: the input indexes it carried and its result or error.
 
+        A BatchResult with `duplicate` set answers a sequence the broker had
+        stored already (its offsets are the original ones; `sent_batch` is
+        what this request carried, to compare with the stored record).
+
         Raises:
             asyncio.InvalidStateError: not done yet.
         """
         return [(indexes, token.exception() or token.result()) for token, indexes in self._pieces]
+
+    async def wait_results(self) -> list[tuple[list[int], BatchResult | BaseException]]:
+        """Wait until every request is answered or failed, then `results()`.
+
+        Unlike awaiting the BatchFuture it does not raise a request's error:
+        each request's error is in its entry. Cancelling the wait cancels no request.
+        """
+        for token, _ in self._pieces:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(token)
+        return self.results()
 
 
 class Producer:
     """Async producer of one topic. Make one with `await Producer.create(...)`."""
 
     def __init__(self, channel: grpc.aio.Channel, stub: pb_grpc.KeybusAsyncStub, topic: str,
-                 partitions: int, config: ProducerConfig, threaded: bool = False) -> None:
+                 partitions: int, config: ProducerConfig, threaded: bool = False,
+                 producer_id: int | None = None) -> None:
         self.topic = topic
         self.partitions = partitions
         self.config = config
@@ -227,7 +251,8 @@ class Producer:
             delivery_timeout_ms=config.delivery_timeout_ms, idempotent=config.idempotent,
             retry_backoff_ms=config.retry_backoff_ms,
             retry_backoff_max_ms=config.retry_backoff_max_ms,
-            request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done)
+            request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done,
+            producer_id=producer_id)
         self._wakeup = asyncio.Event()  # the linger task should look again
         self._room = asyncio.Event()  # buffer room was given back
         self._linger_task: asyncio.Task[None] | None = None
@@ -236,7 +261,7 @@ class Producer:
     @classmethod
     async def create(cls, broker: str = "localhost:6650", topic: str = "", *,
                      config: ProducerConfig | None = None, threaded: bool = False,
-                     **options: Any) -> Producer:
+                     producer_id: int | None = None, **options: Any) -> Producer:
         """Connect, look the topic up, get a producer id and start sending.
 
         Args:
@@ -248,21 +273,37 @@ class Producer:
                 delivery_timeout_ms=120_000, ...).
             threaded: for SyncProducer only (events come from other threads
                 through send_threadsafe).
+            producer_id: a stable id the caller chooses instead of asking
+                InitProducer (default None: ask). It must have the high bit
+                set (2^63 <= id < 2^64) and be used by one producer at a
+                time; sequences start at 0 on every partition, so a producer
+                made again with the same id re-sends the same (id, sequence)
+                pairs and the broker answers those it stored as duplicates
+                (like Kafka's transactional.id, without transactions). If a
+                delivery timeout or the broker forgetting the id forces a new
+                id, the producer takes one from InitProducer (see
+                `producer_id` property). Needs idempotent=True.
         Returns:
             A started Producer.
         Raises:
-            ValueError: a bad address or setting.
+            ValueError: a bad address or setting, or a producer_id without
+                the high bit (or with idempotent=False).
             TopicNotFound, Unavailable, KeybusError: the broker's answer.
         """
         if config is not None and options:
             raise ValueError(f"pass either config or settings as keywords, not both: "
                              f"{sorted(options)}")
         config = config or ProducerConfig(**options)
+        if producer_id is not None:
+            check_producer_id(producer_id)
+            if not config.idempotent:
+                raise ValueError("producer_id needs idempotent=True: without sequences a "
+                                 "chosen id deduplicates nothing")
         channel = open_channel(broker)
         try:
             stub = stub_of(channel)
             partitions = await _partitions_of(stub, topic, config.request_timeout_ms)
-            producer = cls(channel, stub, topic, partitions, config, threaded)
+            producer = cls(channel, stub, topic, partitions, config, threaded, producer_id)
             await producer._sender.start()
         except BaseException:
             await channel.close()
@@ -270,6 +311,12 @@ class Producer:
         producer._linger_task = asyncio.create_task(producer._linger_loop(),
                                                     name=f"keybus-linger-{topic}")
         return producer
+
+    @property
+    def producer_id(self) -> int:
+        """The producer id in use (0 when not idempotent); it changes only when
+        a delivery timeout or an unknown-id answer forces a new one."""
+        return self._sender.queue.producer_id
 
     async def send(self, key: int | str, value: bytes, *, ordering_key: str | int | None = None,
                    partition: int | None = None, source: str = "", opcode: int = UPSERT,
@@ -360,17 +407,30 @@ class Producer:
                          ordering_keys: Sequence[str | int] | None = None, source: str = "",
                          opcode: int = UPSERT, schema: str = "",
                          headers: Mapping[str, bytes] | None = None,
-                         event_time_ms: int = 0) -> BatchFuture:
+                         event_time_ms: int = 0, sources: Sequence[str] | None = None,
+                         opcodes: Sequence[int] | None = None,
+                         schemas: Sequence[str] | None = None,
+                         headers_per_event: Sequence[Mapping[str, bytes] | None] | None = None,
+                         event_times_ms: Sequence[int] | None = None) -> BatchFuture:
         """Send many events from columns: the bulk path, no per-event objects.
 
         Events are split by partition (explicit, else slot % partitions) and
-        into requests of at most batch_events_max / batch_bytes_max; source,
-        opcode, schema, headers and event_time_ms apply to every event.
+        into requests of at most batch_events_max / batch_bytes_max, in input
+        order (the same columns always give the same requests). source,
+        opcode, schema, headers and event_time_ms apply to every event; the
+        plural columns give one value per event instead (pass one or the
+        other for a field).
 
+        Args:
+            sources, opcodes, schemas, headers_per_event, event_times_ms:
+                optional per-event columns, one entry per key (defaults None:
+                the single value, or the field's default, for every event).
         Returns:
-            A BatchFuture; await it for the ProducedEvents in input order.
+            A BatchFuture; await it for the ProducedEvents in input order, or
+            use `wait_results()` for per-request results (duplicates included).
         Raises:
-            ValueError: lengths differ, or naming the first bad key/value.
+            ValueError: lengths differ, a field given both ways, or naming the
+                first bad key/value/entry.
             BufferFull, ProducerClosed: as `send`.
         """
         if self._closed:
@@ -381,17 +441,25 @@ class Producer:
                              f"0..{self.partitions - 1}")
         extras = {name: [v] for name, v in
                   extras_of(None, source, opcode, schema, headers, event_time_ms).items()}
+        per_event = event_columns(len(keys), sources, opcodes, schemas, headers_per_event,
+                                  event_times_ms)
+        both = sorted(set(extras) & set(per_event))
+        if both:
+            raise ValueError(f"{both} given both as one value and per event; pass one")
         slots = slots_of([o or k for o, k in zip(ordering, keys, strict=True)] if ordering
                          else keys)
         parts = split_columns(keys, values, slots, ordering, self.partitions, partition)
         pieces: list[tuple[asyncio.Future[BatchResult], list[int]]] = []
         for part in parts:
             self._drain_partition(part.partition)
+            columns = _columns_of_part(per_event, part.indexes, len(keys))
             sizes = [len(v) + EVENT_OVERHEAD_BYTES for v in part.values]
             for start, stop in chunk_bounds(sizes, self.config.batch_events_max,
                                             self.config.batch_bytes_max):
                 await self._reserve(stop - start)
-                token = self._submit_columns(part, start, stop, extras)
+                chunk = dict(extras)
+                chunk.update((name, column[start:stop]) for name, column in columns.items())
+                token = self._submit_columns(part, start, stop, chunk)
                 pieces.append((token, part.indexes[start:stop]))
         return BatchFuture(pieces, len(keys))
 
@@ -597,6 +665,14 @@ async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: 
     except grpc.RpcError as e:
         raise errors.from_rpc_error(e) from None
     return info.config.partitions or len(info.partitions) or 1
+
+
+def _columns_of_part(columns: dict[str, list[Any]], indexes: list[int],
+                     n: int) -> dict[str, list[Any]]:
+    """Per-event columns restricted to one partition's events (input order)."""
+    if len(indexes) == n:  # every event went to this partition, in order
+        return columns
+    return {name: [column[i] for i in indexes] for name, column in columns.items()}
 
 
 def _check_columns(keys: Sequence[Any], values: Sequence[Any],

@@ -20,6 +20,15 @@ Idempotence rules (the broker stores a (producer_id, partition, sequence) once):
 4. A batch whose fate is unknown (written, unanswered) and past its deadline
    forces a new producer id: every such batch fails with DeliveryTimeout and
    the rest are numbered afresh, so nothing stale is deduplicated wrongly.
+5. A caller-chosen producer id (high bit set, `check_producer_id`) starts at
+   sequence 0 on every partition without InitProducer, so a second writer
+   under the same id (a retried Spark task) re-sends the same
+   (id, sequence) pairs and the broker answers them as duplicates. When rule
+   4 or an unknown-id answer forces a new id, the new one comes from
+   InitProducer: the chosen id's sequences are no longer known.
+6. A duplicate's BatchResult carries the EventBatch that was sent
+   (`sent_batch`), so a caller can compare it with the stored record; other
+   results carry None (nothing is kept per batch on the common path).
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ _log = logging.getLogger("keybus.producer")
 # How a Produce stream ends when the broker goes away (or refuses a new id).
 _EXPECTED_STREAM_FAILURES = (grpc.RpcError, errors.KeybusError, asyncio.InvalidStateError,
                              ConnectionError)
+# Caller-chosen producer ids have this bit set; the broker's InitProducer ids never do.
+PRODUCER_ID_CHOSEN_BIT = 1 << 63
+PRODUCER_ID_MAX = (1 << 64) - 1
 # A batch refused with a sequence gap this many times fails with SequenceError.
 GAP_RETRIES_MAX = 5
 # Stream failures with these codes are not worth a reconnect: fail the batches.
@@ -78,6 +90,9 @@ class BatchResult:
     window: bool
     publish_time_ms: int
     duplicate: bool = False
+    # Only when duplicate: the EventBatch this request carried (rule 6), to
+    # compare with the record stored at base_offset. None otherwise.
+    sent_batch: pb.EventBatch | None = None
 
     def event(self, index: int) -> ProducedEvent:
         """The ProducedEvent of the batch's event at position `index`."""
@@ -303,9 +318,29 @@ def _by_sequence(batch: ProducerBatch) -> tuple[bool, int]:
 
 
 def _result_of(topic: str, batch: ProducerBatch, response: pb.ProduceResponse) -> BatchResult:
+    if response.duplicate:  # rule 6
+        return BatchResult(topic, batch.partition, response.base_offset,
+                           response.count or batch.count, response.scn_first, response.window,
+                           response.publish_time_ms, True, batch.request.batch)
     return BatchResult(topic, batch.partition, response.base_offset,
                        response.count or batch.count, response.scn_first, response.window,
-                       response.publish_time_ms, response.duplicate)
+                       response.publish_time_ms)
+
+
+def check_producer_id(producer_id: object) -> int:
+    """A caller-chosen producer id (rule 5), checked.
+
+    Raises:
+        ValueError: not an int, or the high bit (2^63) is not set, or above 2^64 - 1.
+            Ids below 2^63 are the broker's (InitProducer) and must not be chosen.
+    """
+    if not isinstance(producer_id, int) or isinstance(producer_id, bool):
+        raise ValueError(f"producer_id must be an int; got {producer_id!r}")
+    if not PRODUCER_ID_CHOSEN_BIT <= producer_id <= PRODUCER_ID_MAX:
+        raise ValueError(f"producer_id {producer_id} is invalid: a chosen id needs the high bit "
+                         f"set, i.e. {PRODUCER_ID_CHOSEN_BIT} <= id <= {PRODUCER_ID_MAX} (ids "
+                         "below 2^63 are handed out by the broker's InitProducer)")
+    return producer_id
 
 
 def _describe(failure: BaseException) -> str:
@@ -329,8 +364,11 @@ class Sender:
                  in_flight_max: int = 16, delivery_timeout_ms: int = 120_000,
                  idempotent: bool = True, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000, request_timeout_ms: int = 30_000,
-                 on_done: Callable[[ProducerBatch], None] | None = None) -> None:
+                 on_done: Callable[[ProducerBatch], None] | None = None,
+                 producer_id: int | None = None) -> None:
         assert in_flight_max >= 1 and delivery_timeout_ms >= 1
+        assert producer_id is None or (idempotent and producer_id >= PRODUCER_ID_CHOSEN_BIT)
+        self._chosen_producer_id = producer_id
         self._stub = stub
         self.topic = topic
         self.queue = SendQueue(topic, partitions, idempotent)
@@ -347,12 +385,15 @@ class Sender:
         self._answered = False  # a response arrived on the current stream
 
     async def start(self) -> None:
-        """Get a producer id (when idempotent) and start the background tasks.
+        """Get a producer id (when idempotent; a chosen one needs no call, rule 5)
+        and start the background tasks.
 
         Raises:
             KeybusError: InitProducer failed (e.g. TopicNotFound, Unavailable).
         """
-        if self.queue.idempotent:
+        if self._chosen_producer_id is not None:
+            self.queue.reinit(self._chosen_producer_id, [0] * self.queue.partitions)
+        elif self.queue.idempotent:
             await self._init_producer()
         self._tasks = [asyncio.create_task(self._run(), name=f"keybus-sender-{self.topic}"),
                        asyncio.create_task(self._expire_loop(), name="keybus-expiry")]

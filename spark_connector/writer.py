@@ -1,4 +1,4 @@
-"""df.write / df.writeStream .format("keybus"): rows -> columnar produce batches.
+"""df.write / df.writeStream .format("keybus"): rows -> columnar batches -> the SDK producer.
 
 Input columns (by name; others are ignored, so a keybus read can be
 written back as it is):
@@ -10,8 +10,9 @@ written back as it is):
   `partition` (the target partition; default slot % partitions) and `topic`
   (needed when the `topic` option is not set).
 
-Guarantee (see docs/spark.md, "Writing"): a task's batches go out under a
-producer id that every attempt of that task shares (`task_producer.py`), so
+Guarantee (see docs/spark.md, "Writing"): a task's batches go out through
+`sdk.producer.Producer` under a producer id that every attempt of that task
+shares (`task_producer.py`), so
 a retried task or a re-run micro-batch stores nothing twice as long as it
 produces the same batches; where it does not, the connector falls back to
 re-sending (at-least-once), never to dropping. Commit and abort keep no state:
@@ -23,7 +24,7 @@ write() runs in Spark tasks; writer()/streamWriter() run on the driver.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +46,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sdk.accumulator import fill_batch
 from sdk.core.hashing import partition_of, slots_of
 from sdk.core.pb import keybus_pb2 as pb
-from spark_connector import _client
 from spark_connector.options import OptionError, WriteIdempotence, WriteOptions
-from spark_connector.task_producer import TaskProducer, WriteStats, task_producer_id
+from spark_connector.task_producer import (
+    EventColumns,
+    TaskProducer,
+    WriteStats,
+    task_producer_id,
+)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -124,20 +128,19 @@ class _WriterBase:
 
     def _write(self, batches: Iterator[pa.RecordBatch]) -> KeybusCommitMessage:
         options = self.options
-        with _client.connect(options.broker) as stub:
-            producer = TaskProducer(stub, options.broker, self._producer_id(),
-                                    options.in_flight_max)
-            router = _Router(options)
-            try:
-                for batch in batches:
-                    for topic, partition, event_batch in router.add(batch):
-                        producer.send(topic, partition, event_batch)
-                for topic, partition, event_batch in router.flush():
-                    producer.send(topic, partition, event_batch)
-                stats = producer.finish()
-            except BaseException:
-                producer.abort()
-                raise
+        producer = TaskProducer(options.broker, self._producer_id(), options.in_flight_max,
+                                options.batch_events_max)
+        router = _Router(options, producer.partitions)
+        try:
+            for batch in batches:
+                for topic, partition, columns in router.add(batch):
+                    producer.send(topic, partition, columns)
+            for topic, partition, columns in router.flush():
+                producer.send(topic, partition, columns)
+            stats = producer.finish()
+        except BaseException:
+            producer.abort()
+            raise
         return KeybusCommitMessage(stats)
 
 
@@ -182,23 +185,27 @@ class _Pending:
 
     keys: list[int | str] = field(default_factory=list)
     values: list[bytes] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class _Router:
-    """Turns Arrow batches of rows into per-(topic, partition) EventBatches."""
+    """Turns Arrow batches of rows into per-(topic, partition) EventColumns.
 
-    def __init__(self, options: WriteOptions) -> None:
+    Args:
+        partitions_of: a topic's partition count (asked once per topic).
+    """
+
+    def __init__(self, options: WriteOptions, partitions_of: Callable[[str], int]) -> None:
         self.options = options
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.partitions: dict[str, int] = {}
+        self._partitions_of = partitions_of
 
-    def add(self, batch: pa.RecordBatch) -> list[tuple[str, int, pb.EventBatch]]:
+    def add(self, batch: pa.RecordBatch) -> list[tuple[str, int, EventColumns]]:
         rows = _columns_of(batch)
         topics = rows.pop("topic", None)
         targets = rows.pop("partition", None)
-        ready: list[tuple[str, int, pb.EventBatch]] = []
+        ready: list[tuple[str, int, EventColumns]] = []
         for i in range(batch.num_rows):
             topic = self.options.topic or (topics[i] if topics else None)
             if not topic:
@@ -207,27 +214,28 @@ class _Router:
             pending = self.pending.setdefault((topic, partition), _Pending())
             pending.keys.append(rows["keys"][i])
             pending.values.append(rows["values"][i])
-            pending.slots.append(rows["slots"][i])
             for name, column in rows["extras"].items():
                 pending.extras.setdefault(name, []).append(column[i])
             if len(pending.keys) >= self.options.batch_events_max:
                 ready.append(self._take(topic, partition))
         return ready
 
-    def flush(self) -> list[tuple[str, int, pb.EventBatch]]:
+    def flush(self) -> list[tuple[str, int, EventColumns]]:
         return [self._take(topic, partition) for topic, partition in sorted(self.pending)]
 
-    def _take(self, topic: str, partition: int) -> tuple[str, int, pb.EventBatch]:
+    def _take(self, topic: str, partition: int) -> tuple[str, int, EventColumns]:
         pending = self.pending.pop((topic, partition))
-        batch = pb.EventBatch()
-        fill_batch(batch, pending.keys, pending.values, pending.slots, pending.extras)
-        return topic, partition, batch
+        extras = pending.extras
+        ordering = extras.get("ordering_keys")
+        columns = EventColumns(pending.keys, pending.values, ordering if any(ordering or ()) else None,
+                               extras.get("sources"), extras.get("opcodes"),
+                               extras.get("headers"), extras.get("event_times_ms"))
+        return topic, partition, columns
 
     def _partition_of(self, topic: str, slot: int, explicit: int | None) -> int:
         count = self.partitions.get(topic)
         if count is None:
-            bounds = _client.describe(self.options.broker, [topic])
-            count = self.partitions[topic] = max(len(bounds), 1)
+            count = self.partitions[topic] = max(self._partitions_of(topic), 1)
         if explicit is None:
             return partition_of(slot, count)
         if not 0 <= explicit < count:
@@ -246,7 +254,7 @@ def _columns_of(batch: pa.RecordBatch) -> dict[str, Any]:
     keys = _keys(column("key_string"), column("key_long"), column("key"), batch.num_rows)
     ordering = [("" if o is None else str(o)) for o in column("ordering_key") or []]
     extras: dict[str, list[Any]] = {}
-    if any(ordering):
+    if ordering:  # kept even when all empty: a pending batch may span Arrow batches
         extras["ordering_keys"] = ordering
     _add_extras(extras, batch, names)
     return {

@@ -4,8 +4,8 @@ Goal: what a write stores reads back equal, column by column; a retried
 task or a re-run micro-batch does not duplicate events when it sends the
 same batches, and loses nothing when it does not. Method: batch-write rows
 of every supported column type and read them back; drive `TaskProducer`
-directly as two attempts of one task would (same producer id, same or
-changed batches); re-run a streaming micro-batch by deleting its commit
+(the SDK producer under the task's producer id) directly as two attempts
+of one task would (same producer id, same or changed batches); re-run a streaming micro-batch by deleting its commit
 from the checkpoint and count the target topic.
 """
 
@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-from sdk.core.pb import keybus_pb2 as pb
-from spark_connector import _client
-from spark_connector.task_producer import TaskProducer, task_producer_id
+from spark_connector.task_producer import EventColumns, TaskProducer, task_producer_id
 
 pytestmark = pytest.mark.spark
 
@@ -66,25 +64,22 @@ def test_copy_a_topic_with_a_read_dataframe(spark: Any, topics: Any) -> None:
     assert copied == original  # same partition (the partition column), key and value
 
 
-def _batch(keys: list[int], tag: bytes = b"v") -> pb.EventBatch:
-    from tests.support.wire import int_batch
-
-    return int_batch(keys, tag)
+def _batch(keys: list[int], tag: bytes = b"v") -> EventColumns:
+    return EventColumns(list(keys), [tag + str(k).encode() for k in keys])
 
 
 def test_a_retried_task_stores_nothing_twice(topics: Any) -> None:
     topic = topics.make("spark-write-retry")
     producer_id = task_producer_id("write-1", 0)
     batches = [_batch(list(range(i * 10, i * 10 + 10))) for i in range(3)]
-    with _client.connect(topics.address) as stub:
-        first = TaskProducer(stub, topics.address, producer_id, in_flight_max=2)
-        for b in batches[:2]:  # the first attempt dies after two batches
-            first.send(topic, 0, b)
-        first.finish()
-        retry = TaskProducer(stub, topics.address, producer_id, in_flight_max=2)
-        for b in batches:
-            retry.send(topic, 0, b)
-        stats = retry.finish()
+    first = TaskProducer(topics.address, producer_id, in_flight_max=2)
+    for b in batches[:2]:  # the first attempt dies after two batches
+        first.send(topic, 0, b)
+    first.finish()
+    retry = TaskProducer(topics.address, producer_id, in_flight_max=2)
+    for b in batches:
+        retry.send(topic, 0, b)
+    stats = retry.finish()
     assert (stats.events, stats.duplicates, stats.resent) == (30, 20, 0)
     assert [row[3] for row in topics.expected(topic)] == list(range(30))
 
@@ -92,15 +87,14 @@ def test_a_retried_task_stores_nothing_twice(topics: Any) -> None:
 def test_a_retry_with_changed_input_resends_rather_than_drops(topics: Any) -> None:
     topic = topics.make("spark-write-changed")
     producer_id = task_producer_id("write-2", 0)
-    with _client.connect(topics.address) as stub:
-        first = TaskProducer(stub, topics.address, producer_id, in_flight_max=4)
-        first.send(topic, 0, _batch([1, 2, 3]))
-        first.send(topic, 0, _batch([4, 5, 6]))
-        first.finish()
-        retry = TaskProducer(stub, topics.address, producer_id, in_flight_max=4)
-        retry.send(topic, 0, _batch([1, 2, 3]))  # same as before: a verified duplicate
-        retry.send(topic, 0, _batch([6, 5, 4]))  # same sequence, other order: sent again
-        stats = retry.finish()
+    first = TaskProducer(topics.address, producer_id, in_flight_max=4)
+    first.send(topic, 0, _batch([1, 2, 3]))
+    first.send(topic, 0, _batch([4, 5, 6]))
+    first.finish()
+    retry = TaskProducer(topics.address, producer_id, in_flight_max=4)
+    retry.send(topic, 0, _batch([1, 2, 3]))  # same as before: a verified duplicate
+    retry.send(topic, 0, _batch([6, 5, 4]))  # same sequence, other order: sent again
+    stats = retry.finish()
     assert (stats.duplicates, stats.resent) == (3, 3)
     assert [row[3] for row in topics.expected(topic)] == [1, 2, 3, 4, 5, 6, 6, 5, 4]
 
@@ -108,14 +102,13 @@ def test_a_retry_with_changed_input_resends_rather_than_drops(topics: Any) -> No
 def test_a_sequence_the_broker_forgot_is_resent(topics: Any) -> None:
     topic = topics.make("spark-write-too-old")
     producer_id = task_producer_id("write-3", 0)
-    with _client.connect(topics.address) as stub:
-        first = TaskProducer(stub, topics.address, producer_id, in_flight_max=8)
-        for i in range(70):  # the broker keeps the last 64 results per producer
-            first.send(topic, 0, _batch([i]))
-        first.finish()
-        retry = TaskProducer(stub, topics.address, producer_id, in_flight_max=8)
-        retry.send(topic, 0, _batch([0]))
-        stats = retry.finish()
+    first = TaskProducer(topics.address, producer_id, in_flight_max=8)
+    for i in range(70):  # the broker keeps the last 64 results per producer
+        first.send(topic, 0, _batch([i]))
+    first.finish()
+    retry = TaskProducer(topics.address, producer_id, in_flight_max=8)
+    retry.send(topic, 0, _batch([0]))
+    stats = retry.finish()
     assert (stats.duplicates, stats.resent) == (0, 1)  # outcome unknown: at-least-once
 
 
@@ -146,3 +139,21 @@ def test_a_rerun_micro_batch_is_not_written_twice(topics: Any, tmp_path: Path,
     keys = [row[3] for row in topics.expected(target, partitions=2)]
     assert len(keys) == expected
     assert set(keys) == set(range(300))
+
+
+def test_a_retried_task_with_every_column_stores_nothing_twice(topics: Any) -> None:
+    topic = topics.make("spark-write-retry-columns", partitions=2)
+    producer_id = task_producer_id("write-4", 3)
+    batch = EventColumns([1, "k2", 3], [b"a", b"b", b"c"], ["o1", "", "o3"],
+                         ["orders", "", "users"], [0, 1, 0], [{"h": b"1"}, {}, {}],
+                         [1_700_000_000_000, 0, 5])
+    for attempt in range(2):
+        producer = TaskProducer(topics.address, producer_id, in_flight_max=2)
+        producer.send(topic, 1, batch)
+        stats = producer.finish()
+        assert (stats.events, stats.duplicates) == (3, 3 * attempt)
+    rows = topics.expected(topic, partitions=2)
+    assert [(r[1], r[3] if r[3] is not None else r[4], r[5], r[6], r[7], r[12])
+            for r in rows] == [(1, 1, "o1", "orders", "UPSERT", 1_700_000_000_000),
+                               (1, "k2", None, None, "DELETE", None),
+                               (1, 3, "o3", "users", "UPSERT", 5)]
