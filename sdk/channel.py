@@ -20,9 +20,10 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
     # Reconnect to a restarted broker within ~2 s, not gRPC's default of up to
-    # 120 s; the SDK's own backoff paces the retries above this.
+    # 120 s; the SDK's own backoff paces the retries above this. Not
+    # grpc.min_reconnect_backoff_ms: gRPC also uses it as the connect timeout,
+    # and at 100 ms a busy machine fails connections that would succeed.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
     # Each channel its own subchannels: a new client is not failed fast by
     # another channel's connection backoff to the same broker.
