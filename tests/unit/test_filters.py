@@ -524,3 +524,38 @@ def test_bad_config_is_rejected_naming_the_property(props: dict[str, str], messa
     with pytest.raises(FilterError) as raised:
         from_config(props)
     assert message in str(raised.value)
+
+
+# ---------------------------------------------------------------------------
+# The vectorized int64 path against the plain loop
+
+
+INT64_MIN = -(1 << 63)
+
+
+@given(
+    spec=st.one_of(
+        st.builds(lambda n, b: KeyFilterSpec.parse_cli(f"mod:{n}:[{b % n}]"),
+                  st.integers(1, 200_000), st.integers(0, 10**6)),
+        st.builds(lambda size, lo, width: KeyFilterSpec.parse_cli(f"range:{size}:[{lo}-{lo + width}]"),
+                  st.integers(1, 10**12), st.integers(0, 10**6), st.integers(1, 5)),
+    ),
+    keys=st.lists(st.one_of(st.integers(INT64_MIN, INT64_MAX), st.sampled_from([INT64_MIN, INT64_MAX, 0, -1])),
+                  min_size=16, max_size=200),
+)
+def test_vectorized_int64_path_equals_the_loop(spec: KeyFilterSpec, keys: list[int]) -> None:
+    from sdk.core import filters
+
+    vectorized = filters._select_int64(spec, keys)
+    loop = spec._select(keys)
+    assert vectorized is None or vectorized == loop
+    assert evaluate(spec, keys).passed == loop
+
+
+def test_vectorized_path_is_used_for_int_batches_and_not_for_strings() -> None:
+    from sdk.core import filters
+
+    spec = KeyFilterSpec.parse_cli("mod:2:[0]")
+    assert filters._select_int64(spec, list(range(100))) == list(range(0, 100, 2))
+    assert filters._select_int64(spec, [*range(99), "7"]) is None  # numpy would read text
+    assert filters._select_int64(spec, [*range(99), 1 << 70]) is None  # beyond int64
