@@ -1,6 +1,7 @@
 """`python -m benchmarks compare [options]`: Keybus beside Redis Streams and NATS JetStream.
 
-Runs produce, consume and latency (end to end) on each system in turn (servers
+Runs produce, consume and latency (end to end) on each system in turn, and
+churn on Keybus (Key_Shared consumers coming and going) (servers
 installed from Debian's packages if missing, started on 127.0.0.1 with a temp
 dir and stopped by PID), prints JSON, saves benchmarks/out/compare.json,
 writes a generated block into benchmarks/RESULTS.md and PNGs into
@@ -61,6 +62,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=int, default=defaults.rate_per_s,
                         help="events/s in the latency scenario")
     parser.add_argument("--latency-events", type=int, default=defaults.latency_events)
+    parser.add_argument("--churn-events", type=int, default=defaults.churn_events,
+                        help="churn scenario: events stored (untimed) and then drained")
+    parser.add_argument("--churn-period-s", type=float, default=defaults.churn_period_s,
+                        help="churn scenario: one consumer leaves and another rejoins this often")
     parser.add_argument("--deadline-s", type=float, default=defaults.deadline_s,
                         help="a scenario still running after this is stopped, marked incomplete")
     parser.add_argument("--no-progress", action="store_true")
@@ -82,7 +87,19 @@ def _workload(options: argparse.Namespace) -> CompareWorkload:
                            value_bytes=options.value_bytes, keys=options.keys,
                            batch_events=options.batch_events, consumers=options.consumers,
                            rate_per_s=options.rate, latency_events=options.latency_events,
-                           deadline_s=options.deadline_s)
+                           deadline_s=options.deadline_s,
+                           churn_events=options.churn_events,
+                           churn_period_s=options.churn_period_s)
+
+
+DISPLAY_ONLY = ("--no-progress", "--no-plots", "--no-record")  # the figures do not depend on them
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command that heads the RESULTS.md block: without display-only flags, so a rerun
+    with or without a progress bar replaces the same block."""
+    return " ".join(["python -m benchmarks compare",
+                     *(arg for arg in argv if arg not in DISPLAY_ONLY)])
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +112,7 @@ def main(argv: list[str]) -> int:
     # Other work on the machine skews every figure: the load average says how much there was.
     load = {"load_1min_before": round(load_before, 2), "load_1min_after": round(os.getloadavg()[0], 2)}
     report: dict[str, Any] = {
-        "command": " ".join(["python -m benchmarks compare", *argv]),
+        "command": recorded_command(argv),
         "machine": {**machine.describe(), **load}, "workload": asdict(workload),
         "scenarios": list(options.scenarios), "systems": infos, "results": rows}
     OUT.mkdir(exist_ok=True)

@@ -23,8 +23,13 @@ auto-split), each on its own topic with one partition:
 Each phase reports how many events every consumer received (the balance),
 and the latency phase how many of the sent events arrived.
 
+`prepare` and `consume` at the end make this module the "Keybus Key_Shared"
+client of `python -m benchmarks compare` (see benchmarks/keybus_e2e.py and
+benchmarks/keybus_subscribe.py): there the timing, payload stamps and CPU
+accounting are the harness's, the same as for Redis and NATS.
+
 Usage: python -m benchmarks.e2e_key_shared [--events N] [--rate R] [--seconds S]
-       [--consumers 1,4] [--join-ms MS] [--fsync]
+       [--consumers 1,4] [--join-ms MS] [--fsync] [--profile]
 Prints one JSON document.
 """
 
@@ -36,15 +41,21 @@ import json
 import multiprocessing
 import random
 import time
+from pathlib import Path
 from typing import Any
 
+from benchmarks import keybus_subscribe
 from benchmarks.broker import running_broker
+from benchmarks.link import Link, Task
 from benchmarks.machine import describe
+from benchmarks.measurement import CompareWorkload
+from benchmarks.profiling import broker_profiled
 from sdk.admin import Admin
 from sdk.consumer import Consumer
 from sdk.producer import Producer
 from sdk.subscription_admin import SubscriptionAdmin
 
+OUT = Path(__file__).resolve().parent / "out"
 KEYS = 10_000
 VALUE = b"x" * 100
 SUBSCRIPTION = "bench"
@@ -224,14 +235,16 @@ async def admin_create(address: str, topic: str) -> None:
         await admin.create_topic(topic)
 
 
-async def run_steady(address: str, consumers: int, events: int) -> dict[str, Any]:
+async def run_steady(address: str, consumers: int, events: int,
+                     profile_pid: int = 0) -> dict[str, Any]:
     topic = f"e2e-steady-{consumers}"
     await admin_create(address, topic)
     await produce_all(address, topic, events)
     processes, channels, _ = start_consumers(address, topic, consumers, "latest",
                                              time.time() + 600)
     await wait_attached(address, topic, consumers, 60)
-    drained_s = await seek_and_drain(address, topic, 300)
+    with broker_profiled(profile_pid > 0, profile_pid, OUT / f"profile-e2e-key-shared-{consumers}"):
+        drained_s = await seek_and_drain(address, topic, 300)
     results = await asyncio.to_thread(collect, processes, channels, 0.0)
     return {"events_per_s": round(events / drained_s), "drain_s": round(drained_s, 3),
             "events_per_consumer": [r["events"] for r in results]}
@@ -270,13 +283,18 @@ async def run_latency(address: str, consumers: int, rate: int,
             "ms_max": round(max(latencies, default=0.0), 2), "samples": len(latencies)}
 
 
-async def run_cases(address: str, options: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every phase of every consumer count, in one event loop."""
+async def run_cases(address: str, options: argparse.Namespace,
+                    broker_pid: int = 0) -> list[dict[str, Any]]:
+    """Every phase of every consumer count, in one event loop; with --profile, py-spy
+    records the broker from the seek to the last ack of the steady phase with 4 consumers."""
     cases = []
     for consumers in (int(n) for n in options.consumers.split(",")):
+        profile = options.profile and consumers == 4 and broker_pid > 0
+        steady = await run_steady(address, consumers, options.events,
+                                  broker_pid if profile else 0)
         cases.append({
             "consumers": consumers, "events": options.events,
-            "steady": await run_steady(address, consumers, options.events),
+            "steady": steady,
             "with_joins": await run_with_joins(address, consumers, options.events,
                                                options.join_ms),
             "latency": await run_latency(address, consumers, options.rate, options.seconds)})
@@ -292,15 +310,29 @@ def main() -> None:
     parser.add_argument("--join-ms", type=int, default=250,
                         help="with_joins: ms between one consumer attaching and the next joining")
     parser.add_argument("--fsync", action="store_true", help="fsync per produce batch")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the broker during the 4-consumer steady drain; writes "
+                             "benchmarks/out/profile-e2e-key-shared-4-broker.{raw,txt}")
     options = parser.parse_args()
     extra = () if options.fsync else ("--no-fsync",)
-    with running_broker(*extra) as (address, _pid):
-        cases = asyncio.run(run_cases(address, options))
+    OUT.mkdir(exist_ok=True)
+    with running_broker(*extra) as (address, pid):
+        cases = asyncio.run(run_cases(address, options, pid))
     print(json.dumps({"benchmark": "e2e_key_shared", "machine": describe(),
                       "fsync": options.fsync, "value_bytes": len(VALUE), "keys": KEYS,
                       "receiver_queue_size": RECEIVER_QUEUE_SIZE, "join_ms": options.join_ms,
                       "methods": METHODS,
                       "cases": cases}, indent=2))
+
+
+def prepare(address: str, topic: str, workload: CompareWorkload) -> None:
+    """The comparison's Key_Shared subscription (auto-split), cursor at the topic's end."""
+    keybus_subscribe.prepare(address, topic, "key_shared")
+
+
+def consume(task: Task, link: Link) -> dict[str, Any]:
+    """A comparison consumer process on the Key_Shared subscription."""
+    return keybus_subscribe.consume(task, link, "key_shared")
 
 
 if __name__ == "__main__":

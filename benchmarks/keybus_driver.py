@@ -1,7 +1,8 @@
 """Keybus in the comparison: the broker with fsync before ack, the SDK producer.
 
 The producer process does what `scenarios.produce` does (one SDK Producer,
-`await send()` per event, batches of `batch_events`), through the shared loop
+`await send()` per event, batches of `batch_events`; in the paced latency
+scenario with `linger_ms=1`, so a tick's events leave within 1 ms), through the shared loop
 so that it paces and counts like the peers. End-to-end consumers come from the
 subscription work through `keybus_e2e`.
 """
@@ -22,6 +23,7 @@ from benchmarks.measurement import CompareWorkload
 from benchmarks.systems import Server, System
 
 NAME = "Keybus"
+LATENCY_LINGER_MS = 1  # 0 sends one event per request (one fsync each): about 1,000 events/s
 DURABILITY = ("fsync before ack: a produce request is acknowledged after its RocksDB WriteBatch "
               "is fsynced (group commit: one fsync covers the requests that arrived together)")
 
@@ -64,9 +66,14 @@ def drop_stream(address: str, topic: str) -> None:
 
 async def _produce(task: Task, link: Link) -> dict[str, Any]:
     from sdk import Producer
+    from sdk.producer import ProducerConfig
 
+    # Paced (latency scenario): a 1 ms linger, so each tick's events leave together at once, as the
+    # peers' clients send each tick; unpaced: the SDK's default linger.
+    linger_ms = LATENCY_LINGER_MS if task.paced else ProducerConfig().linger_ms
     async with await Producer.create(task.address, task.stream,
-                                     batch_events_max=task.workload.batch_events) as producer:
+                                     batch_events_max=task.workload.batch_events,
+                                     linger_ms=linger_ms) as producer:
         send_one = producer.send
 
         async def send(keys: Sequence[int], value: bytes) -> None:
@@ -81,8 +88,14 @@ def produce(task: Task, link: Link) -> dict[str, Any]:
     return asyncio.run(_produce(task, link))
 
 
+def _churn(server: Server, workload: CompareWorkload, show_progress: bool) -> dict[str, Any]:
+    from benchmarks import keybus_churn
+
+    return keybus_churn.run(server, workload, show_progress)
+
+
 def system() -> System:
     loaded = keybus_e2e.load()
     return System(name=NAME, durability=DURABILITY, server=server, create_stream=create_stream,
                   drop_stream=drop_stream, produce=produce, clients=loaded.clients,
-                  pending=loaded.pending)
+                  pending=loaded.pending, churn=_churn)

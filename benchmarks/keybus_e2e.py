@@ -35,6 +35,7 @@ from benchmarks.systems import Client
 
 SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
     ("Keybus Key_Shared", "benchmarks.e2e_key_shared"),
+    ("Keybus Shared", "benchmarks.e2e_shared"),
 )
 
 

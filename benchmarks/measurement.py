@@ -22,6 +22,8 @@ class CompareWorkload:
     duration_s: stop sending earlier once this much time has passed (None: count only).
     latency_events / rate_per_s: length and pace of the latency scenario.
     deadline_s: a scenario still running after this is stopped and marked incomplete.
+    churn_events / churn_period_s: the churn scenario's backlog, and how often it
+        changes its consumers.
     """
 
     events: int = 1_000_000
@@ -33,16 +35,21 @@ class CompareWorkload:
     rate_per_s: int = 10_000
     latency_events: int = 100_000
     deadline_s: float = 300.0
+    churn_events: int = 4_000_000
+    churn_period_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.value_bytes < STAMP_BYTES:
             raise ValueError(f"value_bytes {self.value_bytes} is too small: each value carries an "
                              f"{STAMP_BYTES}-byte send time")
-        for name in ("events", "keys", "batch_events", "consumers", "rate_per_s", "latency_events"):
+        for name in ("events", "keys", "batch_events", "consumers", "rate_per_s", "latency_events",
+                     "churn_events"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0 or None, got {self.duration_s}")
+        if self.churn_period_s <= 0:
+            raise ValueError(f"churn_period_s must be > 0, got {self.churn_period_s}")
         if self.deadline_s <= 0:
             raise ValueError(f"deadline_s must be > 0, got {self.deadline_s}")
 

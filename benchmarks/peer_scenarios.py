@@ -8,6 +8,9 @@
 - latency: a producer at a fixed `rate_per_s` and N consumers at once, on a
   fresh stream; consumers record publish-to-delivery time from the send time
   in each value.
+- churn (Keybus only, see keybus_churn.py): N Key_Shared consumers drain a
+  stored backlog of `churn_events` while one leaves and another rejoins every
+  `churn_period_s`; throughput and how long moved slots wait.
 
 Each system gets one fresh server (temp dir, free port) for all its
 scenarios, stopped by PID at the end even on failure; systems run one after
@@ -31,9 +34,10 @@ from benchmarks.progress import progress
 from benchmarks.runner import ClientFailed, ClientRun, run_clients
 from benchmarks.systems import Client, Server, System
 
-PRODUCE, CONSUME, LATENCY = "produce", "consume", "latency"
-SCENARIOS = (PRODUCE, CONSUME, LATENCY)
+PRODUCE, CONSUME, LATENCY, CHURN = "produce", "consume", "latency", "churn"
+SCENARIOS = (PRODUCE, CONSUME, LATENCY, CHURN)
 STORED_STREAM, LATENCY_STREAM = "stored", "paced"
+CHURN_LABEL = "Keybus Key_Shared, churn"
 
 Row = dict[str, Any]
 
@@ -61,14 +65,15 @@ def run_system(system: System, plan: Plan) -> tuple[list[Row], Row]:
                      if not any(r["system"] == label and r["scenario"] == scenario for r in rows)]
     rows += [_note_row(system.name, label, scenario, f"pending: {reason}")
              for label, reason in system.pending for scenario in plan.scenarios
-             if scenario != PRODUCE]
+             if scenario not in (PRODUCE, CHURN)]
     return rows, info
 
 
 def _planned(system: System, plan: Plan) -> list[tuple[str, str]]:
     planned = [(system.name, PRODUCE)] if PRODUCE in plan.scenarios else []
+    planned += [(CHURN_LABEL, CHURN)] if CHURN in plan.scenarios and system.churn else []
     return planned + [(client.label, scenario) for client in system.clients
-                      for scenario in plan.scenarios if scenario != PRODUCE]
+                      for scenario in plan.scenarios if scenario in (CONSUME, LATENCY)]
 
 
 def _scenarios(system: System, server: Server, plan: Plan, rows: list[Row]) -> None:
@@ -86,6 +91,8 @@ def _scenarios(system: System, server: Server, plan: Plan, rows: list[Row]) -> N
         system.create_stream(server.address, LATENCY_STREAM, plan.workload)
         rows.append(measure(system, server, LATENCY, client, LATENCY_STREAM, plan))
         system.drop_stream(server.address, LATENCY_STREAM)
+    if CHURN in plan.scenarios and system.churn is not None:
+        rows.append(system.churn(server, plan.workload, plan.show_progress))
 
 
 def _consume(system: System, server: Server, client: Client, produced: Row, plan: Plan) -> Row:

@@ -12,7 +12,7 @@ from typing import Any
 
 PLOTS_DIR = Path(__file__).resolve().parent / "plots"
 COLORS = {"Keybus": "#1f77b4", "Redis Streams": "#d62728", "NATS JetStream": "#2ca02c"}
-THROUGHPUT_SCENARIOS = ("produce", "consume")
+THROUGHPUT_SCENARIOS = ("produce", "consume", "churn")
 
 
 def _pyplot() -> Any:
@@ -24,6 +24,11 @@ def _pyplot() -> Any:
     return plt
 
 
+def _unordered(row: dict[str, Any]) -> bool:
+    """Keybus Shared (no key order): hatched bars, dashed lines beside Key_Shared."""
+    return bool(row["system"] == "Keybus Shared")
+
+
 def _measured(report: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
     return [r for r in report["results"] if r["scenario"] == scenario and "events_per_s" in r]
 
@@ -31,7 +36,7 @@ def _measured(report: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
 def throughput(report: dict[str, Any], path: Path) -> Path:
     """Grouped bars: events/s of each system in each throughput scenario."""
     plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(9, 4.8), dpi=110)
+    figure, axes = plt.subplots(figsize=(11, 5), dpi=110)
     x = 0.0
     ticks: list[tuple[float, str]] = []
     for scenario in THROUGHPUT_SCENARIOS:
@@ -41,7 +46,8 @@ def throughput(report: dict[str, Any], path: Path) -> Path:
         start = x
         for row in rows:
             bar = axes.bar(x, row["events_per_s"], width=0.8,
-                           color=COLORS.get(row.get("family", ""), "#7f7f7f"))
+                           color=COLORS.get(row.get("family", ""), "#7f7f7f"),
+                           hatch="//" if _unordered(row) else None)
             axes.bar_label(bar, labels=[f"{row['system']}\n{row['events_per_s'] / 1000:,.0f}k/s"],
                            fontsize=7, padding=2)
             x += 1
@@ -68,6 +74,7 @@ def latency(report: dict[str, Any], path: Path) -> Path:
             continue
         axes.plot([max(v, 1e-3) for _, v in points], [q for q, _ in points],
                   color=COLORS.get(row.get("family", ""), "#7f7f7f"),
+                  linestyle="--" if _unordered(row) else "-",
                   label=f"{row['system']}: p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms")
     axes.set_xscale("log")
     axes.set_xlabel("publish to delivery, ms (log scale; lower is better)")

@@ -40,6 +40,25 @@ def profiled(enabled: bool, broker_pid: int, stem: Path) -> Iterator[None]:
                 stem.with_name(stem.name + "-broker.txt").write_text(summarize_py_spy(raw))
 
 
+@contextlib.contextmanager
+def broker_profiled(enabled: bool, broker_pid: int, stem: Path) -> Iterator[None]:
+    """py-spy on the broker only: STEM-broker.raw, and its summary STEM-broker.txt."""
+    spy = _start_py_spy(broker_pid, stem.with_name(stem.name + "-broker.raw")) if enabled else None
+    try:
+        yield
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait(5)
+            raw = stem.with_name(stem.name + "-broker.raw")
+            if raw.exists():
+                stem.with_name(stem.name + "-broker.txt").write_text(summarize_py_spy(raw))
+
+
 def _start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
     beside = Path(sys.executable).parent / "py-spy"
     exe = str(beside) if beside.exists() else shutil.which("py-spy")

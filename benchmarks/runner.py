@@ -16,7 +16,7 @@ import queue
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -42,6 +42,7 @@ class ClientRun:
     server_cpu_s: float
     latencies_ms: list[float]
     complete: bool
+    reports: list[dict[str, Any]] = field(default_factory=list)  # each process's, as sent
 
 
 def _client_main(worker: Worker, task: Task, link: Link, role: str) -> None:
@@ -158,4 +159,4 @@ def _combine(reports: list[dict[str, Any]], go_ns: int, server_cpu_s: float, cou
                 and not any(r.get("stopped_early") for r in reports))
     return ClientRun(events=events, seconds=max(last_ns - go_ns, 1) / 1e9,
                      client_cpu_s=sum(r["cpu_s"] for r in reports), server_cpu_s=server_cpu_s,
-                     latencies_ms=latencies, complete=complete)
+                     latencies_ms=latencies, complete=complete, reports=reports)

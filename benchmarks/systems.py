@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.measurement import CompareWorkload
 from benchmarks.runner import Worker
@@ -45,6 +46,9 @@ class System:
 
     durability: what an acknowledgement means on disk, stated in the results.
     pending: consume labels that are not available yet, each with the reason.
+    churn: the churn scenario's row (server, workload, show progress), for a system
+        whose consumers wait on each other when they come and go (Keybus Key_Shared);
+        None elsewhere.
     """
 
     name: str
@@ -55,3 +59,4 @@ class System:
     produce: Worker
     clients: tuple[Client, ...] = ()
     pending: tuple[tuple[str, str], ...] = ()
+    churn: Callable[[Server, CompareWorkload, bool], dict[str, Any]] | None = None

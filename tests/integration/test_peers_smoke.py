@@ -75,6 +75,31 @@ def test_keybus_producer_under_the_same_harness() -> None:
     assert "fsync before ack" in info["durability"]
 
 
+def test_keybus_subscriptions_and_churn_under_the_same_harness() -> None:
+    """Key_Shared and Shared consume and latency rows, and the churn row, count every event."""
+    from dataclasses import replace
+
+    from benchmarks import keybus_driver
+    from benchmarks.peer_scenarios import CHURN
+
+    workload = replace(WORKLOAD, churn_events=20_000, churn_period_s=0.3)
+    rows, _ = run_system(keybus_driver.system(), Plan(workload, show_progress=False))
+    for label in ("Keybus Key_Shared", "Keybus Shared"):
+        by_scenario = {row["scenario"]: row for row in rows if row["system"] == label}
+        assert set(by_scenario) == {CONSUME, LATENCY}, rows
+        for scenario, events in ((CONSUME, 2_000), (LATENCY, 500)):
+            row = by_scenario[scenario]
+            assert "events_per_s" in row, row.get("note")
+            # a 2,000-event drain can take under one CPU clock tick: >= 0, not > 0
+            assert row["events"] == events and row["complete"] and row["client_cpu_s"] >= 0, row
+        latency = by_scenario[LATENCY]
+        assert 0 < latency["p50_ms"] <= latency["p99_ms"] and latency["latency_samples"] == 500
+    churn = [row for row in rows if row["scenario"] == CHURN]
+    assert len(churn) == 1 and "events_per_s" in churn[0], churn
+    assert churn[0]["events"] == 20_000 and churn[0]["complete"], churn[0]
+    assert churn[0]["describe_samples"] > 0 and churn[0]["membership_changes"] >= 0
+
+
 def test_redis_server_ends_by_pid(tmp_path: Path) -> None:
     system = _peer("redis_driver", "redis", "redis-server")
     with system.server(tmp_path) as server:

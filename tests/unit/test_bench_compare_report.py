@@ -80,3 +80,52 @@ def test_replace_block_replaces_only_its_own_command() -> None:
     assert "old b" in updated and updated.endswith("tail notes\n") and "notes\n\n<!--" in updated
     appended = replace_block(updated, "c", "new c")
     assert appended.endswith("<!-- bench: c -->\nnew c\n<!-- /bench -->\n")
+
+
+def test_targets_table_states_each_ratio_met_or_short() -> None:
+    from benchmarks.compare_report import targets_table
+
+    rows = [_row("Keybus", "Keybus", "produce", 500_000),
+            _row("Redis Streams", "Redis Streams", "produce", 100_000),
+            _row("Keybus Key_Shared", "Keybus", "consume", 150_000),
+            _row("Redis consumer group", "Redis Streams", "consume", 200_000)]
+    lines = targets_table(rows).splitlines()
+    assert "**5.00x**" in lines[2] and lines[2].endswith("| met |")
+    assert "**0.75x**" in lines[3] and "short (75% of the target)" in lines[3]
+    assert lines[4].endswith("| not measured |")  # no NATS row
+
+
+def test_cost_of_order_compares_key_shared_with_shared() -> None:
+    from benchmarks.compare_report import cost_of_order_table
+
+    rows = [_row("Keybus Key_Shared", "Keybus", "consume", 300_000),
+            _row("Keybus Shared", "Keybus", "consume", 600_000),
+            _row("Keybus Key_Shared", "Keybus", "latency", 10_000, p50_ms=2.0, p99_ms=8.0),
+            _row("Keybus Shared", "Keybus", "latency", 10_000, p50_ms=1.5, p99_ms=4.0)]
+    table = cost_of_order_table(rows)
+    assert table is not None
+    consume, latency = table.splitlines()[2:]
+    assert consume.startswith("| consume | 300,000 | 600,000 | 0.50x |")
+    assert "| 2.00 / 8.00 | 1.50 / 4.00 |" in latency
+    assert cost_of_order_table(rows[:1]) is None
+
+
+def test_churn_table_compares_with_steady_key_shared() -> None:
+    from benchmarks.compare_report import churn_table
+
+    steady = _row("Keybus Key_Shared", "Keybus", "consume", 400_000)
+    row = _row("Keybus Key_Shared, churn", "Keybus", "churn", 300_000, consumers=4,
+               membership_changes=9, join_wait_p50_ms=40.0, join_wait_max_ms=95.5,
+               waiting_slots_max=120, waiting_events_max=20_000)
+    line = churn_table([row], steady).splitlines()[2]
+    assert "| 9 | 40.0 / 95.5 | 120 / 20,000 | 0.75x |" in line
+    failed = {"system": "Keybus Key_Shared, churn", "scenario": "churn", "note": "failed: x"}
+    assert "failed: x" in churn_table([failed], None)
+
+
+def test_the_recorded_command_leaves_out_display_only_flags() -> None:
+    from benchmarks.compare import recorded_command
+
+    assert recorded_command(["--no-progress", "--no-plots"]) == "python -m benchmarks compare"
+    assert recorded_command(["--events", "10", "--no-progress"]) == \
+        "python -m benchmarks compare --events 10"

@@ -1,0 +1,115 @@
+"""Keybus consumers in the comparison: one subscription type per `keybus_e2e` module.
+
+`benchmarks/e2e_key_shared.py` (Key_Shared, auto-split) and
+`benchmarks/e2e_shared.py` (Shared) expose `prepare` and `consume` built
+here, so both are measured the same way as the peers' consumer groups:
+
+- prepare (parent): a consumer attaches once with `initial_position="latest"`
+  and leaves; that creates the durable subscription with its cursor at the
+  topic's end (offset 0 on the latency scenario's empty topic).
+- consume (each consumer process): `Consumer.subscribe` (SDK, asyncio on
+  uvloop), then the shared loop. Subscribing happens before the common start,
+  and the cursor is at the end, so nothing is delivered before the clock runs.
+  In the consume scenario (stored events), consumer 0's first fetch seeks the
+  subscription to the earliest offset: that releases the stored events to
+  every attached consumer at once, inside the timed part (as a Redis group
+  created at id 0 starts delivering with the first XREADGROUP).
+- fetch: `receive_batch` (the events of one stored record, up to the
+  producer's batch), `monotonic_ns()` on arrival, `ack_batch` (acks gather for
+  at most `ack_flush_ms` and go in one message), values returned for the
+  latency stamps. The consumer flushes its acks before it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+from benchmarks import client_loops
+from benchmarks.link import Link, Task, monotonic_ns
+
+RECEIVER_QUEUE_SIZE = 5_000  # permits per consumer, as benchmarks/e2e_key_shared.py
+RECEIVE_WAIT_S = 0.1  # an idle receive returns after this, so a consumer sees "done" in time
+CLOSE_TIMEOUT_S = 10.0
+
+
+def subscription_name(type_: str) -> str:
+    """One subscription per type, so Key_Shared and Shared can share the stored topic."""
+    return f"bench-{type_.replace('_', '-')}"
+
+
+def run_loop(coroutine: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:  # plain asyncio works too, a little slower
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+async def _create_subscription(address: str, topic: str, type_: str, name: str) -> None:
+    from sdk.consumer import Consumer
+
+    consumer = await Consumer.subscribe(address, topic, name, type=type_,
+                                        consumer_name="bench-prepare", initial_position="latest",
+                                        receiver_queue_size=2)
+    await asyncio.wait_for(consumer.close(), CLOSE_TIMEOUT_S)
+
+
+async def seek_earliest(address: str, topic: str, subscription: str) -> None:
+    """Move the subscription's cursor to the earliest offset (the stored events flow)."""
+    from sdk.subscription_admin import SubscriptionAdmin
+
+    async with SubscriptionAdmin(address) as admin:
+        await admin.seek(topic, subscription, "earliest")
+
+
+async def _consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
+    from sdk.consumer import Consumer
+
+    subscription = subscription_name(type_)
+    consumer = await Consumer.subscribe(task.address, task.stream, subscription, type=type_,
+                                        consumer_name=f"c{task.index}",
+                                        receiver_queue_size=RECEIVER_QUEUE_SIZE)
+    receive_batch, ack_batch = consumer.receive_batch, consumer.ack_batch
+    release = [task.index == 0 and not task.paced]  # consume scenario: consumer 0 seeks
+
+    async def fetch() -> tuple[Any, int]:
+        if release[0]:
+            release[0] = False
+            await seek_earliest(task.address, task.stream, subscription)
+        try:
+            batch = await receive_batch(RECEIVE_WAIT_S)
+        except TimeoutError:
+            return [], 0
+        arrived_ns = monotonic_ns()
+        ack_batch(batch)
+        return batch.values, arrived_ns
+
+    try:
+        report = await client_loops.consume_async(task, link, fetch)
+        await consumer.flush_acks()
+        return report
+    finally:
+        began = time.monotonic()
+        try:
+            await asyncio.wait_for(consumer.close(), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            print(f"consumer c{task.index}: close took over {time.monotonic() - began:.0f} s",
+                  file=sys.stderr)  # stdout carries the comparison's JSON
+
+
+def create_subscription(address: str, topic: str, type_: str, name: str) -> None:
+    """Subscription `name` of `type_` on `topic`, its cursor at the topic's end."""
+    run_loop(_create_subscription(address, topic, type_, name))
+
+
+def prepare(address: str, topic: str, type_: str) -> None:
+    """Create subscription `subscription_name(type_)` of `type_` ("key_shared", "shared")."""
+    create_subscription(address, topic, type_, subscription_name(type_))
+
+
+def consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
+    """One consumer process of subscription type `type_`: subscribe, then the shared loop."""
+    return dict(run_loop(_consume(task, link, type_)))
