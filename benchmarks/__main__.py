@@ -3,6 +3,10 @@
 Scenarios: produce, read (reads what produce wrote), filtered-read, all.
 Every run starts its own broker on 127.0.0.1 with a temp data dir.
 
+`python -m benchmarks spark-read [--events N] [--repeats N] [--value-bytes B]`
+counts a Keybus topic in Spark against a bare Python data source and prints
+JSON (see benchmarks/spark_read.py; needs pyspark and Java).
+
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 """
@@ -58,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["spark-read"]:
+        from benchmarks import spark_read  # its own options; needs pyspark and Java
+
+        spark_read.main(arguments[1:])
+        return 0
     options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)

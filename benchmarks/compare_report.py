@@ -171,8 +171,19 @@ def targets_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _heading(scenario: str, workload: dict[str, Any]) -> str:
+def other_consumer_counts(rows: list[Row], consumers: int) -> str:
+    """"; X runs 1 consumer process" for each measured row whose consumer count is not the
+    workload's (Keybus Exclusive admits one consumer), or ""."""
+    odd = [f"{r['system']} runs {r['consumers']} consumer process"
+           + ("" if r["consumers"] == 1 else "es")
+           for r in rows if "events_per_s" in r and r.get("consumers")
+           and r["consumers"] != consumers]
+    return "".join(f"; {text}" for text in odd)
+
+
+def _heading(scenario: str, workload: dict[str, Any], rows: list[Row] | None = None) -> str:
     w = workload
+    others = other_consumer_counts(rows or [], w["consumers"])
     size = (f"{w['value_bytes']}-byte values, {w['keys']:,} keys, batches of "
             f"{w['batch_events']:,}")
     limit = f"{w['events']:,} events" + (f" or {w['duration_s']} s" if w.get("duration_s") else "")
@@ -180,7 +191,7 @@ def _heading(scenario: str, workload: dict[str, Any]) -> str:
         return f"#### produce: one producer process, {limit}, {size}, until every ack"
     if scenario == "consume":
         return (f"#### consume: {w['consumers']} consumer processes drain the events produce "
-                f"stored, until every one is delivered and acknowledged")
+                f"stored, until every one is delivered and acknowledged{others}")
     if scenario == "churn":
         return (f"#### churn: {w['consumers']} Key_Shared consumer processes drain "
                 f"{w.get('churn_events', 0):,} events stored first (untimed) while, every "
@@ -189,7 +200,8 @@ def _heading(scenario: str, workload: dict[str, Any]) -> str:
                 f"the slots it took have drained (their old owner acknowledged what it held)")
     return (f"#### latency, end to end: one producer at {w['rate_per_s']:,} events/s and "
             f"{w['consumers']} consumer processes, {w['latency_events']:,} events, "
-            f"{w['value_bytes']}-byte values; send time (in the value) to arrival at a consumer")
+            f"{w['value_bytes']}-byte values; send time (in the value) to arrival at a consumer"
+            f"{others}")
 
 
 def durability_table(systems: list[Row]) -> str:
@@ -212,7 +224,7 @@ def body(report: dict[str, Any]) -> str:
         rows = [row for row in results if row["scenario"] == scenario]
         if not rows:
             continue
-        parts += ["", _heading(scenario, report["workload"]), ""]
+        parts += ["", _heading(scenario, report["workload"], rows), ""]
         if scenario == "churn":
             parts.append(churn_table(rows, _measured(results, "consume", KEY_SHARED)))
         else:

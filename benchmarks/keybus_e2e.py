@@ -20,7 +20,12 @@ functions; nothing else here needs to change:
         reads `monotonic_ns()` as it arrives, acknowledges it and returns
         (values, arrival_ns), or ([], 0) after a bounded wait with nothing to
         deliver. The loop counts, records latencies when `task.paced`, and
-        stops when every produced event is consumed or the deadline passes.
+        stops when every produced event is consumed or the deadline passes
+        (so a consumer that receives nothing, a Failover standby, ends too).
+
+    CONSUMERS: int  (optional)
+        How many consumer processes this type always runs, whatever
+        `workload.consumers` says (Exclusive admits only one: 1).
 
 The harness supplies the broker (fsync before ack), the topic, the SDK
 producer process, timing, CPU accounting and the tables and plots.
@@ -36,6 +41,8 @@ from benchmarks.systems import Client
 SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
     ("Keybus Key_Shared", "benchmarks.e2e_key_shared"),
     ("Keybus Shared", "benchmarks.e2e_shared"),
+    ("Keybus Exclusive (1 consumer)", "benchmarks.e2e_exclusive"),
+    ("Keybus Failover (1 active, others standby)", "benchmarks.e2e_failover"),
 )
 
 
@@ -63,5 +70,5 @@ def load(subscriptions: tuple[tuple[str, str], ...] = SUBSCRIPTIONS) -> Loaded:
             pending.append((label, f"{module_name} has no prepare() and consume() "
                                    "(see benchmarks/keybus_e2e.py)"))
             continue
-        clients.append(Client(label, prepare, consume))
+        clients.append(Client(label, prepare, consume, getattr(module, "CONSUMERS", None)))
     return Loaded(tuple(clients), tuple(pending))

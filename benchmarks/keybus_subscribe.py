@@ -1,8 +1,10 @@
 """Keybus consumers in the comparison: one subscription type per `keybus_e2e` module.
 
-`benchmarks/e2e_key_shared.py` (Key_Shared, auto-split) and
-`benchmarks/e2e_shared.py` (Shared) expose `prepare` and `consume` built
-here, so both are measured the same way as the peers' consumer groups:
+`benchmarks/e2e_key_shared.py` (Key_Shared, auto-split),
+`benchmarks/e2e_shared.py` (Shared), `benchmarks/e2e_exclusive.py` (Exclusive,
+one consumer) and `benchmarks/e2e_failover.py` (Failover, one active consumer
+per partition, the others standby) expose `prepare` and `consume` built here,
+so all are measured the same way as the peers' consumer groups:
 
 - prepare (parent): a consumer attaches once with `initial_position="latest"`
   and leaves; that creates the durable subscription with its cursor at the
@@ -18,6 +20,8 @@ here, so both are measured the same way as the peers' consumer groups:
   producer's batch), `monotonic_ns()` on arrival, `ack_batch` (acks gather for
   at most `ack_flush_ms` and go in one message), values returned for the
   latency stamps. The consumer flushes its acks before it closes.
+- a consumer that is given nothing (a Failover standby) sees an empty fetch
+  every RECEIVE_WAIT_S and ends once every produced event is consumed.
 """
 
 from __future__ import annotations
@@ -106,7 +110,8 @@ def create_subscription(address: str, topic: str, type_: str, name: str) -> None
 
 
 def prepare(address: str, topic: str, type_: str) -> None:
-    """Create subscription `subscription_name(type_)` of `type_` ("key_shared", "shared")."""
+    """Create subscription `subscription_name(type_)` of `type_` ("key_shared", "shared",
+    "exclusive", "failover")."""
     create_subscription(address, topic, type_, subscription_name(type_))
 
 

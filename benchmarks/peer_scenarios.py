@@ -2,7 +2,8 @@
 
 - produce: one producer process sends `events` (or for `duration_s`) as fast
   as acknowledgements allow, into an empty stream.
-- consume: N consumer processes drain what produce stored (produced first,
+- consume: N consumer processes (a client may fix its own count: Keybus
+  Exclusive runs 1, see `client_workload`) drain what produce stored (produced first,
   untimed, when produce is not planned); done when every event is delivered
   and acknowledged. The Keybus end-to-end benchmark measures the same shape.
 - latency: a producer at a fixed `rate_per_s` and N consumers at once, on a
@@ -23,7 +24,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def _consume(system: System, server: Server, client: Client, produced: Row, plan
 def measure(system: System, server: Server, scenario: str, client: Client | None, stream: str,
             plan: Plan, stored: int = 0) -> Row:
     """One scenario's clients on an existing stream, summarized as a row."""
-    workload = plan.workload
+    workload = client_workload(plan.workload, client)
     label = client.label if client else system.name
     task = Task(server.address, stream, workload, paced=scenario == LATENCY)
     producer = None if scenario == CONSUME else system.produce
@@ -124,6 +125,13 @@ def measure(system: System, server: Server, scenario: str, client: Client | None
         print(f"{label}, {scenario}: {error}", file=sys.stderr)
         return _note_row(system.name, label, scenario, f"failed: {_last_line(str(error))}")
     return _row(system, label, scenario, run, workload, consumers=bool(client))
+
+
+def client_workload(workload: CompareWorkload, client: Client | None) -> CompareWorkload:
+    """The workload `client` runs: its own consumer count when it has one (Exclusive: 1)."""
+    if client is None or client.consumers is None or client.consumers == workload.consumers:
+        return workload
+    return replace(workload, consumers=client.consumers)
 
 
 def _row(system: System, label: str, scenario: str, run: ClientRun, workload: CompareWorkload,

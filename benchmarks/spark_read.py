@@ -10,7 +10,8 @@ local[2] SparkSession, through
 Each layout (topic partitions x hash ranges, always 2 tasks for 2 cores) is
 timed `--repeats` times after one warm-up run; best and median are reported.
 
-Run:  python -m benchmarks.spark_read [--events 1000000] [--repeats 3]
+Run:  python -m benchmarks spark-read [--events 1000000] [--repeats 3] [--value-bytes 64]
+      (or python -m benchmarks.spark_read with the same options)
 Prints one JSON object (rows/s per source and layout, and the ratio).
 """
 
@@ -150,12 +151,18 @@ def _rates(events: int, times: list[float]) -> dict[str, Any]:
             "runs_s": [round(t, 3) for t in times]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks spark-read",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--value-bytes", type=int, default=64)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """argv: the options (sys.argv[1:] when None)."""
+    args = parse_args(argv)
 
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get(

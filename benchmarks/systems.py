@@ -33,11 +33,14 @@ class Client:
     prepare(address, stream, workload): runs in the parent after the stream
     exists and before any client starts (create the group / durable consumer).
     consume: the consumer process's worker (see client_loops.consume*).
+    consumers: how many consumer processes this client always runs (Keybus
+        Exclusive admits one consumer: 1); None runs the workload's `consumers`.
     """
 
     label: str
     prepare: Callable[[str, str, CompareWorkload], None]
     consume: Worker
+    consumers: int | None = None
 
 
 @dataclass(frozen=True)

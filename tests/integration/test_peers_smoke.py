@@ -76,7 +76,9 @@ def test_keybus_producer_under_the_same_harness() -> None:
 
 
 def test_keybus_subscriptions_and_churn_under_the_same_harness() -> None:
-    """Key_Shared and Shared consume and latency rows, and the churn row, count every event."""
+    """Every subscription type's consume and latency rows (Exclusive with its one consumer,
+    Failover with standbys that receive nothing and still end), and the churn row, count
+    every event."""
     from dataclasses import replace
 
     from benchmarks import keybus_driver
@@ -84,7 +86,9 @@ def test_keybus_subscriptions_and_churn_under_the_same_harness() -> None:
 
     workload = replace(WORKLOAD, churn_events=20_000, churn_period_s=0.3)
     rows, _ = run_system(keybus_driver.system(), Plan(workload, show_progress=False))
-    for label in ("Keybus Key_Shared", "Keybus Shared"):
+    consumers = {"Keybus Key_Shared": 2, "Keybus Shared": 2, "Keybus Exclusive (1 consumer)": 1,
+                 "Keybus Failover (1 active, others standby)": 2}
+    for label, count in consumers.items():
         by_scenario = {row["scenario"]: row for row in rows if row["system"] == label}
         assert set(by_scenario) == {CONSUME, LATENCY}, rows
         for scenario, events in ((CONSUME, 2_000), (LATENCY, 500)):
@@ -92,6 +96,7 @@ def test_keybus_subscriptions_and_churn_under_the_same_harness() -> None:
             assert "events_per_s" in row, row.get("note")
             # a 2,000-event drain can take under one CPU clock tick: >= 0, not > 0
             assert row["events"] == events and row["complete"] and row["client_cpu_s"] >= 0, row
+            assert row["consumers"] == count, row
         latency = by_scenario[LATENCY]
         assert 0 < latency["p50_ms"] <= latency["p99_ms"] and latency["latency_samples"] == 500
     churn = [row for row in rows if row["scenario"] == CHURN]
