@@ -99,3 +99,37 @@ def test_broker_refuses_to_start_on_bad_filter_config(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "line 4" in done.stderr and "range.size" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def _drain_bytes(address: str, subscription: str, key_filter: str | None,
+                       expected: int) -> tuple[list[int], int]:
+    from sdk.consumer import Consumer
+
+    consumer = await Consumer.subscribe(address, "filtered-subscription", subscription,
+                                        key_filter=key_filter, initial_position="earliest")
+    keys: list[int] = []
+    size = 0
+    try:
+        while len(keys) < expected:
+            batch = await consumer.receive_batch(timeout_s=20)
+            keys.extend(batch.keys())  # type: ignore[arg-type]
+            size += batch.record.ByteSize()
+            consumer.ack_batch(batch)
+    finally:
+        await consumer.close()
+    return keys, size
+
+
+def test_filtered_subscription_receives_fewer_bytes(shared_broker: BrokerProcess) -> None:
+    import asyncio
+
+    client = stub(shared_broker.address)
+    create_topic(client, "filtered-subscription")
+    produce(client, [pb.ProduceRequest(topic="filtered-subscription",
+                                       batch=int_batch(list(range(i, i + 1000))))
+                     for i in range(0, 10_000, 1000)])
+    everything, full_bytes = asyncio.run(_drain_bytes(shared_broker.address, "all", None, 10_000))
+    tenth, tenth_bytes = asyncio.run(_drain_bytes(shared_broker.address, "tenth", "mod:10:[3]", 1_000))
+    assert sorted(everything) == list(range(10_000))
+    assert tenth == list(range(3, 10_000, 10))
+    assert tenth_bytes < full_bytes * 0.2, (tenth_bytes, full_bytes)
