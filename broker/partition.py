@@ -249,6 +249,28 @@ class Partition:
         event, self._appended = self._appended, asyncio.Event()
         event.set()
 
+    def resolve_start(self, start: pb.StartPosition, unset_is_latest: bool = False) -> int:
+        """The offset a StartPosition names here, or why it cannot be used.
+
+        Raises:
+            BrokerError: no position set (unless unset_is_latest: a new
+                subscription starts at the end, as in Pulsar), or an offset
+                outside what is stored.
+        """
+        which = start.WhichOneof("position")
+        if which is None and not unset_is_latest:
+            raise BrokerError("start_invalid")
+        if which is None or which == "latest":
+            return self.end_offset
+        if which == "earliest":
+            return self.start_offset
+        if which == "scn":
+            return self.offset_for_scn(start.scn)
+        if not self.start_offset <= start.offset <= self.end_offset:
+            raise BrokerError("offset_out_of_range", offset=start.offset, topic=self.meta.name,
+                              partition=self.index, start=self.start_offset, end=self.end_offset)
+        return start.offset
+
     def offset_for_scn(self, scn: int) -> int:
         found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)
         return self.end_offset if found is None else max(found, self.start_offset)

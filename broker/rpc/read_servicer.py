@@ -15,7 +15,6 @@ from broker.config import Settings
 from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.metrics import READ_EVENTS
-from broker.partition import Partition
 from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
@@ -23,24 +22,6 @@ from broker.topics import TopicRegistry
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
 from sdk.core.pb import keybus_pb2 as pb
-
-
-def start_offset(partition: Partition, start: pb.StartPosition) -> int:
-    """Resolve a StartPosition to an offset, or explain why it cannot be."""
-    which = start.WhichOneof("position")
-    if which is None:
-        raise BrokerError("start_invalid")
-    if which == "earliest":
-        return partition.start_offset
-    if which == "latest":
-        return partition.end_offset
-    if which == "scn":
-        return partition.offset_for_scn(start.scn)
-    if not partition.start_offset <= start.offset <= partition.end_offset:
-        raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
-                          partition=partition.index, start=partition.start_offset,
-                          end=partition.end_offset)
-    return start.offset
 
 
 def read_limit(field: str, value: int, limit: int) -> int:
@@ -79,7 +60,7 @@ class ReadServicer:
             slot_mask=hash_mask(list(request.hash_ranges)),
             selector=compile_selector(request.filter, self.config_filters),
         )
-        offset = start_offset(partition, request.start)
+        offset = partition.resolve_start(request.start)
         while spec.stop_offset is None or offset < spec.stop_offset:
             if offset >= partition.end_offset:
                 if not request.follow:

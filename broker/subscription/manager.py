@@ -37,7 +37,7 @@ from broker.metrics import (
     SUBSCRIPTION_UNACKED,
     SUBSCRIPTION_WAITING_SLOTS,
 )
-from broker.partition import Partition, TopicMeta, now_ms
+from broker.partition import TopicMeta, now_ms
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
@@ -63,22 +63,6 @@ class Subscription:
         self.meta = meta
         self.dispatchers = dispatchers
         self.sessions: dict[str, Session] = {}
-
-
-def resolve_start(partition: Partition, start: pb.StartPosition) -> int:
-    """The offset a StartPosition names on `partition` (unset = latest)."""
-    which = start.WhichOneof("position")
-    if which is None or which == "latest":
-        return partition.end_offset
-    if which == "earliest":
-        return partition.start_offset
-    if which == "scn":
-        return partition.offset_for_scn(start.scn)
-    if not partition.start_offset <= start.offset <= partition.end_offset:
-        raise BrokerError("offset_out_of_range", offset=start.offset, topic=partition.meta.name,
-                          partition=partition.index, start=partition.start_offset,
-                          end=partition.end_offset)
-    return start.offset
 
 
 class SubscriptionManager:
@@ -244,7 +228,7 @@ class SubscriptionManager:
         if len(existing) >= self.settings.subscriptions_per_topic_max:
             raise BrokerError("too_many_subscriptions", topic=meta.name, count=len(existing),
                               max=self.settings.subscriptions_per_topic_max)
-        cursors = {p.index: Cursor(resolve_start(p, start)).to_bytes()
+        cursors = {p.index: Cursor(p.resolve_start(start, unset_is_latest=True)).to_bytes()
                    for p in self.registry.partitions(meta.name)}
         await asyncio.to_thread(self.store.save_subscription, meta.topic_id, spec.name,
                                 spec.to_dict(), cursors)
@@ -391,7 +375,7 @@ class SubscriptionManager:
             if index >= subscription.meta.partitions:
                 raise BrokerError("partition_out_of_range", partition=index, topic=topic,
                                   last=subscription.meta.partitions - 1)
-        offsets = {i: resolve_start(subscription.dispatchers[i].partition, position)
+        offsets = {i: subscription.dispatchers[i].partition.resolve_start(position, unset_is_latest=True)
                    for i in indexes}
         for index, offset in offsets.items():
             await subscription.dispatchers[index].seek(offset)
