@@ -28,11 +28,11 @@ import grpc.aio
 
 from sdk import errors
 from sdk.channel import open_channel, stub_of
-from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
+from sdk.core.columns import Event, record_events
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
-from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
 from sdk.stream import SubscribeStream
 
 TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
@@ -141,45 +141,26 @@ class Message:
         return self.event.value
 
 
-class ReceivedBatch:
-    """The events of one stored record delivered to this consumer (columns stay protobuf)."""
+class ReceivedBatch(ReadBatch):
+    """The events of one stored record delivered to this consumer (columns stay
+    protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
+    record's window ends)."""
 
-    __slots__ = ("_offsets", "record", "redelivery_counts", "window_last_offset")
+    __slots__ = ("redelivery_counts", "window_last_offset")
 
     def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
                  window_last_offset: int) -> None:
-        self.record = record
+        super().__init__(record)
         self.redelivery_counts = redelivery_counts  # empty: all first deliveries
         self.window_last_offset = window_last_offset
-        self._offsets: list[int] | None = None
 
     @property
     def partition(self) -> int:
         return self.record.partition
 
     @property
-    def count(self) -> int:
-        return self.record.batch.count
-
-    @property
-    def offsets(self) -> list[int]:
-        if self._offsets is None:
-            self._offsets = record_offsets(self.record)
-        return self._offsets
-
-    @property
-    def values(self) -> Sequence[bytes]:
-        return self.record.batch.values
-
-    @property
     def slots(self) -> Sequence[int]:
         return self.record.batch.slots
-
-    def keys(self) -> list[int | str]:
-        return keys_of(self.record.batch)
-
-    def scns(self) -> list[int]:
-        return record_scns(self.record)
 
     def messages(self) -> list[Message]:
         """Row views (a Python object per event)."""
