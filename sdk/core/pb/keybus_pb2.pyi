@@ -943,26 +943,38 @@ Global___Permits: _TypeAlias = Permits  # noqa: Y015
 
 @_typing.final
 class Ack(_message.Message):
+    """An Ack or Nack covers the offsets in its ranges that the broker sent to
+    this consumer and it still holds; other offsets in them are ignored.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITION_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
     CUMULATIVE_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     cumulative: _builtins.bool
     """ack everything below ranges[0].stop"""
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Key_Shared dispatch (issue 9): more ranges as flat half-open pairs
+        start0, stop0, start1, stop1, ... (one packed field, no message per range).
+        """
+
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         cumulative: _builtins.bool = ...,
+        bounds: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -975,20 +987,38 @@ class Nack(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
     DELAY_MS_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    REST_OF_SLOTS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     delay_ms: _builtins.int
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Key_Shared dispatch (issue 9): as Ack.bounds."""
+
+    @_builtins.property
+    def rest_of_slots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Key_Shared dispatch (issue 9): flat pairs slot0, offset0, slot1, ...: also
+        give back every event of each slot after its offset that the broker sent
+        this consumer (prefetched, in flight or received), so the retry comes
+        first and the rest of the key after it. A delivery the broker sent before
+        it saw this nack (Delivery.nacks_seen) then loses those events at the
+        consumer, which drops them as they arrive.
+        """
+
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         delay_ms: _builtins.int = ...,
+        bounds: _abc.Iterable[_builtins.int] | None = ...,
+        rest_of_slots: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "delay_ms", b"delay_ms", "partition", b"partition", "ranges", b"ranges", "rest_of_slots", b"rest_of_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
