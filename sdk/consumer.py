@@ -147,13 +147,14 @@ class ReceivedBatch(ReadBatch):
     protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
     record's window ends)."""
 
-    __slots__ = ("redelivery_counts", "window_last_offset")
+    __slots__ = ("redelivery_counts", "send", "window_last_offset")
 
     def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
-                 window_last_offset: int) -> None:
+                 window_last_offset: int, send: int = 0) -> None:
         super().__init__(record)
         self.redelivery_counts = redelivery_counts  # empty: all first deliveries
         self.window_last_offset = window_last_offset
+        self.send = send  # the broker's send it came in (Delivery.send; 0: unknown)
 
     @property
     def partition(self) -> int:
@@ -306,12 +307,16 @@ class Consumer:
     def ack_batch(self, batch: ReceivedBatch) -> None:
         """Acknowledge every event of a received batch."""
         record = batch.record
-        if record.offsets:
-            self.ack_offsets(batch.partition, record.offsets)
-        else:  # a whole stored record: one range
+        offsets = record.offsets
+        if not offsets:  # a whole stored record: one range
             base = record.base_offset
             self._state.acks.add_range(batch.partition, base, base + record.batch.count)
-            self._flush_wanted.set()
+        elif batch.send:  # a part of a record: one range of its send, whatever its offsets
+            self._state.acks.add_sent(batch.partition, batch.send, offsets[0], offsets[-1] + 1)
+        else:
+            self.ack_offsets(batch.partition, offsets)
+            return
+        self._flush_wanted.set()
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
         self._state.acks.add(partition, offsets)
@@ -456,7 +461,8 @@ class Consumer:
                 n = record.batch.count
                 batch_counts = counts[position:position + n] if counts else ()
                 position += n
-                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i])
+                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i],
+                                                            delivery.send)
                 if stale:
                     batch = self._drop_stale(batch)  # type: ignore[arg-type]
                 if batch is not None:
@@ -519,8 +525,9 @@ class Consumer:
             await stream.send(pb.SubscribeRequest(ack=pb.Ack(
                 partition=partition, cumulative=True, ranges=[pb.OffsetRange(start=0, stop=stop)])))
         state.cumulative.clear()
-        for partition, bounds in state.acks.drain().items():
-            await stream.send(pb.SubscribeRequest(ack=pb.Ack(partition=partition, bounds=bounds)))
+        for partition, (bounds, sent) in state.acks.drain().items():
+            await stream.send(pb.SubscribeRequest(ack=pb.Ack(partition=partition, bounds=bounds,
+                                                             sent_ranges=sent)))
         for partition, count in state.buffer.grants_due():
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
@@ -582,4 +589,4 @@ def _without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
         else:
             target.extend(column)
     counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
-    return ReceivedBatch(subset, counts, batch.window_last_offset)
+    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send)

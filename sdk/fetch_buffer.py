@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from sdk.core.offset_ranges import bounds_of, interleave, merge_ranges
+from sdk.core.offset_ranges import interleave, merge_ranges, runs_of
 
 B = TypeVar("B")
 
@@ -110,31 +110,44 @@ class FetchBuffer(Generic[B]):
 
 
 class AckBuffer:
-    """Offsets to acknowledge, per partition, until the next flush, as ranges."""
+    """Offsets to acknowledge, per partition, until the next flush, as ranges; and whole
+    delivered record parts as (send, start, stop) ranges (`Ack.sent_ranges`)."""
 
     def __init__(self) -> None:
         self._pending: dict[int, list[npt.NDArray[np.int64]]] = {}  # flat bounds chunks
+        self._sent: dict[int, list[int]] = {}  # flat send, start, stop triples
         self.count = 0
 
     def add(self, partition: int, offsets: Iterable[int]) -> None:
-        bounds = np.asarray(bounds_of(offsets), np.int64)
-        if len(bounds):
+        starts, stops = runs_of(np.unique(np.fromiter(offsets, np.int64)))
+        if len(starts):
+            bounds = np.empty(2 * len(starts), np.int64)
+            bounds[0::2], bounds[1::2] = starts, stops
             self._pending.setdefault(partition, []).append(bounds)
-            self.count += int((bounds[1::2] - bounds[0::2]).sum())
+            self.count += int((stops - starts).sum())
 
     def add_range(self, partition: int, start: int, stop: int) -> None:
         """Acknowledge every offset in [start, stop) (a whole delivered record)."""
         self._pending.setdefault(partition, []).append(np.array((start, stop), np.int64))
         self.count += stop - start
 
-    def drain(self) -> dict[int, list[int]]:
-        """partition -> flat sorted, merged [start0, stop0, ...] bounds; empties the buffer."""
+    def add_sent(self, partition: int, send: int, start: int, stop: int) -> None:
+        """Acknowledge what the broker sent in `send` within [start, stop) (a record part)."""
+        self._sent.setdefault(partition, []).extend((send, start, stop))
+        self.count += 1
+
+    def drain(self) -> dict[int, tuple[bytes, bytes]]:
+        """partition -> (`Ack.bounds` of sorted, merged ranges, `Ack.sent_ranges`);
+        empties the buffer."""
         pending, self._pending, self.count = self._pending, {}, 0
+        sent, self._sent = self._sent, {}
         drained = {}
-        for partition, chunks in pending.items():
-            flat = np.concatenate(chunks)
-            starts, stops = merge_ranges(flat[0::2], flat[1::2])
-            drained[partition] = interleave(starts, stops)
+        for partition in pending.keys() | sent.keys():
+            bounds = b""
+            if partition in pending:
+                flat = np.concatenate(pending[partition])
+                bounds = interleave(*merge_ranges(flat[0::2], flat[1::2]))
+            drained[partition] = (bounds, np.array(sent.get(partition, ()), "<i8").tobytes())
         return drained
 
 

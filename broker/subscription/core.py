@@ -132,10 +132,12 @@ class ReadResult:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send these events (ascending offsets, with redelivery counts) to `consumer`."""
+    """Send these events (ascending offsets, with redelivery counts) to `consumer`; the
+    consumer acknowledges a record part of it whole by `send` (Ack.sent_ranges)."""
 
     consumer: str
     events: Taken
+    send: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,8 @@ class PartitionCore:
         self._notices: list[Notice] = []
         self._dead_new: list[Taken] = []
         self._ticket = 0
+        # send ids never repeat across restarts (a consumer may ack an old one late)
+        self._last_send = now_ms * 1_000_000
         self._sweep = 0  # where the next catch-up read starts (see `_catch_up_request`)
         self._catch_up_turn = True
         self.meter = RateMeter(now_ms)
@@ -335,6 +339,18 @@ class PartitionCore:
         if member is None:
             return 0
         taken = member.holding.take_ranges(starts, stops)
+        if len(taken):
+            self.slots.release_held(taken.slots, name)
+            self.dirty = True
+        return len(taken)
+
+    def process_ack_sent(self, name: str, sends: I64, starts: I64, stops: I64) -> int:
+        """Acknowledge what `name` holds of send `sends[i]` in [starts[i], stops[i]) for
+        each i (whole record parts); returns how many events that was."""
+        member = self.members.get(name)
+        if member is None:
+            return 0
+        taken = member.holding.take_sent(sends, starts, stops)
         if len(taken):
             self.slots.release_held(taken.slots, name)
             self.dirty = True
@@ -704,7 +720,8 @@ class PartitionCore:
             order = np.argsort(events.offsets, kind="stable")
             events = Taken(events.offsets[order], events.slots[order], events.counts[order])
         n = len(events)
-        member.holding.add(events, now_ms)
+        self._last_send += 1
+        member.holding.add(events, now_ms, self._last_send)
         member.permits -= n
         member.delivered += n
         member.meter.add(n, now_ms)
@@ -712,7 +729,7 @@ class PartitionCore:
         timeout = member.spec.ack_timeout_ms
         if timeout and member.next_timeout_ms is None:
             member.next_timeout_ms = now_ms + timeout
-        self._sends.append(Send(member.name, events))
+        self._sends.append(Send(member.name, events, self._last_send))
         self.dirty = True
 
     def _wait(self, candidates: Taken, sent: npt.NDArray[np.bool_]) -> None:
@@ -730,8 +747,10 @@ class PartitionCore:
         if not len(refused):
             return
         again = refused.counts > 0
-        if again.any():
-            self.given_back.add(_pick(refused, np.flatnonzero(again)), 0)
+        if again.any():  # given back before: given back still, and their slots wait for them
+            back = _pick(refused, np.flatnonzero(again))
+            self.given_back.add(back, 0)
+            self.slots.lower_floors(back.slots, np.full(len(back), self.position, np.int64))
         fresh = _pick(refused, np.flatnonzero(~again))
         if len(fresh):
             self.slots.lower_floors(fresh.slots, fresh.offsets)

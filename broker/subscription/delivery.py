@@ -46,6 +46,7 @@ _RECORDS_TAG = b"\x2a"  # Delivery.records: field 5, length-delimited
 _REDELIVERY_COUNTS_TAG = b"\x1a"  # Delivery.redelivery_counts: field 3, packed
 _WINDOW_LAST_OFFSETS_TAG = b"\x22"  # Delivery.window_last_offsets: field 4, packed
 _NACKS_SEEN_TAG = b"\x30"  # Delivery.nacks_seen: field 6, varint
+_SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
 
 
 @dataclass(slots=True)
@@ -80,8 +81,10 @@ class CachedRecord:
             self.columns = {name: list(getattr(batch, name)) for name in _COLUMNS}
         return self.columns
 
-    def subset_bytes(self, positions: Sequence[int]) -> bytes:
-        """The serialized Record holding only the events at `positions` (ascending)."""
+    def subset_bytes(self, positions: Sequence[int], offsets: Sequence[int] | None = None,
+                     ) -> bytes:
+        """The serialized Record holding only the events at `positions` (ascending);
+        `offsets` may give their offsets (base + position) when the caller has them."""
         if len(positions) == self.count:
             return self.body
         record = self.record
@@ -89,7 +92,7 @@ class CachedRecord:
                            base_offset=self.base, scn_first=record.scn_first,
                            window=record.window, publish_time_ms=record.publish_time_ms)
         base = self.base
-        subset.offsets.extend([base + p for p in positions])
+        subset.offsets.extend([base + p for p in positions] if offsets is None else offsets)
         batch = subset.batch
         batch.count = len(positions)
         pick: Callable[[list[Any]], Any] = itemgetter(*positions)
@@ -149,9 +152,10 @@ class RecordCache:
 
     def trim(self, mark_delete: int) -> None:
         """Drop records wholly below `mark_delete`, then the oldest past the budget."""
-        for base in [b for b, r in self._records.items() if r.end <= mark_delete]:
-            self.bytes -= self._records.pop(base).memory_bytes
-            self._bases = None
+        if mark_delete >= 0:
+            for base in [b for b, r in self._records.items() if r.end <= mark_delete]:
+                self.bytes -= self._records.pop(base).memory_bytes
+                self._bases = None
         while self.bytes > self.bytes_max and self._records:
             _, entry = self._records.popitem(last=False)
             self.bytes -= entry.memory_bytes
@@ -170,7 +174,7 @@ class RecordCache:
 
 def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
                       redelivery_counts: npt.NDArray[np.int32] | None, nacks_seen: int,
-                      bytes_max: int) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+                      bytes_max: int, send: int = 0) -> tuple[list[bytes], npt.NDArray[np.int64]]:
     """Serialized SubscribeResponse(delivery=...) messages carrying `offsets` (ascending),
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
     the caller fetched what the log still holds)."""
@@ -191,10 +195,18 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
         if first == stop:
             continue
         entry = cache._records[int(bases[i[first]])]
-        positions = (offsets[first:stop] - entry.base).tolist()
+        chosen = offsets[first:stop]
         part_counts = counts[first:stop] if counts is not None else []
-        parts += _fitting_parts(entry, positions, part_counts, bytes_max)
-    return _messages(parts, counts is not None, nacks_seen, bytes_max), gone
+        if stop - first == entry.count:  # the whole record: its stored bytes
+            parts += _fitting_parts(entry, list(range(entry.count)), part_counts, bytes_max)
+            continue
+        body = entry.subset_bytes((chosen - entry.base).tolist(), chosen.tolist())
+        if len(body) <= bytes_max or stop - first == 1:
+            parts.append((body, entry.end - 1, part_counts))
+        else:
+            parts += _fitting_parts(entry, (chosen - entry.base).tolist(), part_counts,
+                                    bytes_max)
+    return _messages(parts, counts is not None, nacks_seen, bytes_max, send), gone
 
 
 def _fitting_parts(entry: CachedRecord, positions: list[int], counts: list[int],
@@ -208,23 +220,23 @@ def _fitting_parts(entry: CachedRecord, positions: list[int], counts: list[int],
 
 
 def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nacks_seen: int,
-              bytes_max: int) -> list[bytes]:
+              bytes_max: int, send: int) -> list[bytes]:
     messages: list[bytes] = []
     current: list[tuple[bytes, int, list[int]]] = []
     size = 0
     for part in parts:
         if current and size + len(part[0]) + 16 > bytes_max:
-            messages.append(_delivery(current, with_counts, nacks_seen))
+            messages.append(_delivery(current, with_counts, nacks_seen, send))
             current, size = [], 0
         current.append(part)
         size += len(part[0]) + 16
     if current:
-        messages.append(_delivery(current, with_counts, nacks_seen))
+        messages.append(_delivery(current, with_counts, nacks_seen, send))
     return messages
 
 
 def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
-              nacks_seen: int) -> bytes:
+              nacks_seen: int, send: int) -> bytes:
     out: list[bytes] = []
     for body, _, _ in parts:
         out += (_RECORDS_TAG, varint(len(body)), body)
@@ -235,5 +247,7 @@ def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
     out += (_WINDOW_LAST_OFFSETS_TAG, varint(len(packed)), packed)
     if nacks_seen:
         out += (_NACKS_SEEN_TAG, varint(nacks_seen))
+    if send:
+        out += (_SEND_TAG, varint(send))
     delivery = b"".join(out)
     return _RESPONSE_DELIVERY_TAG + varint(len(delivery)) + delivery

@@ -197,15 +197,14 @@ class PartitionDispatcher:
             # what each consumer's nacks the broker had seen when the core decided (a
             # nack may land while records are fetched below)
             seen = [self._nacks_seen(send.consumer) for send in sends]
-            wanted = np.unique(np.concatenate([s.events.offsets for s in sends]))
-            missing = self.cache.missing(wanted)
+            missing = self.cache.missing(np.concatenate([s.events.offsets for s in sends]))
             if len(missing):
                 for record in await asyncio.to_thread(
                         read_records_holding, self.store, self.partition.meta.topic_id,
-                        self.index, missing.tolist()):
+                        self.index, np.unique(missing).tolist()):
                     self.cache.add(record)
             for send, nacks_seen in zip(sends, seen, strict=True):
-                self._deliver(send.consumer, send.events, nacks_seen)
+                self._deliver(send.consumer, send.events, nacks_seen, send.send)
         for notice in core.take_notices():
             session = self.sessions.get(notice.consumer)
             if session is None:
@@ -225,13 +224,13 @@ class PartitionDispatcher:
         session = self.sessions.get(consumer)
         return 0 if session is None else session.nacks_seen
 
-    def _deliver(self, consumer: str, events: Taken, nacks_seen: int) -> None:
+    def _deliver(self, consumer: str, events: Taken, nacks_seen: int, send: int) -> None:
         session = self.sessions.get(consumer)
         counts = events.counts if events.counts.any() else None
         if session is None:
             return
         messages, gone = delivery_messages(self.cache, events.offsets, counts, nacks_seen,
-                                           self.settings.delivery_bytes_max)
+                                           self.settings.delivery_bytes_max, send)
         if len(gone):  # retention removed them meanwhile: acknowledged, as for the core
             starts, stops = runs_of(gone)
             self.core.process_ack(consumer, starts, stops)
@@ -347,6 +346,12 @@ class PartitionDispatcher:
     def ack(self, name: str, starts: np.ndarray, stops: np.ndarray) -> None:
         """Acknowledge what `name` holds in these ranges (sorted, disjoint, checked)."""
         if self.core.process_ack(name, starts, stops):
+            self._wake.set()
+
+    def ack_sent(self, name: str, sends: np.ndarray, starts: np.ndarray,
+                 stops: np.ndarray) -> None:
+        """Acknowledge whole record parts: what `name` holds of each send in its range."""
+        if self.core.process_ack_sent(name, sends, starts, stops):
             self._wake.set()
 
     def ack_cumulative(self, name: str, stop: int) -> None:

@@ -61,27 +61,31 @@ def concat(parts: list[Taken]) -> Taken:
 class Holding:
     """The unacknowledged events of one consumer; see the module docstring."""
 
-    __slots__ = ("_counts", "_live", "_offsets", "_sent_ms", "_slots", "count")
+    __slots__ = ("_counts", "_live", "_offsets", "_sends", "_sent_ms", "_slots", "count")
 
     def __init__(self) -> None:
         self._offsets = np.zeros(0, np.int64)
         self._slots = np.zeros(0, np.int32)
         self._counts = np.zeros(0, np.int32)
         self._sent_ms = np.zeros(0, np.int64)
+        self._sends = np.zeros(0, np.int64)  # which send (delivery) each event came in
         self._live = np.zeros(0, np.bool_)
         self.count = 0  # live entries
 
-    def add(self, taken: Taken, now_ms: int) -> None:
-        """Hold these events (offsets ascending), sent at `now_ms`."""
+    def add(self, taken: Taken, now_ms: int, send: int = 0) -> None:
+        """Hold these events (offsets ascending), sent at `now_ms` in send `send`."""
         if not len(taken):
             return
-        sent = np.full(len(taken), now_ms, np.int64)
+        n = len(taken)
+        sent = np.full(n, now_ms, np.int64)
+        sends = np.full(n, send, np.int64)
         if not len(self._offsets) or taken.offsets[0] > self._offsets[-1]:
             self._offsets = np.concatenate((self._offsets, taken.offsets))
             self._slots = np.concatenate((self._slots, taken.slots))
             self._counts = np.concatenate((self._counts, taken.counts))
             self._sent_ms = np.concatenate((self._sent_ms, sent))
-            self._live = np.concatenate((self._live, np.ones(len(taken), np.bool_)))
+            self._sends = np.concatenate((self._sends, sends))
+            self._live = np.concatenate((self._live, np.ones(n, np.bool_)))
         else:
             self._compact(force=True)
             offsets = np.concatenate((self._offsets, taken.offsets))
@@ -92,8 +96,27 @@ class Holding:
             self._slots = np.concatenate((self._slots, taken.slots))[order]
             self._counts = np.concatenate((self._counts, taken.counts))[order]
             self._sent_ms = np.concatenate((self._sent_ms, sent))[order]
+            self._sends = np.concatenate((self._sends, sends))[order]
             self._live = np.ones(len(order), np.bool_)
-        self.count += len(taken)
+        self.count += n
+
+    def take_sent(self, sends: I64, starts: I64, stops: I64) -> Taken:
+        """Take out the held events of send `sends[i]` in [starts[i], stops[i]) for every i
+        (a delivered record part acknowledged whole, whatever else is held in its span)."""
+        if not self.count or not len(sends):
+            return EMPTY
+        offsets = self._offsets
+        low = np.searchsorted(offsets, starts, side="left")
+        spans = np.searchsorted(offsets, stops, side="left") - low
+        total = int(spans.sum())
+        if not total:
+            return EMPTY
+        which = np.repeat(np.arange(len(sends)), spans)
+        positions = np.repeat(low - np.cumsum(spans) + spans, spans) + np.arange(total)
+        chosen = positions[self._live[positions] & (self._sends[positions] == sends[which])]
+        if len(chosen) > 1 and not bool(np.all(np.diff(chosen) > 0)):
+            chosen = np.unique(chosen)  # ranges out of order or overlapping
+        return self._take_positions(chosen)
 
     def take_ranges(self, starts: I64, stops: I64) -> Taken:
         """Take out the held offsets inside the half-open ranges (sorted, disjoint)."""
@@ -171,4 +194,5 @@ class Holding:
         self._slots = self._slots[live]
         self._counts = self._counts[live]
         self._sent_ms = self._sent_ms[live]
+        self._sends = self._sends[live]
         self._live = np.ones(self.count, np.bool_)

@@ -35,7 +35,7 @@ from broker.partition import TopicMeta, now_ms
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
-from broker.subscription.ranges import checked_ranges
+from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.spec import SubscriptionSpec
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.topics import TOPIC_NAME, TopicRegistry
@@ -290,7 +290,7 @@ class SubscriptionManager:
             if dispatcher.spec.type in (pb.SHARED, pb.KEY_SHARED):
                 raise BrokerError("ack_invalid", what="ack", detail="cumulative acks are for "
                                   "exclusive and failover subscriptions; acknowledge ranges")
-            if len(ack.ranges) != 1 or ack.bounds:
+            if len(ack.ranges) != 1 or ack.bounds or ack.sent_ranges:
                 raise BrokerError("ack_invalid", what="ack", detail="a cumulative ack carries "
                                   "one range whose stop is the first offset not acknowledged")
             stop = ack.ranges[0].stop
@@ -300,8 +300,13 @@ class SubscriptionManager:
                     f"offset {dispatcher.partition.end_offset}"))
             dispatcher.ack_cumulative(session.name, stop)
             return
-        starts, stops = checked_ranges(ack.ranges, ack.bounds, dispatcher.partition.end_offset,
-                                       dispatcher.index, "ack")
+        end = dispatcher.partition.end_offset
+        if ack.sent_ranges:
+            dispatcher.ack_sent(session.name, *sent_ranges(ack.sent_ranges, end,
+                                                           dispatcher.index))
+            if not (ack.ranges or ack.bounds):
+                return
+        starts, stops = checked_ranges(ack.ranges, ack.bounds, end, dispatcher.index, "ack")
         dispatcher.ack(session.name, starts, stops)
 
     def nack(self, session: Session, nack: pb.Nack) -> None:

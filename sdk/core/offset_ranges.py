@@ -41,17 +41,32 @@ def merge_ranges(starts: I64, stops: I64) -> tuple[I64, I64]:
     return starts[new_run], merged
 
 
-def bounds_of(offsets: Iterable[int]) -> list[int]:
-    """Flat [start0, stop0, start1, stop1, ...] covering exactly `offsets` (any order,
-    repeats allowed): the Ack/Nack `bounds` field."""
+def bounds_of(offsets: Iterable[int]) -> bytes:
+    """The Ack/Nack `bounds` field covering exactly `offsets` (any order, repeats
+    allowed): flat start0, stop0, start1, stop1, ... as little-endian int64."""
     values = np.unique(np.fromiter(offsets, np.int64))
     starts, stops = runs_of(values)
     return interleave(starts, stops)
 
 
-def interleave(starts: I64, stops: I64) -> list[int]:
-    flat = np.empty(2 * len(starts), np.int64)
+def interleave(starts: I64, stops: I64) -> bytes:
+    """`bounds` bytes of these ranges."""
+    flat = np.empty(2 * len(starts), "<i8")
     flat[0::2] = starts
     flat[1::2] = stops
-    values: list[int] = flat.tolist()
-    return values
+    return flat.tobytes()
+
+
+def ranges_of_bounds(bounds: bytes) -> tuple[I64, I64]:
+    """(starts, stops) of `bounds` bytes (see `bounds_of`).
+
+    Raises:
+        ValueError: not a whole number of (start, stop) pairs.
+    """
+    if len(bounds) % 16:
+        raise ValueError(f"bounds holds {len(bounds)} bytes; it holds pairs of "
+                         f"little-endian int64 (16 bytes each)")
+    flat = np.frombuffer(bounds, "<i8")
+    if flat.dtype != np.int64:  # a big-endian machine
+        flat = flat.astype(np.int64)
+    return flat[0::2], flat[1::2]

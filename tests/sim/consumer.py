@@ -22,7 +22,8 @@ from broker.subscription.members import MemberSpec
 from sdk.fetch_buffer import NackHolds
 from tests.sim.model import Model
 
-# ("ack" | "nack" | "permits", offsets, delay or count, a nack's rest_of_slots pairs)
+# ("ack" | "nack" | "permits", offsets, delay or count, a nack's rest_of_slots pairs or an
+# ack's sent ranges as flat (send, start, stop) triples)
 Request = tuple[str, list[int], int, list[int]]
 
 
@@ -37,7 +38,8 @@ class SimConsumer:
     never_acks: bool = False
     checked: bool = True  # its application's view is checked (see Model.app_take)
     ordered: bool = True  # not Shared: nacks hold their slots (as the SDK)
-    wire_in: deque[tuple[list[int], list[int], int]] = field(default_factory=deque)
+    wire_in: deque[tuple[list[int], list[int], int, int]] = field(default_factory=deque)
+    batches: dict[int, tuple[int, list[int]]] = field(default_factory=dict)  # offset -> batch
     wire_out: deque[Request] = field(default_factory=deque)
     holds: NackHolds = field(default_factory=NackHolds)
     buffer: deque[int] = field(default_factory=deque)  # received, not taken by the app
@@ -58,12 +60,20 @@ class SimConsumer:
 
     def receive(self, model: Model) -> None:
         """Take one delivery off the wire, as `Consumer._handle` does."""
-        offsets, _, nacks_seen = self.wire_in.popleft()
+        offsets, _, nacks_seen, send = self.wire_in.popleft()
         stale = self.holds.seen(nacks_seen)
         drop = set(self.holds.stale_positions(0, offsets, [model.events[o].slot for o in offsets])
                    ) if stale else set()
         self.taken_since_grant += len(drop)  # the broker took them back: permits return
-        self.buffer.extend(o for i, o in enumerate(offsets) if i not in drop)
+        kept = [o for i, o in enumerate(offsets) if i not in drop]
+        self.buffer.extend(kept)
+        parts: dict[int, list[int]] = {}  # a batch: the events of one record in one send
+        for offset in offsets:
+            parts.setdefault(model.record_base[offset], []).append(offset)
+        for part in parts.values():
+            for offset in part:
+                if offset in kept:
+                    self.batches[offset] = (send, part)
 
     def nack(self, model: Model, offset: int, delay_ms: int) -> list[int]:
         """The application nacks `offset` and the later events of its slot it holds; the
@@ -88,9 +98,23 @@ class SimConsumer:
         return given
 
     def ack(self, offsets: list[int]) -> None:
+        """Acknowledge; a whole batch still all held by the application goes as one sent
+        range, as `Consumer.ack_batch` sends it; the rest as offset ranges."""
+        chosen = set(offsets)
+        held = set(self.app)
+        sent: list[int] = []
+        for offset in sorted(chosen):
+            batch = self.batches.get(offset)
+            if batch is None or offset not in chosen:
+                continue
+            send, part = batch
+            if send and all(o in chosen and o in held for o in part):
+                sent += (send, part[0], part[-1] + 1)
+                chosen -= set(part)
         for offset in offsets:
             self.app.remove(offset)
-        self.wire_out.append(("ack", sorted(offsets), 0, []))
+            self.batches.pop(offset, None)
+        self.wire_out.append(("ack", sorted(chosen), 0, sent))
 
     def grant_due(self) -> None:
         """Pulsar's rule: once half the queue was taken, grant what was taken."""
@@ -109,7 +133,7 @@ class SimConsumer:
         elif offset in self.buffer:
             self.buffer.remove(offset)
         else:
-            for offsets, counts, _ in self.wire_in:
+            for offsets, counts, _, _ in self.wire_in:
                 if offset in offsets:
                     i = offsets.index(offset)
                     del offsets[i], counts[i]

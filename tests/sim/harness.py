@@ -181,7 +181,7 @@ class Simulation:
             if kind == "permits":
                 self._grant(consumer, value)
             elif kind == "ack":
-                self._ack(name, offsets)
+                self._ack(name, offsets, rest)
             else:
                 self.nacks_seen[name] += 1
                 self._nack(name, offsets, value, dict(zip(rest[0::2], rest[1::2], strict=True)))
@@ -270,9 +270,9 @@ class Simulation:
             if offsets != sorted(offsets):
                 raise Violation(f"a send to {send.consumer} is not in offset order: {offsets}")
             for offset, count in zip(offsets, counts, strict=True):
-                self.model.deliver(send.consumer, offset, count, self.now)
+                self.model.deliver(send.consumer, offset, count, self.now, send.send)
                 self.progress.add(self.model.events[offset].slot if self.model.keyed else -1)
-            consumer.wire_in.append((offsets, counts, self.nacks_seen[send.consumer]))
+            consumer.wire_in.append((offsets, counts, self.nacks_seen[send.consumer], send.send))
             self.trail.append(f"send {send.consumer} {offsets} counts {counts}")
         self.core.take_notices()
         dead = self.core.take_dead_letters()
@@ -379,13 +379,23 @@ class Simulation:
             self.wake()
             self.trail.append(f"permits {consumer.name} +{count}")
 
-    def _ack(self, name: str, offsets: list[int]) -> None:
-        counted = sum(self.model.ack(name, o) for o in offsets)
-        starts, stops = runs_of(np.array(sorted(offsets), np.int64))
-        acked = self.core.process_ack(name, starts, stops)
+    def _ack(self, name: str, offsets: list[int], sent: list[int]) -> None:
+        """An Ack: offset ranges, and sent ranges (send, start, stop) for whole batches."""
+        model = self.model
+        triples = list(zip(sent[0::3], sent[1::3], sent[2::3], strict=True))
+        in_sent = sorted(o for o in model.held_by(name)
+                         if any(model.send_of.get(o) == s and a <= o < b for s, a, b in triples))
+        counted = sum(model.ack(name, o) for o in [*offsets, *in_sent])
+        acked = 0
+        if offsets:
+            starts, stops = runs_of(np.array(sorted(offsets), np.int64))
+            acked += self.core.process_ack(name, starts, stops)
+        if triples:
+            sends, starts, stops = (np.array(v, np.int64) for v in zip(*triples, strict=True))
+            acked += self.core.process_ack_sent(name, sends, starts, stops)
         if acked:
             self.wake()
-        self.trail.append(f"ack {name} {sorted(offsets)}")
+        self.trail.append(f"ack {name} {sorted(offsets)} sent {triples}")
         if acked != counted:
             raise Violation(f"{name} acked {sorted(offsets)}: the core counted {acked}, "
                             f"expected {counted}")
@@ -500,10 +510,12 @@ class Simulation:
 
     def check_liveness(self) -> None:
         """A slot whose owner is healthy and has permits gets an event within a bound: the
-        catch-up sweep over the span unacknowledged when it started waiting, twice (it may
-        have just passed it), at one read per round it gets (reads alternate)."""
+        catch-up sweep over the span from the lowest unacknowledged offset or floor when it
+        started waiting, twice (it may have just passed it), at one read per round it gets
+        (reads alternate with the main read)."""
         model = self.model
-        bound = 4 * ((model.end - model.lowest_unacked()) // self.limits.read_events_max) + 16
+        low = min([model.lowest_unacked(), *self.core.slots.floors.values()])
+        bound = 4 * ((model.end - low) // self.limits.read_events_max) + 16
         eligible = self._eligible()
         for key, slot in eligible:
             if key in self.progress:

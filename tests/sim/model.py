@@ -45,6 +45,8 @@ class Model:
     given_back: dict[int, int] = field(default_factory=dict)  # offset -> due ms
     dead: set[int] = field(default_factory=set)  # out to the dead-letter topic
     counts: dict[int, int] = field(default_factory=dict)  # offset -> redelivery count
+    record_base: list[int] = field(default_factory=list)  # offset -> its record's first offset
+    send_of: dict[int, int] = field(default_factory=dict)  # held offset -> the send it came in
     key_offsets: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     slot_offsets: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     first_open: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # per key
@@ -64,8 +66,10 @@ class Model:
     # ------------------------------------------------------------ the log
 
     def produced(self, keys: list[int], slots: list[int], passes: list[bool]) -> None:
+        base = len(self.events)
         for key, slot, ok in zip(keys, slots, passes, strict=True):
             offset = len(self.events)
+            self.record_base.append(base)
             self.events.append(Event(key, slot, ok))
             self.acked.append(0 if ok else 1)  # filtered events count as acknowledged
             self.app_acked.append(0 if ok else 1)
@@ -75,8 +79,8 @@ class Model:
 
     # ------------------------------------------------------------ deliveries
 
-    def deliver(self, consumer: str, offset: int, count: int, now_ms: int) -> None:
-        """The broker sent `offset` to `consumer` with this redelivery count."""
+    def deliver(self, consumer: str, offset: int, count: int, now_ms: int, send: int = 0) -> None:
+        """The broker sent `offset` to `consumer` with this redelivery count in `send`."""
         if offset >= self.end:
             raise Violation(f"offset {offset} sent but the log ends at {self.end}")
         event = self.events[offset]
@@ -99,6 +103,7 @@ class Model:
         self.given_back.pop(offset, None)
         self.holder[offset] = consumer
         self.sent_ms[offset] = now_ms
+        self.send_of[offset] = send
         holders = self.slot_holders[event.slot]
         holders[consumer] = holders.get(consumer, 0) + 1
         self.deliveries += 1
@@ -215,6 +220,7 @@ class Model:
     def _release(self, offset: int) -> None:
         consumer = self.holder.pop(offset)
         self.sent_ms.pop(offset, None)
+        self.send_of.pop(offset, None)
         slot = self.events[offset].slot
         holders = self.slot_holders[slot]
         holders[consumer] -= 1
@@ -244,6 +250,7 @@ class Model:
         self.app_first_open.clear()
         self.holder.clear()
         self.sent_ms.clear()
+        self.send_of.clear()
         self.slot_holders.clear()
         self.given_back.clear()
         self.dead.clear()

@@ -26,8 +26,8 @@ from broker.subscription.core import CoreLimits, Kind, PartitionCore
 from broker.subscription.cursor import Cursor
 from broker.subscription.holdings import Taken
 from broker.subscription.members import MemberSpec
-from broker.subscription.ranges import checked_ranges
-from sdk.core.offset_ranges import bounds_of
+from broker.subscription.ranges import checked_ranges, sent_ranges
+from sdk.core.offset_ranges import bounds_of, ranges_of_bounds
 from sdk.core.pb import keybus_pb2 as pb
 
 HORIZON = 200
@@ -36,7 +36,8 @@ HORIZON = 200
 def checked(bounds: list[int], listed: list[tuple[int, int]] = (),  # type: ignore[assignment]
             end: int = 100) -> list[tuple[int, int]]:
     ranges = [pb.OffsetRange(start=a, stop=b) for a, b in listed]
-    starts, stops = checked_ranges(ranges, bounds, end, 0, "ack")
+    data = np.array(bounds, "<u8").tobytes()  # as any client may write them
+    starts, stops = checked_ranges(ranges, data, end, 0, "ack")
     return list(zip(starts.tolist(), stops.tolist(), strict=True))
 
 
@@ -53,10 +54,12 @@ def test_ranges_are_sorted_merged_and_refused() -> None:
         checked([5, 5])
     with pytest.raises(BrokerError, match="100 \\(the partition's end offset\\)"):
         checked([1, 2, 90, 101])
-    with pytest.raises(BrokerError, match="holds 3 numbers"):
+    with pytest.raises(BrokerError, match="holds 24 bytes"):
         checked([1, 2, 3])
+    with pytest.raises(BrokerError, match="is invalid"):
+        checked([0, 1 << 63])  # read as a negative int64
     with pytest.raises(BrokerError, match="beyond 2\\*\\*63"):
-        checked([0, 1 << 63])
+        checked([], [(0, 1 << 63)])
 
 
 RANGES = st.lists(st.tuples(st.integers(0, HORIZON), st.integers(1, 3)), max_size=60)
@@ -82,7 +85,29 @@ def test_an_ack_counts_exactly_what_the_consumer_holds(held: set[int], acked: se
     offsets = np.array(sorted(held), np.int64)
     core.members["a"].holding.add(Taken(offsets, np.zeros(len(offsets), np.int32),
                                         np.zeros(len(offsets), np.int32)), 0)
-    bounds = np.array(bounds_of(acked), np.int64)
-    counted = core.process_ack("a", bounds[0::2], bounds[1::2])
+    counted = core.process_ack("a", *ranges_of_bounds(bounds_of(acked)))
     assert counted == len(held & acked)
     assert set(core.members["a"].holding.live().offsets.tolist()) == held - acked
+
+
+def test_sent_ranges_ack_whole_record_parts_of_one_send() -> None:
+    core = PartitionCore(Kind.SHARED, 0, 0, CoreLimits(), Cursor(0), 0)
+    core.process_attach(MemberSpec("a"), 0)
+    holding = core.members["a"].holding
+    holding.add(Taken(np.array([1, 3], np.int64), np.zeros(2, np.int32),
+                      np.zeros(2, np.int32)), 0, send=5)
+    holding.add(Taken(np.array([2, 4], np.int64), np.zeros(2, np.int32),
+                      np.zeros(2, np.int32)), 0, send=6)
+    data = np.array([5, 0, 10], "<i8").tobytes()
+    assert core.process_ack_sent("a", *sent_ranges(data, 100, 0)) == 2
+    assert holding.live().offsets.tolist() == [2, 4]
+    assert core.process_ack_sent("nobody", *sent_ranges(data, 100, 0)) == 0
+
+
+def test_sent_ranges_are_checked() -> None:
+    with pytest.raises(BrokerError, match="holds 16 bytes"):
+        sent_ranges(bytes(16), 100, 0)
+    with pytest.raises(BrokerError, match=r"sent range \[7, 7\) of partition 3 is invalid"):
+        sent_ranges(np.array([1, 7, 7], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match="the partition's end offset"):
+        sent_ranges(np.array([1, 7, 200], "<i8").tobytes(), 100, 3)

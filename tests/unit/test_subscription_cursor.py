@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from broker.subscription.cursor import Cursor, CursorDecodeError
 from broker.subscription.persist import merge_cursor
-from sdk.core.offset_ranges import bounds_of, merge_ranges, runs_of
+from sdk.core.offset_ranges import bounds_of, merge_ranges, ranges_of_bounds, runs_of
 
 I64 = np.int64
 
@@ -179,10 +179,16 @@ def test_merge_cursor_never_calls_unacked_acked(unacked: set[int], position: int
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 100), max_size=60))
 def test_runs_and_bounds_cover_exactly_the_offsets(offsets: list[int]) -> None:
-    bounds = bounds_of(offsets)
-    covered = {o for a, b in zip(bounds[0::2], bounds[1::2], strict=True) for o in range(a, b)}
+    starts, stops = ranges_of_bounds(bounds_of(offsets))
+    covered = {o for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+               for o in range(a, b)}
     assert covered == set(offsets)
-    assert all(a < b for a, b in zip(bounds[1::2], bounds[2::2], strict=False))  # never touch
+    assert all(b < a for a, b in zip(starts[1:].tolist(), stops[:-1].tolist(), strict=True))
+
+
+def test_bounds_must_be_whole_pairs() -> None:
+    with pytest.raises(ValueError, match="holds 8 bytes"):
+        ranges_of_bounds(bytes(8))
 
 
 @settings(max_examples=200, deadline=None)

@@ -125,12 +125,12 @@ def test_any_choice_of_offsets_round_trips(counts: list[int], data: st.DataObjec
 def test_messages_stay_within_their_budget() -> None:
     cache = cache_of(stored(0, 8, value_bytes=1000), stored(8, 8, value_bytes=1000))
     messages, gone = delivery_messages(cache, np.arange(16, dtype=np.int64),
-                                       np.ones(16, np.int32), 5, 3000)
+                                       np.ones(16, np.int32), 5, 3000, send=42)
     assert not len(gone) and len(messages) > 4
     assert all(len(m) <= 3000 + 64 for m in messages)  # one event is about 1 KB
     parsed = [parse(m) for m in messages]
     assert [o for d in parsed for r in d.records for o in record_offsets(r)] == list(range(16))
-    assert all(d.nacks_seen == 5 and len(d.redelivery_counts) == sum(
+    assert all(d.nacks_seen == 5 and d.send == 42 and len(d.redelivery_counts) == sum(
         r.batch.count for r in d.records) for d in parsed)
     assert next(w for d in parsed for w in d.window_last_offsets) == 7
 

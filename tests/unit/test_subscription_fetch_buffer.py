@@ -18,11 +18,13 @@ takes batches and nacks, checking the permit bound after every step.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from sdk.core.offset_ranges import ranges_of_bounds
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
 
 
@@ -38,10 +40,11 @@ def test_ack_buffer_sends_exactly_the_acked_offsets(chunks: list[list[int]],
     expected = {o for chunk in chunks for o in chunk} | {o for a, n in spans
                                                          for o in range(a, a + n)}
     drained = acks.drain()
-    bounds = drained.get(0, [])
-    covered = [o for a, b in zip(bounds[0::2], bounds[1::2], strict=True) for o in range(a, b)]
+    starts, stops = ranges_of_bounds(drained.get(0, (b"", b""))[0])
+    covered = [o for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+               for o in range(a, b)]
     assert covered == sorted(expected)
-    assert all(b < a for a, b in zip(bounds[2::2], bounds[1:-1:2], strict=True))
+    assert all(b < a for a, b in zip(starts[1:].tolist(), stops[:-1].tolist(), strict=True))
 
 
 def test_nack_holds_end_on_their_own_nack() -> None:
@@ -120,7 +123,12 @@ def test_ack_buffer_merges_per_partition_and_empties() -> None:
     acks.add(0, range(5, 8))
     acks.add(2, [9])
     assert acks.count == 7
-    assert acks.drain() == {0: [2, 8], 2: [9, 10]}
+    acks.add_sent(2, 77, 100, 120)
+    drained = acks.drain()
+    assert {p: [r.tolist() for r in ranges_of_bounds(b)] for p, (b, _) in drained.items()} == \
+        {0: [[2], [8]], 2: [[9], [10]]}
+    assert np.frombuffer(drained[2][1], "<i8").tolist() == [77, 100, 120]
+    assert drained[0][1] == b""
     assert acks.count == 0
     assert acks.drain() == {}
 

@@ -175,3 +175,17 @@ def test_slot_state_floors_draining_delays_and_dead_letters() -> None:
     assert state.dead_lettering == {9: 1}
     state.reset()
     assert state.dead_lettering == {} and not state.flags.any()
+
+
+def test_take_sent_takes_one_send_within_its_span() -> None:
+    holding = Holding()
+    holding.add(taken([1, 3, 5]), 0, send=7)
+    holding.add(taken([2, 4, 9]), 0, send=8)  # interleaved with send 7: a catch-up send
+    got = holding.take_sent(np.array([7], np.int64), np.array([1], np.int64),
+                            np.array([6], np.int64))
+    assert got.offsets.tolist() == [1, 3, 5]  # not 2 and 4: they came in send 8
+    both = holding.take_sent(np.array([8, 8], np.int64), np.array([4, 0], np.int64),
+                             np.array([10, 5], np.int64))  # out of order, overlapping
+    assert both.offsets.tolist() == [2, 4, 9] and holding.count == 0
+    assert len(holding.take_sent(np.array([8], np.int64), np.array([0], np.int64),
+                                 np.array([10], np.int64))) == 0

@@ -953,28 +953,34 @@ class Ack(_message.Message):
     RANGES_FIELD_NUMBER: _builtins.int
     CUMULATIVE_FIELD_NUMBER: _builtins.int
     BOUNDS_FIELD_NUMBER: _builtins.int
+    SENT_RANGES_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     cumulative: _builtins.bool
     """ack everything below ranges[0].stop"""
+    bounds: _builtins.bytes
+    """Key_Shared dispatch (issue 9): more ranges as flat half-open pairs
+    start0, stop0, start1, stop1, ..., each a little-endian int64 (so both
+    sides read and write them as one array: no message, no varint per range).
+    """
+    sent_ranges: _builtins.bytes
+    """Key_Shared dispatch (issue 9): triples send, start, stop (little-endian
+    int64): every event of that send (Delivery.send) in [start, stop) this
+    consumer holds, e.g. one delivered record part whatever its offsets.
+    """
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
-    @_builtins.property
-    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Key_Shared dispatch (issue 9): more ranges as flat half-open pairs
-        start0, stop0, start1, stop1, ... (one packed field, no message per range).
-        """
-
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         cumulative: _builtins.bool = ...,
-        bounds: _abc.Iterable[_builtins.int] | None = ...,
+        bounds: _builtins.bytes = ...,
+        sent_ranges: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges", "sent_ranges", b"sent_ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -991,12 +997,10 @@ class Nack(_message.Message):
     REST_OF_SLOTS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     delay_ms: _builtins.int
+    bounds: _builtins.bytes
+    """Key_Shared dispatch (issue 9): as Ack.bounds."""
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
-    @_builtins.property
-    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Key_Shared dispatch (issue 9): as Ack.bounds."""
-
     @_builtins.property
     def rest_of_slots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Key_Shared dispatch (issue 9): flat pairs slot0, offset0, slot1, ...: also
@@ -1013,7 +1017,7 @@ class Nack(_message.Message):
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         delay_ms: _builtins.int = ...,
-        bounds: _abc.Iterable[_builtins.int] | None = ...,
+        bounds: _builtins.bytes = ...,
         rest_of_slots: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -1067,11 +1071,17 @@ class Delivery(_message.Message):
     WINDOW_LAST_OFFSETS_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     NACKS_SEEN_FIELD_NUMBER: _builtins.int
+    SEND_FIELD_NUMBER: _builtins.int
     nacks_seen: _builtins.int
     """How many Nack messages of this stream the broker had processed when it
     sent this delivery. Fewer than the consumer sent: the delivery may hold
     events of a nacked key sent before the broker saw the nack, which the
     consumer gives back so the retry is not overtaken.
+    """
+    send: _builtins.int
+    """Key_Shared dispatch (issue 9): which send of this subscription partition
+    these records come from (one send may take several Delivery messages);
+    a consumer acknowledges a whole record part with Ack.sent_ranges.
     """
     @_builtins.property
     def record(self) -> Global___Record:
@@ -1105,10 +1115,11 @@ class Delivery(_message.Message):
         window_last_offsets: _abc.Iterable[_builtins.int] | None = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
         nacks_seen: _builtins.int = ...,
+        send: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "send", b"send", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
