@@ -9,6 +9,9 @@ JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
+run (see benchmarks/simulate.py).
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["simulate"]:
+        from benchmarks import simulate  # the dispatch simulation, on every core
+
+        return simulate.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

@@ -30,8 +30,13 @@ def table(report: dict[str, Any]) -> str:
 
 
 def record(report: dict[str, Any]) -> None:
-    start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{table(report)}\n{end}"
+    record_block(report["command"], table(report))
+
+
+def record_block(command: str, body: str) -> None:
+    """Write `body` as the generated block of `command` (replacing the previous one)."""
+    start, end = f"<!-- bench: {command} -->", "<!-- /bench -->"
+    block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)

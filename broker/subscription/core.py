@@ -46,122 +46,41 @@ It must not know about gRPC, RocksDB, record bytes, asyncio or the clock.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
 
+from broker.subscription.core_dispatch import DispatchSide
+from broker.subscription.core_reads import ReadSide
+from broker.subscription.core_types import (
+    CoreLimits,
+    Kind,
+    Mode,
+    Notice,
+    PermitsInvalid,
+    ReadRequest,
+    ReadResult,
+    Send,
+    new_selector,
+)
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatch import (
-    BLOCKING,
     DRAINING,
-    FLOORED,
     pick_active,
-    plan_keyed,
-    plan_shared,
 )
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import EMPTY, I32, I64, Taken, concat
-from broker.subscription.members import Member, MemberSpec, RateMeter, permit_array
+from broker.subscription.holdings import EMPTY, I64, Taken, concat, pick, union
+from broker.subscription.members import Member, MemberSpec, RateMeter
 from broker.subscription.pending import Pending
 from broker.subscription.persist import merge_cursor
 from broker.subscription.selector import DuplicateConsumer, RangeChanges, build_owner_table
 from broker.subscription.selector_auto_split import AutoSplitSelector
-from broker.subscription.selector_consistent import ConsistentHashSelector
-from broker.subscription.selector_sticky import StickySelector
 from broker.subscription.slot_state import SlotState
 from sdk.core.hashing import SLOT_COUNT, SLOT_MAX
-from sdk.core.model import HashRange, slot_mask
+from sdk.core.model import slot_mask
 
 
-class Kind(IntEnum):
-    """Subscription types (the wire's SubscriptionType values)."""
-
-    EXCLUSIVE = 0
-    SHARED = 1
-    FAILOVER = 2
-    KEY_SHARED = 3
-
-
-class Mode(IntEnum):
-    """Key_Shared modes (the wire's KeySharedMode values)."""
-
-    AUTO_SPLIT = 0
-    STICKY = 1
-    CONSISTENT = 2
-
-
-@dataclass(frozen=True, slots=True)
-class CoreLimits:
-    """The bounds of one core; see docs/architecture.md for what each costs."""
-
-    look_ahead_events_max: int = 20_000  # events read and waiting in memory, in all
-    waiting_slot_events_max: int = 64  # of them, per slot
-    read_events_max: int = 5_000  # events per read
-    consumer_unacked_events_max: int = 200_000  # per consumer: past it, nothing more
-    consumer_permits_max: int = 100_000  # outstanding per consumer
-    max_redeliveries: int = 0  # given back more often: dead-letter topic (0 = never)
-    points_per_consumer: int = 100  # consistent hashing
-    persisted_ranges_max: int = 100_000  # unacknowledged runs in a persisted cursor
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRequest:
-    """Read the log from `start` (up to `stop`, about `events_max` events) and hand every
-    event that passes the subscription's filter to `process_read`. A catch-up read
-    (`slot_mask` set) may stop once it saw `selected_max` events of those slots."""
-
-    ticket: int
-    start: int
-    stop: int
-    events_max: int
-    catch_up: bool = False
-    slot_mask: npt.NDArray[np.bool_] | None = None
-    selected_max: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    """What a read found: every passing event in [request.start, stop), ascending."""
-
-    stop: int
-    offsets: I64
-    slots: I32
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send these events (ascending offsets, with redelivery counts) to `consumer`; the
-    consumer acknowledges a record part of it whole by `send` (Ack.sent_ranges)."""
-
-    consumer: str
-    events: Taken
-    send: int
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Tell `consumer` its new Key_Shared ranges, or whether Failover made it active."""
-
-    consumer: str
-    ranges: tuple[HashRange, ...] | None = None
-    active: bool | None = None
-
-
-class PermitsInvalid(ValueError):
-    """A permit grant out of range; the message says what is allowed."""
-
-
-def new_selector(mode: int, points: int) -> AutoSplitSelector | StickySelector | ConsistentHashSelector:
-    if mode == Mode.STICKY:
-        return StickySelector()
-    if mode == Mode.CONSISTENT:
-        return ConsistentHashSelector(points)
-    return AutoSplitSelector()
-
-
-class PartitionCore:
+class PartitionCore(DispatchSide, ReadSide):
     """See the module docstring. Every method runs on the dispatcher's task."""
 
     def __init__(self, kind: int, mode: int, partition: int, limits: CoreLimits,
@@ -398,7 +317,7 @@ class PartitionCore:
             if dead.any():
                 out = Taken(taken.offsets[dead], taken.slots[dead], taken.counts[dead])
                 self._dead_new.append(out)
-                self._dead_out = _union(self._dead_out, out)
+                self._dead_out = union(self._dead_out, out)
                 self.slots.dead_letter(out.slots, +1)
                 taken = Taken(taken.offsets[~dead], taken.slots[~dead], taken.counts[~dead])
         self.given_back.add(taken, due_ms)
@@ -416,8 +335,8 @@ class PartitionCore:
         folded = self.pending.take_slots(mask)
         again = folded.counts > 0  # given back before, read again: given back still
         if again.any():
-            self.given_back.add(_pick(folded, np.flatnonzero(again)), 0)
-            folded = _pick(folded, np.flatnonzero(~again))
+            self.given_back.add(pick(folded, np.flatnonzero(again)), 0)
+            folded = pick(folded, np.flatnonzero(~again))
         self.slots.count_past_floor(folded.slots)
         floor_slots = np.concatenate((folded.slots, slots.astype(np.int32)))
         floor_offsets = np.concatenate((folded.offsets,
@@ -487,279 +406,6 @@ class PartitionCore:
         self._ticket += 1  # a read in flight is now stale
         self.dirty = True
 
-    # ------------------------------------------------------------ reads
-
-    def next_read(self, end_offset: int) -> ReadRequest | None:
-        """What to read next, or None. Alternates catch-up and main reads when both are
-        wanted (catch-up first: it moves the mark-delete)."""
-        permits = permit_array(self._by_index, self.limits.consumer_unacked_events_max)
-        catch_up = self._catch_up_request(permits) if permits.any() or not self.keyed else None
-        main = self._main_wanted(permits, end_offset)
-        if catch_up is not None and (self._catch_up_turn or not main):
-            self._catch_up_turn = False
-            return catch_up
-        self._catch_up_turn = True
-        if not main:
-            return None
-        self._ticket += 1
-        return ReadRequest(self._ticket, self.position, end_offset, self.limits.read_events_max)
-
-    def _main_wanted(self, permits: I64, end_offset: int) -> bool:
-        if self.position >= end_offset:
-            return False
-        if self.keyed:
-            return bool(permits.any())
-        demand = sum(m.available(self.limits.consumer_unacked_events_max)
-                     for m in self.members.values())
-        return demand > len(self.pending)
-
-    def _catch_up_request(self, permits: I64) -> ReadRequest | None:
-        """A catch-up read for the floored slots that may deliver (rule 2).
-
-        Catch-up reads sweep: each starts where the last one stopped and takes the
-        slots whose events all lie ahead of it; a slot whose floor is behind waits for
-        the next sweep, which starts at the lowest one. So a slow slot that keeps
-        falling back cannot hold the sweep at its floor while other slots wait.
-        """
-        if not self.keyed:
-            return self._shared_catch_up()
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        if not len(floor_slots):
-            return None
-        owner = self._owners[floor_slots].astype(np.intp)
-        ready = (owner != 0) & (permits[owner] > 0) & \
-            ((self.slots.flags[floor_slots] & BLOCKING) == 0)
-        if not ready.any():
-            return None
-        slots, starts, owner = floor_slots[ready], floor_offsets[ready].copy(), owner[ready]
-        given = self.given_back
-        if len(given):  # a slot's given-back events come before its floor
-            i = np.minimum(np.searchsorted(slots, given.slots), len(slots) - 1)
-            mine = slots[i] == given.slots
-            np.minimum.at(starts, i[mine], given.offsets[mine])
-        if self._sweep >= self.position or not (starts >= self._sweep).any():
-            self._sweep = int(starts.min())
-        ahead = starts >= self._sweep
-        mask = np.zeros(SLOT_COUNT, np.bool_)
-        mask[slots[ahead]] = True
-        wanted = int(permits[np.unique(owner[ahead])].sum()) + \
-            self.limits.waiting_slot_events_max * int(ahead.sum())
-        self._ticket += 1
-        return ReadRequest(self._ticket, max(self._sweep, int(starts[ahead].min())),
-                           self.position, self.limits.read_events_max, True, mask, wanted)
-
-    def _shared_catch_up(self) -> ReadRequest | None:
-        given = self.given_back
-        if not len(given) or not any(m.available(self.limits.consumer_unacked_events_max)
-                                     for m in self.members.values()):
-            return None
-        if self._sweep >= self.position or given.offsets[-1] < self._sweep:
-            self._sweep = int(given.offsets[0])
-        start = int(given.offsets[np.searchsorted(given.offsets, self._sweep)])
-        self._ticket += 1
-        return ReadRequest(self._ticket, start, self.position, self.limits.read_events_max, True)
-
-    def process_read(self, request: ReadRequest, result: ReadResult, now_ms: int) -> None:
-        """Take what a read found: send what may go, keep or floor what waits."""
-        if request.ticket != self._ticket:
-            return  # a seek came in between
-        if request.catch_up:
-            fresh = self._catch_up_events(request, result, now_ms)
-            self._sweep = result.stop
-        else:
-            fresh = self._main_events(result)
-            self.position = max(self.position, result.stop)
-        self._dispatch(fresh, now_ms)
-        mask = self._still_ahead(request)
-        if mask is not None:
-            self._leave_floors(mask)
-        self._drop_filter()
-
-    def _main_events(self, result: ReadResult) -> Taken:
-        offsets, slots = result.offsets, result.slots
-        keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
-        if self.keyed:
-            floored = (self.slots.flags[slots] & FLOORED) != 0
-            if floored.any():
-                self.slots.count_past_floor(slots[floored & keep])
-                keep &= ~floored
-        if not keep.all():
-            offsets, slots = offsets[keep], slots[keep]
-        return Taken(offsets, slots, np.zeros(len(offsets), np.int32))
-
-    def _catch_up_events(self, request: ReadRequest, result: ReadResult, now_ms: int) -> Taken:
-        """The given-back events and the floored slots' events this read found (rule 2)."""
-        offsets, slots = result.offsets, result.slots
-        given = self.given_back
-        mask = self._still_ahead(request)
-        positions = given.positions_between(request.start, result.stop)
-        if mask is not None:
-            positions = positions[mask[given.slots[positions]]]
-        else:
-            positions = positions[given.due_ms[positions] <= now_ms]
-        back = given.take(positions)
-        if len(back):  # events retention removed meanwhile are gone: acknowledged
-            i = np.minimum(np.searchsorted(offsets, back.offsets), max(len(offsets) - 1, 0))
-            found = offsets[i] == back.offsets if len(offsets) else np.zeros(len(back), np.bool_)
-            back = _pick(back, np.flatnonzero(found))
-        if mask is None:
-            return back
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        j = np.minimum(np.searchsorted(floor_slots, slots), max(len(floor_slots) - 1, 0))
-        region = mask[slots] & (floor_slots[j] == slots) & (offsets >= floor_offsets[j]) \
-            if len(floor_slots) else np.zeros(len(slots), np.bool_)
-        region &= self._filter_mask(offsets, slots)
-        self.slots.count_past_floor(slots[region], -1)
-        for slot in floor_slots[mask[floor_slots]].tolist():
-            self.slots.raise_floor(slot, result.stop)  # lowered again for what waits
-        fresh = Taken(offsets[region], slots[region], np.zeros(int(region.sum()), np.int32))
-        if not len(back):
-            return fresh
-        merged = concat([back, fresh])
-        return _pick(merged, np.argsort(merged.offsets, kind="stable"))
-
-    def _still_ahead(self, request: ReadRequest) -> npt.NDArray[np.bool_] | None:
-        """The slots of a catch-up read whose every event to read again still lies at or
-        past its start: a nack or a leave while the read was in flight may have given
-        back an earlier event of a slot, which must go first (next sweep)."""
-        if request.slot_mask is None:
-            return None
-        mask = request.slot_mask.copy()
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        mask[floor_slots[floor_offsets < request.start]] = False
-        given = self.given_back
-        mask[given.slots[given.offsets < request.start]] = False
-        return mask
-
-    def _leave_floors(self, slot_mask: npt.NDArray[np.bool_]) -> None:
-        """Slots of a catch-up read whose floor reached the main read leave their floor
-        (unless events given back still wait for them)."""
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        done = slot_mask[floor_slots] & (floor_offsets >= self.position)
-        if not done.any():
-            return
-        waiting = set(self.given_back.slots.tolist()) | set(self._dead_out.slots.tolist())
-        for slot in floor_slots[done].tolist():
-            if slot not in waiting:
-                self.slots.unfloor(slot)
-
-    def _filter_mask(self, offsets: I64, slots: I32) -> npt.NDArray[np.bool_]:
-        """After a restart: which of these events the persisted cursor says are unacked."""
-        if self.filter is None:
-            return np.ones(len(offsets), np.bool_)
-        return self.filter.unacked_mask(offsets, slots)
-
-    def _drop_filter(self) -> None:
-        if self.filter is not None and self.mark_delete() >= self.filter.horizon:
-            self.filter = None
-
-    # ------------------------------------------------------------ dispatch
-
-    def dispatch(self, now_ms: int) -> None:
-        """Send what waits in memory and may go now (after permits, acks, ticks)."""
-        if not len(self.pending):
-            return
-        self._dispatch(EMPTY, now_ms)
-
-    def _dispatch(self, fresh: Taken, now_ms: int) -> None:
-        """Candidates = the pending events that may go now, then `fresh` (rules 1-3)."""
-        permits = permit_array(self._by_index, self.limits.consumer_unacked_events_max)
-        ready = self._ready_pending(permits)
-        candidates = concat([ready, fresh])
-        if not len(candidates):
-            return
-        if self.keyed:
-            sent = self._send_keyed(candidates, permits, now_ms)
-        else:
-            sent = self._send_shared(candidates, now_ms)
-        self._wait(candidates, sent)
-
-    def _ready_pending(self, permits: I64) -> Taken:
-        events = self.pending.events
-        if not len(events):
-            return EMPTY
-        if not self.keyed:
-            unacked_max = self.limits.consumer_unacked_events_max
-            wanted = any(m.available(unacked_max) for m in self.members.values())
-            return self.pending.take_all() if wanted else EMPTY
-        if not permits.any():
-            return EMPTY
-        owner = self._owners[events.slots].astype(np.intp)
-        ready = (owner != 0) & (permits[owner] > 0) & \
-            ((self.slots.flags[events.slots] & BLOCKING) == 0)
-        return self.pending.take(np.flatnonzero(ready))
-
-    def _send_keyed(self, candidates: Taken, permits: I64, now_ms: int) -> npt.NDArray[np.bool_]:
-        plan = plan_keyed(candidates.slots, self._owners, self.slots.flags, permits)
-        sent = np.zeros(len(candidates), np.bool_)
-        sent[plan.positions] = True
-        for k, owner in enumerate(plan.owners.tolist()):
-            positions = plan.positions[plan.bounds[k]:plan.bounds[k + 1]]
-            member = self._by_index[owner]
-            assert member is not None
-            self._send(member, _pick(candidates, positions), now_ms)
-        return sent
-
-    def _send_shared(self, candidates: Taken, now_ms: int) -> npt.NDArray[np.bool_]:
-        names = list(self.members)
-        unacked_max = self.limits.consumer_unacked_events_max
-        handed, self._shared_next = plan_shared(
-            len(candidates), names, [self.members[n].available(unacked_max) for n in names],
-            self._shared_next)
-        sent = np.zeros(len(candidates), np.bool_)
-        position = 0
-        for name, count in handed:
-            positions = np.arange(position, position + count)
-            sent[positions] = True
-            self._send(self.members[name], _pick(candidates, positions), now_ms)
-            position += count
-        return sent
-
-    def _send(self, member: Member, events: Taken, now_ms: int) -> None:
-        if len(events.offsets) > 1 and not bool(np.all(np.diff(events.offsets) > 0)):
-            order = np.argsort(events.offsets, kind="stable")
-            events = Taken(events.offsets[order], events.slots[order], events.counts[order])
-        n = len(events)
-        self._last_send += 1
-        member.holding.add(events, now_ms, self._last_send)
-        member.permits -= n
-        member.delivered += n
-        member.meter.add(n, now_ms)
-        self.meter.add(n, now_ms)
-        timeout = member.spec.ack_timeout_ms
-        if timeout and member.next_timeout_ms is None:
-            member.next_timeout_ms = now_ms + timeout
-        self._sends.append(Send(member.name, events, self._last_send))
-        self.dirty = True
-
-    def _wait(self, candidates: Taken, sent: npt.NDArray[np.bool_]) -> None:
-        """Keep what waits in memory as far as it fits; the rest waits on a floor (or,
-        given back before, goes back to `GivenBack`)."""
-        if sent.all():
-            return
-        waiting = _pick(candidates, np.flatnonzero(~sent))
-        limits = self.limits
-        if not self.keyed:  # bounded by demand: Shared reads only what consumers asked for
-            self.pending.admit(waiting, len(waiting) + 1, len(self.pending) + len(waiting))
-            return
-        _, refused = self.pending.admit(waiting, limits.waiting_slot_events_max,
-                                        self._look_ahead_max())
-        if not len(refused):
-            return
-        again = refused.counts > 0
-        if again.any():  # given back before: given back still, and their slots wait for them
-            back = _pick(refused, np.flatnonzero(again))
-            self.given_back.add(back, 0)
-            self.slots.lower_floors(back.slots, np.full(len(back), self.position, np.int64))
-        fresh = _pick(refused, np.flatnonzero(~again))
-        if len(fresh):
-            self.slots.lower_floors(fresh.slots, fresh.offsets)
-            self.slots.count_past_floor(fresh.slots)
-
-    def _look_ahead_max(self) -> int:
-        asked = [m.spec.look_ahead_max for m in self.members.values() if m.spec.look_ahead_max]
-        return min([self.limits.look_ahead_events_max, *asked])
-
     # ------------------------------------------------------------ the cursor
 
     def mark_delete(self) -> int:
@@ -789,16 +435,6 @@ class PartitionCore:
         return merge_cursor(self.mark_delete(), self.position, self.unacked_offsets(),
                             floor_slots, floor_offsets, self.filter,
                             self.limits.persisted_ranges_max)
-
-
-def _pick(events: Taken, positions: npt.NDArray[np.intp]) -> Taken:
-    return Taken(events.offsets[positions], events.slots[positions], events.counts[positions])
-
-
-def _union(a: Taken, b: Taken) -> Taken:
-    merged = concat([a, b])
-    order = np.argsort(merged.offsets, kind="stable")
-    return _pick(merged, order)
 
 
 __all__ = ["DRAINING", "CoreLimits", "Kind", "Mode", "Notice", "PartitionCore", "PermitsInvalid",

@@ -58,6 +58,17 @@ def concat(parts: list[Taken]) -> Taken:
                  np.concatenate([p.counts for p in parts]))
 
 
+def pick(events: Taken, positions: npt.NDArray[np.intp]) -> Taken:
+    """The events at these positions."""
+    return Taken(events.offsets[positions], events.slots[positions], events.counts[positions])
+
+
+def union(a: Taken, b: Taken) -> Taken:
+    """Both, in offset order."""
+    merged = concat([a, b])
+    return pick(merged, np.argsort(merged.offsets, kind="stable"))
+
+
 class Holding:
     """The unacknowledged events of one consumer; see the module docstring."""
 

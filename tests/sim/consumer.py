@@ -71,9 +71,10 @@ class SimConsumer:
         for offset in offsets:
             parts.setdefault(model.record_base[offset], []).append(offset)
         for part in parts.values():
+            batch = (send, part)  # one object per batch: `ack` compares identity
             for offset in part:
                 if offset in kept:
-                    self.batches[offset] = (send, part)
+                    self.batches[offset] = batch
 
     def nack(self, model: Model, offset: int, delay_ms: int) -> list[int]:
         """The application nacks `offset` and the later events of its slot it holds; the
@@ -108,7 +109,8 @@ class SimConsumer:
             if batch is None or offset not in chosen:
                 continue
             send, part = batch
-            if send and all(o in chosen and o in held for o in part):
+            if send and all(o in chosen and o in held and self.batches.get(o) is batch
+                            for o in part):
                 sent += (send, part[0], part[-1] + 1)
                 chosen -= set(part)
         for offset in offsets:

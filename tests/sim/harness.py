@@ -33,7 +33,6 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from broker.subscription.core import (
     CoreLimits,
@@ -50,28 +49,12 @@ from broker.subscription.selector import SelectorError
 from sdk.core.hashing import SLOT_COUNT, slot_of
 from sdk.core.model import HashRange
 from sdk.core.offset_ranges import runs_of
+from tests.sim.checks import Checks
 from tests.sim.consumer import SimConsumer
+from tests.sim.log import SimLog
 from tests.sim.model import Model, Violation
 
 POOL = [f"c{i}" for i in range(8)]
-
-
-@dataclass(slots=True)
-class SimRecord:
-    """One stored record of the simulated log (what `scan` looks at)."""
-
-    base: int
-    count: int
-    keys: npt.NDArray[np.int64]
-    slots: npt.NDArray[np.int32]
-
-    @property
-    def end(self) -> int:
-        return self.base + self.count
-
-    @property
-    def size(self) -> int:
-        return 100 * self.count
 
 
 @dataclass
@@ -84,7 +67,7 @@ class Stats:
     restarts: int = 0
 
 
-class Simulation:
+class Simulation(Checks):
     """One seeded run; `run()` raises `Violation` (message with the seed) on a failure."""
 
     def __init__(self, seed: int, steps: int) -> None:
@@ -107,7 +90,7 @@ class Simulation:
         self.hot_key = rnd.random() < 0.3
         self.filter_mod = rnd.choice([0, 0, 0, 3])  # keys % 3 == 0 are filtered out
         self.now = 0
-        self.records: list[SimRecord] = []
+        self.log = SimLog(self.filter_mod)
         self.model = Model(self.kind != Kind.SHARED, self.limits.max_redeliveries)
         self.core = PartitionCore(self.kind, self.mode, 0, self.limits, Cursor(0), self.now)
         self.persisted = Cursor(0)
@@ -196,24 +179,13 @@ class Simulation:
         slots = [slot_of(k) for k in keys]
         passes = [not self.filter_mod or k % self.filter_mod != 0 for k in keys]
         base = self.model.end
-        self.records.append(SimRecord(base, n, np.array(keys, np.int64),
-                                      np.array(slots, np.int32)))
+        self.log.append(keys, slots)
         self.trail.append(f"produce {base}..{base + n - 1} keys {keys}")
         self.model.produced(keys, slots, passes)
         if self.core.position >= base and any(
                 m.available(self.limits.consumer_unacked_events_max)
                 for m in self.core.members.values()):
             self.wake()  # it waited for data
-
-    def _records_from(self, start: int) -> list[SimRecord]:
-        bases = [r.base for r in self.records]
-        i = max(0, int(np.searchsorted(bases, start, side="right")) - 1)
-        return self.records[i:]
-
-    def _passing(self, record: SimRecord) -> npt.NDArray[np.int64] | None:
-        if not self.filter_mod:
-            return None
-        return np.flatnonzero(record.keys % self.filter_mod != 0).astype(np.int64)
 
     # ------------------------------------------------------------ the shell's round
 
@@ -237,9 +209,10 @@ class Simulation:
             self._reconcile_timeouts()
             core.dispatch(self.now)
             self._carry_out()
-            request = core.next_read(self.model.end)
-            if request is not None:
-                _, result = scan(request, self._records_from(request.start), self._passing,
+            wanted = core.next_read(self.model.end)
+            if wanted is not None:
+                request = wanted
+                _, result = scan(request, self.log.records_from(request.start), self.log.passing,
                                  1 << 40)
                 self.trail.append(f"read {'catch-up' if request.catch_up else 'main'} "
                                   f"{request.start}..{result.stop} ({len(result.offsets)} events)")
@@ -430,7 +403,7 @@ class Simulation:
         end = self.model.end
         offsets = np.arange(cursor.mark_delete, end, dtype=np.int64)
         slots = np.array([e.slot for e in self.model.events[cursor.mark_delete:]], np.int32)
-        unacked = cursor.unacked_mask(offsets, slots) if end > cursor.mark_delete else []
+        unacked = cursor.unacked_mask(offsets, slots).tolist() if end > cursor.mark_delete else []
         acked = bytearray(b"\x01" * min(cursor.mark_delete, end))
         acked += bytes(0 if u else 1 for u in unacked)
         for offset, event in enumerate(self.model.events):
@@ -464,102 +437,12 @@ class Simulation:
         for consumer in self.consumers.values():  # the applications start over
             consumer.buffer.clear()
             consumer.app.clear()
-            consumer.wire_in.clear()  # what they send still goes (the broker ignores it)
-
-    # ------------------------------------------------------------ checks
-
-    def check_owners(self) -> None:
-        """Every slot has exactly one owner (none twice in sticky mode)."""
-        selector = self.core.selector
-        if selector is None:
-            return
-        covered = np.zeros(SLOT_COUNT, np.int64)
-        for name in self.core.members:
-            for r in selector.ranges_of(name):
-                covered[r.slot_first:r.slot_last + 1] += 1
-        if covered.max(initial=0) > 1:
-            raise Violation("a slot has two owners")
-        if self.mode != Mode.STICKY and self.core.members and covered.min() != 1:
-            raise Violation("a slot has no owner while consumers are attached")
-
-    def check_state(self) -> None:
-        """The core holds, gives back and keeps exactly what the model says (memory)."""
-        core, model = self.core, self.model
-        for name in self.consumers:
-            held = set(core.members[name].holding.live().offsets.tolist())
-            if held != model.held_by(name):
-                raise Violation(f"{name}: the core holds {sorted(held)[:10]}, the model "
-                                f"{sorted(model.held_by(name))[:10]}")
-        pending = core.pending.events
-        again = pending.counts > 0  # given back, read again, waiting in memory
-        given = set(core.given_back.offsets.tolist()) | set(pending.offsets[again].tolist())
-        given |= set(core._dead_out.offsets.tolist())
-        if given != set(model.given_back) | model.dead:
-            raise Violation(f"given back: core {sorted(given)[:10]}, model "
-                            f"{sorted(set(model.given_back) | model.dead)[:10]}")
-        if len(pending) > self.limits.look_ahead_events_max and core.keyed:
-            raise Violation(f"{len(pending)} events wait in memory")
-        if core.keyed and int(core.pending.per_slot.max()) > self.limits.waiting_slot_events_max:
-            raise Violation("a slot keeps more events in memory than allowed")
-        for offset in pending.offsets[~again].tolist():
-            if model.acked[offset] or offset in model.holder or offset in model.given_back:
-                raise Violation(f"offset {offset} waits in memory but is acknowledged, held "
-                                f"or given back")
-        if len(core.slots.floors) > len({e.slot for e in model.events}) + 1:
-            raise Violation("more floors than slots in use")
-
-    def check_liveness(self) -> None:
-        """A slot whose owner is healthy and has permits gets an event within a bound: the
-        catch-up sweep over the span from the lowest unacknowledged offset or floor when it
-        started waiting, twice (it may have just passed it), at one read per round it gets
-        (reads alternate with the main read)."""
-        model = self.model
-        low = min([model.lowest_unacked(), *self.core.slots.floors.values()])
-        bound = 4 * ((model.end - low) // self.limits.read_events_max) + 16
-        eligible = self._eligible()
-        for key, slot in eligible:
-            if key in self.progress:
-                self.waited.pop(key, None)
-                continue
-            waited, allowed = self.waited.get(key, (0, bound))
-            waited, allowed = waited + 1, max(allowed, bound)
-            self.waited[key] = (waited, allowed)
-            if waited > allowed:
-                raise Violation(f"slot {slot} (owner {self.core.owner_of(slot)}) waited "
-                                f"{waited} rounds with permits and nothing in its way "
-                                f"(bound {allowed})")
-        keys = {k for k, _ in eligible}
-        for key in list(self.waited):
-            if key not in keys:
-                del self.waited[key]
-
-    def _eligible(self) -> list[tuple[int, int]]:
-        """(progress key, slot) of every slot that must make progress now."""
-        core, model = self.core, self.model
-        unacked_max = self.limits.consumer_unacked_events_max
-        found = []
-        if not model.keyed:
-            ready = any(m.available(unacked_max) for m in core.members.values())
-            waiting = any(not model.acked[o] and o not in model.holder and o not in model.dead
-                          and model.given_back.get(o, 0) <= self.now
-                          for o in range(model.end))
-            return [(-1, -1)] if ready and waiting else []
-        for slot in list(model.slot_offsets):
-            offset = model.waiting_of(slot)
-            if offset is None or offset in model.dead or \
-                    model.given_back.get(offset, 0) > self.now:
-                continue
-            owner = core.owner_of(slot)
-            if owner is None or not core.members[owner].available(unacked_max):
-                continue
-            if any(c != owner for c in model.slot_holders.get(slot, {})):
-                continue  # draining: another consumer holds events of it
-            delays = [d for o, d in model.given_back.items()
-                      if model.events[o].slot == slot and d > self.now]
-            if delays or any(model.events[o].slot == slot for o in model.dead):
-                continue
-            found.append((slot, slot))
-        return found
+            consumer.wire_in.clear()
+            # Acks in flight are dropped: arriving after the seek they would acknowledge
+            # the copies sent again, which the applications never saw (a real seek races
+            # with them so: the simulation leaves that race out). Nacks still go (the
+            # SDK counts them: nacks_seen).
+            consumer.wire_out = deque(r for r in consumer.wire_out if r[0] != "ack")
 
     def heal(self) -> None:
         """Stalls end, nobody nacks: everything is acknowledged within a bound."""
