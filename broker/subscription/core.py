@@ -108,7 +108,7 @@ class PartitionCore(DispatchSide, ReadSide):
         # send ids never repeat across restarts (a consumer may ack an old one late)
         self._last_send = now_ms * 1_000_000
         self._sweep = 0  # where the next catch-up read starts (see `_catch_up_request`)
-        self._catch_up_turn = True
+        self._catch_up_in_a_row = 0
         self.meter = RateMeter(now_ms)
         self.dirty = False
 

@@ -27,6 +27,8 @@ from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 from sdk.core.hashing import SLOT_COUNT
 
+CATCH_UP_READS_IN_A_ROW = 3  # then a main read, when one is wanted too
+
 
 class ReadSide:
     """See the module docstring; `PartitionCore` provides the state it declares."""
@@ -42,7 +44,7 @@ class ReadSide:
     _owners: npt.NDArray[np.uint32]
     _ticket: int
     _sweep: int
-    _catch_up_turn: bool
+    _catch_up_in_a_row: int
     _dead_out: Taken
 
     @property
@@ -56,15 +58,18 @@ class ReadSide:
         raise NotImplementedError  # DispatchSide's, before this class in PartitionCore's bases
 
     def next_read(self, end_offset: int) -> ReadRequest | None:
-        """What to read next, or None. Alternates catch-up and main reads when both are
-        wanted (catch-up first: it moves the mark-delete)."""
+        """What to read next, or None. Catch-up reads go first (they move the mark-delete,
+        and they must outrun the main read to rejoin it), but when both are wanted the
+        main read gets at least one read in `CATCH_UP_READS_IN_A_ROW + 1`."""
         permits = permit_array(self._by_index, self.limits.consumer_unacked_events_max)
-        catch_up = self._catch_up_request(permits) if permits.any() or not self.keyed else None
+        catch_up = self._catch_up_request(permits, end_offset) \
+            if permits.any() or not self.keyed else None
         main = self._main_wanted(permits, end_offset)
-        if catch_up is not None and (self._catch_up_turn or not main):
-            self._catch_up_turn = False
+        if catch_up is not None and (self._catch_up_in_a_row < CATCH_UP_READS_IN_A_ROW
+                                     or not main):
+            self._catch_up_in_a_row += 1
             return catch_up
-        self._catch_up_turn = True
+        self._catch_up_in_a_row = 0
         if not main:
             return None
         self._ticket += 1
@@ -79,13 +84,16 @@ class ReadSide:
                      for m in self.members.values())
         return demand > len(self.pending)
 
-    def _catch_up_request(self, permits: I64) -> ReadRequest | None:
+    def _catch_up_request(self, permits: I64, end_offset: int) -> ReadRequest | None:
         """A catch-up read for the floored slots that may deliver (rule 2).
 
         Catch-up reads sweep: each starts where the last one stopped and takes the
         slots whose events all lie ahead of it; a slot whose floor is behind waits for
         the next sweep, which starts at the lowest one. So a slow slot that keeps
-        falling back cannot hold the sweep at its floor while other slots wait.
+        falling back cannot hold the sweep at its floor while other slots wait. A
+        catch-up read may run on past the main read's position (to `end_offset`): it
+        is then the main read too, and its slots rejoin the main read (a catch-up
+        that stopped there would chase the main read for ever).
         """
         if not self.keyed:
             return self._shared_catch_up()
@@ -112,7 +120,8 @@ class ReadSide:
             self.limits.waiting_slot_events_max * int(ahead.sum())
         self._ticket += 1
         return ReadRequest(self._ticket, max(self._sweep, int(starts[ahead].min())),
-                           self.position, self.limits.read_events_max, True, mask, wanted)
+                           max(end_offset, self.position), self.limits.read_events_max, True,
+                           mask, wanted)
 
     def _shared_catch_up(self) -> ReadRequest | None:
         given = self.given_back
@@ -132,6 +141,9 @@ class ReadSide:
         if request.catch_up:
             fresh = self._catch_up_events(request, result, now_ms)
             self._sweep = result.stop
+            if result.stop > self.position:  # it ran on past the main read: it is that too
+                fresh = concat([fresh, self._main_events(result, self._still_ahead(request))])
+                self.position = result.stop
         else:
             fresh = self._main_events(result)
             self.position = max(self.position, result.stop)
@@ -141,13 +153,20 @@ class ReadSide:
             self._leave_floors(mask)
         self._drop_filter()
 
-    def _main_events(self, result: ReadResult) -> Taken:
+    def _main_events(self, result: ReadResult,
+                     caught_up: npt.NDArray[np.bool_] | None = None) -> Taken:
+        """A read's events from the main read's position on, but those of floored slots
+        (read past: counted on their floors; `caught_up` slots were taken by the
+        catch-up part of the same read)."""
         offsets, slots = result.offsets, result.slots
         keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
         if self.keyed:
             floored = (self.slots.flags[slots] & FLOORED) != 0
             if floored.any():
-                self.slots.count_past_floor(slots[floored & keep])
+                past = floored & keep
+                if caught_up is not None:
+                    past &= ~caught_up[slots]
+                self.slots.count_past_floor(slots[past])
                 keep &= ~floored
         if not keep.all():
             offsets, slots = offsets[keep], slots[keep]

@@ -95,10 +95,16 @@ class CachedRecord:
         subset.offsets.extend([base + p for p in positions] if offsets is None else offsets)
         batch = subset.batch
         batch.count = len(positions)
-        pick: Callable[[list[Any]], Any] = itemgetter(*positions)
+        pick: Callable[[Any], Any] = itemgetter(*positions)
         single = len(positions) == 1
         count = self.count
-        for name, column in self.column_lists().items():
+        # A small part (a catch-up read's, a hot key's) picks from the parsed columns
+        # as they are; a record split between consumers turns them into lists once.
+        columns: Any = self.columns
+        if columns is None:
+            columns = self.column_lists() if 4 * len(positions) >= count else {
+                name: getattr(record.batch, name) for name in _COLUMNS}
+        for name, column in columns.items():
             if not column:
                 continue
             if len(column) == count and count > 1:

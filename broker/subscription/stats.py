@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from broker.metrics import (
     CONSUMER_DISPATCH_RATE,
@@ -28,6 +30,7 @@ from broker.metrics import (
 from broker.subscription.core import Kind, PartitionCore
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, WaitReason
 from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.members import permit_array
 from sdk.core.pb import keybus_pb2 as pb
 
 REASON_NAMES = {WaitReason.NO_OWNER: "no_owner", WaitReason.DRAINING: "draining",
@@ -40,6 +43,49 @@ def backlog(core: PartitionCore, end_offset: int) -> int:
     held = sum(m.holding.count for m in core.members.values())
     waiting = len(core.pending) + len(core.given_back) + sum(core.slots.floor_events.values())
     return max(0, end_offset - core.position) + held + waiting
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Every slot with events waiting: parallel arrays, most events first (then slot)."""
+
+    slots: npt.NDArray[np.int64]
+    reasons: npt.NDArray[np.int64]  # WaitReason values
+    events: npt.NDArray[np.int64]
+
+
+def waiting_slots(core: PartitionCore) -> Waiting:
+    """Slots with events waiting (in memory, past a floor or given back), with the reason
+    each cannot deliver now; a few numpy passes, however many slots wait."""
+    empty = np.zeros(0, np.int64)
+    if core.kind == Kind.SHARED:
+        return Waiting(empty, empty, empty)
+    floor_slots, _ = core.slots.floor_arrays()
+    given = core.given_back.slots.astype(np.int64)
+    slots = np.unique(np.concatenate((floor_slots, np.flatnonzero(core.pending.per_slot),
+                                      given)))
+    if not len(slots):
+        return Waiting(empty, empty, empty)
+    events = core.pending.per_slot[slots].astype(np.int64)
+    if len(given):
+        events += np.bincount(np.searchsorted(slots, given), minlength=len(slots))
+    past = core.slots.floor_events
+    if past:
+        keys = np.fromiter(past.keys(), np.int64, len(past))
+        values = np.fromiter(past.values(), np.int64, len(past))
+        i = np.searchsorted(slots, keys)
+        found = (i < len(slots)) & (slots[np.minimum(i, len(slots) - 1)] == keys)
+        np.add.at(events, i[found], values[found])
+    owner = core._owners[slots].astype(np.intp)
+    available = permit_array(core._by_index, core.limits.consumer_unacked_events_max)[owner]
+    flags = core.slots.flags[slots]
+    reasons = np.select(
+        [owner == 0, (flags & DRAINING) != 0, (flags & (DELAYED | DEAD_LETTERING)) != 0,
+         available == 0],
+        [WaitReason.NO_OWNER, WaitReason.DRAINING, WaitReason.HELD, WaitReason.NO_PERMITS],
+        WaitReason.CATCHING_UP).astype(np.int64)
+    order = np.lexsort((slots, -events))
+    return Waiting(slots[order], reasons[order], events[order])
 
 
 def partition_info(dispatcher: PartitionDispatcher, now_ms: int,
@@ -63,44 +109,16 @@ def partition_info(dispatcher: PartitionDispatcher, now_ms: int,
         if core.selector is not None:
             entry.ranges.extend(pb.HashRange(slot_first=r.slot_first, slot_last=r.slot_last)
                                 for r in core.selector.ranges_of(name))
-    slots = waiting_slots(core)
-    info.waiting_slots_total = len(slots)
-    info.waiting_events = sum(count for _, _, count in slots.values())
-    ranked = sorted(slots.items(), key=lambda item: (-item[1][2], item[0]))
-    for slot, (reason, holder, count) in ranked[:waiting_slots_max]:
-        info.waiting_slots.add(slot=slot, reason=reason, holder=holder, events=count)
+    waiting = waiting_slots(core)
+    info.waiting_slots_total = len(waiting.slots)
+    info.waiting_events = int(waiting.events.sum())
+    for slot, reason, count in zip(waiting.slots[:waiting_slots_max].tolist(),
+                                   waiting.reasons[:waiting_slots_max].tolist(),
+                                   waiting.events[:waiting_slots_max].tolist(), strict=True):
+        holder = str(core.slots.draining[slot][0]) if reason == WaitReason.DRAINING else ""
+        info.waiting_slots.add(slot=slot, reason=REASON_NAMES[WaitReason(reason)],
+                               holder=holder, events=count)
     return info
-
-
-def waiting_slots(core: PartitionCore) -> dict[int, tuple[str, str, int]]:
-    """slot -> (reason, holder, events waiting) for every slot with events waiting."""
-    if core.kind == Kind.SHARED:
-        return {}
-    events: dict[int, int] = dict(core.slots.floor_events)
-    for slot in core.slots.floors:
-        events.setdefault(slot, 0)
-    for source in (core.pending.events.slots, core.given_back.slots):
-        values, counts = np.unique(source, return_counts=True)
-        for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
-            events[slot] = events.get(slot, 0) + n
-    unacked_max = core.limits.consumer_unacked_events_max
-    found: dict[int, tuple[str, str, int]] = {}
-    flags = core.slots.flags
-    for slot, count in events.items():
-        holder = ""
-        owner = core.owner_of(slot)
-        if owner is None:
-            reason = WaitReason.NO_OWNER
-        elif flags[slot] & DRAINING:
-            reason, holder = WaitReason.DRAINING, str(core.slots.draining[slot][0])
-        elif flags[slot] & (DELAYED | DEAD_LETTERING):
-            reason = WaitReason.HELD
-        elif not core.members[owner].available(unacked_max):
-            reason = WaitReason.NO_PERMITS
-        else:
-            reason = WaitReason.CATCHING_UP
-        found[slot] = (REASON_NAMES[reason], holder, count)
-    return found
 
 
 def update_gauges(topic: str, name: str, dispatchers: Sequence[PartitionDispatcher],
@@ -114,8 +132,9 @@ def update_gauges(topic: str, name: str, dispatchers: Sequence[PartitionDispatch
         core = d.core
         total_backlog += backlog(core, d.partition.end_offset)
         rate += core.meter.rate(now_ms)
-        for reason, _, _ in waiting_slots(core).values():
-            reasons[reason] += 1
+        found = np.bincount(waiting_slots(core).reasons, minlength=len(WaitReason) + 1)
+        for wait_reason, reason_name in REASON_NAMES.items():
+            reasons[reason_name] += int(found[wait_reason])
         for consumer_name, member in core.members.items():
             unacked += member.holding.count
             totals = per_consumer.setdefault(consumer_name, [0, 0.0, 0])

@@ -456,7 +456,10 @@ class Simulation(Checks):
         for consumer in self.consumers.values():
             consumer.stalled = consumer.never_acks = False
             consumer.one_permit_at_a_time = False
-        bound = 4 * (self.model.end // self.limits.read_events_max) + 200
+        # a sweep of the log per four rounds, and each consumer may hold only so many
+        limits = self.limits
+        bound = 4 * (self.model.end // limits.read_events_max) + 200 + \
+            2 * (self.model.end // limits.consumer_unacked_events_max)
         for _ in range(bound):
             self.now += 100
             self.round()

@@ -276,3 +276,19 @@ def test_refusals_change_nothing() -> None:
     with pytest.raises(SelectorError):
         core.check_attach(MemberSpec("a", sticky_ranges=(HashRange(5, 6),)), 0)
     assert len(core._owners) == SLOT_COUNT
+
+
+def test_waiting_slots_say_why_and_how_many() -> None:
+    from broker.subscription.stats import REASON_NAMES, waiting_slots
+
+    core = sticky(waiting_slot_events_max=1, read_events_max=3)
+    core.process_detach("b", 0)  # HIGH has no owner now
+    log = Log()
+    log.append(LOW, LOW, LOW, HIGH, HIGH, LOW)
+    core.process_permits("a", 1)
+    assert drive(core, log) == {"a": [0]}  # then LOW waits: one in memory, the rest floored
+    waiting = waiting_slots(core)
+    found = {s: (REASON_NAMES[r], e) for s, r, e in zip(
+        waiting.slots.tolist(), waiting.reasons.tolist(), waiting.events.tolist(), strict=True)}
+    assert found == {LOW: ("no_permits", 3), HIGH: ("no_owner", 2)}
+    assert waiting.slots.tolist() == [LOW, HIGH]  # most events first
