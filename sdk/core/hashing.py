@@ -35,6 +35,37 @@ def slots_of(ordering_keys: Iterable[str | int]) -> list[int]:
             for k in ordering_keys]
 
 
+class SlotCache:
+    """`slots_of` for a stream of batches whose keys repeat (keys are reused
+    across a topic's events): known keys are looked up in one C-level
+    `map(dict.get)` pass, only new keys are hashed. At most `entries_max`
+    keys are kept; past it the cache starts over (its job is speed, never
+    correctness: every value in it is `slot_of(key)`).
+
+    Measured (1,000-key batches, benchmarks/RESULTS.md "Slots verified by the
+    broker"): 34 ns per key once cached against 140-170 ns for `slots_of`;
+    a numpy version of murmur3 costs more than either at this batch size.
+    """
+
+    __slots__ = ("_slots", "entries_max")
+
+    def __init__(self, entries_max: int = 1 << 17) -> None:
+        self._slots: dict[str | int, int] = {}
+        self.entries_max = entries_max
+
+    def slots(self, ordering_keys: list[str | int]) -> list[int]:
+        """The slot of every key, as `slots_of` computes it."""
+        cache = self._slots
+        found: list[int | None] = list(map(cache.get, ordering_keys))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        if len(cache) + len(ordering_keys) > self.entries_max:
+            cache.clear()
+        missing = [k for k, s in zip(ordering_keys, found, strict=True) if s is None]
+        cache.update(zip(missing, slots_of(missing), strict=True))
+        return list(map(cache.__getitem__, ordering_keys))
+
+
 def partition_of(slot: int, partitions: int) -> int:
     """Route a slot to a partition: slot % partitions.
 

@@ -96,6 +96,26 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.GrantPermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/GrantPermissions',
+                request_serializer=keybus__pb2.GrantPermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.GrantPermissionsResponse.FromString,
+                _registered_method=True)
+        self.RevokePermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/RevokePermissions',
+                request_serializer=keybus__pb2.RevokePermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.RevokePermissionsResponse.FromString,
+                _registered_method=True)
+        self.ListPermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/ListPermissions',
+                request_serializer=keybus__pb2.ListPermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ListPermissionsResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/keybus.v1.Keybus/WhoAmI',
+                request_serializer=keybus__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=keybus__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class KeybusServicer:
@@ -177,6 +197,31 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GrantPermissions(self, request, context):
+        """Access control (superusers only, except WhoAmI).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokePermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KeybusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +284,26 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'GrantPermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantPermissions,
+                    request_deserializer=keybus__pb2.GrantPermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.GrantPermissionsResponse.SerializeToString,
+            ),
+            'RevokePermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokePermissions,
+                    request_deserializer=keybus__pb2.RevokePermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.RevokePermissionsResponse.SerializeToString,
+            ),
+            'ListPermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPermissions,
+                    request_deserializer=keybus__pb2.ListPermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.ListPermissionsResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=keybus__pb2.WhoAmIRequest.FromString,
+                    response_serializer=keybus__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -567,6 +632,114 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteSubscription',
             keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
             keybus__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantPermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/GrantPermissions',
+            keybus__pb2.GrantPermissionsRequest.SerializeToString,
+            keybus__pb2.GrantPermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokePermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/RevokePermissions',
+            keybus__pb2.RevokePermissionsRequest.SerializeToString,
+            keybus__pb2.RevokePermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ListPermissions',
+            keybus__pb2.ListPermissionsRequest.SerializeToString,
+            keybus__pb2.ListPermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/WhoAmI',
+            keybus__pb2.WhoAmIRequest.SerializeToString,
+            keybus__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,
