@@ -26,6 +26,7 @@ import grpc
 from google.protobuf.message import Message
 
 from broker.errors import BrokerError
+from sdk.core.pb import keybus_pb2 as pb
 
 SERVICE_PREFIX = "/keybus.v1.Keybus/"
 # Streams that answer each request, so a refused request gets its own answer.
@@ -43,6 +44,12 @@ class Refused:
 
 def method_name(full_method: str) -> str:
     return full_method.rsplit("/", 1)[-1]
+
+
+def request_type_name(method: str) -> str:
+    """The request message's name of a Keybus method (the method's name if unknown)."""
+    found = pb.DESCRIPTOR.services_by_name["Keybus"].methods_by_name.get(method)
+    return found.input_type.name if found is not None else method
 
 
 def safe_decoder(decode: Callable[[bytes], Any], message_name: str,
@@ -107,7 +114,8 @@ def guard_handler(method: str, handler: grpc.RpcMethodHandler, bytes_max: int
                   ) -> grpc.RpcMethodHandler:
     """The handler with a safe deserializer and refusals answered as statuses."""
     name = method_name(method)
-    decoder = safe_decoder(handler.request_deserializer or bytes, name, bytes_max)
+    decoder = safe_decoder(handler.request_deserializer or bytes, request_type_name(name),
+                           bytes_max)
     replaced: dict[str, Any] = {"request_deserializer": decoder}
     kind = _kind(handler)
     behavior = getattr(handler, kind)
