@@ -76,8 +76,9 @@ def subscribe_once(stub: pb_grpc.KeybusStub, subscription: str, topic: str = TOP
 
 
 def produce(stub: pb_grpc.KeybusStub, topic: str = TOPIC) -> pb.ProduceResponse:
-    return list(stub.Produce(iter([pb.ProduceRequest(topic=topic, batch=int_batch([9]))]),
-                             timeout=10))[0]
+    (answer,) = stub.Produce(iter([pb.ProduceRequest(topic=topic, batch=int_batch([9]))]),
+                             timeout=10)
+    return answer  # type: ignore[no-any-return]
 
 
 def state(root: pb_grpc.KeybusStub) -> tuple[Any, ...]:
