@@ -9,6 +9,11 @@ JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks fuzz --examples N` fuzzes every method of a live broker
+(benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
+Key_Shared end to end with TLS and tokens against plain text in one run
+(benchmarks/secure.py).
 """
 
 from __future__ import annotations
@@ -67,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
 
         spark_read.main(arguments[1:])
         return 0
+    if arguments[:1] == ["fuzz"]:
+        from benchmarks import fuzz  # needs hypothesis (dev dependency)
+
+        return fuzz.main(arguments[1:])
+    if arguments[:1] == ["secure"]:
+        from benchmarks import secure  # TLS + tokens against plain text, same run
+
+        return secure.main(arguments[1:])
     options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)
