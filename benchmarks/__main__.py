@@ -75,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     if arguments[:1] == ["fuzz"]:
         from benchmarks import fuzz  # needs hypothesis (dev dependency)
 
-        return fuzz.main(arguments[1:])
+        code: int = fuzz.main(arguments[1:])
+        return code
     if arguments[:1] == ["secure"]:
         from benchmarks import secure  # TLS + tokens against plain text, same run
 
-        return secure.main(arguments[1:])
+        code = secure.main(arguments[1:])
+        return code
     options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)
