@@ -146,6 +146,6 @@ def test_spark_write_and_read_over_tls_with_token(spark: Any, secure_broker: Bro
         .options(**options).mode("append").save()
     read = spark.read.format("keybus").options(**options).load()
     assert sorted((r.key_long, bytes(r.value)) for r in read.collect()) == rows
-    with pytest.raises(Exception, match="UNAUTHENTICATED|no credentials"):
+    with pytest.raises(Exception, match=r"UNAUTHENTICATED|no credentials"):
         spark.read.format("keybus").option("broker", secure_broker.address) \
             .option("topic", "tls.spark").option("tlsCaFile", setup.path("ca.pem")).load().collect()
