@@ -59,9 +59,13 @@ class SlotCache:
         found: list[int | None] = list(map(cache.get, ordering_keys))
         if None not in found:
             return found  # type: ignore[return-value]
-        if len(cache) + len(ordering_keys) > self.entries_max:
-            cache.clear()
         missing = [k for k, s in zip(ordering_keys, found, strict=True) if s is None]
+        if len(cache) + len(missing) > self.entries_max:  # start over with this batch's keys
+            cache.clear()
+            slots = slots_of(ordering_keys)
+            if len(ordering_keys) <= self.entries_max:
+                cache.update(zip(ordering_keys, slots, strict=True))
+            return slots
         cache.update(zip(missing, slots_of(missing), strict=True))
         return list(map(cache.__getitem__, ordering_keys))
 
