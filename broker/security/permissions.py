@@ -162,6 +162,14 @@ def subscribe_topics(request: Any) -> list[str]:
     return [request.open.topic] if request.WhichOneof("body") == "open" else []
 
 
+def dead_letter_topic(request: Any) -> list[tuple[str, frozenset[Permission]]]:
+    """A dead letter topic is written by the broker for the consumer: opening a
+    subscription with one needs the produce permission on it."""
+    if request.WhichOneof("body") == "open" and request.open.dead_letter_topic:
+        return [(request.open.dead_letter_topic, frozenset({Permission.PRODUCE}))]
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """What an RPC needs. permissions: any of them, on every topic the request
@@ -171,6 +179,8 @@ class Rule:
     permissions: frozenset[Permission] = frozenset()
     topics: TopicsOf | None = None
     superuser: bool = False
+    # Other topics a request names that need a permission of their own.
+    also: Callable[[Any], list[tuple[str, frozenset[Permission]]]] | None = None
 
 
 def _needs(*permissions: Permission, topic: str | TopicsOf = "topic") -> Rule:
@@ -187,7 +197,7 @@ RULES: dict[str, Rule] = {
     "Produce": _needs(Permission.PRODUCE),
     "InitProducer": _needs(Permission.PRODUCE),
     "Read": _needs(Permission.CONSUME),
-    "Subscribe": _needs(Permission.CONSUME, topic=subscribe_topics),
+    "Subscribe": Rule(frozenset({Permission.CONSUME}), subscribe_topics, also=dead_letter_topic),
     "CreateTopic": _needs(Permission.ADMIN),
     "ListTopics": AUTHENTICATED,
     "DescribeTopic": _needs(*ANY),
@@ -230,8 +240,10 @@ def decide(table: AccessTable, principal: str, rule: Rule, request: Any) -> Deni
         return Denial(principal, "", "superuser")
     if rule.topics is None:
         return None
-    for topic in rule.topics(request):
-        if not table.allows_any(principal, topic, rule.permissions):
-            needed = " or ".join(p.label for p in sorted(rule.permissions))
+    checks = [(topic, rule.permissions) for topic in rule.topics(request)]
+    checks += rule.also(request) if rule.also is not None else []
+    for topic, permissions in checks:
+        if not table.allows_any(principal, topic, permissions):
+            needed = " or ".join(p.label for p in sorted(permissions))
             return Denial(principal, topic, needed)
     return None

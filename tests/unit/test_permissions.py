@@ -105,3 +105,13 @@ def test_acl_file_names_the_bad_entry(tmp_path: pytest.TempPathFactory) -> None:
         load_acl_file(str(path))
     path.write_text('[[grant]]\nprincipal = "a"\ntopic = "orders.*"\npermissions = ["produce"]\n')
     assert load_acl_file(str(path)) == [Grant("a", "orders.*", Permission.PRODUCE)]
+
+
+def test_a_dead_letter_topic_needs_produce_on_it() -> None:
+    table = AccessTable()
+    table.add(Grant("alice", "orders", Permission.CONSUME))
+    opened = pb.SubscribeRequest(open=pb.SubscribeOpen(topic="orders", dead_letter_topic="billing"))
+    denial = decide(table, "alice", rule_for("Subscribe"), opened)
+    assert denial is not None and (denial.topic, denial.needed) == ("billing", "produce")
+    table.add(Grant("alice", "billing", Permission.PRODUCE))
+    assert decide(table, "alice", rule_for("Subscribe"), opened) is None
