@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -90,6 +91,7 @@ class Fuzzer:
         self.channels = {who: self._channel(token) for who, token in
                          (("root", TOKENS[SUPERUSER]), ("alice", TOKENS["alice"]), ("none", ""))}
         self.tally = Tally()
+        self.progress_every = 0  # print a line to stderr every this many examples
 
     def _channel(self, token: str) -> grpc.Channel:
         if not token:
@@ -112,6 +114,9 @@ class Fuzzer:
         code, problems = self._send(self.channels[who], method, requests, waits)
         took = time.monotonic() - began
         self.tally.examples += 1
+        if self.progress_every and self.tally.examples % self.progress_every == 0:
+            print(f"fuzz: {self.tally.examples} examples, {dict(self.tally.by_code)}",
+                  file=sys.stderr, flush=True)
         self.tally.by_code[code.name] += 1
         self.tally.slowest_s = max(self.tally.slowest_s, took)
         if took > HANG_S:
@@ -207,9 +212,10 @@ def still_serves(address: str) -> None:
     pb_grpc.KeybusStub(channel).ListTopics(pb.ListTopicsRequest(), timeout=10)
 
 
-def run(address: str, examples: int, seed: int | None = None) -> Tally:
+def run(address: str, examples: int, seed: int | None = None, progress_every: int = 0) -> Tally:
     """Run `examples` hypothesis examples against the broker at `address`."""
     fuzzer = Fuzzer(address)
+    fuzzer.progress_every = progress_every
     example = st.sampled_from(METHODS).flatmap(lambda m: st.tuples(
         st.just(m), st.sampled_from(["root", "root", "alice", "none"]),
         st.lists(payloads(m), min_size=1, max_size=3)))
@@ -244,7 +250,7 @@ def main(argv: list[str]) -> int:
         began = time.monotonic()
         tally: Tally | None = None
         try:
-            tally = run(address, options.examples, options.seed)
+            tally = run(address, options.examples, options.seed, progress_every=10_000)
         finally:
             still_serves(address)
             assert reference(address) == before, "reference data changed"
