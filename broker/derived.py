@@ -38,7 +38,7 @@ def settle_slots(batch: pb.EventBatch, cache: SlotCache) -> None:
             return
         wrong = next(i for i, s in enumerate(computed) if s != sent[0])
         raise _mismatch(wrong, sent[0], keys[wrong], computed[wrong])
-    if list(sent) != computed:
+    if sent != computed:
         wrong = next(i for i, (s, c) in enumerate(zip(sent, computed, strict=True)) if s != c)
         raise _mismatch(wrong, sent[wrong], keys[wrong], computed[wrong])
 
