@@ -109,21 +109,37 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--events", type=int, default=1_000_000, help="produce scenario")
     parser.add_argument("--e2e-events", type=int, default=300_000, help="Key_Shared steady")
     parser.add_argument("--consumers", default="1,4")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of plain text then TLS + token; medians are compared")
     options = parser.parse_args(argv)
     workload = scenarios.Workload(events=options.events)
     consumers = [int(n) for n in options.consumers.split(",")]
+    rounds = []
     with tempfile.TemporaryDirectory() as directory:
         broker_args, security = secure_material(Path(directory))
-        modes = [run_mode("plain text", [], None, workload, options.e2e_events, consumers),
-                 run_mode("TLS + token", broker_args, security, workload, options.e2e_events,
-                          consumers)]
-    plain, secure = modes
-    ratios = {"produce": round(secure["produce_events_per_s"] / plain["produce_events_per_s"], 3)}
-    for n in map(str, consumers):
-        ratios[f"key_shared_{n}"] = round(secure["key_shared_steady_events_per_s"][n]
-                                          / plain["key_shared_steady_events_per_s"][n], 3)
+        for _ in range(options.repeats):
+            rounds.append([
+                run_mode("plain text", [], None, workload, options.e2e_events, consumers),
+                run_mode("TLS + token", broker_args, security, workload, options.e2e_events,
+                         consumers)])
+    medians = [_median_of([r[i] for r in rounds]) for i in (0, 1)]
+    plain, secure = medians
+    ratios = {key: round(secure[key] / plain[key], 3) for key in plain if key != "mode"}
     print(json.dumps({"benchmark": "secure", "machine": describe(),
                       "command": "python -m benchmarks secure " + " ".join(argv),
-                      "modes": modes, "secure_over_plain": ratios,
+                      "medians": medians, "secure_over_plain": ratios, "rounds": rounds,
                       "slot_check": slot_check_ns()}, indent=2))
     return 0
+
+
+def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure, the median over rounds (flattened: produce, key_shared_N)."""
+    import statistics
+
+    flat: dict[str, list[float]] = {}
+    for result in results:
+        flat.setdefault("produce", []).append(result["produce_events_per_s"])
+        for n, rate in result["key_shared_steady_events_per_s"].items():
+            flat.setdefault(f"key_shared_{n}", []).append(rate)
+    return {"mode": results[0]["mode"],
+            **{key: round(statistics.median(values)) for key, values in flat.items()}}
