@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,27 +135,46 @@ def targets(partitions: int, owners: int) -> list[int]:
     return sorted([low + 1] * extra + [low] * (owners - extra))
 
 
-async def balance_row(broker: str, redis: str | None, kind: str, expiration_ms: int,
-                      options: argparse.Namespace, directory: Path, topic: str) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def three_processors(broker: str, redis: str | None, options: argparse.Namespace,
+                           directory: Path, topic: str, partitions: int, expiration_ms: int,
+                           backlog: int = 0) -> AsyncIterator[tuple[Any, Children, float]]:
+    """A new topic and 3 processor children on it; yields (ownership store, children,
+    seconds from their start to a balanced store). backlog: store that many events
+    and write the balanced ownership for the children before they start (nothing
+    to steal, nothing read twice), and do not wait."""
     async with Admin(broker) as admin:
-        await admin.create_topic(topic, partitions=options.partitions)
+        await admin.create_topic(topic, partitions=partitions)
+    if backlog:
+        await _produce(broker, topic, backlog)
     store: Any = (RedisOwnershipStore(redis, ttl_ms=expiration_ms) if redis
                   else BrokerOwnershipStore(broker))
-    children = Children(directory, broker, topic, "bench", redis, options, expiration_ms)
+    if backlog:
+        await store.claim_ownership([PartitionOwnership("", topic, "bench", p, f"p{p % 3}")
+                                     for p in range(partitions)])
+    children = Children(directory / topic, broker, topic, "bench", redis, options, expiration_ms)
+    children.directory.mkdir(parents=True)
     try:
         began = time.monotonic()
         for owner in ("p0", "p1", "p2"):
             children.start(owner)
-        cold_s = await wait_counts(store, topic, "bench", expiration_ms,
-                                   targets(options.partitions, 3), began)
+        cold_s = 0.0 if backlog else await wait_counts(store, topic, "bench", expiration_ms,
+                                                      targets(partitions, 3), began)
+        yield store, children, cold_s
+    finally:
+        children.stop()
+        await store.close()
+
+
+async def balance_row(broker: str, redis: str | None, kind: str, expiration_ms: int,
+                      options: argparse.Namespace, directory: Path, topic: str) -> dict[str, Any]:
+    async with three_processors(broker, redis, options, directory, topic, options.partitions,
+                                expiration_ms) as (store, children, cold_s):
         await asyncio.sleep(options.interval_ms / 1000 * 1.5)  # settled: every renewal landed
         children.kill("p0")
         killed = time.monotonic()
         recover_s = await wait_counts(store, topic, "bench", expiration_ms,
                                       targets(options.partitions, 2), killed)
-    finally:
-        children.stop()
-        await store.close()
     return {"scenario": "balance", "ownership_store": kind, "partitions": options.partitions,
             "strategy": options.strategy, "interval_ms": options.interval_ms,
             "expiration_ms": expiration_ms, "cold_balance_s": round(cold_s, 2),
@@ -167,28 +186,13 @@ async def balance_row(broker: str, redis: str | None, kind: str, expiration_ms: 
 async def throughput_row(broker: str, redis: str | None, kind: str, options: argparse.Namespace,
                          directory: Path, topic: str) -> dict[str, Any]:
     partitions, events = options.throughput_partitions, options.events
-    async with Admin(broker) as admin:
-        await admin.create_topic(topic, partitions=partitions)
     expiration_ms = 6 * options.interval_ms
-    store: Any = (RedisOwnershipStore(redis, ttl_ms=expiration_ms) if redis
-                  else BrokerOwnershipStore(broker))
-    children = Children(directory, broker, topic, "bench", redis, options, expiration_ms)
-    try:
-        began = time.monotonic()
-        for owner in ("p0", "p1", "p2"):
-            children.start(owner)
-        await wait_counts(store, topic, "bench", expiration_ms, targets(partitions, 3), began)
+    async with three_processors(broker, redis, options, directory, topic, partitions,
+                                expiration_ms) as (_, children, _):
         await asyncio.sleep(options.interval_ms / 1000 * 1.5)
         first_send = time.monotonic()
         produced_s = await _produce(broker, topic, events)
-        while children.total() < events:
-            if time.monotonic() - first_send > TIMEOUT_S:
-                raise TimeoutError(f"{children.total()} of {events} processed in {TIMEOUT_S} s")
-            await asyncio.sleep(0.01)
-        elapsed = time.monotonic() - first_send
-    finally:
-        children.stop()
-        await store.close()
+        elapsed = await _until_processed(children, events, first_send)
     drain = await _drain(broker, redis, options, directory, f"{topic}-drain", expiration_ms)
     return {"scenario": "throughput", "ownership_store": kind, "partitions": partitions,
             "events": events, "checkpoint_every": options.checkpoint_every,
@@ -197,36 +201,28 @@ async def throughput_row(broker: str, redis: str | None, kind: str, options: arg
             "drain_events_per_s": round(events / drain), "drain_seconds": round(drain, 2)}
 
 
+async def _until_processed(children: Children, events: int, since: float) -> float:
+    """Seconds from `since` until the children processed `events` in all."""
+    while children.total() < events:
+        if time.monotonic() - since > TIMEOUT_S:
+            raise TimeoutError(f"{children.total()} of {events} processed in {TIMEOUT_S} s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - since
+
+
 async def _drain(broker: str, redis: str | None, options: argparse.Namespace, directory: Path,
                  topic: str, expiration_ms: int) -> float:
-    """Seconds from the first event processed to the last, over a stored backlog."""
+    """Seconds from the first event processed to the last, over a stored backlog
+    (ownership assigned 4/4/4 before the processors start: none is stolen)."""
     partitions, events = options.throughput_partitions, options.events
-    async with Admin(broker) as admin:
-        await admin.create_topic(topic, partitions=partitions)
-    await _produce(broker, topic, events)
-    store: Any = (RedisOwnershipStore(redis, ttl_ms=expiration_ms) if redis
-                  else BrokerOwnershipStore(broker))
-    await store.claim_ownership([PartitionOwnership("", topic, "bench", p, f"p{p % 3}")
-                                 for p in range(partitions)])
-    children = Children(directory / "drain", broker, topic, "bench", redis, options,
-                        expiration_ms)
-    children.directory.mkdir(exist_ok=True)
-    try:
-        for owner in ("p0", "p1", "p2"):
-            children.start(owner)
+    async with three_processors(broker, redis, options, directory, topic, partitions,
+                                expiration_ms, backlog=events) as (store, children, _):
         while children.total() == 0:
             await asyncio.sleep(0.005)
         first = time.monotonic()
-        while children.total() < events:
-            if time.monotonic() - first > TIMEOUT_S:
-                raise TimeoutError(f"{children.total()} of {events} drained in {TIMEOUT_S} s")
-            await asyncio.sleep(0.005)
-        elapsed = time.monotonic() - first
-        stolen = await live_counts(store, topic, "bench", expiration_ms)
-        assert sorted(stolen.values()) == targets(partitions, 3), stolen
-    finally:
-        children.stop()
-        await store.close()
+        elapsed = await _until_processed(children, events, first)
+        owned = await live_counts(store, topic, "bench", expiration_ms)
+        assert sorted(owned.values()) == targets(partitions, 3), owned  # nothing moved
     return elapsed
 
 
