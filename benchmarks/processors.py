@@ -13,7 +13,7 @@ missing, for the Redis rows), all on 127.0.0.1:
   checkpointing every --checkpoint-every (1,000) events per partition.
   Live: balanced first, then --events events produced; events/s from the
   first send to the last event processed (the producer's own rate beside
-  it). Drain: --events events stored first, ownership assigned 4/4/4 in the
+  it). Drain: --drain-events events stored first, ownership assigned 4/4/4 in the
   store before the processors start (so none is stolen or read twice);
   events/s from the first event processed to the last.
 
@@ -63,6 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--expirations-ms", default="3000,6000,12000")
     parser.add_argument("--strategy", default="greedy", choices=["greedy", "balanced"])
     parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--drain-events", type=int, default=1_000_000,
+                        help="the stored backlog of the drain measurement")
     parser.add_argument("--throughput-partitions", type=int, default=12)
     parser.add_argument("--checkpoint-every", type=int, default=1_000)
     parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
@@ -215,7 +217,9 @@ async def throughput_row(broker: str, redis: str | None, kind: str, options: arg
             "events": events, "checkpoint_every": options.checkpoint_every,
             "live_events_per_s": round(events / elapsed), "live_seconds": round(elapsed, 2),
             "producer_events_per_s": round(events / produced_s),
-            "drain_events_per_s": round(events / drain), "drain_seconds": round(drain, 2)}
+            "drain_events": options.drain_events,
+            "drain_events_per_s": round(options.drain_events / drain),
+            "drain_seconds": round(drain, 2)}
 
 
 async def _until_processed(children: Children, events: int, since: float) -> float:
@@ -231,7 +235,7 @@ async def _drain(broker: str, redis: str | None, options: argparse.Namespace, di
                  topic: str, expiration_ms: int) -> float:
     """Seconds from the first event processed to the last, over a stored backlog
     (ownership assigned 4/4/4 before the processors start: none is stolen)."""
-    partitions, events = options.throughput_partitions, options.events
+    partitions, events = options.throughput_partitions, options.drain_events
     async with three_processors(broker, redis, options, directory, topic, partitions,
                                 expiration_ms, backlog=events) as (store, children, _):
         while children.total() == 0:
