@@ -121,8 +121,10 @@ def test_converge_join_by_stealing_and_release_on_close(kind: str, shared_broker
             released = time.monotonic()
             taken_s = await wait_for(lambda: group.balanced([4, 4, 4]), 30,
                                      f"{gone} taken after the release")
-            # Taken on the next cycles, not after the 2 s expiration.
-            assert taken_s < EXPIRATION_MS / 1000, taken_s
+            print(f"taken after the release in {taken_s:.2f} s ({kind})")
+            # Taken on the others' next cycle (0.5-0.6 s; slack for a loaded machine),
+            # not after the 2 s expiration.
+            assert taken_s < 1.5 < EXPIRATION_MS / 1000, taken_s
             assert time.monotonic() - released < EXPIRATION_MS / 1000
             await wait_for(lambda: len(group.processed) == PARTITIONS * 20, 20, "all processed")
             assert group.closes["ownership_lost"] >= 3  # the partitions stolen by the joiner
