@@ -14,6 +14,10 @@ NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 (benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
 Key_Shared end to end with TLS and tokens against plain text in one run
 (benchmarks/secure.py).
+
+`python -m benchmarks processors [options]` times event processors: balancing
+from cold, recovering a killed one's partitions, and events/s with checkpoints
+(see benchmarks/processors.py).
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["processors"]:
+        from benchmarks import processors  # its own options; Redis rows need redis-server
+
+        return processors.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

@@ -210,6 +210,12 @@ RULES: dict[str, Rule] = {
     "RevokePermissions": SUPERUSER,
     "ListPermissions": SUPERUSER,
     "WhoAmI": AUTHENTICATED,
+    # Event processor stores: a processor is a consumer of the topic.
+    "ListOwnership": _needs(Permission.CONSUME),
+    "ClaimOwnership": _needs(Permission.CONSUME),
+    "ListCheckpoints": _needs(Permission.CONSUME),
+    "UpdateCheckpoint": _needs(Permission.CONSUME, topic="checkpoint.topic"),
+    "FenceCheckpoints": _needs(Permission.CONSUME),
 }
 
 

@@ -31,6 +31,7 @@ from tests.support.wire import int_batch
 
 TOPIC = "sec.data"
 SUBSCRIPTION = "sub1"
+GROUP = {"namespace": "ns", "topic": TOPIC, "consumer_group": "g"}  # event processor stores
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +87,14 @@ def state(root: pb_grpc.KeybusStub) -> tuple[Any, ...]:
     topics = root.ListTopics(pb.ListTopicsRequest(), timeout=10).topics
     subscriptions = root.ListSubscriptions(pb.ListSubscriptionsRequest(topic=TOPIC), timeout=10)
     grants = root.ListPermissions(pb.ListPermissionsRequest(), timeout=10).entries
+    ownership = root.ListOwnership(pb.ListOwnershipRequest(**GROUP), timeout=10).ownership
+    checkpoints = root.ListCheckpoints(pb.ListCheckpointsRequest(**GROUP), timeout=10).checkpoints
     return (sorted((t.topic, tuple(p.end_offset for p in t.partitions)) for t in topics),
             sorted((s.subscription, tuple(p.mark_delete for p in s.partitions))
                    for s in subscriptions.subscriptions),
-            sorted((g.principal, g.topic, g.permission) for g in grants))
+            sorted((g.principal, g.topic, g.permission) for g in grants),
+            [o.SerializeToString() for o in ownership],
+            [c.SerializeToString() for c in checkpoints])
 
 
 def grant_entry(principal: str = "dave") -> list[pb.AclEntry]:
@@ -138,6 +143,16 @@ RPCS: dict[str, tuple[Call, str]] = {
     "ListPermissions": (lambda s, r: s.ListPermissions(pb.ListPermissionsRequest(), timeout=10),
                         SUPERUSER),
     "WhoAmI": (lambda s, r: s.WhoAmI(pb.WhoAmIRequest(), timeout=10), "bob"),
+    "ListOwnership": (lambda s, r: s.ListOwnership(pb.ListOwnershipRequest(**GROUP), timeout=10),
+                      "alice"),
+    "ClaimOwnership": (lambda s, r: s.ClaimOwnership(pb.ClaimOwnershipRequest(
+        **GROUP, claims=[pb.OwnershipClaim(partition=0, owner_id="p1")]), timeout=10), "alice"),
+    "ListCheckpoints": (lambda s, r: s.ListCheckpoints(pb.ListCheckpointsRequest(**GROUP),
+                                                       timeout=10), "alice"),
+    "UpdateCheckpoint": (lambda s, r: s.UpdateCheckpoint(pb.UpdateCheckpointRequest(
+        checkpoint=pb.CheckpointRecord(**GROUP, partition=0, offset=1)), timeout=10), "alice"),
+    "FenceCheckpoints": (lambda s, r: s.FenceCheckpoints(pb.FenceCheckpointsRequest(
+        **GROUP, partition=0, epoch=5, owner_id="p1"), timeout=10), "alice"),
 }
 # Open to any authenticated principal: nothing to deny.
 OPEN_TO_ANYONE = {"ListTopics", "WhoAmI"}
