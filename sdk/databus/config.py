@@ -32,7 +32,7 @@ class DatabusConfig:
         window_bytes_max: the largest window (value bytes) the buffer holds
             (64 MiB); a bigger window stops consumption with WindowTooLarge.
         window_linger_ms: Key_Shared variant: how long a window's share waits
-            for more of its events when none arrive (default 100 ms).
+            for more of its events when none arrive (default 250 ms).
         unavailable_report_ms: a broker unreachable this long is reported to
             the consumers with on_error and logged (5000 ms).
         reader_bytes_max: per read response (0 = the broker's default).
@@ -47,7 +47,7 @@ class DatabusConfig:
     call_budget_ms: int = 300_000
     window_buffering: bool = True
     window_bytes_max: int = 64 << 20
-    window_linger_ms: int = 100
+    window_linger_ms: int = 250
     unavailable_report_ms: int = 5_000
     reader_bytes_max: int = 0
     prefetch_windows_max: int = 256

@@ -20,9 +20,13 @@ Rules (per partition, parts arrive in offset order unless redelivered):
    arrives; parts of other partitions wait, buffered, until it closes, so
    windows still reach the runner one at a time.
 4. A share holding more than `bytes_max` value bytes is an `Overflow`.
+5. When the transport goes away (`process_reset`), open shares are dropped
+   as in rule 2: a reconnect redelivers them, and the linger must not close
+   a share only because the broker was down.
 
-It must not know about protobuf, asyncio or clocks (time is `now_ms`); the
-shell's parts travel through as opaque payloads.
+It must not know about protobuf, asyncio or clocks (time is `now_ms`, and the
+shell decides what it counts: time spent waiting for deliveries); the shell's
+parts travel through as opaque payloads.
 """
 
 from __future__ import annotations
@@ -59,9 +63,10 @@ class Emit:
 
 @dataclass(frozen=True, slots=True)
 class Abort:
-    """The streamed window of `partition` restarts (rule 2)."""
+    """The streamed window (partition, scn) restarts (rules 2 and 5)."""
 
     partition: int
+    scn: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,17 @@ class ShareAssembler:
         """No part arrived for a while: close the shares that waited `linger_ms`."""
         return self._expire(now_ms, exclude=None)
 
+    def process_reset(self) -> list[Output]:
+        """The transport went away: every unacknowledged part will come again, so the
+        open shares are dropped (silently, or an Abort for a streamed window that was
+        partly shown) instead of closed by the linger during the outage."""
+        out: list[Output] = []
+        for share in list(self._shares.values()):
+            self._restart(share, out)
+        out.extend(self._ready)
+        self._ready.clear()
+        return out
+
     def holding(self) -> bool:
         """Whether any part is held back (the shell then polls with process_idle)."""
         return bool(self._shares) or bool(self._ready)
@@ -176,7 +192,7 @@ class ShareAssembler:
         if self._stream is share:
             self._stream = None
             if share.shown:
-                out.append(Abort(share.partition))
+                out.append(Abort(share.partition, share.scn))
 
     def _finish(self, emit: Emit, out: list[Output]) -> None:
         """A whole share: out now, or after the streamed window closes (rule 3)."""

@@ -42,6 +42,10 @@ class ConnectionWatch:
         self._down_since_ms: int | None = None
         self._reported = False
 
+    def ready(self) -> bool:
+        """Whether the channel is connected now."""
+        return self.channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+
     def check(self, now_ms: int) -> Exception | None:
         """A notice to report now, or None."""
         state = self.channel.get_state(try_to_connect=False)

@@ -55,8 +55,10 @@ class ShareWindows:
         self.consumer: Consumer | None = None
         self._assembler = ShareAssembler(config.window_buffering, config.window_linger_ms,
                                          config.window_bytes_max)
-        # Windows handed to the runner, in order: (partition, scn, offsets), until acknowledged.
+        # Windows handed to the runner, in order: (partition, scn, offsets), until acknowledged;
+        # and the same offsets per partition, to drop a redelivery of what was handed already.
         self._handed: deque[tuple[int, int, list[int]]] = deque()
+        self._handed_offsets: dict[int, set[int]] = {}
         self._channel: grpc.aio.Channel | None = None
         self._watch: ConnectionWatch | None = None
         self._task: asyncio.Task[None] | None = None
@@ -79,15 +81,31 @@ class ShareWindows:
     async def _receive(self, consumer: Consumer) -> None:
         assembler = self._assembler
         linger_s = self.config.window_linger_ms / 1000
+        watch = self._watch
+        assert watch is not None
+        connected = True
+        # The assembler's clock counts only time spent waiting for deliveries: while this
+        # loop waits for room in the inbox (a slow consumer), a share must not linger out.
+        waited_ms = 0
         try:
             while True:
                 wait_s = linger_s if assembler.holding() else _IDLE_RECEIVE_S
+                began = now_ms()
                 try:
                     batch = await consumer.receive_batch(wait_s)
                 except TimeoutError:
-                    await self._emit(assembler.process_idle(now_ms()))
+                    waited_ms += now_ms() - began
+                    if watch.ready():
+                        connected = True
+                        await self._emit(assembler.process_idle(waited_ms))
+                    elif connected:  # rule 5 of framing.py: the shares come again
+                        connected = False
+                        await self._emit(assembler.process_reset())
                     continue
-                await self._emit(assembler.process_part(_part_of(batch), now_ms()))
+                waited_ms += now_ms() - began
+                if self._handed_already(batch):
+                    continue
+                await self._emit(assembler.process_part(_part_of(batch), waited_ms))
         except errors.KeybusError as e:
             self.inbox.put_failure(e)
         except Exception as e:  # a bug must end consumption loudly, not hang it
@@ -100,11 +118,32 @@ class ShareWindows:
                 for piece, closes in self._pieces_of(out):
                     await self.inbox.put(PieceItem(piece, closes))
             elif type(out) is Abort:
+                self._unhand(out.partition, out.scn)
                 await self.inbox.put(AbortItem(out.partition))
             else:
                 assert isinstance(out, Overflow)
                 self.inbox.put_failure(WindowTooLarge(out.partition, out.scn, out.size_bytes,
                                                       self.config.window_bytes_max))
+
+    def _handed_already(self, batch: ReceivedBatch) -> bool:
+        """A reconnect redelivers every unacknowledged event, also those of windows
+        handed to the runner and not yet acknowledged: those will be presented (or
+        consumption ends), so they are dropped here instead of presented twice.
+        Events of slots this consumer just took over were never handed: they pass."""
+        handed = self._handed_offsets.get(batch.partition)
+        return handed is not None and all(offset in handed for offset in batch.offsets)
+
+    def _hand(self, partition: int, scn: int, offsets: list[int]) -> None:
+        self._handed.append((partition, scn, offsets))
+        self._handed_offsets.setdefault(partition, set()).update(offsets)
+
+    def _unhand(self, partition: int, scn: int) -> None:
+        """The runner rolls this window back: what was handed of it must come again."""
+        dropped = [entry for entry in self._handed if entry[:2] == (partition, scn)]
+        self._handed = deque(entry for entry in self._handed if entry[:2] != (partition, scn))
+        handed = self._handed_offsets.get(partition, set())
+        for entry in dropped:
+            handed.difference_update(entry[2])
 
     def _pieces_of(self, out: Emit) -> list[tuple[WindowPiece, bool]]:
         if not out.parts:  # a streamed window closes with nothing new
@@ -116,13 +155,18 @@ class ShareWindows:
         if not record.window:
             pieces = record_pieces(record, self.need_slots)
             for piece in pieces:
-                self._handed.append((piece.partition, piece.scn, [piece.offset_last]))
+                self._hand(piece.partition, piece.scn, [piece.offset_last])
             return [(piece, True) for piece in pieces]
         (piece,) = record_pieces(record, self.need_slots, out.window_last_offset)
         offsets = list(record.offsets) or list(range(record.base_offset,
                                                      record.base_offset + record.batch.count))
-        self._handed.append((out.partition, out.scn, offsets))
+        self._hand(out.partition, out.scn, offsets)
         return [(piece, out.closes)]
+
+    @property
+    def windows_held(self) -> bool:
+        """Whether part of a window waits in the assembler for the rest of it."""
+        return self._assembler.holding()
 
     def health(self, now: int) -> Exception | None:
         return self._watch.check(now) if self._watch is not None else None
@@ -141,6 +185,7 @@ class ShareWindows:
                           if i <= last and p == partition for offset in window})
         self._handed = deque(entry for i, entry in enumerate(handed)
                              if i > last or entry[0] != partition)
+        self._handed_offsets[partition].difference_update(offsets)
         consumer.ack_offsets(partition, offsets)
         await consumer.flush_acks()
 

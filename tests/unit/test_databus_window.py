@@ -10,6 +10,8 @@ and slot columns, broadcast or per event) and random call sequences.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,9 +135,9 @@ def test_segments_cut_exactly_at_barriers(call_names: list[str]) -> None:
     segments = cut_segments(calls)
     assert [c for segment in segments for c in segment.calls] == calls
     for segment in segments:  # no barrier inside a segment
-        for before, after in zip(segment.calls, segment.calls[1:], strict=False):
+        for before, after in pairwise(segment.calls):
             assert before.name not in BARRIER_AFTER and after.name not in BARRIER_BEFORE
-    for left, right in zip(segments, segments[1:], strict=False):  # one at every cut
+    for left, right in pairwise(segments):  # one at every cut
         assert left.calls[-1].name in BARRIER_AFTER or right.calls[0].name in BARRIER_BEFORE
 
 
