@@ -143,8 +143,9 @@ def main(argv: list[str]) -> int:
         rows = asyncio.run(run(broker, options))
     with open("/proc/loadavg") as f:
         load_after = f.read().split()[0]
-    report = {"machine": machine.describe(), "command": "python -m benchmarks databus " +
-              " ".join(argv), "load_1min_before_after": [load_before, load_after],
+    report = {"machine": machine.describe(),
+              "command": " ".join(["python -m benchmarks databus", *argv]),
+              "load_1min_before_after": [load_before, load_after],
               "results": rows}
     print(json.dumps(report, indent=2))
     if not options.no_record:
