@@ -5,8 +5,8 @@ first window after its checkpoint (`{"scn": checkpoint.scn + 1}`), else at
 the registration's start position, and is read with the registration's
 server-side filter. A read returns whole stored records, so every window
 arrives whole: the runner never sees a window cut by the transport. Readers
-reconnect on their own (following reads retry forever); `ConnectionWatch`
-turns a long outage into a notice so that consumers and logs hear of it.
+reconnect on their own (following reads retry forever); the link's
+`ConnectionWatch` turns a long outage into a notice.
 """
 
 from __future__ import annotations
@@ -14,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-
-import grpc
-import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, stub_of
+from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
-from sdk.databus.inbox import Inbox, PieceItem
+from sdk.databus.connection import BrokerLink
+from sdk.databus.inbox import PieceItem
 from sdk.databus.pieces import record_pieces
+from sdk.producer import _partitions_of as partitions_of
 from sdk.reader import Reader, Start
 from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint
@@ -32,65 +30,20 @@ from sdk.stores.records import Checkpoint
 _log = logging.getLogger("keybus.databus")
 
 
-class ConnectionWatch:
-    """Says once per outage that the channel has not been ready for `report_ms`."""
-
-    def __init__(self, channel: grpc.aio.Channel, broker: str, report_ms: int) -> None:
-        self.channel = channel
-        self.broker = broker
-        self.report_ms = report_ms
-        self._down_since_ms: int | None = None
-        self._reported = False
-
-    def ready(self) -> bool:
-        """Whether the channel is connected now."""
-        return self.channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
-
-    def check(self, now_ms: int) -> Exception | None:
-        """A notice to report now, or None."""
-        state = self.channel.get_state(try_to_connect=False)
-        if state is grpc.ChannelConnectivity.READY:
-            if self._reported:
-                _log.warning("broker %s is reachable again; consumption goes on", self.broker)
-            self._down_since_ms, self._reported = None, False
-            return None
-        if self._down_since_ms is None:
-            self._down_since_ms = now_ms
-        down_ms = now_ms - self._down_since_ms
-        if self._reported or down_ms < self.report_ms:
-            return None
-        self._reported = True
-        _log.warning("broker %s unreachable for %d ms; reconnecting", self.broker, down_ms)
-        return errors.Unavailable(f"broker {self.broker} unreachable for {down_ms} ms "
-                                  f"(channel {state.name}); still reconnecting, windows resume "
-                                  "where they stopped")
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-class LogWindows:
+class LogWindows(BrokerLink):
     """A registration's windows from the log (see the module docstring)."""
 
     def __init__(self, broker: str, topic: str, *, name: str, config: DatabusConfig,
                  need_slots: bool, partitions: list[int] | None, start: Start,
                  key_filter: pb.KeyFilter | None, checkpoints: CheckpointStore | None,
                  namespace: str) -> None:
-        self.broker = broker
-        self.topic = topic
-        self.name = name
-        self.config = config
-        self.need_slots = need_slots
+        super().__init__(broker, topic, name, config, need_slots)
         self.partitions = partitions
         self.start = start
         self.key_filter = key_filter
         self.checkpoints = checkpoints
         self.namespace = namespace
-        self.inbox = Inbox(config.prefetch_windows_max)
         self.starts: dict[int, Start] = {}
-        self._channel: grpc.aio.Channel | None = None
-        self._watch: ConnectionWatch | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
@@ -99,8 +52,7 @@ class LogWindows:
         Raises:
             TopicNotFound, ValueError (a partition the topic lacks), Unavailable.
         """
-        self._channel = open_channel(self.broker)
-        self._watch = ConnectionWatch(self._channel, self.broker, self.config.unavailable_report_ms)
+        self._connect()
         partitions = await self._partitions()
         for partition in partitions:
             self.starts[partition] = await self._start_of(partition)
@@ -110,12 +62,7 @@ class LogWindows:
 
     async def _partitions(self) -> list[int]:
         assert self._channel is not None
-        try:
-            info = await stub_of(self._channel).DescribeTopic(
-                pb.DescribeTopicRequest(topic=self.topic), timeout=30)
-        except grpc.aio.AioRpcError as e:
-            raise errors.from_rpc_error(e) from None
-        count = info.config.partitions
+        count = await partitions_of(stub_of(self._channel), self.topic, 30_000)
         if self.partitions is None:
             return list(range(count))
         wrong = [p for p in self.partitions if not 0 <= p < count]
@@ -150,9 +97,6 @@ class LogWindows:
         finally:
             await reader.close()
 
-    def health(self, now: int) -> Exception | None:
-        return self._watch.check(now) if self._watch is not None else None
-
     async def persist(self, partition: int, offset: int, scn: int) -> None:
         if self.checkpoints is None:
             return
@@ -166,6 +110,4 @@ class LogWindows:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        await self._disconnect()

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from sdk import errors
 from sdk.databus.config import DatabusConfig
+from sdk.databus.connection import now_ms
 from sdk.databus.errors import CheckpointFailed
 from sdk.databus.executor import GroupExecutor
 from sdk.databus.inbox import AbortItem, FailureItem, Item, NoticeItem, PieceItem, WindowSource
-from sdk.databus.log_windows import now_ms
 from sdk.databus.runner import Finished, Persist, Phase, Sleep, Step, WindowRunner
 from sdk.databus.window import Segment
 

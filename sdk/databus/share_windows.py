@@ -16,18 +16,15 @@ import contextlib
 import logging
 from collections import deque
 
-import grpc.aio
-
 from sdk import errors
-from sdk.channel import open_channel
 from sdk.consumer import Consumer, ConsumerConfig, ReceivedBatch
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
+from sdk.databus.connection import BrokerLink, now_ms
 from sdk.databus.errors import WindowTooLarge
 from sdk.databus.event import EventColumns, merge_records
 from sdk.databus.framing import Abort, Emit, Output, Overflow, Part, ShareAssembler
-from sdk.databus.inbox import AbortItem, Inbox, PieceItem
-from sdk.databus.log_windows import ConnectionWatch, now_ms
+from sdk.databus.inbox import AbortItem, PieceItem
 from sdk.databus.pieces import record_pieces
 from sdk.databus.window import WindowPiece
 
@@ -36,7 +33,7 @@ _IDLE_RECEIVE_S = 0.5
 SUBSCRIPTION_TYPES = ("key_shared", "exclusive", "failover")
 
 
-class ShareWindows:
+class ShareWindows(BrokerLink):
     """A registration's windows from a subscription (see the module docstring)."""
 
     def __init__(self, broker: str, topic: str, subscription: str, *, name: str,
@@ -44,14 +41,9 @@ class ShareWindows:
         if consumer_config.type not in SUBSCRIPTION_TYPES:
             raise ValueError(f"subscription type {consumer_config.type!r} cannot carry windows "
                              f"(no per-key order); allowed: {', '.join(SUBSCRIPTION_TYPES)}")
-        self.broker = broker
-        self.topic = topic
+        super().__init__(broker, topic, name, config, need_slots)
         self.subscription = subscription
-        self.name = name
-        self.config = config
-        self.need_slots = need_slots
         self.consumer_config = consumer_config
-        self.inbox = Inbox(config.prefetch_windows_max)
         self.consumer: Consumer | None = None
         self._assembler = ShareAssembler(config.window_buffering, config.window_linger_ms,
                                          config.window_bytes_max)
@@ -59,8 +51,6 @@ class ShareWindows:
         # and the same offsets per partition, to drop a redelivery of what was handed already.
         self._handed: deque[tuple[int, int, list[int]]] = deque()
         self._handed_offsets: dict[int, set[int]] = {}
-        self._channel: grpc.aio.Channel | None = None
-        self._watch: ConnectionWatch | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
@@ -70,11 +60,9 @@ class ShareWindows:
             TopicNotFound, FailedPrecondition (e.g. another subscription type),
             Unavailable, ValueError (a bad consumer setting).
         """
-        self._channel = open_channel(self.broker)
-        self._watch = ConnectionWatch(self._channel, self.broker, self.config.unavailable_report_ms)
+        channel = self._connect()
         self.consumer = await Consumer.subscribe(self.broker, self.topic, self.subscription,
-                                                 config=self.consumer_config,
-                                                 channel=self._channel)
+                                                 config=self.consumer_config, channel=channel)
         self._task = asyncio.get_running_loop().create_task(
             self._receive(self.consumer), name=f"keybus-databus-{self.name}")
 
@@ -168,9 +156,6 @@ class ShareWindows:
         """Whether part of a window waits in the assembler for the rest of it."""
         return self._assembler.holding()
 
-    def health(self, now: int) -> Exception | None:
-        return self._watch.check(now) if self._watch is not None else None
-
     async def persist(self, partition: int, offset: int, scn: int) -> None:
         """Acknowledge every window of `partition` handed up to the one at `scn`: the
         runner presents windows in the order they were handed, so all are done."""
@@ -198,9 +183,7 @@ class ShareWindows:
         if self.consumer is not None:
             await self.consumer.close()
             self.consumer = None
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        await self._disconnect()
 
 
 def _part_of(batch: ReceivedBatch) -> Part:

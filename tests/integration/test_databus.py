@@ -370,8 +370,12 @@ def test_consumption_stops_with_a_clear_error(shared_broker: BrokerProcess, case
 
     async def go() -> tuple[Log, BaseException | None]:
         await make_topic(shared_broker, topic)
-        await produce_windows(shared_broker, topic, [[(1, "A"), (2, "A")], [(11, "A")],
-                                                     [(21, "A")]])
+        if case == "too_large":
+            async with await Producer.create(shared_broker.address, topic) as producer:
+                await producer.send_window([{"key": 1, "value": b"x" * 200}], partition=0)
+        else:
+            await produce_windows(shared_broker, topic, [[(1, "A"), (2, "A")], [(11, "A")],
+                                                         [(21, "A")]])
         log: Log = []
         config = DatabusConfig(window_retries_max=2, retry_backoff_ms=10,
                                window_bytes_max=100 if case == "too_large" else 64 << 20,
@@ -388,30 +392,7 @@ def test_consumption_stops_with_a_clear_error(shared_broker: BrokerProcess, case
             await client.stop()
         return log, None
 
-    big = case == "too_large"
-    if big:
-        async def big_window() -> None:
-            await make_topic(shared_broker, topic)
-            async with await Producer.create(shared_broker.address, topic) as producer:
-                await producer.send_window([{"key": 1, "value": b"x" * 200}], partition=0)
-        asyncio.run(big_window())
-
-        async def consume() -> tuple[Log, BaseException | None]:
-            log: Log = []
-            client = DatabusClient(shared_broker.address,
-                                   config=DatabusConfig(window_bytes_max=100))
-            client.register(Recording("c", log), topic=topic, name="c")
-            await client.start()
-            try:
-                await asyncio.wait_for(client.wait(), 30)
-            except Exception as e:
-                return log, e
-            finally:
-                await client.stop()
-            return log, None
-        log, error = asyncio.run(consume())
-    else:
-        log, error = asyncio.run(go())
+    log, error = asyncio.run(go())
     names = [c for c, _ in calls(log, "c")]
     assert names[-1] == "stop_consumption"
     if case == "retries":
