@@ -7,9 +7,11 @@ within seconds (on_error); streaming instead (buffering off) does show the
 rollback, so the test can tell the two apart. (2) A consuming process
 SIGKILLed at random points over many cycles, while windows of varying size
 flow, processes every window whole at least once, none partially and none
-skipped (checked against the log). (3) Across processes: two processes on
+skipped (checked against the log), with checkpoints in a file store or the
+broker-held store. (3) Across processes: two processes on
 one Key_Shared subscription present every event exactly once between them,
-framed in whole window shares.
+framed in whole window shares. (4) Checkpoints kept in the broker-held store
+survive the broker's crash and resume at the window after them.
 Method: real broker processes (SIGKILL and restart on the same port and
 data dir), consumers in this process or in `tests/support/databus_worker.py`
 processes that log every callback with unbuffered writes; seeds printed.
@@ -178,25 +180,29 @@ def occurrences(run: list[tuple[str, ...]]) -> list[tuple[int, int, list[int], b
     return found
 
 
-def start_worker(broker: BrokerProcess, log: Path, checkpoints: Path, *extra: str
+def start_worker(broker: BrokerProcess, log: Path, checkpoints: Path | None, *extra: str
                  ) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    store = ["--checkpoints", str(checkpoints)] if checkpoints else ["--broker-checkpoints"]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.databus_worker", broker.address, "cycles",
-         str(log), "--checkpoints", str(checkpoints), *extra],
+         str(log), *store, *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", ["file", "broker"])
 def test_sigkilled_consumer_processes_every_window_whole_and_skips_none(
-        tmp_path: Path) -> None:
+        tmp_path: Path, store: str) -> None:
+    """Checkpoints in a file store (12 kills) or the broker-held store (10 kills)."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     broker = BrokerProcess(tmp_path / "data")
     broker.start()
-    log, checkpoints = tmp_path / "calls.log", tmp_path / "checkpoints"
+    log = tmp_path / "calls.log"
+    checkpoints = tmp_path / "checkpoints" if store == "file" else None
     made: list[tuple[int, int, list[int]]] = []
-    cycles = 12
+    cycles = 12 if store == "file" else 10
 
     async def producing(stop: asyncio.Event) -> None:
         async with Admin(broker.address) as admin:
@@ -272,7 +278,8 @@ def test_sigkilled_consumer_processes_every_window_whole_and_skips_none(
                 firsts[p] = index + 1
                 next_expected[p] = max(next_expected[p], index + 1)
     assert complete == set(windows), f"seed {seed}: windows never processed whole"
-    print(f"seed {seed}: {len(windows)} windows, {cycles} kills, {partial} cut by a kill")
+    print(f"seed {seed}: {len(windows)} windows, {cycles} kills, {partial} cut by a kill, "
+          f"{store} checkpoints")
 
 
 # ---------------------------------------------------------------- across processes
@@ -322,3 +329,45 @@ def test_two_processes_share_a_key_shared_subscription(tmp_path: Path) -> None:
         seen += [o for *_, events, _ in found for o in events]
         assert log.read_text().rstrip().endswith("Q")  # SIGTERM: a clean stop
     assert sorted(seen) == sorted(o for offsets in windows.values() for o in offsets)
+
+
+# ---------------------------------------------------------------- the broker-held store
+
+def test_checkpoints_in_the_broker_survive_its_crash_and_resume_after_the_window(
+        tmp_path: Path) -> None:
+    from sdk.stores import BrokerCheckpointStore
+
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def consume(until_scn: int) -> list[int]:
+        consumer = Applying(event_sleep_s=0)
+        store = BrokerCheckpointStore(broker.address)
+        client = DatabusClient(broker.address, checkpoint_store=store, namespace="ns")
+        client.register(consumer, topic="held", name="billing")
+        async with client:
+            await until(lambda: any(scn == until_scn for scn, _ in consumer.windows))
+        await store.close()
+        return [scn for scn, _ in consumer.windows]
+
+    async def go() -> tuple[list[int], list[int], Any]:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("held", partitions=1)
+        first = await produce(broker.address, "held", 0, 3, 5)
+        seen_first = await consume(first[-1][0])
+        await asyncio.to_thread(broker.kill)  # the checkpoint was fsynced before the ack
+        await asyncio.to_thread(broker.start)
+        store = BrokerCheckpointStore(broker.address)
+        checkpoint = await store.get_checkpoint("ns", "held", "billing", 0)
+        await store.close()
+        second = await produce(broker.address, "held", 3, 2, 5)
+        seen_second = await consume(second[-1][0])
+        return seen_first, seen_second, (checkpoint, first, second)
+
+    try:
+        seen_first, seen_second, (checkpoint, first, second) = asyncio.run(go())
+    finally:
+        broker.stop()
+    assert seen_first == [scn for scn, _ in first]
+    assert (checkpoint.scn, checkpoint.offset) == (first[-1][0], first[-1][1][-1])
+    assert seen_second == [scn for scn, _ in second]  # the first window after the checkpoint

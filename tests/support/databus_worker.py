@@ -1,6 +1,6 @@
 """A Databus consumer process for integration tests: logs every callback to a file.
 
-    python -m tests.support.databus_worker BROKER TOPIC LOG [--checkpoints DIR]
+    python -m tests.support.databus_worker BROKER TOPIC LOG [--checkpoints DIR | --broker-checkpoints]
         [--shared SUBSCRIPTION] [--event-sleep-ms N] [--checkpoint-windows N]
 
 Each line is written with one os.write (unbuffered), so a SIGKILL leaves
@@ -19,7 +19,7 @@ import signal
 import time
 
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
-from sdk.stores import FileCheckpointStore
+from sdk.stores import BrokerCheckpointStore, CheckpointStore, FileCheckpointStore
 
 
 class LoggingConsumer(DatabusConsumerBase):
@@ -58,7 +58,11 @@ async def main(options: argparse.Namespace) -> None:
     fd = os.open(options.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     consumer = LoggingConsumer(fd, options.event_sleep_ms / 1000)
     config = DatabusConfig(checkpoint_windows_n=options.checkpoint_windows)
-    store = FileCheckpointStore(options.checkpoints) if options.checkpoints else None
+    store: CheckpointStore | None = None
+    if options.broker_checkpoints:
+        store = BrokerCheckpointStore(options.broker)
+    elif options.checkpoints:
+        store = FileCheckpointStore(options.checkpoints)
     client = DatabusClient(options.broker, checkpoint_store=store, config=config)
     if options.shared:
         client.register_shared(consumer, topic=options.topic, subscription=options.shared)
@@ -81,6 +85,7 @@ if __name__ == "__main__":
     parser.add_argument("topic")
     parser.add_argument("log")
     parser.add_argument("--checkpoints")
+    parser.add_argument("--broker-checkpoints", action="store_true")
     parser.add_argument("--shared")
     parser.add_argument("--event-sleep-ms", type=float, default=0.0)
     parser.add_argument("--checkpoint-windows", type=int, default=1)
