@@ -12,6 +12,15 @@ NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
+
+`python -m benchmarks fuzz --examples N` fuzzes every method of a live broker
+(benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
+Key_Shared end to end with TLS and tokens against plain text in one run
+(benchmarks/secure.py).
+
+`python -m benchmarks processors [options]` times event processors: balancing
+from cold, recovering a killed one's partitions, and events/s with checkpoints
+(see benchmarks/processors.py).
 """
 
 from __future__ import annotations
@@ -69,11 +78,29 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import simulate  # the dispatch simulation, on every core
 
         return simulate.main(arguments[1:])
+    if arguments[:1] == ["processors"]:
+        from benchmarks import processors  # its own options; Redis rows need redis-server
+
+        return processors.main(arguments[1:])
+    if arguments[:1] == ["databus"]:
+        from benchmarks import databus_group  # the callback layer against a plain Reader
+
+        return databus_group.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 
         spark_read.main(arguments[1:])
         return 0
+    if arguments[:1] == ["fuzz"]:
+        from benchmarks import fuzz  # needs hypothesis (dev dependency)
+
+        code: int = fuzz.main(arguments[1:])
+        return code
+    if arguments[:1] == ["secure"]:
+        from benchmarks import secure  # TLS + tokens against plain text, same run
+
+        code = secure.main(arguments[1:])
+        return code
     options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)

@@ -40,6 +40,7 @@ from sdk.producer import (
     WindowResult,
 )
 from sdk.reader import ReadBatch, Reader, read_all
+from sdk.security import ClientSecurity
 from sdk.sender import BatchResult, ProducedEvent
 from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader
@@ -47,7 +48,7 @@ from sdk.sync_consumer import SyncConsumer
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BufferFull", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture",
+    "BufferFull", "ClientSecurity", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture",
     "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
     "OffsetOutOfRange", "PermissionDenied", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
@@ -56,3 +57,8 @@ __all__ = [
     "Unavailable", "WindowEvent", "WindowResult", "from_rpc_error", "open_channel",
     "parse_broker", "read_all",
 ]
+
+# The event processor (sdk/processor/) and its stores (sdk/stores/).
+from sdk.processor import EventProcessor, SyncEventProcessor
+
+__all__ += ["EventProcessor", "SyncEventProcessor"]

@@ -88,6 +88,37 @@ STICKY: KeySharedMode.ValueType  # 1
 CONSISTENT: KeySharedMode.ValueType  # 2
 Global___KeySharedMode: _TypeAlias = KeySharedMode  # noqa: Y015
 
+class _Permission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PermissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Permission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PERMISSION_UNSPECIFIED: _Permission.ValueType  # 0
+    PERMISSION_PRODUCE: _Permission.ValueType  # 1
+    """Produce, InitProducer"""
+    PERMISSION_CONSUME: _Permission.ValueType  # 2
+    """Read, Subscribe, describing subscriptions"""
+    PERMISSION_ADMIN: _Permission.ValueType  # 3
+    """create, delete, seek, describe"""
+
+class Permission(_Permission, metaclass=_PermissionEnumTypeWrapper):
+    """---------------------------------------------------------------- access control
+    Permissions per principal on topics (docs/security.md). A grant names a
+    topic exactly, a prefix ending in `*` (`orders.*` covers every topic whose
+    name starts with `orders.`), or `*` for every topic. Changed by
+    superusers only; enforced when the broker runs with authentication on.
+    """
+
+PERMISSION_UNSPECIFIED: Permission.ValueType  # 0
+PERMISSION_PRODUCE: Permission.ValueType  # 1
+"""Produce, InitProducer"""
+PERMISSION_CONSUME: Permission.ValueType  # 2
+"""Read, Subscribe, describing subscriptions"""
+PERMISSION_ADMIN: Permission.ValueType  # 3
+"""create, delete, seek, describe"""
+Global___Permission: _TypeAlias = Permission  # noqa: Y015
+
 @_typing.final
 class Headers(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1076,7 +1107,8 @@ class Delivery(_message.Message):
     """How many Nack messages of this stream the broker had processed when it
     sent this delivery. Fewer than the consumer sent: the delivery may hold
     events of a nacked key sent before the broker saw the nack, which the
-    consumer gives back so the retry is not overtaken.
+    broker took back with that nack (Nack.rest_of_slots): the consumer drops
+    them, so the retry is not overtaken.
     """
     send: _builtins.int
     """Key_Shared dispatch (issue 9): which send of this subscription partition
@@ -1563,3 +1595,573 @@ class DeleteSubscriptionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class AclEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    topic: _builtins.str
+    """a topic name, a prefix ending in `*`, or `*`"""
+    permission: Global___Permission.ValueType
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        permission: Global___Permission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission", "principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclEntry: _TypeAlias = AclEntry  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsRequest: _TypeAlias = GrantPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_FIELD_NUMBER: _builtins.int
+    added: _builtins.int
+    """entries that were not there before"""
+    def __init__(
+        self,
+        *,
+        added: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsResponse: _TypeAlias = GrantPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsRequest: _TypeAlias = RevokePermissionsRequest  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """entries that were there"""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsResponse: _TypeAlias = RevokePermissionsResponse  # noqa: Y015
+
+@_typing.final
+class ListPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty = every principal"""
+    topic: _builtins.str
+    """empty = every topic; else the grants that cover it"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsRequest: _TypeAlias = ListPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class ListPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    ENFORCED_FIELD_NUMBER: _builtins.int
+    SUPERUSERS_FIELD_NUMBER: _builtins.int
+    enforced: _builtins.bool
+    """false: authentication is off on this broker"""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    @_builtins.property
+    def superusers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+        enforced: _builtins.bool = ...,
+        superusers: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforced", b"enforced", "entries", b"entries", "superusers", b"superusers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsResponse: _TypeAlias = ListPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SUPERUSER_FIELD_NUMBER: _builtins.int
+    TLS_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty when authentication is off"""
+    superuser: _builtins.bool
+    tls: _builtins.bool
+    """the connection is TLS"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        superuser: _builtins.bool = ...,
+        tls: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "superuser", b"superuser", "tls", b"tls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
+
+@_typing.final
+class OwnershipRecord(_message.Message):
+    """---------------------------------------------------------------- event processor stores
+    The two stores of event processors (docs/event-processor.md), kept apart as
+    the Event Hubs proposal draws them: partition ownership (load balancing:
+    high frequency, compare-and-set on an etag) and checkpoints (progress:
+    written unconditionally, fsynced like produce). Each lives in its own
+    RocksDB column family, keyed by topic, namespace, consumer group and
+    partition; deleting a topic deletes both.
+
+    Fencing: every claim that changes a partition's owner gets a higher epoch.
+    The checkpoint store keeps, per partition, the highest epoch registered
+    (by a claim in this broker's ownership store, or FenceCheckpoints for an
+    ownership store elsewhere, e.g. Redis) and refuses a checkpoint from an
+    older epoch with FAILED_PRECONDITION naming the current owner. Epoch 0 =
+    unfenced (always accepted).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    LAST_MODIFIED_MS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    owner_id: _builtins.str
+    """"" = released (claimable)"""
+    etag: _builtins.str
+    """changes on every successful claim"""
+    last_modified_ms: _builtins.int
+    """broker clock at the last claim"""
+    epoch: _builtins.int
+    """increases with every change of owner"""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        last_modified_ms: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "etag", b"etag", "last_modified_ms", b"last_modified_ms", "namespace", b"namespace", "owner_id", b"owner_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnershipRecord: _TypeAlias = OwnershipRecord  # noqa: Y015
+
+@_typing.final
+class ListOwnershipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "namespace", b"namespace", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOwnershipRequest: _TypeAlias = ListOwnershipRequest  # noqa: Y015
+
+@_typing.final
+class ListOwnershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OWNERSHIP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ownership(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipRecord]:
+        """by partition"""
+
+    def __init__(
+        self,
+        *,
+        ownership: _abc.Iterable[Global___OwnershipRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ownership", b"ownership"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOwnershipResponse: _TypeAlias = ListOwnershipResponse  # noqa: Y015
+
+@_typing.final
+class OwnershipClaim(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    owner_id: _builtins.str
+    """"" releases the partition"""
+    etag: _builtins.str
+    """The etag the claimer listed; "" = claim only if no record exists yet."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "owner_id", b"owner_id", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnershipClaim: _TypeAlias = OwnershipClaim  # noqa: Y015
+
+@_typing.final
+class ClaimOwnershipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    @_builtins.property
+    def claims(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipClaim]:
+        """at most one per partition"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        claims: _abc.Iterable[Global___OwnershipClaim] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "consumer_group", b"consumer_group", "namespace", b"namespace", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOwnershipRequest: _TypeAlias = ClaimOwnershipRequest  # noqa: Y015
+
+@_typing.final
+class ClaimOwnershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WON_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def won(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipRecord]:
+        """Only the claims that won, as stored; a claim whose etag no longer
+        matched is left out (not an error).
+        """
+
+    def __init__(
+        self,
+        *,
+        won: _abc.Iterable[Global___OwnershipRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["won", b"won"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOwnershipResponse: _TypeAlias = ClaimOwnershipResponse  # noqa: Y015
+
+@_typing.final
+class CheckpointRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SCN_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """last processed event; processing resumes at offset + 1"""
+    scn: _builtins.int
+    epoch: _builtins.int
+    """the writer's ownership epoch; 0 = unfenced"""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        scn: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointRecord: _TypeAlias = CheckpointRecord  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """empty = every partition"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "namespace", b"namespace", "partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsRequest: _TypeAlias = ListCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckpointRecord]:
+        """by partition; none for a partition never checkpointed"""
+
+    def __init__(
+        self,
+        *,
+        checkpoints: _abc.Iterable[Global___CheckpointRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoints", b"checkpoints"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsResponse: _TypeAlias = ListCheckpointsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateCheckpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointRecord: ...
+    def __init__(
+        self,
+        *,
+        checkpoint: Global___CheckpointRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateCheckpointRequest: _TypeAlias = UpdateCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class UpdateCheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateCheckpointResponse: _TypeAlias = UpdateCheckpointResponse  # noqa: Y015
+
+@_typing.final
+class FenceCheckpointsRequest(_message.Message):
+    """Register the epoch a processor won in another ownership store, before it
+    reads the partition's checkpoint: from then on older epochs are refused.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    epoch: _builtins.int
+    """> 0"""
+    owner_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "owner_id", b"owner_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceCheckpointsRequest: _TypeAlias = FenceCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class FenceCheckpointsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceCheckpointsResponse: _TypeAlias = FenceCheckpointsResponse  # noqa: Y015
