@@ -16,29 +16,38 @@ Rules:
    dead-letter topic) keeps at most `waiting_slot_events_max` events read in
    memory (`Pending`, at most `look_ahead_events_max` in all); past that it
    gets a *floor*: "slot S waits from offset O" (`SlotState`), and the main
-   read skips its events. When the slot may deliver again, a catch-up read
-   goes over [lowest floor, position) for the waiting slots only, and each
-   slot leaves its floor once it caught up. Waiting costs a few bytes per
-   slot, never the events read past it.
+   read skips its events. When the slot may deliver again, catch-up reads
+   sweep from the lowest floor for the waiting slots only and run on into
+   the main read, and each slot leaves its floor once it caught up
+   (`core_reads.py`). Waiting costs a few bytes per slot, never the events
+   read past it.
 3. Events a consumer gives back (nack, ack timeout, it left, Failover moves
    the active consumer) go to `GivenBack` (offsets only, not bytes) and
    floor their slot at or below its events still in memory, so the slot
    sends them first, then the rest in offset order: per-key order survives
-   retries. A nack delay blocks the slot until it passes.
+   retries. A nack delay blocks the slot until it passes. A nack may name,
+   per slot, from where to take back the rest of the slot the consumer
+   holds (`rest_of_slots`: what the SDK drops from older deliveries).
 4. Key order across range moves (Key_Shared): a moved slot whose old owner
    still holds unacked events of it is *draining*: its new owner gets
    nothing of it until the old owner acked or gave back all of them, or left
    (then they come first, by rule 3). At most one consumer holds unacked
    events of a slot; every slot has exactly one owner while anyone is
    attached (the selector's job).
-5. Acks and nacks are offset ranges, applied in one pass to what the
-   consumer that sends them holds (other offsets in them are ignored: no
-   client acknowledges what it was not sent).
+5. Acks and nacks are offset ranges (or, for whole record parts, ranges of
+   one send), applied in one pass to what the consumer that sends them holds
+   (other offsets in them are ignored: no client acknowledges what it was
+   not sent).
 6. The cursor (`snapshot()`) is what is unacknowledged: events held, given
    back, pending, out to the dead-letter topic, plus the floors. Its
    mark-delete is the lowest of them (or `position`).
 7. Shared has no slots: events go round-robin by permits, given-back ones
    (each with its own nack delay) are read again and go first.
+
+The state machine is split by job: `core_types.py` (its inputs and outputs),
+`core_reads.py` (rule 2's reads), `core_dispatch.py` (planning a batch of
+candidates, rules 1-3 and 7); this module keeps membership, acks, nacks,
+time, seek and the cursor.
 
 It must not know about gRPC, RocksDB, record bytes, asyncio or the clock.
 """
