@@ -76,6 +76,19 @@ class Settings:
     waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
     # Server-side filters per source (Databus config keys), raw strings.
     serversidefilter: dict[str, str] = field(default_factory=dict)
+    # Relay chaining and leader election (docs/cluster.md; checked by broker/relay/settings.py).
+    broker_id: str = ""  # this broker's name in a cluster; "" = its advertised address
+    advertised_address: str = ""  # HOST:PORT other brokers and clients reach it on; "" = host:port
+    zookeeper: str = ""  # ZooKeeper connect string HOST:PORT[,HOST:PORT]; "" = no election
+    zookeeper_root: str = "/keybus"  # the znode every Keybus node of this cluster lives under
+    zookeeper_session_timeout_ms: int = 4_000  # a dead leader is noticed after this long
+    relay_retry_backoff_ms: int = 100  # a follower's first retry delay; it doubles ...
+    relay_retry_backoff_max_ms: int = 60_000  # ... up to this cap (the seed's one minute)
+    relay_sync_interval_ms: int = 1_000  # subscription cursors and topic lists copied this often
+    acks_timeout_ms: int = 30_000  # a produce waiting for its copies fails (UNAVAILABLE) after this
+    leader_handover_timeout_ms: int = 3_000  # a stopping leader waits this long for its followers
+    # Per topic (or "*" for every other topic): upstream, leader, election, acks.
+    replication: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -158,6 +171,8 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
         for key, raw in data.items():
             if key == "serversidefilter" and isinstance(raw, Mapping):
                 filters.update(_flatten_filters(raw))
+            elif key == "replication" and isinstance(raw, Mapping):
+                values["replication"] = replication_table(raw)
             elif key.startswith("serversidefilter."):
                 filters[key] = str(raw)
             elif key not in _FIELDS:
@@ -169,14 +184,36 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
             values["serversidefilter"] = filters
     for name in _FIELDS:
         env_value = (env if env is not None else os.environ).get(f"KEYBUS_{name.upper()}")
-        if env_value is not None and name != "serversidefilter":
+        if env_value is not None and not _FIELDS[name].type.startswith("dict"):
             values[name] = _coerce(name, env_value)
     for name, raw in (overrides or {}).items():
         if raw is not None:
             values[name] = _coerce(name, raw)
     settings = Settings(**values)
     check_filters(settings, config_path)
+    check_replication(settings, config_path)
     return settings
+
+
+def replication_table(raw: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The `[replication.TOPIC]` tables as plain strings (checked later)."""
+    table: dict[str, dict[str, str]] = {}
+    for topic, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"replication.{topic} must be a table, e.g. "
+                              f"[replication.{topic}] with election = \"zookeeper\"")
+        table[topic] = {key: str(value) for key, value in entry.items()}
+    return table
+
+
+def check_replication(settings: Settings, config_path: str | None) -> None:
+    """Refuse a bad relay setting, naming it (broker/relay/settings.py)."""
+    from broker.relay.settings import ReplicationError, relay_settings
+
+    try:
+        relay_settings(settings)
+    except ReplicationError as e:
+        raise ConfigError(f"{config_path or 'config'}: {e}") from None
 
 
 def check_filters(settings: Settings, config_path: str | None) -> None:

@@ -19,6 +19,9 @@ from grpc_reflection.v1alpha import reflection
 
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
+from broker.relay.node import RelayNode
+from broker.relay.servicer import RelayServicer, relay_handler
+from broker.relay.settings import relay_settings
 from broker.rpc.admin_servicer import AdminServicer
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
@@ -44,11 +47,14 @@ class Broker:
     subscriptions: SubscriptionManager
     server: grpc.aio.Server
     port: int
+    relay: RelayNode | None = None
     _retention: asyncio.Task[None] | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._retention is not None:
             self._retention.cancel()
+        if self.relay is not None:  # hand leadership over while followers can still report
+            await self.relay.stop()
         await self.subscriptions.close()
         await self.server.stop(grace_s)
         await self.registry.close()
@@ -80,12 +86,13 @@ async def start_broker(settings: Settings) -> Broker:
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
     ])
+    relay = RelayNode(registry, subscriptions, relay_settings(settings))
     server.add_generic_rpc_handlers((generic_handler(
-        ProduceServicer(registry, store, settings.produce_in_flight_max),
+        ProduceServicer(registry, store, settings.produce_in_flight_max, relay),
         ReadServicer(registry, settings, config_filters),
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
-        SubscriptionAdminServicer(subscriptions)),))
+        SubscriptionAdminServicer(subscriptions)), relay_handler(RelayServicer(relay))))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -99,7 +106,9 @@ async def start_broker(settings: Settings) -> Broker:
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    broker = Broker(settings, store, registry, subscriptions, server, port)
+    relay.relay = relay_settings(settings, port)  # the advertised address needs the bound port
+    await relay.start()
+    broker = Broker(settings, store, registry, subscriptions, server, port, relay)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
 

@@ -31,6 +31,8 @@ class TopicRegistry:
         self._lock = asyncio.Lock()  # serializes create/delete against each other
         # Called with a topic's name once it is deleted (e.g. its subscriptions go).
         self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
+        # Called with a topic's partitions once they run, loaded or created (relay roles).
+        self.start_listeners: list[Callable[[TopicMeta, list[Partition]], None]] = []
 
     async def open(self) -> None:
         """Load every topic and recover each partition's tail (no log scan)."""
@@ -46,6 +48,8 @@ class TopicRegistry:
             partition.start()
             partitions.append(partition)
         self._topics[meta.name] = (meta, partitions)
+        for listener in self.start_listeners:
+            listener(meta, partitions)
 
     async def close(self) -> None:
         for _, partitions in list(self._topics.values()):

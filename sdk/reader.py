@@ -173,6 +173,15 @@ class Reader:
         self._advance(self._response_next if not self._records else batch.next_offset)
         return batch
 
+    def drain_buffered(self) -> list[ReadBatch]:
+        """The batches already received and not yet taken, without waiting (a relay
+        follower stores them together in one write)."""
+        batches = [ReadBatch(record) for record in self._records]
+        self._records.clear()
+        if batches:
+            self._advance(self._response_next)
+        return batches
+
     def _advance(self, offset: int) -> None:
         if self._next_offset is None or offset > self._next_offset:
             self._next_offset = offset

@@ -16,19 +16,24 @@ import grpc
 
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
+from broker.relay.node import RelayNode
 from broker.rpc.status import refuse_unknown_fields, unary
 from broker.topics import TopicRegistry
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.produce")
+# An InitProducer id carries its leader epoch above this bit (relay chaining).
+PRODUCER_ID_EPOCH_SHIFT = 40
 _Pending = tuple[pb.ProduceRequest, "asyncio.Future[pb.ProduceResponse] | BrokerError"]
 
 
 class ProduceServicer:
-    def __init__(self, registry: TopicRegistry, store: RocksStore, in_flight_max: int) -> None:
+    def __init__(self, registry: TopicRegistry, store: RocksStore, in_flight_max: int,
+                 relay: RelayNode | None = None) -> None:
         self.registry = registry
         self.store = store
         self.in_flight_max = in_flight_max
+        self.relay = relay  # relay chaining: acks after n copies, leadership checks
 
     async def Produce(self, requests: AsyncIterator[pb.ProduceRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProduceResponse]:
@@ -62,7 +67,11 @@ class ProduceServicer:
                       ) -> pb.ProduceResponse:
         if not isinstance(outcome, BrokerError):
             try:
-                return await outcome
+                response = await outcome
+                if self.relay is not None:
+                    await self.relay.acknowledged(request.topic, request.partition,
+                                                  response.base_offset + response.count)
+                return response
             except BrokerError as e:
                 outcome = e
             except Exception as e:  # storage failure: tell the client, keep serving
@@ -80,6 +89,11 @@ class ProduceServicer:
     async def InitProducer(self, request: pb.InitProducerRequest,
                            context: grpc.aio.ServicerContext) -> pb.InitProducerResponse:
         partitions = self.registry.meta(request.topic).partitions
+        epoch = 0
+        if self.relay is not None:  # ids of different leaders of a topic never collide
+            self.relay.check_writable(request.topic)
+            epoch = self.registry.partitions(request.topic)[0].leader_epoch
         producer_id = await asyncio.to_thread(self.store.next_id, "next_producer_id")
+        producer_id |= epoch << PRODUCER_ID_EPOCH_SHIFT
         return pb.InitProducerResponse(producer_id=producer_id,
                                        next_sequences=[0] * partitions)
