@@ -10,6 +10,7 @@ follower and the Spark connector read through this class.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -20,6 +21,7 @@ import grpc.aio
 
 from sdk import errors
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
@@ -28,6 +30,10 @@ from sdk.core.pb import keybus_pb2 as pb
 # Stream failures worth a reconnect (a restarting broker shows as these).
 _RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+# A start past the log end after a failover (the new leader lacks never-acknowledged events).
+_TRUNCATED_CODES = {grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.ABORTED}
+_log = logging.getLogger("keybus.reader")
 
 Start = str | int | Mapping[str, int]
 
@@ -91,7 +97,9 @@ class Reader:
     """Async iterator of ReadBatch over one partition.
 
     Args:
-        broker: "host:port" (ignored when `channel` is given).
+        broker: "host:port" (ignored when `channel` is given), or several
+            ("h1:6650,h2:6650,h3:6650"): read from the topic's leader and
+            follow it across failovers.
         topic, partition: what to read.
         start: "earliest" (default), "latest", an offset (int), or {"scn": n}
             (the first event whose SCN is >= n).
@@ -140,6 +148,9 @@ class Reader:
         self._backoff_max_ms = retry_backoff_max_ms
         self._channel = channel
         self._owns_channel = channel is None
+        # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
+        self._leader = LeaderChannel(broker, topic) if channel is None and is_cluster(broker) \
+            else None
         self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
@@ -207,13 +218,21 @@ class Reader:
         while True:
             try:
                 if self._call is None:
+                    if self._leader is not None:
+                        await self._leader.connect()
+                        self._channel = self._leader.channel
                     if self._channel is None:
                         self._channel = open_channel(self.broker)
                     self._call = stub_of(self._channel).Read(self._request())
                 response = await self._call.read()
-            except grpc.RpcError as e:
+            except (grpc.RpcError, errors.Unavailable) as e:
                 self._call = None
-                if e.code() not in _RETRIABLE_CODES or (
+                if isinstance(e, errors.Unavailable):  # no leader found yet (several brokers)
+                    if not self.follow and waited_ms >= self._retry_timeout_ms:
+                        raise
+                elif e.code() in _TRUNCATED_CODES and await self._rewind_to_leader_end():
+                    continue
+                elif e.code() not in _RETRIABLE_CODES or (
                         not self.follow and waited_ms >= self._retry_timeout_ms):
                     raise errors.from_rpc_error(e) from None
                 await asyncio.sleep(backoff_ms / 1000)
@@ -226,13 +245,36 @@ class Reader:
             assert isinstance(response, pb.ReadResponse)
             return response
 
+    async def _rewind_to_leader_end(self) -> bool:
+        """Several brokers, after a failover: if the new leader's log ends before our
+        next offset (we read events of the old leader that were never acknowledged
+        and are gone), go on from its end: events may come again, none is skipped."""
+        if self._leader is None or self._channel is None or self._next_offset is None:
+            return False
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
+        except grpc.RpcError:
+            return False
+        ends = [p.end_offset for p in info.partitions if p.partition == self.partition]
+        if not ends or ends[0] >= self._next_offset:
+            return False
+        _log.warning("topic %s/%d: the leader's log ends at %d, before offset %d read from the "
+                     "previous leader; reading on from %d", self.topic, self.partition, ends[0],
+                     self._next_offset, ends[0])
+        self._next_offset = ends[0]
+        return True
+
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
         if self._call is not None:
             self._call.cancel()
             self._call = None
-        if self._owns_channel and self._channel is not None:
+        if self._leader is not None:
+            await self._leader.close()
+            self._channel = None
+        elif self._owns_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
 

@@ -110,6 +110,7 @@ class ZkElection:
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._topics_wake = asyncio.Event()
         self._topics_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def session_state(self) -> str:
@@ -124,6 +125,7 @@ class ZkElection:
 
     async def stop(self) -> None:
         """Hand over what this broker leads, then close the session."""
+        self._stopping = True
         if self._topics_task is not None:
             self._topics_task.cancel()
         for task in self._loops.values():
@@ -148,6 +150,8 @@ class ZkElection:
             self._topic_loop(topic), name=f"election {topic}")
 
     def _session_changed(self, state: str) -> None:
+        if self._stopping:
+            return
         if state != "CONNECTED":
             for topic in self._loops:
                 self.node.unconfirm(topic)
@@ -212,13 +216,14 @@ class ZkElection:
         assert session is not None
         client, base = session.client, self._base(topic)
         meta = self.node.registry.meta(topic)
+        config = dumps({"partitions": meta.partitions, "retention_ms": meta.retention_ms,
+                        "retention_bytes": meta.retention_bytes})
+        with contextlib.suppress(NodeExistsError):  # with its config: others create it from that
+            await session.call(client.create, base, config, makepath=True)
+        if not loads((await session.call(client.get, base))[0]):
+            await session.call(client.set, base, config)
         await session.call(client.ensure_path, f"{base}/members")
         await session.call(client.ensure_path, f"{base}/live")
-        data, _ = await session.call(client.get, base)
-        if not loads(data):
-            config = {"partitions": meta.partitions, "retention_ms": meta.retention_ms,
-                      "retention_bytes": meta.retention_bytes}
-            await session.call(client.set, base, dumps(config))
         me = self.relay.broker_id
         with contextlib.suppress(NodeExistsError):
             await session.call(client.create, f"{base}/members/{me}",

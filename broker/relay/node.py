@@ -33,7 +33,14 @@ from broker.relay.acks import AckTracker
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
 from broker.relay.follower import TopicFollower, wall_ms
-from broker.relay.metrics import ACK_WAITING, IS_LEADER, LEADER_CHANGES
+from broker.relay.metrics import (
+    ACK_WAITING,
+    FOLLOWER_LAG_EVENTS,
+    FOLLOWER_LAG_SECONDS,
+    IS_LEADER,
+    LEADER_CHANGES,
+    UPSTREAM_READ_AGE,
+)
 from broker.relay.settings import RelaySettings, TopicReplication
 from broker.topics import TopicRegistry
 from sdk import errors
@@ -41,6 +48,7 @@ from sdk.admin import Admin
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.relay")
+METRICS_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -94,6 +102,7 @@ class RelayNode:
         default = self.relay.topics.get("*")
         if default is not None and default.upstream:
             self._spawn(self._discover(default), "relay-discover")
+        self._spawn(self._metrics_loop(), "relay-metrics")
 
     async def stop(self) -> None:
         """Hand leadership over (ZooKeeper), stop every copy; the log stays."""
@@ -110,6 +119,27 @@ class RelayNode:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _metrics_loop(self) -> None:
+        """Copy lag and upstream silence as gauges, once a second."""
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL_S)
+            now = wall_ms()
+            for topic, role in list(self.roles.items()):
+                ACK_WAITING.labels(topic).set(sum(t.waiting for t in role.trackers.values()))
+                follower = role.follower
+                if follower is None:
+                    continue
+                for index, state in follower.states.items():
+                    with contextlib.suppress(BrokerError):
+                        end = self.registry.partition(topic, index).end_offset
+                        lag = max(state.upstream_end - end, 0)
+                        labels = (topic, str(index))
+                        FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
+                        FOLLOWER_LAG_SECONDS.labels(*labels).set(
+                            (now - state.caught_up_ms) / 1000 if lag and state.caught_up_ms else 0)
+                        UPSTREAM_READ_AGE.labels(*labels).set(
+                            (now - state.last_read_ms) / 1000 if state.last_read_ms else -1)
 
     def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
         self.roles[topic] = TopicRole(topic, replication)
@@ -216,7 +246,6 @@ class RelayNode:
         for future in tracker.process_position(position.broker_id, position.end_offset):
             if not future.done():
                 future.set_result(None)
-        ACK_WAITING.labels(role.topic).set(sum(t.waiting for t in role.trackers.values()))
 
     async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
         partition = self.registry.partition(request.topic, request.partition)
