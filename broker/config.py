@@ -171,7 +171,7 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
         for key, raw in data.items():
             if key == "serversidefilter" and isinstance(raw, Mapping):
                 filters.update(_flatten_filters(raw))
-            elif key == "replication" and isinstance(raw, Mapping):
+            elif key == "replication":
                 values["replication"] = replication_table(raw)
             elif key.startswith("serversidefilter."):
                 filters[key] = str(raw)
@@ -195,8 +195,11 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
     return settings
 
 
-def replication_table(raw: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def replication_table(raw: Any) -> dict[str, dict[str, str]]:
     """The `[replication.TOPIC]` tables as plain strings (checked later)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("replication must hold one table per topic, e.g. [replication.orders] "
+                          "with election = \"zookeeper\"")
     table: dict[str, dict[str, str]] = {}
     for topic, entry in raw.items():
         if not isinstance(entry, Mapping):
