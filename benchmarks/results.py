@@ -30,8 +30,13 @@ def table(report: dict[str, Any]) -> str:
 
 
 def record(report: dict[str, Any]) -> None:
+    record_table(report, table(report))
+
+
+def record_table(report: dict[str, Any], rendered: str) -> None:
+    """Write `rendered` as the block of the report's command (newest run wins)."""
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{table(report)}\n{end}"
+    block = f"{start}\n{rendered}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)

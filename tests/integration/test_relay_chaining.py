@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -44,10 +45,14 @@ def same(a: pb.Record, b: pb.Record) -> bool:
          keys_of(b.batch), list(b.batch.values))
 
 
+METRICS_PORT = free_port()
+
+
 @pytest.fixture
 def pair(tmp_path: Path):  # type: ignore[no-untyped-def]
     leader = broker(tmp_path, "leader", '[replication.t]\nacks = 1\n')
     follower = broker(tmp_path, "follower", f'relay_sync_interval_ms = 200\n'
+                      f'metrics_port = {METRICS_PORT}\n'
                       f'[replication.t]\nupstream = "{leader.address}"\n')
     leader.start()
     follower.start()
@@ -100,6 +105,18 @@ def test_follower_holds_the_leaders_records_window_by_window(pair) -> None:  # t
     wanted = asyncio.run(cursors(leader.address))
     assert sum(wanted.values()) >= 1
     wait_for(lambda: asyncio.run(cursors(follower.address)) == wanted, 15, "cursors copied")
+    # The follower's metrics look like a broker's, plus the copy's lag and silence.
+    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in metrics(),
+             10, "lag metric")
+    age = re.search(r'keybus_relay_seconds_since_upstream_read\{partition="1",topic="t"\} (\S+)',
+                    metrics())
+    assert age is not None and 0 <= float(age[1]) < 60
+    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics()
+
+
+def metrics() -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
 
 
 def test_produce_to_a_follower_names_the_leader(pair) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -123,8 +126,19 @@ def test_cluster_of_three_followers_hold_the_same_records(zookeeper: ZooKeeperSe
         create_topic(stub(brokers[0].address), "t", partitions=2)
         wait_settled(brokers, "t", followers=2)
         asyncio.run(produce_mix(addresses(brokers), 5))  # acks=2: answered once both hold it
-        wait_settled(brokers, "t", followers=2)
+        leader = wait_settled(brokers, "t", followers=2)
         assert_same_logs(brokers, "t", partitions=2)
+        status = json.loads(subprocess.run(
+            [sys.executable, "-m", "keybus", "cluster", "status", "--broker", addresses(brokers),
+             "--topic", "t", "--json"], capture_output=True, text=True, timeout=60,
+            check=True).stdout)
+        (topic,) = status["topics"]
+        assert topic["leader"] == brokers[leader].address and topic["leader_epoch"] == 1
+        assert sorted(b["role"] for b in topic["brokers"]) == ["follower", "follower", "leader"]
+        assert all(b["zookeeper_state"] == "CONNECTED" for b in topic["brokers"])
+        assert {f["broker_id"] for f in next(b for b in topic["brokers"]
+                                             if b["role"] == "leader")["followers"]} == \
+            {b.address for i, b in enumerate(brokers) if i != leader}
     finally:
         stop_all(brokers)
 
