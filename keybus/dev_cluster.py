@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -56,18 +56,9 @@ class ZooKeeperServer:
         classpath = os.pathsep.join([str(ZOOKEEPER_CONF), str(ZOOKEEPER_JAR)])
         command = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", classpath,
                    "org.apache.zookeeper.server.ZooKeeperServerMain", str(config)]
-        began = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        while not self.answers():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"zookeeper exited with {self.process.returncode}: "
-                                   f"{self.log_path.read_text()[-2000:]}")
-            if time.monotonic() - began > timeout_s:
-                self.stop()
-                raise TimeoutError(f"zookeeper did not answer within {timeout_s} s")
-            time.sleep(0.05)
-        return time.monotonic() - began
+        return _wait_ready(self.process, self.answers, self.log_path, timeout_s, "zookeeper")
 
     def answers(self) -> bool:
         try:
@@ -109,18 +100,9 @@ class BrokerRunner:
         command = [sys.executable, "-m", "broker", "--config", str(self.config),
                    "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
                    "--port", str(self.port), "--ready-file", str(ready), *self.extra_args]
-        began = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        while not ready.exists():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.process.returncode}: "
-                                   f"{self.log_path.read_text()[-2000:]}")
-            if time.monotonic() - began > timeout_s:
-                self.kill()
-                raise TimeoutError(f"broker not ready within {timeout_s} s")
-            time.sleep(0.01)
-        return time.monotonic() - began
+        return _wait_ready(self.process, ready.exists, self.log_path, timeout_s, "broker")
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -135,6 +117,22 @@ class BrokerRunner:
     def stop(self) -> None:
         """SIGTERM: a clean stop (a leader hands over first)."""
         _stop(self.process)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], ready: Callable[[], bool], log_path: Path,
+                timeout_s: float, what: str) -> float:
+    """Seconds until ready() holds; a process that exits or takes too long is an error."""
+    began = time.monotonic()
+    while not ready():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}: "
+                               f"{log_path.read_text()[-2000:]}")
+        if time.monotonic() - began > timeout_s:
+            process.kill()
+            process.wait(10)
+            raise TimeoutError(f"{what} not ready within {timeout_s} s")
+        time.sleep(0.02)
+    return time.monotonic() - began
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:

@@ -305,18 +305,27 @@ class Producer:
                                  "chosen id deduplicates nothing")
         leader = LeaderChannel(broker, topic, config.request_timeout_ms) if is_cluster(broker) \
             else None
-        if leader is not None:
-            await leader.connect()
-            assert leader.channel is not None
-        channel = leader.channel if leader is not None and leader.channel else open_channel(broker)
-        try:
-            stub = stub_of(channel)
-            partitions = await _partitions_of(stub, topic, config.request_timeout_ms)
-            producer = cls(channel, stub, topic, partitions, config, threaded, producer_id, leader)
-            await producer._sender.start()
-        except BaseException:
-            await (leader.close() if leader is not None else channel.close())
-            raise
+        deadline = time.monotonic() + config.request_timeout_ms / 1000
+        while True:
+            if leader is not None:  # several brokers: ask the leader (again, if it moved)
+                await leader.connect()
+            channel = leader.channel if leader is not None and leader.channel \
+                else open_channel(broker)
+            try:
+                stub = stub_of(channel)
+                partitions = await _partitions_of(stub, topic, config.request_timeout_ms)
+                producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
+                               leader)
+                await producer._sender.start()
+                break
+            except (errors.Unavailable, errors.NotLeader):
+                if leader is None or time.monotonic() >= deadline:
+                    await (leader.close() if leader is not None else channel.close())
+                    raise
+                await asyncio.sleep(config.retry_backoff_ms / 1000)  # a failover under way
+            except BaseException:
+                await (leader.close() if leader is not None else channel.close())
+                raise
         producer._linger_task = asyncio.create_task(producer._linger_loop(),
                                                     name=f"keybus-linger-{topic}")
         return producer

@@ -181,10 +181,17 @@ class ZkElection:
                     wake.set()
                 else:
                     await self._step(topic, session, session_id, wake)
+            except NoNodeError as e:  # a node of ours went (expired, or removed by hand)
+                log.warning("topic %s: %s is gone; joining again", topic, e.path or "a node")
+                registered = None
+                await asyncio.sleep(ERROR_PAUSE_S)
             except _STEP_ERRORS as e:
                 log.warning("topic %s: election step failed (%s: %s); retrying", topic,
                             type(e).__name__, e)
                 await asyncio.sleep(ERROR_PAUSE_S)
+            except Exception:  # a bug must not end the topic's election silently
+                log.exception("topic %s: election step failed unexpectedly; retrying", topic)
+                await asyncio.sleep(1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), RECHECK_S)
 
@@ -347,6 +354,8 @@ class ZkElection:
                     await self._join_listed(session)
                 except _STEP_ERRORS as e:
                     log.warning("listing elected topics failed (%s); retrying", e)
+                except Exception:
+                    log.exception("listing elected topics failed unexpectedly; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._topics_wake.wait(), 5 * RECHECK_S)
 

@@ -171,11 +171,13 @@ class TopicFollower:
             try:
                 await self._handshake(partition)
                 await self._copy(partition, state, backoff)
-            except _RETRIED as e:
+            except Exception as e:  # never stops; a bug is logged with its trace
                 state.error = str(e)
                 delay_ms = backoff.next_ms()
-                log.warning("topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
-                            partition.index, self.upstream, e, delay_ms)
+                log.log(logging.WARNING if isinstance(e, _RETRIED) else logging.ERROR,
+                        "topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
+                        partition.index, self.upstream, e, delay_ms,
+                        exc_info=not isinstance(e, _RETRIED))
                 await asyncio.sleep(delay_ms / 1000)
 
     async def _handshake(self, partition: Partition) -> None:
