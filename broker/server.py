@@ -103,10 +103,10 @@ async def start_broker(settings: Settings) -> Broker:
     if port == 0:
         store.close()
         raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+    relay.attach(relay_settings(settings, port))  # the advertised address needs the bound port
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    relay.relay = relay_settings(settings, port)  # the advertised address needs the bound port
     await relay.start()
     broker = Broker(settings, store, registry, subscriptions, server, port, relay)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())

@@ -19,6 +19,7 @@ from sdk.errors import (
     InvalidArgument,
     KeybusError,
     NotFound,
+    NotLeader,
     OffsetOutOfRange,
     PermissionDenied,
     ProducerClosed,
@@ -48,7 +49,7 @@ from sdk.sync_consumer import SyncConsumer
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
     "BufferFull", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture",
-    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
+    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound", "NotLeader",
     "OffsetOutOfRange", "PermissionDenied", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",

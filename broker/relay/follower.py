@@ -54,6 +54,10 @@ _RETRIED = (errors.KeybusError, BrokerError, ReplicaError, CorruptRecord, grpc.R
 OnTruncated = Callable[[str, int, int], Awaitable[None]]  # (topic, partition, new end)
 
 
+async def _nothing(_: Partition) -> None:
+    """Queued behind a copy's writes: when it runs, they have run."""
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -104,11 +108,18 @@ class TopicFollower:
                  self.leader_epoch)
 
     async def stop(self) -> None:
-        """Stop copying; what was copied stays (no partial window is ever stored)."""
+        """Stop copying; what was copied stays (no partial window is ever stored).
+
+        Returns once no write of this copy is left on a partition's queue, so the
+        log ends read next (a candidacy, a claim) are final.
+        """
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for index in self.states:
+            with contextlib.suppress(BrokerError):
+                await self.registry.partition(self.topic, index).run_on_task(_nothing)
         if self._reporter is not None:
             await self._reporter.stop()
         if self._channel is not None:

@@ -83,8 +83,18 @@ class RelayNode:
         self.roles: dict[str, TopicRole] = {}
         self.election: ElectionLike | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._pending: list[str] = []  # topics met before start(): their role waits for it
 
     # ------------------------------------------------------------ lifecycle
+
+    def attach(self, relay: RelaySettings) -> None:
+        """Guard every partition before the server takes its first request: until
+        `start()` a replicated topic refuses produce (no leader known yet)."""
+        self.relay = relay
+        self.registry.start_listeners.append(self._topic_started)
+        for name in self.registry.names():
+            self._topic_started(self.registry.meta(name), self.registry.partitions(name))
 
     async def start(self) -> None:
         """Take up the configured roles of every topic; start the election if any."""
@@ -93,9 +103,10 @@ class RelayNode:
 
             self.election = ZkElection(self)
             await self.election.start()
-        self.registry.start_listeners.append(self._topic_started)
-        for name in self.registry.names():
-            self._topic_started(self.registry.meta(name), self.registry.partitions(name))
+        self._started = True
+        for name in self._pending:
+            self._take_up(name)
+        self._pending.clear()
         for name, replication in self.relay.topics.items():
             if name != "*" and replication.upstream and name not in self.roles:
                 self._follow_missing(name, replication)  # the copy creates it here
@@ -172,14 +183,20 @@ class RelayNode:
         if replication is None or meta.name in self.roles:
             return
         self.roles[meta.name] = TopicRole(meta.name, replication)
+        if self._started:
+            self._take_up(meta.name)
+        else:
+            self._pending.append(meta.name)
+
+    def _take_up(self, topic: str) -> None:
+        replication = self.roles[topic].replication
         if replication.election == "zookeeper":
             assert self.election is not None
-            self.election.join(meta.name)
+            self.election.join(topic)
         elif replication.upstream:
-            self._spawn(self.become_follower(meta.name, replication.upstream, 0),
-                        f"relay-role {meta.name}")
+            self._spawn(self.become_follower(topic, replication.upstream, 0), f"relay-role {topic}")
         else:
-            self._spawn(self.become_leader(meta.name, 0), f"relay-role {meta.name}")
+            self._spawn(self.become_leader(topic, 0), f"relay-role {topic}")
 
     # ------------------------------------------------------------ produce path
 
