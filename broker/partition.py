@@ -269,7 +269,9 @@ class Partition:
                 offsets before `offset` (the reader must start again).
         """
         while self.end_offset <= offset and not self._closed:
-            if offset > self.end_offset:
+            # Past what is written at all (a reader may run ahead of end_offset
+            # while a commit is published, never past the clock): truncated.
+            if offset > self.clock.next_offset:
                 raise BrokerError("log_truncated", topic=self.meta.name, partition=self.index,
                                   offset=offset, end=self.end_offset)
             await self._appended.wait()

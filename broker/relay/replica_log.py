@@ -132,13 +132,15 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
             if stored is not None:
                 producers.load(producer_id, codec.decode_producer_results(stored))
         states[producer_id] = codec.encode_producer_results(producers.commit(producer_id, result))
+    saved_clock = partition.clock
+    partition.clock = PartitionClock(plan.next_offset, plan.last_scn)  # ahead of the write, as _commit
     try:
         await asyncio.to_thread(store.append, topic_id, index, plan.appends, states,
                                 plan.start_offset, partition.bytes + plan.bytes)
     except Exception:
+        partition.clock = saved_clock
         producers.forget(list(states))  # reloaded from disk on next use
         raise
-    partition.clock = PartitionClock(plan.next_offset, plan.last_scn)
     partition.start_offset = plan.start_offset
     partition.bytes += plan.bytes
     partition.publish()

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from keybus.dev_cluster import BrokerRunner, free_port
-from sdk import Consumer, Producer, errors
+from sdk import Admin, Consumer, Producer, errors
 from sdk.core.columns import keys_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
@@ -45,14 +45,11 @@ def same(a: pb.Record, b: pb.Record) -> bool:
          keys_of(b.batch), list(b.batch.values))
 
 
-METRICS_PORT = free_port()
-
-
 @pytest.fixture
 def pair(tmp_path: Path):  # type: ignore[no-untyped-def]
     leader = broker(tmp_path, "leader", '[replication.t]\nacks = 1\n')
     follower = broker(tmp_path, "follower", f'relay_sync_interval_ms = 200\n'
-                      f'metrics_port = {METRICS_PORT}\n'
+                      f'metrics_port = {free_port()}\n'
                       f'[replication.t]\nupstream = "{leader.address}"\n')
     leader.start()
     follower.start()
@@ -106,16 +103,17 @@ def test_follower_holds_the_leaders_records_window_by_window(pair) -> None:  # t
     assert sum(wanted.values()) >= 1
     wait_for(lambda: asyncio.run(cursors(follower.address)) == wanted, 15, "cursors copied")
     # The follower's metrics look like a broker's, plus the copy's lag and silence.
-    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in metrics(),
-             10, "lag metric")
+    port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
+    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
+             metrics(port), 10, "lag metric")
     age = re.search(r'keybus_relay_seconds_since_upstream_read\{partition="1",topic="t"\} (\S+)',
-                    metrics())
+                    metrics(port))
     assert age is not None and 0 <= float(age[1]) < 60
-    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics()
+    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics(port)
 
 
-def metrics() -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as answer:
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
 
 
@@ -131,6 +129,10 @@ def test_produce_to_a_follower_names_the_leader(pair) -> None:  # type: ignore[n
     assert f"the leader is {leader.address}" in answer.error_message
 
     async def via_sdk() -> None:
+        async with Admin(follower.address) as admin:  # multi-tenant: it leads its own topics
+            await admin.create_topic("own")
+        async with await Producer.create(follower.address, "own") as producer:
+            assert (await (await producer.send(1, b"mine"))).offset == 0
         with pytest.raises(errors.NotLeader) as raised:
             async with await Producer.create(follower.address, "t") as producer:
                 await (await producer.send(1, b"x"))
@@ -165,6 +167,35 @@ def test_a_follower_whose_upstream_is_down_retries_with_capped_backoff(tmp_path:
         print(f"caught up {time.monotonic() - began:.2f} s after the upstream had the events")
         assert all(same(a, b) for a, b in zip(records(follower.address, "t"),
                                                records(leader.address, "t"), strict=True))
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_follower_applies_its_topics_retention(tmp_path: Path) -> None:
+    fast = "retention_check_interval_ms = 200\n"
+    leader = broker(tmp_path, "leader", fast)
+    follower = broker(tmp_path, "follower", fast + f'[replication.r]\nupstream = "{leader.address}"\n')
+    leader.start()
+    follower.start()
+    try:
+        stub(leader.address).CreateTopic(pb.CreateTopicRequest(
+            topic="r", config=pb.TopicConfig(partitions=1, retention_ms=1_000)), timeout=10)
+
+        async def produce(first: int) -> None:
+            async with await Producer.create(leader.address, "r") as producer:
+                await (await producer.send_batch(list(range(first, first + 100)), [b"x"] * 100))
+        asyncio.run(produce(0))
+        wait_for(lambda: events(follower.address, "r") == 100, 15, "copied")
+        time.sleep(1.2)
+        asyncio.run(produce(100))  # the newest record always stays: this one ages the first out
+
+        def start(address: str) -> int:
+            info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="r"), timeout=5)
+            return int(info.partitions[0].start_offset)
+        wait_for(lambda: start(follower.address) == 100, 15, "the follower trimmed by its retention")
+        info = stub(follower.address).DescribeTopic(pb.DescribeTopicRequest(topic="r"), timeout=5)
+        assert info.config.retention_ms == 1_000 and info.partitions[0].end_offset == 200
     finally:
         follower.stop()
         leader.stop()

@@ -31,7 +31,7 @@ import grpc
 import pytest
 
 from keybus.dev_cluster import BrokerRunner, start_cluster
-from sdk import Consumer, Producer, errors
+from sdk import Consumer, Producer, Reader, errors
 from sdk.core.columns import keys_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
@@ -156,6 +156,7 @@ class Load:
         self.acked: dict[tuple[int, int], int] = {}  # (key, round) -> offset
         self.ack_times: list[float] = []
         self.received: dict[str, list[tuple[int, int]]] = {"c0": [], "c1": []}
+        self.read: list[tuple[int, int, int]] = []  # (offset, key, round) seen by a Reader
         self.stop = asyncio.Event()
 
     async def produce(self) -> None:
@@ -185,6 +186,18 @@ class Load:
                     continue
                 self.received[name].append((int(message.key), int(message.value)))
                 consumer.ack(message)
+
+    async def follow(self) -> None:
+        """A Reader given every broker: it follows the leader across the failover."""
+        async with Reader(self.address, "t", 0, start="earliest", follow=True) as reader:
+            async for batch in reader:  # cancelled by the scenario once everything was read
+                for offset, key, value in zip(batch.offsets, batch.keys(), batch.values,
+                                              strict=True):
+                    self.read.append((offset, int(key), int(value)))
+
+    def all_read(self) -> bool:
+        seen = {(key, round_) for _, key, round_ in self.read}
+        return all(event in seen for event in list(self.acked))
 
     def all_received(self) -> bool:
         seen = {event for events in self.received.values() for event in events}
@@ -238,6 +251,7 @@ def test_kill_the_leader_under_load(zookeeper: ZooKeeperServer, tmp_path: Path) 
         thread.join(240)
         assert not thread.is_alive(), "the scenario did not finish in 240 s"
         assert "error" not in measured, measured.get("error")
+        assert "reader_error" not in measured, measured["reader_error"]
         print(f"kill -9 of the leader: a new leader took produce after "
               f"{measured['writable_s']:.2f} s (stored the first event after "
               f"{measured['first_stored_s']:.2f} s); {len(load.acked)} events acknowledged")
@@ -247,13 +261,21 @@ def test_kill_the_leader_under_load(zookeeper: ZooKeeperServer, tmp_path: Path) 
         check_exactly_once(brokers[new], load.acked)
         check_order(load.received)
         assert_same_logs(brokers, "t")
+        # The Reader saw every acknowledged event at its offset; offsets it saw twice are
+        # those of the old leader's never-acknowledged tail, read again from the new leader.
+        at = {(key, round_): offset for offset, key, round_ in load.read}
+        unread = {e: (o, at.get(e)) for e, o in load.acked.items() if at.get(e) != o}
+        assert not unread, f"{len(unread)} acknowledged events not read at their offsets, " \
+            f"e.g. {sorted(unread.items())[:5]}; read {len(load.read)}"
+        offsets = [offset for offset, _, _ in load.read]
+        print(f"reader: {len(offsets)} events, {len(offsets) - len(set(offsets))} read again")
     finally:
         stop_all(brokers)
 
 
 async def run_kill(load: Load, brokers: list[BrokerRunner], old: int,
                    measured: dict[str, float]) -> None:
-    tasks = [asyncio.create_task(load.produce()),
+    tasks = [asyncio.create_task(load.produce()), asyncio.create_task(load.follow()),
              asyncio.create_task(load.consume("c0")), asyncio.create_task(load.consume("c1"))]
     try:
         await until(lambda: len(load.acked) >= 2_000 and all(load.received.values()), 60)
@@ -279,8 +301,15 @@ async def run_kill(load: Load, brokers: list[BrokerRunner], old: int,
         measured["error"] = repr(e)  # type: ignore[assignment]
     finally:
         load.stop.set()
+        reading = tasks.pop(1)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 90)
+        with contextlib.suppress(AssertionError):
+            await until(load.all_read, 30)
+        reading.cancel()
+        (outcome,) = await asyncio.gather(reading, return_exceptions=True)
+        if not isinstance(outcome, asyncio.CancelledError | None):
+            measured["reader_error"] = repr(outcome)  # type: ignore[assignment]
 
 
 async def until(condition: Any, timeout_s: float, interval_s: float = 0.1) -> None:
