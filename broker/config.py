@@ -195,6 +195,9 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
     return settings
 
 
+PORT_UNBOUND = 65535  # stands for port 0 (any free port) while settings are only checked
+
+
 def replication_table(raw: Any) -> dict[str, dict[str, str]]:
     """The `[replication.TOPIC]` tables as plain strings (checked later)."""
     if not isinstance(raw, Mapping):
@@ -214,7 +217,7 @@ def check_replication(settings: Settings, config_path: str | None) -> None:
     from broker.relay.settings import ReplicationError, relay_settings
 
     try:
-        relay_settings(settings)
+        relay_settings(settings, settings.port or PORT_UNBOUND)  # port 0: bound at start
     except ReplicationError as e:
         raise ConfigError(f"{config_path or 'config'}: {e}") from None
 

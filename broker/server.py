@@ -17,7 +17,7 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from broker.config import Settings
+from broker.config import PORT_UNBOUND, Settings
 from broker.log.rocks_store import RocksStore
 from broker.relay.node import RelayNode
 from broker.relay.servicer import RelayServicer, relay_handler
@@ -86,7 +86,7 @@ async def start_broker(settings: Settings) -> Broker:
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
     ])
-    relay = RelayNode(registry, subscriptions, relay_settings(settings))
+    relay = RelayNode(registry, subscriptions, relay_settings(settings, settings.port or PORT_UNBOUND))
     server.add_generic_rpc_handlers((generic_handler(
         ProduceServicer(registry, store, settings.produce_in_flight_max, relay),
         ReadServicer(registry, settings, config_filters),

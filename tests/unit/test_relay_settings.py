@@ -85,3 +85,9 @@ def test_backoff_doubles_to_its_cap_and_resets() -> None:
 def test_default_backoff_cap_is_one_minute() -> None:
     relay = relay_settings(Settings())
     assert relay.backoff_max_ms == 60_000
+
+
+def test_port_zero_is_checked_before_it_is_bound() -> None:
+    loaded = load_settings(None, env={}, overrides={"port": 0})
+    assert loaded.port == 0
+    assert relay_settings(loaded, 41234).address == "127.0.0.1:41234"
