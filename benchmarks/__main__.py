@@ -13,6 +13,10 @@ benchmarks/cluster.py).
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks processors [options]` times event processors: balancing
+from cold, recovering a killed one's partitions, and events/s with checkpoints
+(see benchmarks/processors.py).
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import cluster  # 3 brokers and ZooKeeper (Debian's zookeeper package)
 
         return cluster.main(arguments[1:])
+    if arguments[:1] == ["processors"]:
+        from benchmarks import processors  # its own options; Redis rows need redis-server
+
+        return processors.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

@@ -89,6 +89,10 @@ class Settings:
     leader_handover_timeout_ms: int = 3_000  # a stopping leader waits this long for its followers
     # Per topic (or "*" for every other topic): upstream, leader, election, acks.
     replication: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Event processor stores (ownership and checkpoints of consumer groups).
+    processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
+    processor_commit_commands_max: int = 256  # commands written in one WriteBatch
+    processor_name_bytes_max: int = 255  # namespace, consumer group and owner id
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -104,6 +108,10 @@ class Settings:
                      "consumer_outbox_messages_max", "look_ahead_events_max",
                      "dispatch_read_events_max", "key_shared_points_per_consumer",
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        for name in ("processor_store_queue_max", "processor_commit_commands_max",
+                     "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         if self.ack_timeout_ms_min > self.ack_timeout_ms_max:

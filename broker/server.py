@@ -19,10 +19,12 @@ from grpc_reflection.v1alpha import reflection
 
 from broker.config import PORT_UNBOUND, Settings
 from broker.log.rocks_store import RocksStore
+from broker.processor_stores.service import ProcessorStores
 from broker.relay.node import RelayNode
 from broker.relay.servicer import RelayServicer, relay_handler
 from broker.relay.settings import relay_settings
 from broker.rpc.admin_servicer import AdminServicer
+from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_handler
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
@@ -49,6 +51,7 @@ class Broker:
     port: int
     relay: RelayNode | None = None
     _retention: asyncio.Task[None] | None = None
+    processor_stores: ProcessorStores | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._retention is not None:
@@ -57,6 +60,8 @@ class Broker:
             await self.relay.stop()
         await self.subscriptions.close()
         await self.server.stop(grace_s)
+        if self.processor_stores is not None:
+            await self.processor_stores.close()
         await self.registry.close()
         self.store.close()
 
@@ -93,6 +98,9 @@ async def start_broker(settings: Settings) -> Broker:
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
         SubscriptionAdminServicer(subscriptions)), relay_handler(RelayServicer(relay))))
+    processor_stores = ProcessorStores(store, registry, settings)
+    processor_stores.start()
+    server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -108,7 +116,8 @@ async def start_broker(settings: Settings) -> Broker:
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     await relay.start()
-    broker = Broker(settings, store, registry, subscriptions, server, port, relay)
+    broker = Broker(settings, store, registry, subscriptions, server, port, relay,
+                    processor_stores=processor_stores)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
 
