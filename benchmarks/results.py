@@ -29,8 +29,9 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any]) -> None:
-    record_table(report, table(report))
+def record(report: dict[str, Any], notes: str = "") -> None:
+    """Replace (or add) this command's block; `notes` go under its table."""
+    record_table(report, table(report) + (f"\n\n{notes}" if notes else ""))
 
 
 def record_table(report: dict[str, Any], rendered: str) -> None:
