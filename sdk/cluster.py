@@ -23,6 +23,7 @@ from sdk import errors
 from sdk.channel import open_channel, parse_broker, stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.security import ClientSecurity
 
 log = logging.getLogger("keybus.cluster")
 PROBE_TIMEOUT_S = 2.0
@@ -45,14 +46,14 @@ def is_cluster(broker: str) -> bool:
     return isinstance(broker, str) and "," in broker
 
 
-async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEOUT_S
-                        ) -> pb.TopicRoleInfo:
+async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEOUT_S,
+                        security: ClientSecurity | None = None) -> pb.TopicRoleInfo:
     """One broker's view of `topic` (its role, leader, epoch).
 
     Raises:
         KeybusError: the broker's error (TopicNotFound, Unavailable, ...).
     """
-    channel = open_channel(address)
+    channel = open_channel(address, security)
     try:
         info = await stub_of(channel).DescribeCluster(pb.DescribeClusterRequest(topic=topic),
                                                       timeout=timeout_s)
@@ -64,7 +65,8 @@ async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEO
 
 
 async def find_leader(addresses: list[str], topic: str, timeout_ms: int = 30_000,
-                      backoff_ms: int = 100, backoff_max_ms: int = 1_000) -> str:
+                      backoff_ms: int = 100, backoff_max_ms: int = 1_000,
+                      security: ClientSecurity | None = None) -> str:
     """The address of the broker that takes produce for `topic` now.
 
     Raises:
@@ -74,7 +76,7 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = 30_000
     """
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
-        answers = await asyncio.gather(*(_probe(a, topic) for a in addresses))
+        answers = await asyncio.gather(*(_probe(a, topic, security) for a in addresses))
         writable = [(info.leader_epoch, -i, address) for i, (address, info) in enumerate(answers)
                     if isinstance(info, pb.TopicRoleInfo) and info.writable]
         if writable:
@@ -88,9 +90,10 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = 30_000
         backoff_ms = min(backoff_ms * 2, backoff_max_ms)
 
 
-async def _probe(address: str, topic: str) -> tuple[str, pb.TopicRoleInfo | errors.KeybusError]:
+async def _probe(address: str, topic: str, security: ClientSecurity | None
+                 ) -> tuple[str, pb.TopicRoleInfo | errors.KeybusError]:
     try:
-        return address, await describe_role(address, topic)
+        return address, await describe_role(address, topic, security=security)
     except errors.KeybusError as e:
         return address, e
 
@@ -104,10 +107,12 @@ def _said(info: pb.TopicRoleInfo | errors.KeybusError) -> str:
 class LeaderChannel:
     """A channel to the current leader of one topic, moved when the leader moves."""
 
-    def __init__(self, broker: str, topic: str, find_timeout_ms: int = 30_000) -> None:
+    def __init__(self, broker: str, topic: str, find_timeout_ms: int = 30_000,
+                 security: ClientSecurity | None = None) -> None:
         self.addresses = split_brokers(broker)
         self.topic = topic
         self.find_timeout_ms = find_timeout_ms
+        self.security = security
         self.address = ""
         self.channel: grpc.aio.Channel | None = None
 
@@ -117,12 +122,13 @@ class LeaderChannel:
         Raises:
             TopicNotFound, Unavailable: as find_leader.
         """
-        address = await find_leader(self.addresses, self.topic, self.find_timeout_ms)
+        address = await find_leader(self.addresses, self.topic, self.find_timeout_ms,
+                                    security=self.security)
         if address != self.address or self.channel is None:
             if self.address:
                 log.info("topic %s: leader moved from %s to %s", self.topic, self.address, address)
             await self.close()
-            self.address, self.channel = address, open_channel(address)
+            self.address, self.channel = address, open_channel(address, self.security)
         return stub_of(self.channel)
 
     async def close(self) -> None:

@@ -46,6 +46,7 @@ from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.security import ClientSecurity
 from sdk.sender import (
     BatchResult,
     ProducedEvent,
@@ -263,7 +264,8 @@ class Producer:
     @classmethod
     async def create(cls, broker: str = "localhost:6650", topic: str = "", *,
                      config: ProducerConfig | None = None, threaded: bool = False,
-                     producer_id: int | None = None, **options: Any) -> Producer:
+                     producer_id: int | None = None, security: ClientSecurity | None = None,
+                     **options: Any) -> Producer:
         """Connect, look the topic up, get a producer id and start sending.
 
         Args:
@@ -287,6 +289,8 @@ class Producer:
                 delivery timeout or the broker forgetting the id forces a new
                 id, the producer takes one from InitProducer (see
                 `producer_id` property). Needs idempotent=True.
+            security: TLS and credentials (sdk.security.ClientSecurity); None =
+                the ambient default, else plain text.
         Returns:
             A started Producer.
         Raises:
@@ -303,14 +307,14 @@ class Producer:
             if not config.idempotent:
                 raise ValueError("producer_id needs idempotent=True: without sequences a "
                                  "chosen id deduplicates nothing")
-        leader = LeaderChannel(broker, topic, config.request_timeout_ms) if is_cluster(broker) \
-            else None
+        leader = LeaderChannel(broker, topic, config.request_timeout_ms, security) \
+            if is_cluster(broker) else None
         deadline = time.monotonic() + config.request_timeout_ms / 1000
         while True:
             if leader is not None:  # several brokers: ask the leader (again, if it moved)
                 await leader.connect()
             channel = leader.channel if leader is not None and leader.channel \
-                else open_channel(broker)
+                else open_channel(broker, security)
             try:
                 stub = stub_of(channel)
                 partitions = await _partitions_of(stub, topic, config.request_timeout_ms)

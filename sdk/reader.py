@@ -26,6 +26,7 @@ from sdk.core.columns import Event, keys_of, record_events, record_offsets, reco
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
 _RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
@@ -114,6 +115,8 @@ class Reader:
             long (default 30000); with follow, retries never stop.
         retry_backoff_ms, retry_backoff_max_ms: reconnect backoff (100, 1000).
         channel: a grpc.aio channel to share (not closed by close()).
+        security: TLS and credentials (sdk.security.ClientSecurity); None =
+            the ambient default, else plain text.
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
     """
@@ -125,7 +128,8 @@ class Reader:
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
                  retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000,
-                 channel: grpc.aio.Channel | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None,
+                 security: ClientSecurity | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -134,6 +138,7 @@ class Reader:
             raise ValueError(f"stop_offset {stop_offset!r} is invalid: an exclusive end "
                              "offset >= 1, or None")
         self.broker = broker
+        self._security = security
         self.topic = topic
         self.partition = partition
         self.follow = follow
@@ -149,8 +154,8 @@ class Reader:
         self._channel = channel
         self._owns_channel = channel is None
         # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
-        self._leader = LeaderChannel(broker, topic) if channel is None and is_cluster(broker) \
-            else None
+        self._leader = LeaderChannel(broker, topic, security=security) \
+            if channel is None and is_cluster(broker) else None
         self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
@@ -222,7 +227,7 @@ class Reader:
                         await self._leader.connect()
                         self._channel = self._leader.channel
                     if self._channel is None:
-                        self._channel = open_channel(self.broker)
+                        self._channel = open_channel(self.broker, self._security)
                     self._call = stub_of(self._channel).Read(self._request())
                 response = await self._call.read()
             except (grpc.RpcError, errors.Unavailable) as e:

@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 from spark_connector import _client
 from spark_connector.options import (
     OptionError,
@@ -111,7 +112,8 @@ def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
     spec = options.ranges
     live = None
     if spec.subscription is not None:
-        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription)
+        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription,
+                                           options.security)
     return range_groups(spec, partitions, live)
 
 
@@ -134,10 +136,12 @@ class KeybusInputPartition(InputPartition):
     """Everything one task needs to read one split (pickled to an executor)."""
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None,
-                 events_max: int, fail_on_data_loss: bool) -> None:
+                 events_max: int, fail_on_data_loss: bool,
+                 security: ClientSecurity | None = None) -> None:
         super().__init__(None)
         self.split = split
         self.broker = broker
+        self.security = security
         self.key_filter = key_filter
         self.events_max = events_max
         self.fail_on_data_loss = fail_on_data_loss
@@ -162,7 +166,8 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
 
     def records(start: int | str) -> Iterator[pb.Record]:
         return _client.read_records(partition.broker, split.topic, split.partition, start,
-                                    split.stop, ranges, key_filter, partition.events_max)
+                                    split.stop, ranges, key_filter, partition.events_max,
+                                    partition.security)
 
     try:
         yield from _coalesced(records(split.start), partition.events_max, schema)
@@ -194,7 +199,7 @@ def _input_partitions(splits: Sequence[Split], options: ReadOptions,
     chosen = options.key_filter or key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
     return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
-                                 options.fail_on_data_loss) for s in splits]
+                                 options.fail_on_data_loss, options.security) for s in splits]
 
 
 # ---------------------------------------------------------------- batch
@@ -231,7 +236,7 @@ class KeybusBatchReader(DataSourceReader):
 
     def partitions(self) -> list[KeybusInputPartition]:
         options = self.options
-        bounds = _client.describe(options.broker, options.topics)
+        bounds = _client.describe(options.broker, options.topics, options.security)
         starts = resolve_offsets(options.starting, bounds, "startingOffsets")
         stops = resolve_offsets(options.ending, bounds, "endingOffsets")
         for tp, stop in stops.items():
@@ -282,7 +287,7 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartition, int] | None = None
 
     def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        return _client.describe(self.options.broker, self.options.topics)
+        return _client.describe(self.options.broker, self.options.topics, self.options.security)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         starts = resolve_offsets(self.options.starting, self._bounds(), "startingOffsets")

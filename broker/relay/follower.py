@@ -99,7 +99,7 @@ class TopicFollower:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._channel = open_channel(self.upstream)
+        self._channel = open_channel(self.upstream, self.relay.client_security)
         self._reporter = PositionReporter(self._channel, self.topic, self.relay.broker_id,
                                           self.relay.address, self._backoff())
         self._task = asyncio.get_running_loop().create_task(

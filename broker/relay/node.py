@@ -163,7 +163,8 @@ class RelayNode:
 
     async def _discover(self, replication: TopicReplication) -> None:
         """`"*"` chained from an upstream: follow every topic it has, as it gets them."""
-        admin = Admin(replication.upstream, request_timeout_ms=10_000)
+        admin = Admin(replication.upstream, request_timeout_ms=10_000,
+                      security=self.relay.client_security)
         try:
             while True:
                 with contextlib.suppress(errors.KeybusError):

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from broker.errors import BrokerError
 from broker.relay.node import RelayNode
 from broker.rpc.service import SERVICE
 from broker.rpc.status import refuse_unknown_fields, unary
@@ -34,10 +35,13 @@ class RelayServicer:
                                      context: grpc.aio.ServicerContext
                                      ) -> pb.ReplicaPositionsSummary:
         count = 0
-        async for position in positions:
-            refuse_unknown_fields(position)
-            self.node.report(position)
-            count += 1
+        try:
+            async for position in positions:  # each one checked (rpc/auth.py) as it comes
+                refuse_unknown_fields(position)
+                self.node.report(position)
+                count += 1
+        except BrokerError as e:
+            await context.abort(e.code, e.message)
         return pb.ReplicaPositionsSummary(positions=count)
 
 

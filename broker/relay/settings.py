@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sdk.channel import parse_broker
+from sdk.security import ClientSecurity
 
 if TYPE_CHECKING:
     from broker.config import Settings
@@ -64,6 +65,7 @@ class RelaySettings:
     acks_timeout_ms: int
     handover_timeout_ms: int
     topics: Mapping[str, TopicReplication] = field(default_factory=dict)
+    client_security: ClientSecurity | None = None  # how followers reach upstreams
 
     def for_topic(self, topic: str) -> TopicReplication | None:
         """The topic's replication, its "*" default, or None (leads alone)."""
@@ -101,13 +103,27 @@ def relay_settings(settings: Settings, port: int | None = None) -> RelaySettings
         settings.broker_id or address, address, settings.zookeeper, settings.zookeeper_root,
         settings.zookeeper_session_timeout_ms, settings.relay_retry_backoff_ms,
         settings.relay_retry_backoff_max_ms, settings.relay_sync_interval_ms,
-        settings.acks_timeout_ms, settings.leader_handover_timeout_ms, topics)
+        settings.acks_timeout_ms, settings.leader_handover_timeout_ms, topics,
+        _client_security(settings))
     if "/" in relay.broker_id:
         raise ReplicationError(f"broker_id={relay.broker_id!r} may not contain '/'")
     if relay.elects and not settings.zookeeper:
         raise ReplicationError("a topic has election = \"zookeeper\" but the zookeeper setting is "
                                "empty; set zookeeper = \"HOST:PORT\"")
     return relay
+
+
+def _client_security(settings: Settings) -> ClientSecurity | None:
+    """The SDK security followers use toward their upstreams (None: plain text)."""
+    files = (settings.relay_tls_ca_file, settings.relay_tls_cert_file,
+             settings.relay_tls_key_file, settings.relay_token_file)
+    if not any(files):
+        return None
+    try:
+        return ClientSecurity(ca_file=files[0], cert_file=files[1], key_file=files[2],
+                              token_file=files[3])
+    except ValueError as e:
+        raise ReplicationError(f"relay_tls_*/relay_token_file: {e}") from None
 
 
 def topic_replication(topic: str, entry: Mapping[str, str], address: str) -> TopicReplication:

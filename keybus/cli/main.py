@@ -16,7 +16,7 @@ import click
 import grpc
 from rich.console import Console
 
-from keybus.cli import cluster, databus, processors, render, subscriptions
+from keybus.cli import acl, certs, cluster, databus, processors, render, subscriptions
 from keybus.cli.common import broker_option, fail, json_option, print_json, run
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec, explain
@@ -214,5 +214,7 @@ def main() -> None:
 
 subscriptions.register(cli)
 cluster.register(cli)
+acl.register(cli)
+certs.register(cli)
 processors.register(cli)
 databus.register(cli)

@@ -29,6 +29,7 @@ from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.subscription_admin import SubscriptionAdmin
 from tests.support.relay_cluster import events, records, wait_for
+from tests.support.security import SUPERUSER, TOKENS, SecureSetup
 from tests.support.wire import create_topic, stub
 
 
@@ -196,6 +197,33 @@ def test_a_follower_applies_its_topics_retention(tmp_path: Path) -> None:
         wait_for(lambda: start(follower.address) == 100, 15, "the follower trimmed by its retention")
         info = stub(follower.address).DescribeTopic(pb.DescribeTopicRequest(topic="r"), timeout=5)
         assert info.config.retention_ms == 1_000 and info.partitions[0].end_offset == 200
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_follower_chains_from_a_leader_behind_tls_and_tokens(tmp_path: Path) -> None:
+    """The relay_tls_* and relay_token_file settings: a follower reaches a secured
+    upstream as a principal (here the superuser; consume and admin on the topic do)."""
+    setup = SecureSetup.make(tmp_path / "tls")
+    token = tmp_path / "relay.token"
+    token.write_text(TOKENS[SUPERUSER])
+    leader_config = tmp_path / "leader.toml"
+    leader_config.write_text('[replication.s]\nacks = 1\n')
+    leader = BrokerRunner(tmp_path / "leader", free_port(), leader_config, *setup.broker_args())
+    follower = broker(tmp_path, "follower", f'relay_tls_ca_file = "{setup.path("ca.pem")}"\n'
+                      f'relay_token_file = "{token}"\n'
+                      f'[replication.s]\nupstream = "{leader.address}"\n')
+    leader.start()
+    follower.start()
+    try:
+        root = setup.stub(leader.address, SUPERUSER)
+        root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
+        batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
+                              values=[b"a", b"b", b"c"])
+        (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+        assert answer.error_code == 0, answer.error_message  # acks=1: the follower's report came
+        wait_for(lambda: events(follower.address, "s") == 3, 15, "copied over TLS")
     finally:
         follower.stop()
         leader.stop()
