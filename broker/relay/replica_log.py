@@ -10,7 +10,7 @@ Rules:
    offset (or, while the log is empty, at any later offset: the upstream's
    retention may have removed the beginning) and SCNs increase. Anything else
    is `ReplicaError` and nothing is stored. The broker trusts no field: the
-   batch is validated as a produce would be.
+   batch is validated and its slots checked as a produce's would be.
 3. One WriteBatch per call (the records of one upstream read, whole windows),
    with the producer state they carry; the position saved is the log end,
    so it always falls on a window end (the seed's MaxSCN rule).
@@ -29,6 +29,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from broker.derived import settle_slots
 from broker.log import codec
 from broker.log.rocks_store import Append, RocksStore
 from broker.partition import Partition
@@ -95,9 +96,8 @@ def plan_replica(records: Sequence[pb.Record], clock: PartitionClock, start_offs
             validate_batch(record.batch, event_bytes_max, batch_events_max)
         except BatchError as e:
             raise ReplicaError(f"{where}: {e}") from None
-        if count == 0 or (record.batch.slots and len(record.batch.slots) != count):
-            raise ReplicaError(f"{where} has {count} events and {len(record.batch.slots)} slots; "
-                               "a stored record has one slot per event")
+        if count == 0:
+            raise ReplicaError(f"{where} has no events; a stored record has at least one")
         value = codec.encode_record(record.SerializeToString(), record.publish_time_ms, count,
                                     record.scn_first, record.window)
         appends.append(Append(record.base_offset, record.scn_first, count, record.window, value))
@@ -119,6 +119,8 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
         ReplicaError: nothing was stored. Storage errors propagate (nothing visible changed).
     """
     settings = partition.settings
+    for record in records:  # the slots a leader stored are checked again, as a produce's are
+        settle_slots(record.batch, partition.slot_cache)
     plan = plan_replica(records, partition.clock, partition.start_offset,
                         settings.event_bytes_max, settings.batch_events_max)
     if not plan.appends:

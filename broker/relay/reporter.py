@@ -67,7 +67,8 @@ class PositionReporter:
     async def _run(self) -> None:
         while True:
             try:
-                await self._stub.ReportReplicaPositions(self._positions())
+                async for _ in self._stub.ReportReplicaPositions(self._positions()):
+                    pass  # one ack per position: read so the stream never backs up
             except grpc.aio.AioRpcError as e:
                 delay_ms = self._backoff.next_ms()
                 log.debug("position stream of %s to its upstream broke (%s); retry in %d ms",

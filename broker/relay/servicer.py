@@ -33,16 +33,16 @@ class RelayServicer:
 
     async def ReportReplicaPositions(self, positions: AsyncIterator[pb.ReplicaPosition],
                                      context: grpc.aio.ServicerContext
-                                     ) -> pb.ReplicaPositionsSummary:
+                                     ) -> AsyncIterator[pb.ReplicaPositionAck]:
         count = 0
         try:
             async for position in positions:  # each one checked (rpc/auth.py) as it comes
                 refuse_unknown_fields(position)
                 self.node.report(position)
                 count += 1
+                yield pb.ReplicaPositionAck(positions=count)
         except BrokerError as e:
             await context.abort(e.code, e.message)
-        return pb.ReplicaPositionsSummary(positions=count)
 
 
 def relay_handler(servicer: RelayServicer) -> grpc.GenericRpcHandler:
@@ -53,7 +53,7 @@ def relay_handler(servicer: RelayServicer) -> grpc.GenericRpcHandler:
             pb.ClusterInfo.SerializeToString),
         "EpochEnd": grpc.unary_unary_rpc_method_handler(
             servicer.EpochEnd, pb.EpochEndRequest.FromString, pb.EpochEndResponse.SerializeToString),
-        "ReportReplicaPositions": grpc.stream_unary_rpc_method_handler(
+        "ReportReplicaPositions": grpc.stream_stream_rpc_method_handler(
             servicer.ReportReplicaPositions, pb.ReplicaPosition.FromString,
-            pb.ReplicaPositionsSummary.SerializeToString),
+            pb.ReplicaPositionAck.SerializeToString),
     })

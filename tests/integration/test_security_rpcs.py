@@ -156,8 +156,8 @@ RPCS: dict[str, tuple[Call, str]] = {
     "DescribeCluster": (lambda s, r: s.DescribeCluster(pb.DescribeClusterRequest(topic=TOPIC),
                                                        timeout=10), "alice"),
     "EpochEnd": (lambda s, r: s.EpochEnd(pb.EpochEndRequest(topic=TOPIC), timeout=10), "alice"),
-    "ReportReplicaPositions": (lambda s, r: s.ReportReplicaPositions(iter([pb.ReplicaPosition(
-        topic=TOPIC, broker_id="follower")]), timeout=10), "carol"),
+    "ReportReplicaPositions": (lambda s, r: list(s.ReportReplicaPositions(iter([pb.ReplicaPosition(
+        topic=TOPIC, broker_id="follower")]), timeout=10)), "carol"),
 }
 # Open to any authenticated principal: nothing to deny.
 OPEN_TO_ANYONE = {"ListTopics", "WhoAmI"}

@@ -155,3 +155,15 @@ def test_epoch_end_finds_the_first_record_of_a_later_epoch(tmp_path: Path) -> No
         assert replica_log.last_epoch(store, tid, 0, 0) == 0
         await registry.close()
     run(body, tmp_path)
+
+
+def test_a_record_whose_slots_do_not_match_its_keys_is_refused(tmp_path: Path) -> None:
+    async def body(path: Path) -> None:
+        registry, partition = await open_partition(path / "p")
+        wrong = pb.Record(topic="t", base_offset=0, scn_first=1, batch=pb.EventBatch(
+            count=2, key_ints=[1, 2], slots=[7, 7], values=[b"a", b"b"]))
+        with pytest.raises(BrokerError, match="slot"):
+            await partition.run_on_task(lambda p: replica_log.replicate(p, [wrong]))
+        assert stored(partition) == [] and partition.end_offset == 0
+        await registry.close()
+    run(body, tmp_path)

@@ -1668,12 +1668,14 @@ class ReplicaPosition(_message.Message):
 Global___ReplicaPosition: _TypeAlias = ReplicaPosition  # noqa: Y015
 
 @_typing.final
-class ReplicaPositionsSummary(_message.Message):
+class ReplicaPositionAck(_message.Message):
+    """The answer to each ReplicaPosition (so a stream is never silent)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITIONS_FIELD_NUMBER: _builtins.int
     positions: _builtins.int
-    """messages taken from this stream"""
+    """positions taken from this stream so far"""
     def __init__(
         self,
         *,
@@ -1685,7 +1687,7 @@ class ReplicaPositionsSummary(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ReplicaPositionsSummary: _TypeAlias = ReplicaPositionsSummary  # noqa: Y015
+Global___ReplicaPositionAck: _TypeAlias = ReplicaPositionAck  # noqa: Y015
 
 @_typing.final
 class DescribeClusterRequest(_message.Message):

@@ -106,10 +106,10 @@ class KeybusStub:
                 request_serializer=keybus__pb2.EpochEndRequest.SerializeToString,
                 response_deserializer=keybus__pb2.EpochEndResponse.FromString,
                 _registered_method=True)
-        self.ReportReplicaPositions = channel.stream_unary(
+        self.ReportReplicaPositions = channel.stream_stream(
                 '/keybus.v1.Keybus/ReportReplicaPositions',
                 request_serializer=keybus__pb2.ReplicaPosition.SerializeToString,
-                response_deserializer=keybus__pb2.ReplicaPositionsSummary.FromString,
+                response_deserializer=keybus__pb2.ReplicaPositionAck.FromString,
                 _registered_method=True)
         self.GrantPermissions = channel.unary_unary(
                 '/keybus.v1.Keybus/GrantPermissions',
@@ -385,10 +385,10 @@ def add_KeybusServicer_to_server(servicer, server):
                     request_deserializer=keybus__pb2.EpochEndRequest.FromString,
                     response_serializer=keybus__pb2.EpochEndResponse.SerializeToString,
             ),
-            'ReportReplicaPositions': grpc.stream_unary_rpc_method_handler(
+            'ReportReplicaPositions': grpc.stream_stream_rpc_method_handler(
                     servicer.ReportReplicaPositions,
                     request_deserializer=keybus__pb2.ReplicaPosition.FromString,
-                    response_serializer=keybus__pb2.ReplicaPositionsSummary.SerializeToString,
+                    response_serializer=keybus__pb2.ReplicaPositionAck.SerializeToString,
             ),
             'GrantPermissions': grpc.unary_unary_rpc_method_handler(
                     servicer.GrantPermissions,
@@ -837,12 +837,12 @@ class Keybus:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_unary(
+        return grpc.experimental.stream_stream(
             request_iterator,
             target,
             '/keybus.v1.Keybus/ReportReplicaPositions',
             keybus__pb2.ReplicaPosition.SerializeToString,
-            keybus__pb2.ReplicaPositionsSummary.FromString,
+            keybus__pb2.ReplicaPositionAck.FromString,
             options,
             channel_credentials,
             insecure,

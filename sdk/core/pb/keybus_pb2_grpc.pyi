@@ -64,7 +64,7 @@ class KeybusStub:
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeClusterRequest, _keybus_pb2.ClusterInfo]
     """Relay chaining and leader election."""
     EpochEnd: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]
-    ReportReplicaPositions: _grpc.StreamUnaryMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionsSummary]
+    ReportReplicaPositions: _grpc.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]
     GrantPermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]
     """Access control (superusers only, except WhoAmI)."""
     RevokePermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]
@@ -100,7 +100,7 @@ class KeybusAsyncStub(KeybusStub):
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeClusterRequest, _keybus_pb2.ClusterInfo]  # type: ignore[assignment]
     """Relay chaining and leader election."""
     EpochEnd: _aio.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]  # type: ignore[assignment]
-    ReportReplicaPositions: _aio.StreamUnaryMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionsSummary]  # type: ignore[assignment]
+    ReportReplicaPositions: _aio.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]  # type: ignore[assignment]
     GrantPermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]  # type: ignore[assignment]
     """Access control (superusers only, except WhoAmI)."""
     RevokePermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]  # type: ignore[assignment]
@@ -223,7 +223,7 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         self,
         request_iterator: _MaybeAsyncIterator[_keybus_pb2.ReplicaPosition],
         context: _ServicerContext,
-    ) -> _typing.Union[_keybus_pb2.ReplicaPositionsSummary, _abc.Awaitable[_keybus_pb2.ReplicaPositionsSummary]]: ...
+    ) -> _typing.Union[_abc.Iterator[_keybus_pb2.ReplicaPositionAck], _abc.AsyncIterator[_keybus_pb2.ReplicaPositionAck]]: ...
 
     @_abc_1.abstractmethod
     def GrantPermissions(
