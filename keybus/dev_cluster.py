@@ -164,6 +164,11 @@ def start_cluster(root: Path, brokers: int, zookeeper: str, acks: int | str = 2,
         config.write_text(cluster_config(zookeeper, acks, session_timeout_ms, extra))
         port = ports[i] if ports else free_port()
         runners.append(BrokerRunner(root / f"broker-{i + 1}", port, config))
-    for runner in runners:
-        runner.start()
+    try:
+        for runner in runners:
+            runner.start()
+    except BaseException:  # none left running behind a failed start
+        for runner in runners:
+            runner.kill()
+        raise
     return runners

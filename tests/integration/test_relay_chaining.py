@@ -52,11 +52,13 @@ def pair(tmp_path: Path):  # type: ignore[no-untyped-def]
     follower = broker(tmp_path, "follower", f'relay_sync_interval_ms = 200\n'
                       f'metrics_port = {free_port()}\n'
                       f'[replication.t]\nupstream = "{leader.address}"\n')
-    leader.start()
-    follower.start()
-    yield leader, follower
-    follower.stop()
-    leader.stop()
+    try:
+        leader.start()
+        follower.start()
+        yield leader, follower
+    finally:
+        follower.stop()
+        leader.stop()
 
 
 async def produce_mix(address: str) -> None:
@@ -150,8 +152,8 @@ def test_a_follower_whose_upstream_is_down_retries_with_capped_backoff(tmp_path:
                       'relay_retry_backoff_max_ms = 400\n'
                       f'[replication.t]\nupstream = "127.0.0.1:{upstream_port}"\n')
     leader = broker(tmp_path, "leader", "", port=upstream_port)
-    follower.start()
     try:
+        follower.start()
         wait_for(lambda: len(re.findall(r"retry in (\d+) ms", follower.log_path.read_text())) >= 7,
                  20, "seven retries")
         delays = [int(d) for d in re.findall(r"retry in (\d+) ms", follower.log_path.read_text())]
@@ -177,9 +179,9 @@ def test_a_follower_applies_its_topics_retention(tmp_path: Path) -> None:
     fast = "retention_check_interval_ms = 200\n"
     leader = broker(tmp_path, "leader", fast)
     follower = broker(tmp_path, "follower", fast + f'[replication.r]\nupstream = "{leader.address}"\n')
-    leader.start()
-    follower.start()
     try:
+        leader.start()
+        follower.start()
         stub(leader.address).CreateTopic(pb.CreateTopicRequest(
             topic="r", config=pb.TopicConfig(partitions=1, retention_ms=1_000)), timeout=10)
 
@@ -214,9 +216,9 @@ def test_a_follower_chains_from_a_leader_behind_tls_and_tokens(tmp_path: Path) -
     follower = broker(tmp_path, "follower", f'relay_tls_ca_file = "{setup.path("ca.pem")}"\n'
                       f'relay_token_file = "{token}"\n'
                       f'[replication.s]\nupstream = "{leader.address}"\n')
-    leader.start()
-    follower.start()
     try:
+        leader.start()
+        follower.start()
         root = setup.stub(leader.address, SUPERUSER)
         root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
         batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
