@@ -76,6 +76,14 @@ class Settings:
     waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
     # Server-side filters per source (Databus config keys), raw strings.
     serversidefilter: dict[str, str] = field(default_factory=dict)
+    # Compacted view and bootstrap (topic settings override the defaults).
+    view_default: bool = True  # a topic created without a view policy keeps a view
+    delete_retention_ms: int = 24 * 3600 * 1000  # tombstones kept in the view (Kafka's default)
+    view_pass_events_max: int = 10_000  # log events one view maintenance pass folds
+    view_sweep_interval_ms: int = 60_000  # how often tombstones past delete retention go
+    view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
+    compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
+    bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -91,6 +99,10 @@ class Settings:
                      "consumer_outbox_messages_max", "look_ahead_events_max",
                      "dispatch_read_events_max", "key_shared_points_per_consumer",
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
+                     "compaction_records_max", "bootstrap_streams_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         if self.ack_timeout_ms_min > self.ack_timeout_ms_max:

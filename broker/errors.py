@@ -124,6 +124,22 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "consumer(s); stop them first, or delete with force"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ compacted view, bootstrap
+        ErrorKind("view_off", grpc.StatusCode.FAILED_PRECONDITION,
+                  "topic {topic!r} keeps no compacted view, so it cannot bootstrap; create "
+                  "topics that need it with view on (keybus topics create {topic} --view)"),
+        ErrorKind("view_config_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("bootstrap_resume_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "resume.{field}={value} is invalid for {topic!r}/{partition}: {allowed}"),
+        ErrorKind("bootstrap_snapshot_gone", grpc.StatusCode.OUT_OF_RANGE,
+                  "the snapshot of {topic!r}/{partition} at offset {offset} cannot be "
+                  "resumed: its catch-up was removed by retention (the log starts at "
+                  "{start}); start the bootstrap over"),
+        ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "the broker serves {max} Bootstrap streams at once "
+                  "(bootstrap_streams_max); retry later"),
+        ErrorKind("bootstrap_sources_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "sources: {detail}"),
     ]
 }
 

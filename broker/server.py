@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
 from broker.rpc.admin_servicer import AdminServicer
+from broker.rpc.bootstrap_servicer import BootstrapServicer, bootstrap_handler
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
@@ -86,6 +87,8 @@ async def start_broker(settings: Settings) -> Broker:
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
         SubscriptionAdminServicer(subscriptions)),))
+    server.add_generic_rpc_handlers((bootstrap_handler(
+        BootstrapServicer(registry, settings, config_filters)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)

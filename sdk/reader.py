@@ -19,6 +19,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
@@ -29,7 +30,7 @@ from sdk.core.pb import keybus_pb2 as pb
 _RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
-Start = str | int | Mapping[str, int]
+Start = str | int | Mapping[str, int] | BootstrapPosition
 
 
 class _ToProto(Protocol):
@@ -37,12 +38,20 @@ class _ToProto(Protocol):
 
 
 class ReadBatch:
-    """The events of one stored record that passed the read's ranges and filter."""
+    """The events of one stored record that passed the read's ranges and filter.
 
-    __slots__ = ("_offsets", "record")
+    A bootstrap read (start="bootstrap") also says its `phase` ("snapshot",
+    "catchup", "online"); a batch with `marker` set has no events and opens
+    a phase.
+    """
 
-    def __init__(self, record: pb.Record) -> None:
+    __slots__ = ("_offsets", "marker", "phase", "record")
+
+    def __init__(self, record: pb.Record, phase: str | None = None,
+                 marker: PhaseMarker | None = None) -> None:
         self.record = record
+        self.phase = phase
+        self.marker = marker
         self._offsets: list[int] | None = None
 
     @property
@@ -93,8 +102,11 @@ class Reader:
     Args:
         broker: "host:port" (ignored when `channel` is given).
         topic, partition: what to read.
-        start: "earliest" (default), "latest", an offset (int), or {"scn": n}
-            (the first event whose SCN is >= n).
+        start: "earliest" (default), "latest", an offset (int), {"scn": n}
+            (the first event whose SCN is >= n), or "bootstrap": the
+            partition's compacted view as a snapshot, then the log from the
+            snapshot's offset (sdk/bootstrap.py); a BootstrapPosition (from
+            `position`) continues a bootstrap.
         hash_ranges: only events whose slot is in these inclusive ranges:
             HashRange objects, (first, last) pairs, or text "0-16383,40000-65535".
         key_filter: a pb.KeyFilter, an object with to_proto(), or CLI text such
@@ -106,6 +118,9 @@ class Reader:
             long (default 30000); with follow, retries never stop.
         retry_backoff_ms, retry_backoff_max_ms: reconnect backoff (100, 1000).
         channel: a grpc.aio channel to share (not closed by close()).
+        sources: bootstrap only: just these sources, in this order (default all).
+        include_tombstones: bootstrap only: the snapshot carries DELETE events
+            of deleted keys (default True, for a reader that holds state).
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
     """
@@ -117,7 +132,8 @@ class Reader:
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
                  retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000,
-                 channel: grpc.aio.Channel | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
+                 include_tombstones: bool = True) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -134,7 +150,22 @@ class Reader:
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0)
-        self._start = start_to_proto(start)
+        self._bootstrap: BootstrapStream | None = None
+        if start == "bootstrap" or isinstance(start, BootstrapPosition):
+            self._start = pb.StartPosition()
+            self._bootstrap = BootstrapStream(
+                self._bootstrap_call, pb.BootstrapRequest(
+                    topic=topic, partition=partition, sources=list(sources or []),
+                    filter=self._template.filter, hash_ranges=self._template.hash_ranges,
+                    events_max=events_max, bytes_max=bytes_max, follow=follow,
+                    include_tombstones=include_tombstones, stop_offset=stop_offset or 0),
+                start if isinstance(start, BootstrapPosition) else None, follow,
+                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms)
+        elif sources is not None:
+            raise ValueError("sources applies to start='bootstrap' only (a log read has "
+                             "every source; filter them from the batches)")
+        else:
+            self._start = start_to_proto(start)
         self._retry_timeout_ms = retry_timeout_ms
         self._backoff_first_ms = retry_backoff_ms
         self._backoff_max_ms = retry_backoff_max_ms
@@ -149,13 +180,36 @@ class Reader:
 
     @property
     def next_offset(self) -> int | None:
-        """The offset to resume from (None until the first response)."""
+        """The offset to resume from (None until the first response; a
+        bootstrap: None during the snapshot)."""
+        if self._bootstrap is not None:
+            position = self._bootstrap.consumed
+            return None if position is None or position.phase == "snapshot" \
+                else position.next_offset
         return self._next_offset
+
+    @property
+    def position(self) -> BootstrapPosition | None:
+        """A bootstrap's position after the last batch handed out (pass it as
+        `start` to continue); None for a log read or before the first batch."""
+        return None if self._bootstrap is None else self._bootstrap.consumed
+
+    def _bootstrap_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker)
+        return stub_of(self._channel).Bootstrap
 
     def __aiter__(self) -> Reader:
         return self
 
     async def __anext__(self) -> ReadBatch:
+        if self._bootstrap is not None:
+            item = await self._bootstrap.next_item()
+            if item is None:
+                await self.close()
+                raise StopAsyncIteration
+            record = item.record or pb.Record(topic=self.topic, partition=self.partition)
+            return ReadBatch(record, item.phase, item.marker)
         while not self._records:
             if self._done or self._reached_stop():
                 await self.close()
@@ -223,6 +277,8 @@ class Reader:
         if self._call is not None:
             self._call.cancel()
             self._call = None
+        if self._bootstrap is not None:
+            self._bootstrap.cancel()
         if self._owns_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -271,8 +327,8 @@ def start_to_proto(start: Start) -> pb.StartPosition:
     if isinstance(start, Mapping) and set(start) == {"scn"} and type(start["scn"]) is int \
             and start["scn"] >= 0:
         return pb.StartPosition(scn=start["scn"])
-    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', an offset >= 0, "
-                     "or {'scn': n}")
+    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', 'bootstrap', an "
+                     "offset >= 0, or {'scn': n}")
 
 
 def ranges_to_proto(

@@ -96,6 +96,11 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.Bootstrap = channel.unary_stream(
+                '/keybus.v1.Keybus/Bootstrap',
+                request_serializer=keybus__pb2.BootstrapRequest.SerializeToString,
+                response_deserializer=keybus__pb2.BootstrapResponse.FromString,
+                _registered_method=True)
 
 
 class KeybusServicer:
@@ -177,6 +182,13 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Bootstrap(self, request, context):
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KeybusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +251,11 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'Bootstrap': grpc.unary_stream_rpc_method_handler(
+                    servicer.Bootstrap,
+                    request_deserializer=keybus__pb2.BootstrapRequest.FromString,
+                    response_serializer=keybus__pb2.BootstrapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -567,6 +584,33 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteSubscription',
             keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
             keybus__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Bootstrap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/keybus.v1.Keybus/Bootstrap',
+            keybus__pb2.BootstrapRequest.SerializeToString,
+            keybus__pb2.BootstrapResponse.FromString,
             options,
             channel_credentials,
             insecure,

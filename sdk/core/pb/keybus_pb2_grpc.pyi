@@ -61,6 +61,8 @@ class KeybusStub:
     DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     SeekSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     DeleteSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]
+    Bootstrap: _grpc.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
 
 @_typing.type_check_only
 class KeybusAsyncStub(KeybusStub):
@@ -82,6 +84,8 @@ class KeybusAsyncStub(KeybusStub):
     DescribeSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     SeekSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     DeleteSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]  # type: ignore[assignment]
+    Bootstrap: _aio.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]  # type: ignore[assignment]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
 
 class KeybusServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- service"""
@@ -172,5 +176,13 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.DeleteSubscriptionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.DeleteSubscriptionResponse, _abc.Awaitable[_keybus_pb2.DeleteSubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Bootstrap(
+        self,
+        request: _keybus_pb2.BootstrapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_keybus_pb2.BootstrapResponse], _abc.AsyncIterator[_keybus_pb2.BootstrapResponse]]:
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
 
 def add_KeybusServicer_to_server(servicer: KeybusServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
