@@ -194,6 +194,7 @@ class BootstrapStream:
         self._items: deque[Item] = deque()
         self._call: Any = None
         self._done = False
+        self.reconnects = 0  # streams opened again after a failure
 
     @staticmethod
     def _passed(position: BootstrapPosition) -> set[str]:
@@ -236,6 +237,7 @@ class BootstrapStream:
                 if e.code() not in RETRIABLE_CODES or (
                         not self._follow and waited_ms >= self._retry_timeout_ms):
                     raise errors.from_rpc_error(e) from None
+                self.reconnects += 1
                 await asyncio.sleep(backoff_ms / 1000)
                 waited_ms += backoff_ms
                 backoff_ms = min(backoff_ms * 2, backoff_max_ms)

@@ -176,6 +176,7 @@ class Reader:
         self._response_next = 0
         self._next_offset: int | None = None
         self.end_offset: int | None = None  # log end at the last response (lag)
+        self._reconnects = 0
         self._done = False
 
     @property
@@ -193,6 +194,11 @@ class Reader:
         """A bootstrap's position after the last batch handed out (pass it as
         `start` to continue); None for a log read or before the first batch."""
         return None if self._bootstrap is None else self._bootstrap.consumed
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream was opened again after a failure (resumed)."""
+        return self._bootstrap.reconnects if self._bootstrap is not None else self._reconnects
 
     def _bootstrap_call(self) -> Any:
         if self._channel is None:
@@ -261,6 +267,7 @@ class Reader:
                 if e.code() not in _RETRIABLE_CODES or (
                         not self.follow and waited_ms >= self._retry_timeout_ms):
                     raise errors.from_rpc_error(e) from None
+                self._reconnects += 1
                 await asyncio.sleep(backoff_ms / 1000)
                 waited_ms += backoff_ms
                 backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
