@@ -29,6 +29,7 @@ from tests.support.bootstrap_model import (
     History,
     plan_events,
     produce_events,
+    wait_for_partition,
 )
 from tests.support.broker_process import BrokerProcess
 
@@ -48,22 +49,6 @@ def _expected(history: History, filter_text: str | None) -> dict[tuple[str, int]
     return {k: v for k, v in history.model.items() if _passes(filter_text, k[1])}
 
 
-async def _describe(broker: str) -> object:
-    async with Admin(broker) as admin:
-        return (await admin.describe_topic(TOPIC)).partitions[0]
-
-
-async def _wait(broker: str, condition: str, timeout_s: float = 60) -> object:
-    """Poll DescribeTopic until the condition over partition 0 holds (bounded)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        p = await _describe(broker)
-        if eval(condition, {}, {"p": p}):  # noqa: S307 - test-local expressions only
-            return p
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {condition}"
-        await asyncio.sleep(0.05)
-
-
 async def _setup(broker: str, history: History) -> None:
     rng = random.Random(16)
     async with Admin(broker) as admin:
@@ -73,7 +58,8 @@ async def _setup(broker: str, history: History) -> None:
     async with await Producer.create(broker, TOPIC) as producer:
         await produce_events(producer, events, history)
     end = history.events
-    await _wait(broker, f"p.view_offset == {end} and p.start_offset > {end // 2}")
+    await wait_for_partition(broker, TOPIC, lambda p: p.view_offset == end
+                             and p.start_offset > end // 2, "the view, then retention")
 
 
 @pytest.fixture(scope="module")

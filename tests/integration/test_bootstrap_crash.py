@@ -20,15 +20,18 @@ import random
 from pathlib import Path
 
 from sdk import DELETE, Admin, Producer, Reader
-from tests.support.bootstrap_model import BootstrapLog, History, plan_events, produce_events
+from sdk.core.pb import keybus_pb2 as pb
+from tests.support.bootstrap_model import (
+    BootstrapLog,
+    History,
+    describe_partition,
+    plan_events,
+    produce_events,
+    wait_for_partition,
+)
 from tests.support.broker_process import BrokerProcess
 
 TOPIC = "crash"
-
-
-async def _partition(broker: str) -> object:
-    async with Admin(broker) as admin:
-        return (await admin.describe_topic(TOPIC)).partitions[0]
 
 
 async def _produce_and_kill_while_lagging(broker: BrokerProcess, history: History) -> int:
@@ -40,22 +43,17 @@ async def _produce_and_kill_while_lagging(broker: BrokerProcess, history: Histor
     async with await Producer.create(broker.address, TOPIC) as producer:
         for i in range(0, len(events), 6_000):
             await produce_events(producer, events[i:i + 6_000], history, chunk=50)
-            p = await _partition(broker.address)
-            if 0 < p.view_offset < p.end_offset:  # type: ignore[attr-defined]
-                lag_seen = p.end_offset - p.view_offset  # type: ignore[attr-defined]
+            p = await describe_partition(broker.address, TOPIC)
+            if 0 < p.view_offset < p.end_offset:
+                lag_seen = p.end_offset - p.view_offset
                 break
     await asyncio.to_thread(broker.kill)
     return lag_seen
 
 
-async def _wait_caught_up(broker: str, end: int, timeout_s: float = 60) -> object:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        p = await _partition(broker)
-        if p.view_offset == end:  # type: ignore[attr-defined]
-            return p
-        assert asyncio.get_running_loop().time() < deadline, f"view stuck at {p}"
-        await asyncio.sleep(0.05)
+async def _wait_caught_up(broker: str, end: int) -> pb.PartitionInfo:
+    return await wait_for_partition(broker, TOPIC, lambda p: p.view_offset == end,
+                                    "the view to catch up")
 
 
 def test_view_is_consistent_with_the_log_after_kill_during_maintenance(tmp_path: Path) -> None:
@@ -73,7 +71,7 @@ def test_view_is_consistent_with_the_log_after_kill_during_maintenance(tmp_path:
     assert got.state() == history.model
     assert {(e.source, e.key): e.offset for e in got.snapshot} == history.offsets
     tombstones = sum(1 for key in history.offsets if key not in history.model)
-    assert (p.view_keys, p.view_tombstones) == (len(history.offsets), tombstones)  # type: ignore[attr-defined]
+    assert (p.view_keys, p.view_tombstones) == (len(history.offsets), tombstones)
     assert sum(e.opcode == DELETE for e in got.snapshot) == tombstones
 
 

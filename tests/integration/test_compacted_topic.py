@@ -20,25 +20,16 @@ from pathlib import Path
 
 from sdk import DELETE, Admin, Consumer, Producer, read_all
 from sdk.core.columns import Event
-from tests.support.bootstrap_model import History, plan_events, produce_events
+from tests.support.bootstrap_model import (
+    History,
+    describe_partition,
+    plan_events,
+    produce_events,
+    wait_for_partition,
+)
 from tests.support.broker_process import BrokerProcess
 
 TOPIC = "compacted"
-
-
-async def _partition(broker: str) -> object:
-    async with Admin(broker) as admin:
-        return (await admin.describe_topic(TOPIC)).partitions[0]
-
-
-async def _wait(broker: str, condition: str, timeout_s: float = 60) -> object:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        p = await _partition(broker)
-        if eval(condition, {}, {"p": p}):  # noqa: S307 - test-local expressions only
-            return p
-        assert asyncio.get_running_loop().time() < deadline, f"timed out: {condition} ({p})"
-        await asyncio.sleep(0.05)
 
 
 def _check_latest_kept(events: list[Event], history: History) -> None:
@@ -72,8 +63,8 @@ async def _scenario(broker: str) -> None:
     events += plan_events(random.Random(4), 2_000, 1, 0.2, "v")
     async with await Producer.create(broker, TOPIC) as producer:
         await produce_events(producer, events, history, chunk=400)
-        full = (await _partition(broker)).bytes  # type: ignore[attr-defined]
-        await _wait(broker, f"p.bytes < {full // 2}")
+        full = (await describe_partition(broker, TOPIC)).bytes
+        await wait_for_partition(broker, TOPIC, lambda p: p.bytes < full // 2, "compaction")
         compacted = await read_all(broker, TOPIC, 0)
         _check_latest_kept(compacted, history)
         assert len(compacted) < len(events) // 2
@@ -83,11 +74,13 @@ async def _scenario(broker: str) -> None:
         after = {e.offset for e in await read_all(broker, TOPIC, 0)}
         assert after <= subscribed <= {e.offset for e in compacted}
 
-        await _wait(broker, "p.view_tombstones == 0")  # past delete retention: swept
+        await wait_for_partition(broker, TOPIC, lambda p: p.view_tombstones == 0,
+                                 "the sweep of tombstones past delete retention")
         await producer.send(0, b"tick", source="other")  # a newer record, so the head may go
         await producer.flush()
         deleted = len(history.offsets) - len(history.model)
-        await _wait(broker, f"p.view_keys == {len(history.model) + 1}")
+        await wait_for_partition(broker, TOPIC, lambda p: p.view_keys == len(history.model) + 1,
+                                 "the view of the new record")
         await asyncio.sleep(0.3)  # a few more compaction rounds (50 ms each)
         swept = await read_all(broker, TOPIC, 0)
     assert deleted > 0

@@ -7,12 +7,14 @@ view, a bootstrap, or a consumer that read everything must end up holding.
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from sdk import DELETE, UPSERT, Producer
+from sdk import DELETE, UPSERT, Admin, Producer
 from sdk.core.columns import Event
+from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import ReadBatch
 
 SOURCES = ("accounts", "orders")
@@ -95,3 +97,21 @@ class BootstrapLog:
         apply_events(state, self.snapshot)
         apply_events(state, self.log)
         return state
+
+
+async def describe_partition(broker: str, topic: str, partition: int = 0) -> pb.PartitionInfo:
+    async with Admin(broker) as admin:
+        return (await admin.describe_topic(topic)).partitions[partition]
+
+
+async def wait_for_partition(broker: str, topic: str, ready: Callable[[pb.PartitionInfo], bool],
+                             what: str, timeout_s: float = 60) -> pb.PartitionInfo:
+    """Poll DescribeTopic until `ready(partition 0)` (bounded: fails after timeout_s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        p = await describe_partition(broker, topic)
+        if ready(p):
+            return p
+        assert loop.time() < deadline, f"timed out waiting for {what}: {p}"
+        await asyncio.sleep(0.05)
