@@ -7,6 +7,9 @@ Every run starts its own broker on 127.0.0.1 with a temp data dir.
 counts a Keybus topic in Spark against a bare Python data source and prints
 JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
+`python -m benchmarks bootstrap [options]` measures the compacted view (produce
+with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstrap.py).
+
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 """
@@ -62,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["bootstrap"]:
+        from benchmarks import bootstrap  # compacted view and snapshot figures
+
+        return bootstrap.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

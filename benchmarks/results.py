@@ -6,6 +6,7 @@ blocks; a block is delimited by `<!-- bench: COMMAND -->` ... `<!-- /bench -->`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any]) -> None:
+def record(report: dict[str, Any],
+           render: Callable[[dict[str, Any]], str] = table) -> None:
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{table(report)}\n{end}"
+    block = f"{start}\n{render(report)}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)

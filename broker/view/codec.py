@@ -30,13 +30,23 @@ serialized `keybus.v1.Headers` and the value:
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from sdk.core.pb import keybus_pb2 as pb
 
 PREFIX = struct.Struct(">II")
 STATE = struct.Struct(">QQQQQ")  # offset_next, scn, keys, tombstones, bytes
 ENTRY_HEAD = struct.Struct(">QQqqHBHHI")
+# The same head as a numpy record, to encode or decode many entries in one call.
+HEAD_DTYPE = np.dtype([("offset", ">u8"), ("scn", ">u8"), ("publish_time_ms", ">i8"),
+                       ("event_time_ms", ">i8"), ("slot", ">u2"), ("opcode", "u1"),
+                       ("ordering_length", ">u2"), ("schema_length", ">u2"),
+                       ("headers_length", ">u4")])
+assert HEAD_DTYPE.itemsize == ENTRY_HEAD.size
 TOMBSTONE_KEY = struct.Struct(">QQ")  # publish_time_ms, offset
 SOURCE_LENGTH = struct.Struct(">H")
 INT_KEY = struct.Struct(">Q")
@@ -191,3 +201,20 @@ def decode_tombstone_key(key: bytes) -> tuple[int, int]:
     """(publish_time_ms, offset) of a tombstone index key."""
     publish_time_ms, offset = TOMBSTONE_KEY.unpack_from(key, PREFIX.size + 1)
     return int(publish_time_ms), int(offset)
+
+
+def encode_heads(n: int, **columns: npt.ArrayLike) -> bytes:
+    """The heads of n entries, concatenated (43 bytes each); `columns` are
+    HEAD_DTYPE fields (arrays of n, or one value for all); absent ones are 0."""
+    heads = np.zeros(n, HEAD_DTYPE)
+    for name, column in columns.items():
+        heads[name] = column
+    return heads.tobytes()
+
+
+def decode_heads(values: Sequence[bytes]) -> npt.NDArray[np.void]:
+    """The heads of many entry values as one numpy record array."""
+    size = ENTRY_HEAD.size
+    if values and min(map(len, values)) < size:
+        raise ViewCorrupt(f"a view entry is shorter than its {size}-byte head")
+    return np.frombuffer(b"".join([v[:size] for v in values]), HEAD_DTYPE)

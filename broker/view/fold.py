@@ -12,14 +12,20 @@ Rules:
    multi-get.
 
 Cost per event: one entry key (a bytes concatenation) and one dict store;
-per key that wins: one value encoding. No I/O, clock or randomness here.
+per key that wins: a slice of the heads numpy encodes per record and one
+concatenation with the value. No I/O, clock or randomness here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from broker.view import codec
 from sdk.core.columns import batch_slots, expand, keys_of, record_offsets, record_scns
@@ -27,36 +33,57 @@ from sdk.core.pb import keybus_pb2 as pb
 
 
 class _Columns:
-    """A record's columns expanded once, shared by every event of it that wins."""
+    """One record's columns, to encode the entries of its events that win."""
 
-    __slots__ = ("batch", "event_times", "headers", "offsets", "opcodes", "ordering", "publish",
-                 "publish_times", "schemas", "scns", "slots")
+    __slots__ = ("batch", "count", "opcodes", "positions", "record", "winners")
 
     def __init__(self, record: pb.Record) -> None:
-        batch = record.batch
-        count = batch.count
-        self.batch = batch
-        self.offsets = record_offsets(record)
-        self.scns = list(record.scns) if record.scns else record_scns(record)
-        self.publish = record.publish_time_ms
-        self.publish_times = list(record.publish_times_ms) if record.publish_times_ms else None
-        self.slots = batch_slots(batch)
-        self.opcodes = expand(batch.opcodes, count, pb.UPSERT)
-        self.ordering = expand(batch.ordering_keys, count, "")
-        self.schemas = expand(batch.schemas, count, "")
-        self.event_times = expand(batch.event_times_ms, count, 0)
-        self.headers = expand(batch.headers, count, None) if batch.headers else None
+        self.record = record
+        self.batch = record.batch
+        self.count = self.batch.count
+        self.opcodes = expand(self.batch.opcodes, self.count, pb.UPSERT)
+        self.winners: list[bytes] = []  # entry keys of the events that win, and their
+        self.positions: list[int] = []  # positions in the record, in the same order
 
-    def publish_time(self, i: int) -> int:
-        return self.publish if self.publish_times is None else self.publish_times[i]
+    def encode(self) -> list[bytes]:
+        """The entry value of every winner: heads in one numpy pass, then one
+        concatenation per winner (plus its ordering key, schema, headers)."""
+        record, batch, positions = self.record, self.batch, self.positions
+        if not positions:
+            return []
+        at = np.asarray(positions)
+        offsets = np.asarray(record_offsets(record), np.uint64)[at]
+        scns = np.asarray(record_scns(record), np.uint64)[at]
+        publish: npt.ArrayLike = (np.asarray(record.publish_times_ms, np.int64)[at]
+                                  if record.publish_times_ms else record.publish_time_ms)
+        extras = self._extras(positions)
+        heads = codec.encode_heads(
+            len(positions), offset=offsets, scn=scns, publish_time_ms=publish,
+            event_time_ms=np.asarray(expand(batch.event_times_ms, self.count, 0))[at],
+            slot=np.asarray(batch_slots(batch), np.uint16)[at],
+            opcode=np.asarray(self.opcodes, np.uint8)[at], **(extras[0] if extras else {}))
+        size, values = codec.ENTRY_HEAD.size, batch.values
+        if extras is None:
+            return [heads[j:j + size] + values[i]
+                    for j, i in zip(range(0, len(heads), size), positions, strict=True)]
+        tails = extras[1]
+        return [heads[j:j + size] + tails[n] + values[i]
+                for n, (j, i) in enumerate(zip(range(0, len(heads), size), positions,
+                                               strict=True))]
 
-    def encode(self, i: int) -> bytes:
-        headers = self.headers[i] if self.headers is not None else None
-        return codec.encode_entry(
-            self.offsets[i], self.scns[i], self.publish_time(i), self.event_times[i],
-            self.slots[i], self.opcodes[i], self.ordering[i].encode(), self.schemas[i].encode(),
-            headers.SerializeToString() if headers is not None and headers.entries else b"",
-            self.batch.values[i])
+    def _extras(self, positions: list[int]) -> tuple[dict[str, Any], list[bytes]] | None:
+        """Lengths and bytes of ordering keys, schemas and headers (None: all empty)."""
+        batch, count = self.batch, self.count
+        if not (batch.ordering_keys or batch.schemas or batch.headers):
+            return None
+        ordering = [expand(batch.ordering_keys, count, "")[i].encode() for i in positions]
+        schemas = [expand(batch.schemas, count, "")[i].encode() for i in positions]
+        headers_column = expand(batch.headers, count, pb.Headers())
+        headers = [headers_column[i].SerializeToString() for i in positions]
+        lengths = {"ordering_length": [len(b) for b in ordering],
+                   "schema_length": [len(b) for b in schemas],
+                   "headers_length": [len(b) for b in headers]}
+        return lengths, [o + s + h for o, s, h in zip(ordering, schemas, headers, strict=True)]
 
 
 @dataclass(slots=True)
@@ -90,6 +117,9 @@ def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
                  offset_next: int, scn: int) -> Fold:
     """Fold records (offset order, from `offset_next`) into the latest entry per key.
 
+    Every event gets a number in the pass; the last number of each key wins
+    (`_winners`), and numpy groups the winners back by record for encoding.
+
     Args:
         offset_next, scn: the view's position before these records.
     Returns:
@@ -97,41 +127,106 @@ def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
         among them, and the position after the last record.
     """
     prefix = codec.entries_prefix(topic_id, partition)
-    latest: dict[bytes, tuple[_Columns, int]] = {}
     fold = Fold(offset_next=offset_next, scn=scn)
-    for record in records:
-        count = record.batch.count
-        if count == 0:
-            continue
-        columns = _Columns(record)
-        positions = zip(repeat(columns, count), range(count), strict=True)
-        latest.update(zip(entry_keys(prefix, record.batch), positions, strict=True))
-        fold.offset_next = max(fold.offset_next, columns.offsets[-1] + 1)
-        fold.scn = max(fold.scn, columns.scns[-1])
-        fold.events += count
-    skip = len(prefix)
-    for key, (columns, i) in latest.items():
-        fold.entries[key] = columns.encode(i)
-        if columns.opcodes[i] == pb.DELETE:
-            index = codec.tombstone_key(topic_id, partition, columns.publish_time(i),
-                                        columns.offsets[i])
-            fold.tombstones.append((index, key[skip:]))
+    folded = [_Columns(r) for r in records if r.batch.count]
+    if not folded:
+        return fold
+    starts = np.cumsum([0] + [c.count for c in folded])
+    fold.events = int(starts[-1])
+    fold.offset_next = max(offset_next, max(_end_of(c.record) for c in folded))
+    fold.scn = max(scn, max(_scn_last(c.record) for c in folded))
+    keys, numbers = _winners(prefix, folded, starts)
+    order = np.argsort(numbers, kind="stable")
+    numbers = numbers[order]
+    bounds = np.searchsorted(numbers, starts)
+    for r, columns in enumerate(folded):
+        first, last = int(bounds[r]), int(bounds[r + 1])
+        columns.positions = (numbers[first:last] - starts[r]).tolist()
+        columns.winners = [keys[i] for i in order[first:last].tolist()]
+        _add_winners(fold, columns, topic_id, partition, len(prefix))
     return fold
+
+
+def _winners(prefix: bytes, folded: list[_Columns],
+             starts: npt.NDArray[np.int64]) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """The entry key and event number of every key's last event in the pass.
+
+    When every record has int keys and one source (the common case), keys
+    are deduplicated with one numpy sort and only the winners' entry keys
+    are built; otherwise one dict maps every event's entry key to its number.
+    """
+    batches = [c.batch for c in folded]
+    if all(len(b.sources) <= 1 and not b.key_strings for b in batches):
+        return _int_winners(prefix, batches)
+    latest: dict[bytes, int] = {}
+    for batch, first in zip(batches, starts.tolist(), strict=False):
+        latest.update(zip(entry_keys(prefix, batch), range(first, first + batch.count),
+                          strict=True))
+    return list(latest), np.fromiter(latest.values(), np.int64, len(latest))
+
+
+def _int_winners(prefix: bytes, batches: list[pb.EventBatch]
+                 ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    heads: dict[str, int] = {}
+    source_ids = np.concatenate([
+        np.full(b.count, heads.setdefault(b.sources[0] if b.sources else "", len(heads)))
+        for b in batches])
+    keys = np.concatenate([np.asarray(b.key_ints, np.int64) for b in batches])
+    numbers = np.arange(len(keys), dtype=np.int64)
+    order = np.lexsort((numbers, keys, source_ids))  # by source, key, then number
+    last = np.ones(len(order), bool)  # the last of each (source, key) run
+    last[:-1] = (keys[order][1:] != keys[order][:-1]) | (
+        source_ids[order][1:] != source_ids[order][:-1])
+    chosen = order[last]
+    encoded = (keys[chosen].astype(np.uint64) ^ np.uint64(codec.SIGN_BIT)).astype(">u8").tobytes()
+    source_heads = {i: prefix + codec.source_part(s) + codec.INT_TAG for s, i in heads.items()}
+    key_heads = [source_heads[i] for i in source_ids[chosen].tolist()]
+    entry = [head + encoded[j:j + 8] for head, j in zip(key_heads, range(0, len(encoded), 8),
+                                                        strict=True)]
+    return entry, chosen.astype(np.int64)
+
+
+def _add_winners(fold: Fold, columns: _Columns, topic_id: int, partition: int,
+                 skip: int) -> None:
+    values = columns.encode()
+    fold.entries.update(zip(columns.winners, values, strict=True))
+    if pb.DELETE not in columns.opcodes:
+        return
+    opcodes = columns.opcodes
+    for key, i, value in zip(columns.winners, columns.positions, values, strict=True):
+        if opcodes[i] == pb.DELETE:
+            head = codec.ENTRY_HEAD.unpack_from(value)
+            index = codec.tombstone_key(topic_id, partition, head[2], head[0])
+            fold.tombstones.append((index, key[skip:]))
+
+
+def _end_of(record: pb.Record) -> int:
+    offsets = record.offsets
+    return offsets[-1] + 1 if offsets else record.base_offset + record.batch.count
+
+
+def _scn_last(record: pb.Record) -> int:
+    if record.scns:
+        return max(record.scns)
+    if record.window:
+        return record.scn_first
+    return record.scn_first + (_end_of(record) - 1 - record.base_offset)
 
 
 def account(state: codec.ViewState, keys: Sequence[bytes], new: Sequence[bytes],
             old: Sequence[bytes | None], offset_next: int, scn: int) -> codec.ViewState:
-    """The state after putting `new` values over `old` ones (None: a new key)."""
-    n_keys, n_tombstones, n_bytes = state.keys, state.tombstones, state.entry_bytes
-    for key, value, previous in zip(keys, new, old, strict=True):
-        if previous is None:
-            n_keys += 1
-            n_bytes += len(key) + len(value)
-        else:
-            n_bytes += len(value) - len(previous)
-            n_tombstones -= codec.entry_is_tombstone(previous)
-        n_tombstones += codec.entry_is_tombstone(value)
-    return codec.ViewState(offset_next, scn, n_keys, n_tombstones, n_bytes)
+    """The state after putting `new` values over `old` ones (None: a new key).
+
+    Counted with builtins over whole lists (C loops), not a Python loop per key.
+    """
+    replaced = [v for v in old if v is not None]
+    added_keys = sum(map(len, compress(keys, [v is None for v in old])))
+    opcode = itemgetter(codec.OPCODE_AT)
+    n_tombstones = (state.tombstones + list(map(opcode, new)).count(pb.DELETE)
+                    - list(map(opcode, replaced)).count(pb.DELETE))
+    n_bytes = state.entry_bytes + added_keys + sum(map(len, new)) - sum(map(len, replaced))
+    return codec.ViewState(offset_next, scn, state.keys + len(old) - len(replaced),
+                           n_tombstones, n_bytes)
 
 
 def expired_tombstones(index: Sequence[tuple[bytes, bytes]], entries: Sequence[bytes | None],

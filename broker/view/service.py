@@ -91,6 +91,7 @@ class PartitionView:
             try:
                 if self.state.offset_next < self.partition.end_offset:
                     await self._fold()
+                    await self._linger()
                     continue
                 if self._sweep_due():
                     await self._sweep()
@@ -117,6 +118,12 @@ class PartitionView:
         VIEW_LAG_EVENTS.labels(meta.name, str(index)).set(
             max(0, self.partition.end_offset - self.state.offset_next))
         self._signal()
+
+    async def _linger(self) -> None:
+        """Pace passes: unless a full pass waits, let the log gather for a moment."""
+        lag = self.partition.end_offset - self.state.offset_next
+        if lag < self.settings.view_pass_events_max and self.settings.view_linger_ms:
+            await asyncio.sleep(self.settings.view_linger_ms / 1000)
 
     def _sweep_due(self) -> bool:
         return now_ms() - self._swept_ms >= self.settings.view_sweep_interval_ms

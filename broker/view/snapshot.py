@@ -25,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from broker.read_path import EventSelector
 from broker.view import codec
 from broker.view.store import ViewStore
@@ -113,7 +116,8 @@ class SnapshotCursor:
             keys, values, looked = self._read_source(source, spec.events_max - events,
                                                      scan_max - scanned)
             scanned += looked
-            record = build_record(spec, source, keys, values)
+            skip = len(self._prefix) + len(codec.source_part(source))
+            record = build_record(spec, source, keys, values, skip)
             if record is not None:
                 records.append(record)
                 events += record.batch.count
@@ -121,38 +125,39 @@ class SnapshotCursor:
         return Chunk(records, events, self.position, self._index >= len(self.sources))
 
     def _read_source(self, source: str, events_max: int, scan_max: int
-                     ) -> tuple[list[int | str], list[bytes], int]:
-        """Entries of one source from the current position (keys, values, looked at)."""
+                     ) -> tuple[list[bytes], list[bytes], int]:
+        """Raw entries of one source from the current position that may be
+        sent (below the snapshot offset; tombstones if asked): (entry keys,
+        values, entries looked at)."""
         it = self._it
         head = self._prefix + codec.source_part(source)
         if not self._positioned:
-            it.seek(head if self._after is None else head + codec.key_part(self._after))
-            if self._after is not None and it.valid() and it.key() == head + codec.key_part(
-                    self._after):
+            at = head if self._after is None else head + codec.key_part(self._after)
+            it.seek(at)
+            if self._after is not None and it.valid() and it.key() == at:
                 it.next()
             self._positioned = True
-        keys: list[int | str] = []
+        keys: list[bytes] = []
         values: list[bytes] = []
-        looked = 0
-        skip = len(head)
-        limit, tombstones = self.snapshot_offset, self.spec.include_tombstones
-        last: int | str | None = self._after
-        while looked < scan_max and len(keys) < events_max:
+        limit = min(events_max, scan_max)
+        while len(keys) < limit:
             if not it.valid() or not (key := it.key()).startswith(head):
                 self._index, self._after, self._positioned = self._index + 1, None, False
                 break
-            value = it.value()
-            last = decode_key(key, skip)
-            looked += 1
-            if codec.entry_offset(value) < limit and (
-                    tombstones or not codec.entry_is_tombstone(value)):
-                keys.append(last)
-                values.append(value)
+            keys.append(key)
+            values.append(it.value())
             it.next()
-        else:
-            self._after = last
-        if looked:
-            self.position = Position(source, last)
+        if keys:
+            self.position = Position(source, decode_key(keys[-1], len(head)))
+        looked = len(keys)
+        if keys:
+            heads = codec.decode_heads(values)
+            keep = heads["offset"] < self.snapshot_offset
+            if not self.spec.include_tombstones:
+                keep &= heads["opcode"] != pb.DELETE
+            if not keep.all():
+                chosen = np.flatnonzero(keep).tolist()
+                keys, values = [keys[i] for i in chosen], [values[i] for i in chosen]
         return keys, values, looked
 
 
@@ -163,38 +168,59 @@ def decode_key(key: bytes, skip: int) -> int | str:
     return key[skip + 1:].decode()
 
 
-def build_record(spec: SnapshotSpec, source: str, keys: Sequence[int | str],
-                 values: Sequence[bytes]) -> pb.Record | None:
-    """One Record of a source's entries that pass the hash ranges and filters."""
-    if not keys:
+def decode_keys(keys: Sequence[bytes], skip: int) -> list[int | str]:
+    """The primary keys of entry keys of one source (ints in one numpy pass)."""
+    int_size = skip + 1 + codec.INT_KEY.size
+    if all(len(k) == int_size and k[skip] == 0 for k in keys):
+        raw = np.frombuffer(b"".join([k[skip + 1:] for k in keys]), ">u8").astype(np.uint64)
+        return (raw ^ np.uint64(codec.SIGN_BIT)).astype(np.int64).tolist()  # type: ignore[no-any-return]
+    return [decode_key(k, skip) for k in keys]
+
+
+def build_record(spec: SnapshotSpec, source: str, entry_keys: Sequence[bytes],
+                 values: Sequence[bytes], skip: int) -> pb.Record | None:
+    """One Record of a source's entries that pass the hash ranges and filters.
+
+    Columns are built from all heads at once (numpy); the key filter runs on
+    the keys before any value is copied.
+    """
+    if not entry_keys:
         return None
-    entries = [codec.decode_entry(v) for v in values]
-    keep = _passing(spec, source, keys, entries)
+    heads = codec.decode_heads(values)
+    keys = decode_keys(entry_keys, skip)
+    keep = _passing(spec, source, keys, heads)
     if not keep:
         return None
-    picked = [entries[i] for i in keep]
-    record = pb.Record(topic=spec.topic, partition=spec.partition,
-                       base_offset=picked[0].offset, scn_first=picked[0].scn,
-                       publish_time_ms=max(e.publish_time_ms for e in picked))
-    record.offsets.extend([e.offset for e in picked])
-    record.scns.extend([e.scn for e in picked])
-    record.publish_times_ms.extend([e.publish_time_ms for e in picked])
-    _fill_batch(record.batch, source, [keys[i] for i in keep], picked)
+    if len(keep) < len(keys):
+        picked = heads[np.asarray(keep)]
+        keys, values = [keys[i] for i in keep], [values[i] for i in keep]
+    else:
+        picked = heads
+    offsets = picked["offset"].tolist()
+    record = pb.Record(topic=spec.topic, partition=spec.partition, base_offset=offsets[0],
+                       scn_first=int(picked["scn"][0]),
+                       publish_time_ms=int(picked["publish_time_ms"].max()))
+    record.offsets.extend(offsets)
+    record.scns.extend(picked["scn"].tolist())
+    record.publish_times_ms.extend(picked["publish_time_ms"].tolist())
+    _fill_batch(record.batch, source, keys, picked, values)
     return record
 
 
 def _passing(spec: SnapshotSpec, source: str, keys: Sequence[int | str],
-             entries: Sequence[codec.Entry]) -> list[int]:
-    keep: Sequence[int] = range(len(keys))
+             heads: npt.NDArray[np.void]) -> list[int]:
+    keep: list[int] | range = range(len(keys))
     if spec.slot_mask is not None:
-        mask = spec.slot_mask
-        keep = [i for i in keep if mask[entries[i].slot]]
+        mask = np.frombuffer(spec.slot_mask, np.uint8)
+        keep = np.flatnonzero(mask[heads["slot"].astype(np.int64)]).tolist()
     if spec.selector is not None and keep:
         probe = pb.EventBatch(count=len(keys), sources=[source])
         _fill_keys(probe, keys)
         passing = spec.selector(probe)
+        if isinstance(keep, range):
+            return passing
         inside = set(keep)
-        keep = [i for i in passing if i in inside]
+        return [i for i in passing if i in inside]
     return list(keep)
 
 
@@ -209,14 +235,24 @@ def _fill_keys(batch: pb.EventBatch, keys: Sequence[int | str]) -> None:
 
 
 def _fill_batch(batch: pb.EventBatch, source: str, keys: Sequence[int | str],
-                entries: Sequence[codec.Entry]) -> None:
+                heads: npt.NDArray[np.void], values: Sequence[bytes]) -> None:
     batch.count = len(keys)
     _fill_keys(batch, keys)
-    batch.values.extend([e.value for e in entries])
     batch.sources.append(source)
-    batch.slots.extend([e.slot for e in entries])
-    if any(e.opcode != pb.UPSERT for e in entries):
-        batch.opcodes.extend([e.opcode for e in entries])  # type: ignore[misc]
+    batch.slots.extend(heads["slot"].tolist())
+    opcodes = heads["opcode"]
+    if opcodes.any():
+        batch.opcodes.extend(opcodes.tolist())
+    times = heads["event_time_ms"]
+    if times.any():
+        batch.event_times_ms.extend(times.tolist())
+    size = codec.ENTRY_HEAD.size
+    if not (heads["ordering_length"].any() or heads["schema_length"].any()
+            or heads["headers_length"].any()):
+        batch.values.extend([v[size:] for v in values])
+        return
+    entries = [codec.decode_entry(v) for v in values]  # some carry more than a value
+    batch.values.extend([e.value for e in entries])
     if any(e.ordering_key for e in entries):
         batch.ordering_keys.extend([e.ordering_key for e in entries])
     schemas = {e.schema for e in entries}
@@ -225,5 +261,3 @@ def _fill_batch(batch: pb.EventBatch, source: str, keys: Sequence[int | str],
                              else [e.schema for e in entries])
     if any(e.headers for e in entries):
         batch.headers.extend([pb.Headers.FromString(e.headers) for e in entries])
-    if any(e.event_time_ms for e in entries):
-        batch.event_times_ms.extend([e.event_time_ms for e in entries])

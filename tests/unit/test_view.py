@@ -23,7 +23,7 @@ from broker.read_path import select_events
 from broker.view import codec
 from broker.view.compaction import survivors
 from broker.view.fold import account, entry_keys, expired_tombstones, fold_records
-from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
+from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec, decode_keys
 from broker.view.store import ViewStore
 from sdk.core.columns import record_events, record_offsets
 from sdk.core.filters import KeyFilterSpec, evaluate
@@ -43,6 +43,14 @@ def test_entry_keys_sort_ints_numerically_then_strings(ints: list[int], strings:
 @given(st.text(max_size=20), st.one_of(INT64, st.text(min_size=1, max_size=20)))
 def test_entry_suffix_round_trip(source: str, key: int | str) -> None:
     assert codec.split_entry_suffix(codec.source_part(source) + codec.key_part(key)) == (source, key)
+
+
+@given(st.lists(INT64, min_size=1, max_size=30), st.lists(st.text(max_size=5), max_size=3))
+def test_keys_decode_back_in_one_pass(ints: list[int], strings: list[str]) -> None:
+    head = b"P" + codec.source_part("src")
+    for keys in (ints, ints + strings):
+        encoded = [head + codec.key_part(k) for k in keys]
+        assert decode_keys(encoded, len(head)) == keys
 
 
 def test_a_source_is_one_contiguous_range() -> None:
