@@ -14,20 +14,13 @@ that saves `Reader.position` can pass it back as `start` to continue later.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-import grpc.aio
-
-from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
-
-RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+from sdk.retrying_call import RetryingCall
 
 SNAPSHOT, CATCHUP, ONLINE = "snapshot", "catchup", "online"
 _PHASE_NAMES = {pb.SNAPSHOT: SNAPSHOT, pb.CATCHUP: CATCHUP, pb.ONLINE: ONLINE}
@@ -187,14 +180,16 @@ class BootstrapStream:
         self._request = request
         self.received = position  # resume point after the last message received
         self.consumed = position  # position after the last item handed out
-        self._follow = follow
-        self._retry_timeout_ms = retry_timeout_ms
-        self._backoff = (backoff_ms, backoff_max_ms)
         self._announced: set[str] = set() if position is None else self._passed(position)
         self._items: deque[Item] = deque()
-        self._call: Any = None
+        self._stream = RetryingCall(lambda: connect()(self._attempt()), follow,
+                                    retry_timeout_ms, backoff_ms, backoff_max_ms)
         self._done = False
-        self.reconnects = 0  # streams opened again after a failure
+
+    @property
+    def reconnects(self) -> int:
+        """Streams opened again after a failure (each resumed where it stopped)."""
+        return self._stream.reconnects
 
     @staticmethod
     def _passed(position: BootstrapPosition) -> set[str]:
@@ -225,32 +220,11 @@ class BootstrapStream:
         return request
 
     async def _next_response(self) -> pb.BootstrapResponse | None:
-        backoff_ms, backoff_max_ms = self._backoff
-        waited_ms = 0
-        while True:
-            try:
-                if self._call is None:
-                    self._call = self._connect()(self._attempt())
-                response = await self._call.read()
-            except grpc.RpcError as e:
-                self._call = None
-                if e.code() not in RETRIABLE_CODES or (
-                        not self._follow and waited_ms >= self._retry_timeout_ms):
-                    raise errors.from_rpc_error(e) from None
-                self.reconnects += 1
-                await asyncio.sleep(backoff_ms / 1000)
-                waited_ms += backoff_ms
-                backoff_ms = min(backoff_ms * 2, backoff_max_ms)
-                continue
-            if response is grpc.aio.EOF:
-                self._call = None
-                return None
-            assert isinstance(response, pb.BootstrapResponse)
-            return response
+        response = await self._stream.read()
+        assert response is None or isinstance(response, pb.BootstrapResponse)
+        return response
 
     def cancel(self) -> None:
         self._done = True
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        self._stream.cancel()
 

@@ -9,7 +9,6 @@ follower and the Spark connector read through this class.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -18,17 +17,13 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
-from sdk import errors
 from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
-
-# Stream failures worth a reconnect (a restarting broker shows as these).
-_RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+from sdk.retrying_call import RetryingCall
 
 Start = str | int | Mapping[str, int] | BootstrapPosition
 
@@ -171,12 +166,12 @@ class Reader:
         self._backoff_max_ms = retry_backoff_max_ms
         self._channel = channel
         self._owns_channel = channel is None
-        self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
+        self._stream = RetryingCall(self._open_call, follow, retry_timeout_ms, retry_backoff_ms,
+                                    retry_backoff_max_ms)
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
         self._next_offset: int | None = None
         self.end_offset: int | None = None  # log end at the last response (lag)
-        self._reconnects = 0
         self._done = False
 
     @property
@@ -198,7 +193,7 @@ class Reader:
     @property
     def reconnects(self) -> int:
         """How many times the stream was opened again after a failure (resumed)."""
-        return self._bootstrap.reconnects if self._bootstrap is not None else self._reconnects
+        return (self._bootstrap or self._stream).reconnects
 
     def _bootstrap_call(self) -> Any:
         if self._channel is None:
@@ -253,37 +248,19 @@ class Reader:
 
     async def _next_response(self) -> pb.ReadResponse | None:
         """The next response, reconnecting on failures worth a retry; None at the end."""
-        backoff_ms = self._backoff_first_ms
-        waited_ms = 0
-        while True:
-            try:
-                if self._call is None:
-                    if self._channel is None:
-                        self._channel = open_channel(self.broker)
-                    self._call = stub_of(self._channel).Read(self._request())
-                response = await self._call.read()
-            except grpc.RpcError as e:
-                self._call = None
-                if e.code() not in _RETRIABLE_CODES or (
-                        not self.follow and waited_ms >= self._retry_timeout_ms):
-                    raise errors.from_rpc_error(e) from None
-                self._reconnects += 1
-                await asyncio.sleep(backoff_ms / 1000)
-                waited_ms += backoff_ms
-                backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
-                continue
-            if response is grpc.aio.EOF:
-                self._call = None
-                return None
-            assert isinstance(response, pb.ReadResponse)
-            return response
+        response = await self._stream.read()
+        assert response is None or isinstance(response, pb.ReadResponse)
+        return response
+
+    def _open_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker)
+        return stub_of(self._channel).Read(self._request())
 
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        self._stream.cancel()
         if self._bootstrap is not None:
             self._bootstrap.cancel()
         if self._owns_channel and self._channel is not None:

@@ -25,8 +25,8 @@ from sdk import errors
 from sdk.bootstrap import BootstrapPosition
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.sync import SyncAdmin, SyncReader
-from spark_connector._client import BrokerCallError, call_failure
+from sdk.sync import SyncReader
+from spark_connector._client import BrokerCallError, call_failure, topic_infos
 
 SNAPSHOT_KEY = "$snapshot"  # never a topic name (topics are [A-Za-z0-9._-]+)
 SNAPSHOT_MARK = {"start": 1}
@@ -83,16 +83,11 @@ def view_offsets(broker: str, topics: Sequence[str]) -> dict[TopicPartition, int
             the broker cannot be reached.
     """
     out: dict[TopicPartition, int] = {}
-    with SyncAdmin(broker) as admin:
-        for topic in topics:
-            try:
-                info = admin.describe_topic(topic)
-            except errors.KeybusError as e:
-                raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
-            if info.config.view != pb.VIEW_ON:
-                raise BrokerCallError(f"startingOffsets=snapshot: topic {topic!r} keeps no "
-                                      "compacted view; create it with view on (keybus topics "
-                                      f"create {topic} --view)")
-            for p in info.partitions:
-                out[TopicPartition(topic, p.partition)] = p.view_offset
+    for topic, info in topic_infos(broker, topics).items():
+        if info.config.view != pb.VIEW_ON:
+            raise BrokerCallError(f"startingOffsets=snapshot: topic {topic!r} keeps no "
+                                  "compacted view; create it with view on (keybus topics "
+                                  f"create {topic} --view)")
+        for p in info.partitions:
+            out[TopicPartition(topic, p.partition)] = p.view_offset
     return out

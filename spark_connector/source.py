@@ -148,6 +148,11 @@ class KeybusInputPartition(InputPartition):
         self.events_max = events_max
         self.fail_on_data_loss = fail_on_data_loss
 
+    def read_args(self) -> tuple[pb.KeyFilter | None, Sequence[HashRange] | None]:
+        """The key filter and hash ranges to read with (None: every slot)."""
+        key_filter = None if self.key_filter is None else pb.KeyFilter.FromString(self.key_filter)
+        return key_filter, None if self.split.full_range else self.split.ranges
+
 
 def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one split's events, each of about events_max events.
@@ -161,10 +166,7 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
         BrokerCallError: the read failed for another reason.
     """
     split = partition.split
-    key_filter = None
-    if partition.key_filter is not None:
-        key_filter = pb.KeyFilter.FromString(partition.key_filter)
-    ranges: Sequence[HashRange] | None = None if split.full_range else split.ranges
+    key_filter, ranges = partition.read_args()
 
     def records(start: int | str) -> Iterator[pb.Record]:
         return _client.read_records(partition.broker, split.topic, split.partition, start,
@@ -242,10 +244,7 @@ def read_snapshot_split(partition: KeybusSnapshotPartition,
             which may repeat or skip events around it).
     """
     split = partition.split
-    key_filter = None
-    if partition.key_filter is not None:
-        key_filter = pb.KeyFilter.FromString(partition.key_filter)
-    ranges: Sequence[HashRange] | None = None if split.full_range else split.ranges
+    key_filter, ranges = partition.read_args()
 
     def records(snapshot_offset: int | None) -> Iterator[pb.Record]:
         return snapshot_records(partition.broker, split.topic, split.partition, ranges,

@@ -30,6 +30,7 @@ from broker.read_path import EventSelector, ReadSpec
 from broker.rpc import wire
 from broker.view.service import PartitionView
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
+from sdk.bootstrap import BootstrapPosition
 from sdk.core.columns import expand
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -71,25 +72,13 @@ def source_selector(sources: frozenset[str], inner: EventSelector | None) -> Eve
 
 
 def position_of(resume: pb.BootstrapResume) -> Position:
-    if not resume.has_source:
-        return Position()
-    if not resume.has_key:
-        return Position(resume.source, None)
-    return Position(resume.source, resume.key_string or resume.key_int)
+    position = BootstrapPosition.from_proto(resume)
+    return Position(position.source, position.key)
 
 
 def resume_of(position: Position, snapshot_offset: int) -> pb.BootstrapResume:
-    resume = pb.BootstrapResume(phase=pb.SNAPSHOT, snapshot_offset=snapshot_offset)
-    if position.source is not None:
-        resume.has_source = True
-        resume.source = position.source
-        if position.key is not None:
-            resume.has_key = True
-            if isinstance(position.key, str):
-                resume.key_string = position.key
-            else:
-                resume.key_int = position.key
-    return resume
+    return BootstrapPosition("snapshot", snapshot_offset, position.source,
+                             position.key).to_proto()
 
 
 class BootstrapStream:
