@@ -80,9 +80,10 @@ class Settings:
     view_default: bool = True  # a topic created without a view policy keeps a view
     delete_retention_ms: int = 24 * 3600 * 1000  # tombstones kept in the view (Kafka's default)
     view_pass_events_max: int = 100_000  # log events one view maintenance pass folds, at most
-    # After a pass that left less than a full pass to do, wait this long so the
-    # next pass folds more at once (a hot key costs one write per pass).
-    view_linger_ms: int = 100
+    # Before a pass, wait up to this long for a full pass of events: a pass
+    # over more events writes each hot key once for all of them. Bounds the
+    # view's lag when the log grows slowly.
+    view_linger_ms: int = 1_000
     view_sweep_interval_ms: int = 60_000  # how often tombstones past delete retention go
     view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
     compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check

@@ -28,22 +28,32 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.view import codec
-from sdk.core.columns import batch_slots, expand, keys_of, record_offsets, record_scns
+from sdk.core.columns import batch_slots, expand, keys_of
 from sdk.core.pb import keybus_pb2 as pb
 
 
 class _Columns:
     """One record's columns, to encode the entries of its events that win."""
 
-    __slots__ = ("batch", "count", "opcodes", "positions", "record", "winners")
+    __slots__ = ("batch", "count", "positions", "record", "winners")
 
     def __init__(self, record: pb.Record) -> None:
         self.record = record
         self.batch = record.batch
         self.count = self.batch.count
-        self.opcodes = expand(self.batch.opcodes, self.count, pb.UPSERT)
         self.winners: list[bytes] = []  # entry keys of the events that win, and their
         self.positions: list[int] = []  # positions in the record, in the same order
+
+    def column(self, values: Sequence[int], at: npt.NDArray[np.int64],
+               dtype: type[np.generic]) -> npt.ArrayLike:
+        """A broadcast column at the winners' positions: a scalar when it has
+        0 or 1 entries, else one numpy gather (no Python list per event)."""
+        if len(values) <= 1:
+            return values[0] if values else 0
+        return np.asarray(values, dtype)[at]
+
+    def has_deletes(self) -> bool:
+        return pb.DELETE in self.batch.opcodes
 
     def encode(self) -> list[bytes]:
         """The entry value of every winner: heads in one numpy pass, then one
@@ -51,17 +61,26 @@ class _Columns:
         record, batch, positions = self.record, self.batch, self.positions
         if not positions:
             return []
-        at = np.asarray(positions)
-        offsets = np.asarray(record_offsets(record), np.uint64)[at]
-        scns = np.asarray(record_scns(record), np.uint64)[at]
-        publish: npt.ArrayLike = (np.asarray(record.publish_times_ms, np.int64)[at]
-                                  if record.publish_times_ms else record.publish_time_ms)
+        at = np.asarray(positions, np.int64)
+        if record.offsets:
+            offsets: npt.ArrayLike = np.asarray(record.offsets, np.uint64)[at]
+        else:
+            offsets = at + record.base_offset
+        if record.scns:
+            scns: npt.ArrayLike = np.asarray(record.scns, np.uint64)[at]
+        elif record.window:
+            scns = record.scn_first
+        else:
+            scns = np.asarray(offsets, np.int64) + (record.scn_first - record.base_offset)
+        slots = (self.column(batch.slots, at, np.uint16) if len(batch.slots) in (1, self.count)
+                 else np.asarray(batch_slots(batch), np.uint16)[at])
         extras = self._extras(positions)
         heads = codec.encode_heads(
-            len(positions), offset=offsets, scn=scns, publish_time_ms=publish,
-            event_time_ms=np.asarray(expand(batch.event_times_ms, self.count, 0))[at],
-            slot=np.asarray(batch_slots(batch), np.uint16)[at],
-            opcode=np.asarray(self.opcodes, np.uint8)[at], **(extras[0] if extras else {}))
+            len(positions), offset=offsets, scn=scns,
+            publish_time_ms=self.column(record.publish_times_ms, at, np.int64)
+            if record.publish_times_ms else record.publish_time_ms,
+            event_time_ms=self.column(batch.event_times_ms, at, np.int64), slot=slots,
+            opcode=self.column(batch.opcodes, at, np.uint8), **(extras[0] if extras else {}))
         size, values = codec.ENTRY_HEAD.size, batch.values
         if extras is None:
             return [heads[j:j + size] + values[i]
@@ -190,11 +209,10 @@ def _add_winners(fold: Fold, columns: _Columns, topic_id: int, partition: int,
                  skip: int) -> None:
     values = columns.encode()
     fold.entries.update(zip(columns.winners, values, strict=True))
-    if pb.DELETE not in columns.opcodes:
+    if not columns.has_deletes():
         return
-    opcodes = columns.opcodes
-    for key, i, value in zip(columns.winners, columns.positions, values, strict=True):
-        if opcodes[i] == pb.DELETE:
+    for key, value in zip(columns.winners, values, strict=True):
+        if codec.entry_is_tombstone(value):
             head = codec.ENTRY_HEAD.unpack_from(value)
             index = codec.tombstone_key(topic_id, partition, head[2], head[0])
             fold.tombstones.append((index, key[skip:]))

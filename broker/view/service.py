@@ -90,8 +90,8 @@ class PartitionView:
         while True:
             try:
                 if self.state.offset_next < self.partition.end_offset:
-                    await self._fold()
                     await self._linger()
+                    await self._fold()
                     continue
                 if self._sweep_due():
                     await self._sweep()
@@ -120,10 +120,13 @@ class PartitionView:
         self._signal()
 
     async def _linger(self) -> None:
-        """Pace passes: unless a full pass waits, let the log gather for a moment."""
-        lag = self.partition.end_offset - self.state.offset_next
-        if lag < self.settings.view_pass_events_max and self.settings.view_linger_ms:
-            await asyncio.sleep(self.settings.view_linger_ms / 1000)
+        """Wait until a full pass is in the log, or view_linger_ms: a pass over
+        more events writes each hot key once for all of them."""
+        full = self.state.offset_next + self.settings.view_pass_events_max
+        if self.partition.end_offset < full and self.settings.view_linger_ms:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.partition.wait_for_data(full - 1),
+                                       self.settings.view_linger_ms / 1000)
 
     def _sweep_due(self) -> bool:
         return now_ms() - self._swept_ms >= self.settings.view_sweep_interval_ms
