@@ -19,7 +19,7 @@ import asyncio
 import random
 from pathlib import Path
 
-from sdk import DELETE, Admin, Producer, Reader
+from sdk import DELETE, Admin, KeybusError, Producer, Reader, read_all
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.bootstrap_model import (
     BootstrapLog,
@@ -35,20 +35,44 @@ TOPIC = "crash"
 
 
 async def _produce_and_kill_while_lagging(broker: BrokerProcess, history: History) -> int:
-    """Produce in small records; SIGKILL as soon as the view is seen behind."""
+    """Produce in small records while polling the view; past 20,000 events,
+    SIGKILL the broker the first time the view is seen behind the log
+    (bounded: up to 90,000 events)."""
     async with Admin(broker.address) as admin:
         await admin.create_topic(TOPIC)
-    events = plan_events(random.Random(7), 15_000, 2, 0.15, "k")
-    lag_seen = 0
-    async with await Producer.create(broker.address, TOPIC) as producer:
-        for i in range(0, len(events), 6_000):
-            await produce_events(producer, events[i:i + 6_000], history, chunk=50)
+    events = plan_events(random.Random(7), 15_000, 3, 0.15, "k")
+    lag_seen: list[int] = []
+
+    async def watch() -> None:
+        while not lag_seen:
             p = await describe_partition(broker.address, TOPIC)
-            if 0 < p.view_offset < p.end_offset:
-                lag_seen = p.end_offset - p.view_offset
-                break
-    await asyncio.to_thread(broker.kill)
-    return lag_seen
+            if p.end_offset >= 20_000 and 0 < p.view_offset < p.end_offset:
+                lag_seen.append(p.end_offset - p.view_offset)
+                await asyncio.to_thread(broker.kill)
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async with await Producer.create(broker.address, TOPIC,
+                                         delivery_timeout_ms=5_000) as producer:
+            for i in range(0, len(events), 1_000):
+                if lag_seen:
+                    break
+                await produce_events(producer, events[i:i + 1_000], history, chunk=50)
+    except KeybusError:
+        pass  # the broker was killed mid-send: what was acknowledged is in `history`
+    finally:
+        watcher.cancel()
+    if not lag_seen:
+        await asyncio.to_thread(broker.kill)
+    return lag_seen[0] if lag_seen else 0
+
+
+async def _history_from_log(broker: str) -> History:
+    history = History()
+    for e in await read_all(broker, TOPIC, 0):
+        history.apply(e.source, e.key, e.value, e.opcode, e.offset)  # type: ignore[arg-type]
+    return history
 
 
 async def _wait_caught_up(broker: str, end: int) -> pb.PartitionInfo:
@@ -57,13 +81,13 @@ async def _wait_caught_up(broker: str, end: int) -> pb.PartitionInfo:
 
 
 def test_view_is_consistent_with_the_log_after_kill_during_maintenance(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", "--view-pass-events-max", "1")
+    broker = BrokerProcess(tmp_path / "data", "--view-pass-events-max", "1", "--view-linger-ms", "0")
     broker.start()
-    history = History()
     try:
-        lag = asyncio.run(_produce_and_kill_while_lagging(broker, history))
+        lag = asyncio.run(_produce_and_kill_while_lagging(broker, History()))
         assert lag > 0, "the view never trailed the log: nothing was interrupted"
         broker.start()
+        history = asyncio.run(_history_from_log(broker.address))  # what was stored, acked or not
         p = asyncio.run(_wait_caught_up(broker.address, history.events))
         got = asyncio.run(_bootstrap(broker.address))
     finally:
