@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from broker.config import Settings
 from broker.errors import BrokerError
@@ -47,6 +48,7 @@ class PartitionView:
         self._pins: dict[int, int] = {}
         self._pin_ids = 0
         self._task: asyncio.Task[None] | None = None
+        self._pass: asyncio.Future[ViewState] | None = None  # the pass on a worker thread
         self._swept_ms = 0
         self._changed = asyncio.Event()  # set after every pass (bootstraps wait on it)
 
@@ -77,11 +79,15 @@ class PartitionView:
             self._run(), name=f"view {meta.name}/{self.partition.index}")
 
     async def stop(self) -> None:
+        """Stop the maintainer; a pass already on a worker thread finishes first
+        (the store may be closed right after)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._pass is not None:
+            await asyncio.wait([self._pass])
         with contextlib.suppress(KeyError):  # no pass ran: never labelled
             VIEW_LAG_EVENTS.remove(self.partition.meta.name, str(self.partition.index))
 
@@ -111,9 +117,9 @@ class PartitionView:
     async def _fold(self) -> None:
         meta, index = self.partition.meta, self.partition.index
         before = self.state.offset_next
-        self.state = await asyncio.to_thread(self.views.fold_pass, meta.topic_id, index,
-                                             self.partition.end_offset,
-                                             self.settings.view_pass_events_max)
+        self.state = await self._on_thread(self.views.fold_pass, meta.topic_id, index,
+                                           self.partition.end_offset,
+                                           self.settings.view_pass_events_max)
         VIEW_FOLDED_EVENTS.labels(meta.name).inc(self.state.offset_next - before)
         VIEW_LAG_EVENTS.labels(meta.name, str(index)).set(
             max(0, self.partition.end_offset - self.state.offset_next))
@@ -134,10 +140,19 @@ class PartitionView:
     async def _sweep(self) -> None:
         meta = self.partition.meta
         self._swept_ms = now_ms()
-        self.state, _ = await asyncio.to_thread(
+        self.state = await self._on_thread(
             self.views.sweep, meta.topic_id, self.partition.index,
             self._swept_ms - self.delete_retention_ms, self.settings.view_sweep_entries_max)
         self._signal()
+
+    async def _on_thread(self, work: Callable[..., ViewState], *args: int) -> ViewState:
+        """Run a pass on a worker thread; `stop` waits for it even when cancelled."""
+        self._pass = asyncio.ensure_future(asyncio.to_thread(work, *args))
+        try:
+            return await asyncio.shield(self._pass)
+        finally:
+            if self._pass.done():
+                self._pass = None
 
     def _signal(self) -> None:
         event, self._changed = self._changed, asyncio.Event()

@@ -74,9 +74,9 @@ class ViewStore:
         return new_state
 
     def sweep(self, topic_id: int, partition: int, cutoff_ms: int,
-              entries_max: int) -> tuple[codec.ViewState, int]:
+              entries_max: int) -> codec.ViewState:
         """Drop tombstones published before cutoff_ms (at most entries_max index
-        entries per call); returns the new state and the entries deleted."""
+        entries per call); returns the new state."""
         state = self.state(topic_id, partition)
         stop = codec.tombstone_key(topic_id, partition, cutoff_ms, 0)
         index: list[tuple[bytes, bytes]] = []
@@ -87,7 +87,7 @@ class ViewStore:
             it.next()
         del it
         if not index:
-            return state, 0
+            return state
         entry_prefix = codec.entries_prefix(topic_id, partition)
         current = self.get_entries([entry_prefix + suffix for _, suffix in index])
         doomed = expired_tombstones(index, current, entry_prefix)
@@ -100,7 +100,7 @@ class ViewStore:
             batch.delete(index_key, self._handle)
         batch.put(codec.state_key(topic_id, partition), new_state.encode(), self._handle)
         self.log.write(batch, sync=False)
-        return new_state, len(doomed)
+        return new_state
 
 
 def _records(store: RocksStore, topic_id: int, partition: int, start: int, stop: int,
