@@ -20,18 +20,22 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from sdk import Admin, OffsetOutOfRange, Producer, Reader, read_all
 from sdk.core.filters import KeyFilterSpec, evaluate
+from sdk.core.pb import keybus_pb2 as pb
 from tests.support.bootstrap_model import (
     BootstrapLog,
     History,
     plan_events,
+    describe_partition,
     produce_events,
     wait_for_partition,
 )
 from tests.support.broker_process import BrokerProcess
+from tests.support.wire import stub
 
 TOPIC = "state"
 KEYS = 10_000
@@ -187,3 +191,49 @@ def test_no_gap_or_duplicate_at_phase_changes_while_producing(
                    for phase, offset in zip(got.phases, offsets, strict=True))
         assert "online" in got.phases and "catchup" in got.phases
         assert got.state() == _expected(history, filter_text)
+
+
+@pytest.mark.parametrize(("fields", "code", "text"), [
+    ({"topic": "nope"}, grpc.StatusCode.NOT_FOUND, "does not exist"),
+    ({"sources": ["orders", "orders"]}, grpc.StatusCode.INVALID_ARGUMENT, "more than once"),
+    ({"resume": pb.BootstrapResume(snapshot_offset=10**9)}, grpc.StatusCode.INVALID_ARGUMENT,
+     "resume.snapshot_offset"),
+    ({"resume": pb.BootstrapResume(snapshot_offset=1)}, grpc.StatusCode.OUT_OF_RANGE,
+     "start the bootstrap over"),
+    ({"resume": pb.BootstrapResume(phase=pb.CATCHUP, next_offset=1, target_offset=2)},
+     grpc.StatusCode.OUT_OF_RANGE, "removed by retention"),
+    ({"resume": pb.BootstrapResume(snapshot_offset=0, has_source=True, source="nope")},
+     grpc.StatusCode.INVALID_ARGUMENT, "resume.source"),
+    ({"events_max": 10**9}, grpc.StatusCode.INVALID_ARGUMENT, "events_max"),
+    ({"filter": pb.KeyFilter(type=pb.KeyFilter.MOD, mod_num_buckets=0)},
+     grpc.StatusCode.INVALID_ARGUMENT, "numBuckets"),
+])
+def test_bad_bootstrap_requests_get_a_clear_status(trimmed: tuple[BrokerProcess, History],
+                                                   fields: dict[str, object],
+                                                   code: grpc.StatusCode, text: str) -> None:
+    broker, _ = trimmed
+    request = pb.BootstrapRequest(topic=TOPIC)
+    for name, value in fields.items():
+        if isinstance(value, list):
+            getattr(request, name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(request, name).CopyFrom(value)
+        else:
+            setattr(request, name, value)
+    if request.resume.has_source:  # a snapshot point still in the log: the view's
+        request.resume.snapshot_offset = asyncio.run(
+            describe_partition(broker.address, TOPIC)).view_offset
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub(broker.address).Bootstrap(request, timeout=30))
+    assert caught.value.code() == code, caught.value.details()
+    assert text in (caught.value.details() or ""), caught.value.details()
+
+
+def test_bootstrap_of_a_topic_without_view_is_refused(trimmed: tuple[BrokerProcess, History]) -> None:
+    broker, _ = trimmed
+    client = stub(broker.address)
+    client.CreateTopic(pb.CreateTopicRequest(topic="plain", config=pb.TopicConfig(view=pb.VIEW_OFF)))
+    with pytest.raises(grpc.RpcError) as caught:
+        list(client.Bootstrap(pb.BootstrapRequest(topic="plain"), timeout=30))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "keeps no compacted view" in (caught.value.details() or "")
