@@ -29,8 +29,8 @@ from sdk.core.pb import keybus_pb2 as pb
 from tests.support.bootstrap_model import (
     BootstrapLog,
     History,
-    plan_events,
     describe_partition,
+    plan_events,
     produce_events,
     wait_for_partition,
 )
