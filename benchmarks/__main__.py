@@ -12,6 +12,10 @@ with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstra
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks processors [options]` times event processors: balancing
+from cold, recovering a killed one's partitions, and events/s with checkpoints
+(see benchmarks/processors.py).
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import bootstrap  # compacted view and snapshot figures
 
         return bootstrap.main(arguments[1:])
+    if arguments[:1] == ["processors"]:
+        from benchmarks import processors  # its own options; Redis rows need redis-server
+
+        return processors.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

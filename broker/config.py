@@ -88,6 +88,10 @@ class Settings:
     view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
     compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
     bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
+    # Event processor stores (ownership and checkpoints of consumer groups).
+    processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
+    processor_commit_commands_max: int = 256  # commands written in one WriteBatch
+    processor_name_bytes_max: int = 255  # namespace, consumer group and owner id
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -106,7 +110,9 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
-                     "compaction_records_max", "bootstrap_streams_max"):
+                     "compaction_records_max", "bootstrap_streams_max",
+                     "processor_store_queue_max", "processor_commit_commands_max",
+                     "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         if self.ack_timeout_ms_min > self.ack_timeout_ms_max:

@@ -19,8 +19,10 @@ from grpc_reflection.v1alpha import reflection
 
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
+from broker.processor_stores.service import ProcessorStores
 from broker.rpc.admin_servicer import AdminServicer
 from broker.rpc.bootstrap_servicer import BootstrapServicer, bootstrap_handler
+from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_handler
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
@@ -46,12 +48,15 @@ class Broker:
     server: grpc.aio.Server
     port: int
     _retention: asyncio.Task[None] | None = None
+    processor_stores: ProcessorStores | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._retention is not None:
             self._retention.cancel()
         await self.subscriptions.close()
         await self.server.stop(grace_s)
+        if self.processor_stores is not None:
+            await self.processor_stores.close()
         await self.registry.close()
         self.store.close()
 
@@ -89,6 +94,9 @@ async def start_broker(settings: Settings) -> Broker:
         SubscriptionAdminServicer(subscriptions)),))
     server.add_generic_rpc_handlers((bootstrap_handler(
         BootstrapServicer(registry, settings, config_filters)),))
+    processor_stores = ProcessorStores(store, registry, settings)
+    processor_stores.start()
+    server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -102,7 +110,8 @@ async def start_broker(settings: Settings) -> Broker:
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    broker = Broker(settings, store, registry, subscriptions, server, port)
+    broker = Broker(settings, store, registry, subscriptions, server, port,
+                    processor_stores=processor_stores)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
 
