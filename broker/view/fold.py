@@ -191,12 +191,16 @@ def _int_winners(prefix: bytes, batches: list[pb.EventBatch]
         np.full(b.count, heads.setdefault(b.sources[0] if b.sources else "", len(heads)))
         for b in batches])
     keys = np.concatenate([np.asarray(b.key_ints, np.int64) for b in batches])
-    numbers = np.arange(len(keys), dtype=np.int64)
-    order = np.lexsort((numbers, keys, source_ids))  # by source, key, then number
-    last = np.ones(len(order), bool)  # the last of each (source, key) run
-    last[:-1] = (keys[order][1:] != keys[order][:-1]) | (
-        source_ids[order][1:] != source_ids[order][:-1])
-    chosen = order[last]
+    if len(heads) == 1:  # one source: the last occurrence of each key, by one stable sort
+        _, first = np.unique(keys[::-1], return_index=True)
+        chosen = len(keys) - 1 - first
+    else:
+        numbers = np.arange(len(keys), dtype=np.int64)
+        order = np.lexsort((numbers, keys, source_ids))  # by source, key, then number
+        last = np.ones(len(order), bool)  # the last of each (source, key) run
+        last[:-1] = (keys[order][1:] != keys[order][:-1]) | (
+            source_ids[order][1:] != source_ids[order][:-1])
+        chosen = order[last]
     encoded = (keys[chosen].astype(np.uint64) ^ np.uint64(codec.SIGN_BIT)).astype(">u8").tobytes()
     source_heads = {i: prefix + codec.source_part(s) + codec.INT_TAG for s, i in heads.items()}
     key_heads = [source_heads[i] for i in source_ids[chosen].tolist()]

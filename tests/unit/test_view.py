@@ -100,6 +100,28 @@ def test_fold_keeps_the_latest_event_per_source_and_key(batches: list[list[tuple
     assert (state.keys, state.tombstones) == (len(model), len(fold.tombstones))
 
 
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", ""]), st.lists(st.integers(-3, 3), min_size=1,
+                                                                      max_size=8)),
+                min_size=1, max_size=6), st.booleans())
+def test_fold_of_int_keyed_one_source_batches(batches: list[tuple[str, list[int]]],
+                                              one_source: bool) -> None:
+    """The numpy path (int keys, one source per record) keeps the same winners."""
+    records, model, base = [], {}, 0
+    for source, keys in batches:
+        source = "a" if one_source else source
+        records.append(_record(base, keys, [b"%d" % (base + i) for i in range(len(keys))],
+                               [source]))
+        for i, key in enumerate(keys):
+            model[(source, key)] = base + i
+        base += len(keys)
+    fold = fold_records(3, 1, records, 0, 0)
+    prefix = codec.entries_prefix(3, 1)
+    got = {codec.split_entry_suffix(k[len(prefix):]): codec.decode_entry(v)
+           for k, v in fold.entries.items()}
+    assert {k: e.offset for k, e in got.items()} == model
+    assert all(e.value == b"%d" % e.offset for e in got.values())
+
+
 def test_account_counts_replacements_and_tombstone_changes() -> None:
     live = codec.encode_entry(1, 1, 0, 0, 0, pb.UPSERT, b"", b"", b"", b"v")
     dead = codec.encode_entry(2, 2, 0, 0, 0, pb.DELETE, b"", b"", b"", b"")
