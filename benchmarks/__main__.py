@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import processors  # its own options; Redis rows need redis-server
 
         return processors.main(arguments[1:])
+    if arguments[:1] == ["databus"]:
+        from benchmarks import databus_group  # the callback layer against a plain Reader
+
+        return databus_group.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

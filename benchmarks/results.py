@@ -30,10 +30,12 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any],
+def record(report: dict[str, Any], notes: str = "",
            render: Callable[[dict[str, Any]], str] = table) -> None:
+    """Replace (or add) this command's block; `notes` go under its table."""
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{render(report)}\n{end}"
+    body = render(report) + (f"\n\n{notes}" if notes else "")
+    block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)
