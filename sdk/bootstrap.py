@@ -118,18 +118,19 @@ def marker_of(marker: pb.BootstrapMarker) -> PhaseMarker:
                        marker.target_offset, marker.consistent_offset)
 
 
-def after_record(phase: str, record: pb.Record, before: BootstrapPosition) -> BootstrapPosition:
-    """The position after a record of a message (before the message ends)."""
+def after_record(phase: str, record: pb.Record, message: BootstrapPosition) -> BootstrapPosition:
+    """The position after a record of a message (`message`: the position after
+    the whole message, which gives the snapshot's offset and the target)."""
     batch = record.batch
     if phase == SNAPSHOT:
         key: int | str = (batch.key_strings[-1] if batch.key_strings and batch.key_strings[-1]
                           else batch.key_ints[-1])
-        return BootstrapPosition(SNAPSHOT, before.snapshot_offset,
+        return BootstrapPosition(SNAPSHOT, message.snapshot_offset,
                                  batch.sources[0] if batch.sources else "", key)
     offsets = record.offsets
     end = offsets[-1] + 1 if offsets else record.base_offset + batch.count
-    return BootstrapPosition(phase, before.snapshot_offset, None, None, end,
-                             before.target_offset)
+    return BootstrapPosition(phase, message.snapshot_offset, None, None, end,
+                             message.target_offset)
 
 
 @dataclass(slots=True)
@@ -153,10 +154,8 @@ def items_of(response: pb.BootstrapResponse, announced: set[str],
         if marker.phase not in announced:
             announced.add(marker.phase)
             items.append(Item(marker.phase, None, marker, before))
-    position = before
     for record in response.records:
-        position = after_record(phase, record, position)
-        items.append(Item(phase, record, None, position))
+        items.append(Item(phase, record, None, after_record(phase, record, after)))
     if items:
         items[-1].position = after
     return items

@@ -53,12 +53,13 @@ def plan_events(rng: random.Random, keys: int, rounds: int, delete_share: float,
 
 
 async def produce_events(producer: Producer, events: list[tuple[str, int, bytes, int]],
-                         history: History, chunk: int = 2_000) -> None:
-    """Send events in column batches on partition 0; record offsets in `history`."""
+                         history: History, chunk: int = 2_000, partition: int | None = 0) -> None:
+    """Send events in column batches (on partition 0, or None: by slot); record
+    offsets in `history` (by_offset only makes sense for one partition)."""
     for i in range(0, len(events), chunk):
         part = events[i:i + chunk]
         future = await producer.send_batch(
-            [e[1] for e in part], [e[2] for e in part], partition=0,
+            [e[1] for e in part], [e[2] for e in part], partition=partition,
             sources=[e[0] for e in part], opcodes=[e[3] for e in part])
         for (source, key, value, opcode), produced in zip(part, await future, strict=True):
             history.apply(source, key, value, opcode, produced.offset)

@@ -72,7 +72,7 @@ def test_items_skip_announced_markers_and_advance_per_record() -> None:
         resume=BootstrapPosition("snapshot", 20, "b", 12).to_proto())
     items = items_of(message, announced, BootstrapPosition())
     assert [i.marker is not None for i in items] == [True, False, False]
-    assert items[1].position == BootstrapPosition("snapshot", 0, "a", 4)
+    assert items[1].position == BootstrapPosition("snapshot", 20, "a", 4)
     assert items[2].position == BootstrapPosition("snapshot", 20, "b", 12)  # the message's resume
     again = items_of(message, announced, items[-1].position)  # a resumed stream repeats the marker
     assert all(i.marker is None for i in again)

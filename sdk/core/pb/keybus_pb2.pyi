@@ -2027,6 +2027,7 @@ class CheckpointRecord(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     SCN_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    BOOTSTRAP_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     topic: _builtins.str
     consumer_group: _builtins.str
@@ -2036,6 +2037,10 @@ class CheckpointRecord(_message.Message):
     scn: _builtins.int
     epoch: _builtins.int
     """the writer's ownership epoch; 0 = unfenced"""
+    bootstrap: _builtins.str
+    """Compacted view and bootstrap: while the partition bootstraps, where the
+    bootstrap stands (JSON of the SDK's BootstrapPosition); "" = online.
+    """
     def __init__(
         self,
         *,
@@ -2046,10 +2051,11 @@ class CheckpointRecord(_message.Message):
         offset: _builtins.int = ...,
         scn: _builtins.int = ...,
         epoch: _builtins.int = ...,
+        bootstrap: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap", b"bootstrap", "consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
