@@ -88,6 +88,28 @@ class Settings:
     view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
     compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
     bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
+    # Security (docs/security.md); all off by default. TLS: the broker's PEM
+    # certificate and key, both or neither.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # mTLS: clients must present a certificate signed by this CA (PEM bundle).
+    tls_client_ca_file: str = ""
+    # Authentication is on when any of the next three ways is set, and with it
+    # per-topic permissions (grants in RocksDB; `keybus acl`).
+    # Static tokens: a TOML file with a [tokens] table of principal = "token".
+    auth_token_file: str = ""
+    # JWTs: HS256 with this shared secret (file), and/or RS256 with this public key (PEM).
+    auth_jwt_secret_file: str = ""
+    auth_jwt_public_key_file: str = ""
+    auth_jwt_issuer: str = ""  # when set, a token's iss claim must equal it
+    auth_jwt_audience: str = ""  # when set, a token's aud claim must hold it
+    auth_jwt_leeway_ms: int = 0  # clock skew allowed on exp/nbf
+    # mTLS: a client certificate's subject common name is the principal (needs tls_client_ca_file).
+    auth_certificate_principal: bool = False
+    # Comma-separated principals holding every permission (they manage grants).
+    auth_superusers: str = ""
+    # TOML file of grants added to the store at start ([[grant]] principal, topic, permissions).
+    acl_file: str = ""
     # Event processor stores (ownership and checkpoints of consumer groups).
     processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
     processor_commit_commands_max: int = 256  # commands written in one WriteBatch
@@ -123,6 +145,9 @@ class Settings:
                               f"nack_delay_ms_max={self.nack_delay_ms_max}")
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
+        from broker.security.setup import check_security_settings
+
+        check_security_settings(self)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -74,6 +74,23 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "the broker is shutting down; retry on another broker or later"),
         ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ security and hardening
+        ErrorKind("request_undecodable", grpc.StatusCode.INVALID_ARGUMENT,
+                  "the {size}-byte request is not a valid keybus.v1.{message} ({detail}); send "
+                  "the message proto/keybus.proto defines for this method"),
+        ErrorKind("request_over_limit", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "the {message} of {size} bytes is over the broker's limit of {max} bytes "
+                  "(request_bytes_max); send smaller batches"),
+        ErrorKind("unauthenticated", grpc.StatusCode.UNAUTHENTICATED, "{detail}"),
+        ErrorKind("permission_denied", grpc.StatusCode.PERMISSION_DENIED, "{detail}"),
+        ErrorKind("grant_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("producer_not_issued", grpc.StatusCode.INVALID_ARGUMENT,
+                  "producer_id={producer_id} was never given by InitProducer; call InitProducer, "
+                  "or choose a stable id with the high bit set (2^63 <= id < 2^64)"),
+        ErrorKind("slots_mismatch", grpc.StatusCode.INVALID_ARGUMENT,
+                  "batch.slots: event {index} has slot {sent} but its ordering key {key!r} "
+                  "hashes to slot {slot}; send the slots of the shared rule (sdk.core.hashing) "
+                  "or leave the column empty and the broker computes them"),
         # ------------------------------------------------------------ subscriptions
         ErrorKind("subscribe_open_missing", grpc.StatusCode.INVALID_ARGUMENT,
                   "the first message of a Subscribe stream must be `open`; got {got}"),

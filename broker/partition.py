@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import takewhile
 
 from broker.config import Settings
+from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
@@ -32,7 +33,8 @@ from broker.windows import (
     advance,
     decide,
 )
-from sdk.core.columns import BatchError, batch_slots, validate_batch
+from sdk.core.columns import BatchError, validate_batch
+from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
 PRODUCER_RESULTS_KEPT = 64
@@ -80,8 +82,9 @@ class Partition:
     """One topic partition: its queue, its task, its in-memory tail state."""
 
     def __init__(self, store: RocksStore, meta: TopicMeta, index: int, settings: Settings,
-                 tail: Tail) -> None:
+                 tail: Tail, slot_cache: SlotCache | None = None) -> None:
         self.store = store
+        self.slot_cache = slot_cache or SlotCache()
         self.meta = meta
         self.index = index
         self.settings = settings
@@ -143,6 +146,7 @@ class Partition:
                            self.settings.batch_events_max)
         except BatchError as e:
             raise BrokerError("batch_invalid", detail=str(e)) from None
+        settle_slots(request.batch, self.slot_cache)
         future: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait(_Produce(request, future, request.batch.ByteSize()))
@@ -237,11 +241,7 @@ class Partition:
         record = pb.Record(topic=self.meta.name, partition=self.index,
                            base_offset=result.base_offset, scn_first=result.scn_first,
                            window=result.window, publish_time_ms=result.publish_time_ms)
-        record.batch.CopyFrom(request.batch)
-        if len(record.batch.slots) != result.count:
-            slots = batch_slots(request.batch)
-            del record.batch.slots[:]
-            record.batch.slots.extend(slots)
+        record.batch.CopyFrom(request.batch)  # slots verified or filled in by submit()
         value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
                                     result.count, result.scn_first, result.window)
         return Append(result.base_offset, result.scn_first, result.count, result.window, value)

@@ -19,6 +19,7 @@ from broker.log.rocks_store import RocksStore
 from broker.partition import Partition, TopicMeta, now_ms
 from broker.view.config import check_view_config, describe_view_config
 from broker.view.service import ViewService
+from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -32,6 +33,7 @@ class TopicRegistry:
         self.settings = settings
         self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
         self._lock = asyncio.Lock()  # serializes create/delete against each other
+        self.slot_cache = SlotCache()  # one for every partition: bounded once (derived.py)
         # Called with a topic's name once it is deleted (e.g. its subscriptions go).
         self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
         self.views = ViewService(store, settings)  # compacted views (broker/view)
@@ -46,7 +48,7 @@ class TopicRegistry:
         partitions = []
         for index in range(meta.partitions):
             tail = self.store.recover_tail(meta.topic_id, index)
-            partition = Partition(self.store, meta, index, self.settings, tail)
+            partition = Partition(self.store, meta, index, self.settings, tail, self.slot_cache)
             partition.start()
             partitions.append(partition)
         self._topics[meta.name] = (meta, partitions)

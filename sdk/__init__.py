@@ -41,6 +41,7 @@ from sdk.producer import (
     WindowResult,
 )
 from sdk.reader import ReadBatch, Reader, read_all
+from sdk.security import ClientSecurity
 from sdk.sender import BatchResult, ProducedEvent
 from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader
@@ -48,8 +49,8 @@ from sdk.sync_consumer import SyncConsumer
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BootstrapPosition", "BufferFull", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event",
-    "EventFuture",
+    "BootstrapPosition", "BufferFull", "ClientSecurity", "Consumer", "ConsumerConfig",
+    "DeliveryTimeout", "Event", "EventFuture",
     "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
     "OffsetOutOfRange", "PermissionDenied", "PhaseMarker", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",

@@ -33,6 +33,7 @@ from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
 from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
 TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
@@ -188,14 +189,15 @@ class Consumer:
     def __init__(self, broker: str, topic: str, subscription: str, config: ConsumerConfig,
                  channel: grpc.aio.Channel | None = None,
                  on_range_change: RangeCallback | None = None,
-                 on_active_change: ActiveCallback | None = None) -> None:
+                 on_active_change: ActiveCallback | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.topic = topic
         self.subscription = subscription
         self.config = config
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
-        self._channel = channel or open_channel(broker)
+        self._channel = channel or open_channel(broker, security)
         self._stub = stub_of(self._channel)
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
@@ -221,6 +223,7 @@ class Consumer:
                         channel: grpc.aio.Channel | None = None,
                         on_range_change: RangeCallback | None = None,
                         on_active_change: ActiveCallback | None = None,
+                        security: ClientSecurity | None = None,
                         **options: Any) -> Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
 
@@ -232,6 +235,8 @@ class Consumer:
                 Key_Shared hash ranges change; may be a coroutine function.
             on_active_change: called (partition, active) when Failover makes
                 this consumer active or inactive on a partition.
+            security: TLS and credentials (sdk.security.ClientSecurity); None =
+                the ambient default, else plain text.
         Returns:
             An attached Consumer.
         Raises:
@@ -243,7 +248,7 @@ class Consumer:
             raise ValueError(f"pass either config or settings as keywords, not both: "
                              f"{sorted(options)}")
         consumer = cls(broker, topic, subscription, config or ConsumerConfig(**options),
-                       channel, on_range_change, on_active_change)
+                       channel, on_range_change, on_active_change, security)
         try:
             await consumer._connect(reconnecting=False)
         except BaseException:

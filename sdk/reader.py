@@ -24,6 +24,7 @@ from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.retrying_call import RetryingCall
+from sdk.security import ClientSecurity
 
 Start = str | int | Mapping[str, int] | BootstrapPosition
 
@@ -116,6 +117,8 @@ class Reader:
         sources: bootstrap only: just these sources, in this order (default all).
         include_tombstones: bootstrap only: the snapshot carries DELETE events
             of deleted keys (default True, for a reader that holds state).
+        security: TLS and credentials (sdk.security.ClientSecurity); None =
+            the ambient default, else plain text.
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
     """
@@ -128,7 +131,8 @@ class Reader:
                  retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
-                 include_tombstones: bool = True) -> None:
+                 include_tombstones: bool = True,
+                 security: ClientSecurity | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -137,6 +141,7 @@ class Reader:
             raise ValueError(f"stop_offset {stop_offset!r} is invalid: an exclusive end "
                              "offset >= 1, or None")
         self.broker = broker
+        self._security = security
         self.topic = topic
         self.partition = partition
         self.follow = follow
@@ -197,7 +202,7 @@ class Reader:
 
     def _bootstrap_call(self) -> Any:
         if self._channel is None:
-            self._channel = open_channel(self.broker)
+            self._channel = open_channel(self.broker, self._security)
         return stub_of(self._channel).Bootstrap
 
     def __aiter__(self) -> Reader:
@@ -254,7 +259,7 @@ class Reader:
 
     def _open_call(self) -> Any:
         if self._channel is None:
-            self._channel = open_channel(self.broker)
+            self._channel = open_channel(self.broker, self._security)
         return stub_of(self._channel).Read(self._request())
 
     async def close(self) -> None:

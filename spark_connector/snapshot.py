@@ -25,6 +25,7 @@ from sdk import errors
 from sdk.bootstrap import BootstrapPosition
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 from sdk.sync import SyncReader
 from spark_connector._client import BrokerCallError, call_failure, topic_infos
 
@@ -46,7 +47,8 @@ def split_snapshot_mark(offsets: Mapping[str, Any]) -> tuple[dict[str, Any], boo
 def snapshot_records(broker: str, topic: str, partition: int,
                      ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
                      events_max: int, snapshot_offset: int | None,
-                     stop: int | None) -> Iterator[pb.Record]:
+                     stop: int | None, security: ClientSecurity | None = None
+                     ) -> Iterator[pb.Record]:
     """The records of a snapshot read, then (with `stop`) the log up to `stop`.
 
     Args:
@@ -64,8 +66,8 @@ def snapshot_records(broker: str, topic: str, partition: int,
     try:
         with SyncReader(broker, topic, partition, start=start, hash_ranges=ranges,
                         key_filter=key_filter, events_max=events_max,
-                        include_tombstones=False,
-                        stop_offset=stop if log_wanted else None) as reader:
+                        include_tombstones=False, stop_offset=stop if log_wanted else None,
+                        security=security) as reader:
             for batch in reader:
                 if batch.phase != "snapshot" and not log_wanted:
                     return
@@ -75,7 +77,8 @@ def snapshot_records(broker: str, topic: str, partition: int,
         raise call_failure(f"Bootstrap({topic!r}/{partition})", broker, e) from None
 
 
-def view_offsets(broker: str, topics: Sequence[str]) -> dict[TopicPartition, int]:
+def view_offsets(broker: str, topics: Sequence[str],
+                 security: ClientSecurity | None = None) -> dict[TopicPartition, int]:
     """Each partition's view offset (the view holds every event below it).
 
     Raises:
@@ -83,7 +86,7 @@ def view_offsets(broker: str, topics: Sequence[str]) -> dict[TopicPartition, int
             the broker cannot be reached.
     """
     out: dict[TopicPartition, int] = {}
-    for topic, info in topic_infos(broker, topics).items():
+    for topic, info in topic_infos(broker, topics, security).items():
         if info.config.view != pb.VIEW_ON:
             raise BrokerCallError(f"startingOffsets=snapshot: topic {topic!r} keeps no "
                                   "compacted view; create it with view on (keybus topics "

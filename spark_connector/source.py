@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 from spark_connector import _client
 from spark_connector.options import (
     OptionError,
@@ -117,7 +118,8 @@ def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
     spec = options.ranges
     live = None
     if spec.subscription is not None:
-        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription)
+        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription,
+                                           options.security)
     return range_groups(spec, partitions, live)
 
 
@@ -140,10 +142,12 @@ class KeybusInputPartition(InputPartition):
     """Everything one task needs to read one split (pickled to an executor)."""
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None,
-                 events_max: int, fail_on_data_loss: bool) -> None:
+                 events_max: int, fail_on_data_loss: bool,
+                 security: ClientSecurity | None = None) -> None:
         super().__init__(None)
         self.split = split
         self.broker = broker
+        self.security = security
         self.key_filter = key_filter
         self.events_max = events_max
         self.fail_on_data_loss = fail_on_data_loss
@@ -170,7 +174,8 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
 
     def records(start: int | str) -> Iterator[pb.Record]:
         return _client.read_records(partition.broker, split.topic, split.partition, start,
-                                    split.stop, ranges, key_filter, partition.events_max)
+                                    split.stop, ranges, key_filter, partition.events_max,
+                                    partition.security)
 
     try:
         yield from _coalesced(records(split.start), partition.events_max, schema)
@@ -202,7 +207,7 @@ def _input_partitions(splits: Sequence[Split], options: ReadOptions,
     chosen = options.key_filter or key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
     return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
-                                 options.fail_on_data_loss) for s in splits]
+                                 options.fail_on_data_loss, options.security) for s in splits]
 
 
 class KeybusSnapshotPartition(KeybusInputPartition):
@@ -211,8 +216,9 @@ class KeybusSnapshotPartition(KeybusInputPartition):
     snapshot_offset, then the log up to the split's stop."""
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None, events_max: int,
-                 fail_on_data_loss: bool, snapshot_offset: int | None) -> None:
-        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss)
+                 fail_on_data_loss: bool, snapshot_offset: int | None,
+                 security: ClientSecurity | None = None) -> None:
+        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss, security)
         self.snapshot_offset = snapshot_offset
 
 
@@ -230,7 +236,8 @@ def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int
             split = Split(tp.topic, tp.partition, tuple(group), offsets[tp], stop)
             out.append(KeybusSnapshotPartition(
                 split, options.broker, filter_bytes, options.events_per_response_max,
-                options.fail_on_data_loss, None if stops is None else offsets[tp]))
+                options.fail_on_data_loss, None if stops is None else offsets[tp],
+                options.security))
     return out
 
 
@@ -248,7 +255,8 @@ def read_snapshot_split(partition: KeybusSnapshotPartition,
 
     def records(snapshot_offset: int | None) -> Iterator[pb.Record]:
         return snapshot_records(partition.broker, split.topic, split.partition, ranges,
-                                key_filter, partition.events_max, snapshot_offset, split.stop)
+                                key_filter, partition.events_max, snapshot_offset, split.stop,
+                                partition.security)
 
     try:
         yield from _coalesced(records(partition.snapshot_offset), partition.events_max, schema)
@@ -296,9 +304,9 @@ class KeybusBatchReader(DataSourceReader):
     def partitions(self) -> list[KeybusInputPartition]:
         options = self.options
         if options.snapshot:
-            return list(_snapshot_partitions(options, view_offsets(options.broker,
-                                                                   options.topics), None))
-        bounds = _client.describe(options.broker, options.topics)
+            return list(_snapshot_partitions(options, view_offsets(
+                options.broker, options.topics, options.security), None))
+        bounds = _client.describe(options.broker, options.topics, options.security)
         starts = resolve_offsets(options.starting, bounds, "startingOffsets")
         stops = resolve_offsets(options.ending, bounds, "endingOffsets")
         for tp, stop in stops.items():
@@ -351,12 +359,12 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartition, int] | None = None
 
     def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        return _client.describe(self.options.broker, self.options.topics)
+        return _client.describe(self.options.broker, self.options.topics, self.options.security)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         if self.options.snapshot:  # the first batch reads the view as of these offsets
-            return mark_snapshot(offsets_to_json(view_offsets(self.options.broker,
-                                                              self.options.topics)))
+            return mark_snapshot(offsets_to_json(view_offsets(
+                self.options.broker, self.options.topics, self.options.security)))
         starts = resolve_offsets(self.options.starting, self._bounds(), "startingOffsets")
         return offsets_to_json(starts)
 

@@ -11,6 +11,7 @@ numeric order and a seek is a range scan):
                b"next_topic_id", b"next_producer_id"           -> u64
     cursors    topic_id u32 | b"s" | name                      -> subscription JSON
                topic_id u32 | b"c" | partition u32 | name      -> cursor (subscription/cursor.py)
+    acls       permission u8 | principal | 0x00 | topic pattern -> b"" (security/acl_store.py)
 
 A record value is a 25-byte header then the serialized `keybus.v1.Record`:
 

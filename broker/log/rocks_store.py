@@ -19,7 +19,7 @@ from broker.log.retention import HeadRecord
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
                    "view",  # the compacted view (broker/view/codec.py)
-                   "ownership", "checkpoints")
+                   "ownership", "checkpoints", "acls")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,11 @@ class RocksStore:
         batch.put(key, codec.U64.pack(value), self._cf["meta"])
         self._db.write(batch, self._sync_options)
         return int(value)
+
+    def peek_id(self, counter: str) -> int:
+        """The last value `next_id` gave for a counter (0: none yet)."""
+        current = self._views["meta"].get(counter.encode())
+        return int(codec.U64.unpack(current)[0]) if current else 0
 
     def delete_topic(self, name: str, topic_id: int, partitions: int) -> None:
         """Remove a topic's metadata and every key of its partitions, atomically."""
@@ -254,6 +259,28 @@ class RocksStore:
         batch.delete(codec.subscription_key(topic_id, name), family)
         for partition in range(partitions):
             batch.delete(codec.cursor_key(topic_id, partition, name), family)
+        self._db.write(batch, self._sync_options)
+
+    # ------------------------------------------------------------ access control
+
+    def load_acl_keys(self) -> list[bytes]:
+        """Every key of the `acls` family (a grant is its key; see broker/security/acl_store.py)."""
+        it = self._views["acls"].iter()
+        it.seek_to_first()
+        keys = []
+        while it.valid():
+            keys.append(bytes(it.key()))
+            it.next()
+        return keys
+
+    def write_acl_keys(self, put: list[bytes], delete: list[bytes]) -> None:
+        """Add and remove grant keys in one synced WriteBatch."""
+        batch = self._batch()
+        family = self._cf["acls"]
+        for key in put:
+            batch.put(key, b"", family)
+        for key in delete:
+            batch.delete(key, family)
         self._db.write(batch, self._sync_options)
 
     # ------------------------------------------------------------ processor stores

@@ -16,7 +16,7 @@ import click
 import grpc
 from rich.console import Console
 
-from keybus.cli import bootstrap, databus, processors, render, subscriptions
+from keybus.cli import acl, bootstrap, certs, databus, processors, render, subscriptions
 from keybus.cli.common import broker_option, fail, json_option, print_json, run
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec, explain
@@ -222,5 +222,7 @@ def main() -> None:
 
 subscriptions.register(cli)
 bootstrap.register(cli)
+acl.register(cli)
+certs.register(cli)
 processors.register(cli)
 databus.register(cli)

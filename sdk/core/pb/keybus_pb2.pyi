@@ -139,6 +139,37 @@ ONLINE: BootstrapPhase.ValueType  # 2
 """the log from target_offset on (only with follow)"""
 Global___BootstrapPhase: _TypeAlias = BootstrapPhase  # noqa: Y015
 
+class _Permission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PermissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Permission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PERMISSION_UNSPECIFIED: _Permission.ValueType  # 0
+    PERMISSION_PRODUCE: _Permission.ValueType  # 1
+    """Produce, InitProducer"""
+    PERMISSION_CONSUME: _Permission.ValueType  # 2
+    """Read, Subscribe, describing subscriptions"""
+    PERMISSION_ADMIN: _Permission.ValueType  # 3
+    """create, delete, seek, describe"""
+
+class Permission(_Permission, metaclass=_PermissionEnumTypeWrapper):
+    """---------------------------------------------------------------- access control
+    Permissions per principal on topics (docs/security.md). A grant names a
+    topic exactly, a prefix ending in `*` (`orders.*` covers every topic whose
+    name starts with `orders.`), or `*` for every topic. Changed by
+    superusers only; enforced when the broker runs with authentication on.
+    """
+
+PERMISSION_UNSPECIFIED: Permission.ValueType  # 0
+PERMISSION_PRODUCE: Permission.ValueType  # 1
+"""Produce, InitProducer"""
+PERMISSION_CONSUME: Permission.ValueType  # 2
+"""Read, Subscribe, describing subscriptions"""
+PERMISSION_ADMIN: Permission.ValueType  # 3
+"""create, delete, seek, describe"""
+Global___Permission: _TypeAlias = Permission  # noqa: Y015
+
 @_typing.final
 class Headers(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1826,6 +1857,206 @@ class BootstrapResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BootstrapResponse: _TypeAlias = BootstrapResponse  # noqa: Y015
+
+@_typing.final
+class AclEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    topic: _builtins.str
+    """a topic name, a prefix ending in `*`, or `*`"""
+    permission: Global___Permission.ValueType
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        permission: Global___Permission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission", "principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclEntry: _TypeAlias = AclEntry  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsRequest: _TypeAlias = GrantPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_FIELD_NUMBER: _builtins.int
+    added: _builtins.int
+    """entries that were not there before"""
+    def __init__(
+        self,
+        *,
+        added: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsResponse: _TypeAlias = GrantPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsRequest: _TypeAlias = RevokePermissionsRequest  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """entries that were there"""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsResponse: _TypeAlias = RevokePermissionsResponse  # noqa: Y015
+
+@_typing.final
+class ListPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty = every principal"""
+    topic: _builtins.str
+    """empty = every topic; else the grants that cover it"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsRequest: _TypeAlias = ListPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class ListPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    ENFORCED_FIELD_NUMBER: _builtins.int
+    SUPERUSERS_FIELD_NUMBER: _builtins.int
+    enforced: _builtins.bool
+    """false: authentication is off on this broker"""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    @_builtins.property
+    def superusers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+        enforced: _builtins.bool = ...,
+        superusers: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforced", b"enforced", "entries", b"entries", "superusers", b"superusers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsResponse: _TypeAlias = ListPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SUPERUSER_FIELD_NUMBER: _builtins.int
+    TLS_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty when authentication is off"""
+    superuser: _builtins.bool
+    tls: _builtins.bool
+    """the connection is TLS"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        superuser: _builtins.bool = ...,
+        tls: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "superuser", b"superuser", "tls", b"tls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
 
 @_typing.final
 class OwnershipRecord(_message.Message):
