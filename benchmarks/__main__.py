@@ -10,6 +10,8 @@ JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 `python -m benchmarks cluster [--events N] [--kills K]` measures replication
 (acks=leader/1/2) and failover time with 3 brokers and ZooKeeper (see
 benchmarks/cluster.py).
+`python -m benchmarks bootstrap [options]` measures the compacted view (produce
+with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstrap.py).
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
@@ -79,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import cluster  # 3 brokers and ZooKeeper (Debian's zookeeper package)
 
         return cluster.main(arguments[1:])
+    if arguments[:1] == ["bootstrap"]:
+        from benchmarks import bootstrap  # compacted view and snapshot figures
+
+        return bootstrap.main(arguments[1:])
     if arguments[:1] == ["processors"]:
         from benchmarks import processors  # its own options; Redis rows need redis-server
 

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 
 from benchmarks import machine
-from benchmarks.results import record_table
+from benchmarks.results import record
 from keybus.dev_cluster import BrokerRunner, ZooKeeperServer, start_cluster
 from sdk import Admin, Producer
 from sdk.channel import open_channel, stub_of
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
               "command": "python -m benchmarks cluster " + " ".join(argv), "results": results}
     print(json.dumps(report, indent=2))
     if not options.no_record:
-        record_table(report, render(report))
+        record(report, render=render)
     return 0
 
 

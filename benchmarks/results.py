@@ -6,6 +6,7 @@ blocks; a block is delimited by `<!-- bench: COMMAND -->` ... `<!-- /bench -->`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,12 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any], notes: str = "") -> None:
+def record(report: dict[str, Any], notes: str = "",
+           render: Callable[[dict[str, Any]], str] = table) -> None:
     """Replace (or add) this command's block; `notes` go under its table."""
-    record_table(report, table(report) + (f"\n\n{notes}" if notes else ""))
-
-
-def record_table(report: dict[str, Any], rendered: str) -> None:
-    """Write `rendered` as the block of the report's command (newest run wins)."""
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{rendered}\n{end}"
+    body = render(report) + (f"\n\n{notes}" if notes else "")
+    block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)

@@ -95,6 +95,18 @@ class Settings:
     relay_token_file: str = ""  # its principal needs consume and admin on chained topics
     # Per topic (or "*" for every other topic): upstream, leader, election, acks.
     replication: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Compacted view and bootstrap (topic settings override the defaults).
+    view_default: bool = True  # a topic created without a view policy keeps a view
+    delete_retention_ms: int = 24 * 3600 * 1000  # tombstones kept in the view (Kafka's default)
+    view_pass_events_max: int = 100_000  # log events one view maintenance pass folds, at most
+    # Before a pass, wait up to this long for a full pass of events: a pass
+    # over more events writes each hot key once for all of them. Bounds the
+    # view's lag when the log grows slowly.
+    view_linger_ms: int = 1_000
+    view_sweep_interval_ms: int = 60_000  # how often tombstones past delete retention go
+    view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
+    compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
+    bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
     # Security (docs/security.md); all off by default. TLS: the broker's PEM
     # certificate and key, both or neither.
     tls_cert_file: str = ""
@@ -138,7 +150,9 @@ class Settings:
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
-        for name in ("processor_store_queue_max", "processor_commit_commands_max",
+        for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
+                     "compaction_records_max", "bootstrap_streams_max",
+                     "processor_store_queue_max", "processor_commit_commands_max",
                      "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")

@@ -159,11 +159,23 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "{have} of the {copies} follower copies of {topic!r}/{partition} up to offset "
                   "{offset} arrived within acks_timeout_ms={timeout}; the events are on the "
                   "leader and a retry is answered once they are copied"),
-        ErrorKind("log_truncated", grpc.StatusCode.ABORTED,
-                  "the log of {topic!r}/{partition} was truncated to offset {end} (a broker that "
-                  "lost leadership dropped events that were never acknowledged); offset "
-                  "{offset} is past its end: read again from {end}"),
         ErrorKind("replica_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        # ------------------------------------------------------------ compacted view, bootstrap
+        ErrorKind("view_off", grpc.StatusCode.FAILED_PRECONDITION,
+                  "topic {topic!r} keeps no compacted view, so it cannot bootstrap; create "
+                  "topics that need it with view on (keybus topics create {topic} --view)"),
+        ErrorKind("view_config_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("bootstrap_resume_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "resume.{field}={value} is invalid for {topic!r}/{partition}: {allowed}"),
+        ErrorKind("bootstrap_snapshot_gone", grpc.StatusCode.OUT_OF_RANGE,
+                  "the snapshot of {topic!r}/{partition} at offset {offset} cannot be "
+                  "resumed: its catch-up was removed by retention (the log starts at "
+                  "{start}); start the bootstrap over"),
+        ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "the broker serves {max} Bootstrap streams at once "
+                  "(bootstrap_streams_max); retry later"),
+        ErrorKind("bootstrap_sources_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "sources: {detail}"),
         # ------------------------------------------------------------ event processor stores
         ErrorKind("processor_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "{field}={value!r} is invalid: {allowed}"),

@@ -15,15 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 from broker.config import Settings
 from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
-from broker.log.retention import plan_trim
+from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_path import Chunk, ReadSpec, read_chunk
@@ -50,6 +51,11 @@ class TopicMeta:
     retention_ms: int
     retention_bytes: int
     created_ms: int
+    # Compacted view and bootstrap (broker/view): keep a view; compact instead
+    # of delete (Kafka's cleanup.policy=compact); how long tombstones stay.
+    view: bool = False
+    compacted: bool = False
+    delete_retention_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +82,12 @@ class _OnTask:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def below(head: Iterable[HeadRecord], floor: int | None) -> Iterable[HeadRecord]:
+    """The head records retention may look at: those starting at or below
+    `floor` (the one starting at it is never removed: plan_trim keeps the last)."""
+    return head if floor is None else takewhile(lambda r: r.base_offset <= floor, head)
 
 
 class Partition:
@@ -106,6 +118,15 @@ class Partition:
         self._closed = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
+        # Compacted view (broker/view): retention never trims at or past this
+        # offset (what the view has not folded in yet, or an active bootstrap
+        # still has to read); a compacted topic rewrites its head instead.
+        self.retention_floor: Callable[[], int] | None = None
+        self.compact_head: Callable[[int | None, int], Awaitable[tuple[int, int]]] | None = None
+        # Retention is removing (or removed) every record below this offset. Set
+        # before the delete, so a reader that checks it after a read knows
+        # whether that read may have missed records (a bootstrap's catch-up).
+        self.removing_below = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -262,18 +283,8 @@ class Partition:
         return await asyncio.to_thread(read_chunk, self.store, spec, start)
 
     async def wait_for_data(self, offset: int) -> None:
-        """Return once the log holds an event at `offset` (or the partition closes).
-
-        Raises:
-            BrokerError: log_truncated when a relay truncation removed the
-                offsets before `offset` (the reader must start again).
-        """
+        """Return once the log holds an event at `offset` (or the partition closes)."""
         while self.end_offset <= offset and not self._closed:
-            # Past what is written at all (a reader may run ahead of end_offset
-            # while a commit is published, never past the clock): truncated.
-            if offset > self.clock.next_offset:
-                raise BrokerError("log_truncated", topic=self.meta.name, partition=self.index,
-                                  offset=offset, end=self.end_offset)
             await self._appended.wait()
         if self._closed:
             raise BrokerError("topic_deleted", topic=self.meta.name)
@@ -354,11 +365,17 @@ class Partition:
 
     async def _trim(self, command: _Trim) -> None:
         meta = self.meta
-        plan = None if not (meta.retention_ms or meta.retention_bytes) else await asyncio.to_thread(
-            lambda: plan_trim(head_records(self.store, meta.topic_id, self.index),
-                              command.now_ms, meta.retention_ms, meta.retention_bytes,
-                              self.bytes))
+        floor = self.retention_floor() if self.retention_floor is not None else None
+        plan = None
+        if self.compact_head is not None:  # a compacted topic rewrites its head instead
+            self.start_offset, removed = await self.compact_head(floor, command.now_ms)
+            self.bytes -= removed
+        elif meta.retention_ms or meta.retention_bytes:
+            plan = await asyncio.to_thread(lambda: plan_trim(
+                below(head_records(self.store, meta.topic_id, self.index), floor),
+                command.now_ms, meta.retention_ms, meta.retention_bytes, self.bytes))
         if plan is not None:
+            self.removing_below = plan.stop_offset
             await asyncio.to_thread(self.store.trim, meta.topic_id, self.index, plan.stop_offset,
                                     plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
             self.start_offset = plan.stop_offset

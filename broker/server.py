@@ -26,6 +26,7 @@ from broker.relay.settings import relay_settings
 from broker.rpc.acl_servicer import AclServicer
 from broker.rpc.admin_servicer import AdminServicer
 from broker.rpc.auth import AuthInterceptor
+from broker.rpc.bootstrap_servicer import BootstrapServicer, bootstrap_handler
 from broker.rpc.guard import GuardInterceptor
 from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_handler
 from broker.rpc.produce_servicer import ProduceServicer
@@ -112,6 +113,8 @@ async def start_broker(settings: Settings) -> Broker:
         SubscribeServicer(subscriptions),
         SubscriptionAdminServicer(subscriptions),
         AclServicer(acls, security.auth_enabled(settings))), relay_handler(RelayServicer(relay))))
+    server.add_generic_rpc_handlers((bootstrap_handler(
+        BootstrapServicer(registry, settings, config_filters)),))
     processor_stores = ProcessorStores(store, registry, settings)
     processor_stores.start()
     server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))

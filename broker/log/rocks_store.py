@@ -18,6 +18,7 @@ from broker.log import codec
 from broker.log.retention import HeadRecord
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
+                   "view",  # the compacted view (broker/view/codec.py)
                    "ownership", "checkpoints", "acls")
 
 
@@ -107,8 +108,8 @@ class RocksStore:
         batch = self._batch()
         batch.delete(b"topic/" + name.encode(), self._cf["meta"])
         start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
-        for family in ("log", "scn_index", "producers", "partitions", "cursors", "ownership",
-                       "checkpoints"):
+        for family in ("log", "scn_index", "producers", "partitions", "cursors", "view",
+                       "ownership", "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
         self._db.write(batch, self._sync_options)
 
@@ -343,6 +344,17 @@ class RocksStore:
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
+
+    # ------------------------------------------------------------ families kept by other modules
+
+    def column_family(self, name: str) -> tuple[Any, rocksdict.Rdict]:
+        """The handle (for WriteBatch puts) and the reader of a column family
+        whose layout another module owns (the compacted view: broker/view)."""
+        return self._cf[name], self._views[name]
+
+    def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
+        """Write a WriteBatch built on `column_family` handles, fsynced if asked."""
+        self._db.write(batch, self._sync_options if sync else self._cursor_write_options)
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:

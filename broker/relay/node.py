@@ -382,6 +382,7 @@ class RelayNode:
 
     async def _truncated(self, topic: str, partition: int, end: int) -> None:
         """A truncation to `end`: subscriptions past it go back to it first."""
+        self._warn_view(topic, partition, end)
         if self.carrier is None:
             return
         for info in self.carrier.list_all(topic):
@@ -390,6 +391,16 @@ class RelayNode:
                     await self.carrier.seek(topic, info.subscription,
                                             pb.StartPosition(offset=min(p.mark_delete, end)),
                                             [partition])
+
+    def _warn_view(self, topic: str, partition: int, end: int) -> None:
+        """The compacted view (broker/view) is not rolled back by a truncation: say so."""
+        with contextlib.suppress(BrokerError):
+            view = self.registry.views.of(topic, partition)
+            if view.state.offset_next > end:
+                log.warning("topic %s/%d: the compacted view folded offsets up to %d, past the "
+                            "truncation to %d; it keeps the dropped events' keys until they are "
+                            "written again (a view is not rolled back)", topic, partition,
+                            view.state.offset_next, end)
 
     # ------------------------------------------------------------ election helpers
 

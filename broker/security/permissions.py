@@ -221,6 +221,8 @@ RULES: dict[str, Rule] = {
     "DescribeCluster": _needs(*ANY),
     "EpochEnd": _needs(Permission.CONSUME),
     "ReportReplicaPositions": _needs(Permission.ADMIN),
+    # Compacted view and bootstrap: a snapshot then the log, read as Read reads.
+    "Bootstrap": _needs(Permission.CONSUME),
 }
 
 

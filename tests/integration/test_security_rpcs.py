@@ -158,6 +158,8 @@ RPCS: dict[str, tuple[Call, str]] = {
     "EpochEnd": (lambda s, r: s.EpochEnd(pb.EpochEndRequest(topic=TOPIC), timeout=10), "alice"),
     "ReportReplicaPositions": (lambda s, r: list(s.ReportReplicaPositions(iter([pb.ReplicaPosition(
         topic=TOPIC, broker_id="follower")]), timeout=10)), "carol"),
+    "Bootstrap": (lambda s, r: list(s.Bootstrap(pb.BootstrapRequest(topic=TOPIC), timeout=10)),
+                  "alice"),
 }
 # Open to any authenticated principal: nothing to deny.
 OPEN_TO_ANYONE = {"ListTopics", "WhoAmI"}

@@ -111,6 +111,11 @@ class KeybusStub:
                 request_serializer=keybus__pb2.ReplicaPosition.SerializeToString,
                 response_deserializer=keybus__pb2.ReplicaPositionAck.FromString,
                 _registered_method=True)
+        self.Bootstrap = channel.unary_stream(
+                '/keybus.v1.Keybus/Bootstrap',
+                request_serializer=keybus__pb2.BootstrapRequest.SerializeToString,
+                response_deserializer=keybus__pb2.BootstrapResponse.FromString,
+                _registered_method=True)
         self.GrantPermissions = channel.unary_unary(
                 '/keybus.v1.Keybus/GrantPermissions',
                 request_serializer=keybus__pb2.GrantPermissionsRequest.SerializeToString,
@@ -256,6 +261,13 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Bootstrap(self, request, context):
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GrantPermissions(self, request, context):
         """Access control (superusers only, except WhoAmI).
         """
@@ -389,6 +401,11 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.ReportReplicaPositions,
                     request_deserializer=keybus__pb2.ReplicaPosition.FromString,
                     response_serializer=keybus__pb2.ReplicaPositionAck.SerializeToString,
+            ),
+            'Bootstrap': grpc.unary_stream_rpc_method_handler(
+                    servicer.Bootstrap,
+                    request_deserializer=keybus__pb2.BootstrapRequest.FromString,
+                    response_serializer=keybus__pb2.BootstrapResponse.SerializeToString,
             ),
             'GrantPermissions': grpc.unary_unary_rpc_method_handler(
                     servicer.GrantPermissions,
@@ -843,6 +860,33 @@ class Keybus:
             '/keybus.v1.Keybus/ReportReplicaPositions',
             keybus__pb2.ReplicaPosition.SerializeToString,
             keybus__pb2.ReplicaPositionAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Bootstrap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/keybus.v1.Keybus/Bootstrap',
+            keybus__pb2.BootstrapRequest.SerializeToString,
+            keybus__pb2.BootstrapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,8 @@ class KeybusStub:
     """Relay chaining and leader election."""
     EpochEnd: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]
     ReportReplicaPositions: _grpc.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]
+    Bootstrap: _grpc.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
     GrantPermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]
     """Access control (superusers only, except WhoAmI)."""
     RevokePermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]
@@ -101,6 +103,8 @@ class KeybusAsyncStub(KeybusStub):
     """Relay chaining and leader election."""
     EpochEnd: _aio.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]  # type: ignore[assignment]
     ReportReplicaPositions: _aio.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]  # type: ignore[assignment]
+    Bootstrap: _aio.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]  # type: ignore[assignment]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
     GrantPermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]  # type: ignore[assignment]
     """Access control (superusers only, except WhoAmI)."""
     RevokePermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]  # type: ignore[assignment]
@@ -224,6 +228,14 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_keybus_pb2.ReplicaPosition],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_keybus_pb2.ReplicaPositionAck], _abc.AsyncIterator[_keybus_pb2.ReplicaPositionAck]]: ...
+
+    @_abc_1.abstractmethod
+    def Bootstrap(
+        self,
+        request: _keybus_pb2.BootstrapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_keybus_pb2.BootstrapResponse], _abc.AsyncIterator[_keybus_pb2.BootstrapResponse]]:
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
 
     @_abc_1.abstractmethod
     def GrantPermissions(
