@@ -6,6 +6,7 @@ blocks; a block is delimited by `<!-- bench: COMMAND -->` ... `<!-- /bench -->`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any], notes: str = "") -> None:
+def record(report: dict[str, Any], notes: str = "",
+           render: Callable[[dict[str, Any]], str] = table) -> None:
     """Replace (or add) this command's block; `notes` go under its table."""
-    record_block(report["command"], table(report) + (f"\n\n{notes}" if notes else ""))
+    record_block(report["command"], render(report) + (f"\n\n{notes}" if notes else ""))
 
 
 def record_block(command: str, body: str) -> None:

@@ -89,6 +89,37 @@ class Settings:
     waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
     # Server-side filters per source (Databus config keys), raw strings.
     serversidefilter: dict[str, str] = field(default_factory=dict)
+    # Relay chaining and leader election (docs/cluster.md; checked by broker/relay/settings.py).
+    broker_id: str = ""  # this broker's name in a cluster; "" = its advertised address
+    advertised_address: str = ""  # HOST:PORT other brokers and clients reach it on; "" = host:port
+    zookeeper: str = ""  # ZooKeeper connect string HOST:PORT[,HOST:PORT]; "" = no election
+    zookeeper_root: str = "/keybus"  # the znode every Keybus node of this cluster lives under
+    zookeeper_session_timeout_ms: int = 4_000  # a dead leader is noticed after this long
+    relay_retry_backoff_ms: int = 100  # a follower's first retry delay; it doubles ...
+    relay_retry_backoff_max_ms: int = 60_000  # ... up to this cap (the seed's one minute)
+    relay_sync_interval_ms: int = 1_000  # subscription cursors and topic lists copied this often
+    acks_timeout_ms: int = 30_000  # a produce waiting for its copies fails (UNAVAILABLE) after this
+    leader_handover_timeout_ms: int = 3_000  # a stopping leader waits this long for its followers
+    # How this broker connects to its upstreams when they run with TLS and tokens
+    # (PEM CA bundle, client certificate and key for mTLS, a token file); "" = plain text.
+    relay_tls_ca_file: str = ""
+    relay_tls_cert_file: str = ""
+    relay_tls_key_file: str = ""
+    relay_token_file: str = ""  # its principal needs consume and admin on chained topics
+    # Per topic (or "*" for every other topic): upstream, leader, election, acks.
+    replication: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Compacted view and bootstrap (topic settings override the defaults).
+    view_default: bool = True  # a topic created without a view policy keeps a view
+    delete_retention_ms: int = 24 * 3600 * 1000  # tombstones kept in the view (Kafka's default)
+    view_pass_events_max: int = 100_000  # log events one view maintenance pass folds, at most
+    # Before a pass, wait up to this long for a full pass of events: a pass
+    # over more events writes each hot key once for all of them. Bounds the
+    # view's lag when the log grows slowly.
+    view_linger_ms: int = 1_000
+    view_sweep_interval_ms: int = 60_000  # how often tombstones past delete retention go
+    view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
+    compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
+    bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
     # Security (docs/security.md); all off by default. TLS: the broker's PEM
     # certificate and key, both or neither.
     tls_cert_file: str = ""
@@ -135,7 +166,9 @@ class Settings:
                      "delivery_bytes_max", "cursor_ranges_persisted_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
-        for name in ("processor_store_queue_max", "processor_commit_commands_max",
+        for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
+                     "compaction_records_max", "bootstrap_streams_max",
+                     "processor_store_queue_max", "processor_commit_commands_max",
                      "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
@@ -207,6 +240,8 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
         for key, raw in data.items():
             if key == "serversidefilter" and isinstance(raw, Mapping):
                 filters.update(_flatten_filters(raw))
+            elif key == "replication":
+                values["replication"] = replication_table(raw)
             elif key.startswith("serversidefilter."):
                 filters[key] = str(raw)
             elif key not in _FIELDS:
@@ -218,14 +253,42 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
             values["serversidefilter"] = filters
     for name in _FIELDS:
         env_value = (env if env is not None else os.environ).get(f"KEYBUS_{name.upper()}")
-        if env_value is not None and name != "serversidefilter":
+        if env_value is not None and not _FIELDS[name].type.startswith("dict"):
             values[name] = _coerce(name, env_value)
     for name, raw in (overrides or {}).items():
         if raw is not None:
             values[name] = _coerce(name, raw)
     settings = Settings(**values)
     check_filters(settings, config_path)
+    check_replication(settings, config_path)
     return settings
+
+
+PORT_UNBOUND = 65535  # stands for port 0 (any free port) while settings are only checked
+
+
+def replication_table(raw: Any) -> dict[str, dict[str, str]]:
+    """The `[replication.TOPIC]` tables as plain strings (checked later)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("replication must hold one table per topic, e.g. [replication.orders] "
+                          "with election = \"zookeeper\"")
+    table: dict[str, dict[str, str]] = {}
+    for topic, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"replication.{topic} must be a table, e.g. "
+                              f"[replication.{topic}] with election = \"zookeeper\"")
+        table[topic] = {key: str(value) for key, value in entry.items()}
+    return table
+
+
+def check_replication(settings: Settings, config_path: str | None) -> None:
+    """Refuse a bad relay setting, naming it (broker/relay/settings.py)."""
+    from broker.relay.settings import ReplicationError, relay_settings
+
+    try:
+        relay_settings(settings, settings.port or PORT_UNBOUND)  # port 0: bound at start
+    except ReplicationError as e:
+        raise ConfigError(f"{config_path or 'config'}: {e}") from None
 
 
 def check_filters(settings: Settings, config_path: str | None) -> None:

@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ready-file", help="write the bound port here once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     for f in dataclasses.fields(Settings):
-        if f.name == "serversidefilter":
+        if str(f.type).startswith("dict"):  # tables: config file only
             continue
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":

@@ -5,7 +5,9 @@ SCN clock, producer state and partition size need no locks (runs on the
 partition task). Produce requests that queue up while a write is in flight
 are written together in one WriteBatch with one fsync (group commit).
 Readers never go through the queue: they read RocksDB on worker threads and
-wait on `wait_for_data` to follow the tail.
+wait on `wait_for_data` to follow the tail. A follower's relay appends and
+truncations (broker/relay/replica_log.py) run on the same task through
+`run_on_task`, in queue order with everything else.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
+from typing import Any
 
 from broker.config import Settings
 from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
-from broker.log.retention import plan_trim
+from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_path import Chunk, ReadSpec, read_chunk
@@ -46,6 +51,11 @@ class TopicMeta:
     retention_ms: int
     retention_bytes: int
     created_ms: int
+    # Compacted view and bootstrap (broker/view): keep a view; compact instead
+    # of delete (Kafka's cleanup.policy=compact); how long tombstones stay.
+    view: bool = False
+    compacted: bool = False
+    delete_retention_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -61,8 +71,23 @@ class _Trim:
     future: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+@dataclass(slots=True)
+class _OnTask:
+    """Work another module runs on the partition task (relay appends, truncation)."""
+
+    work: Callable[[Partition], Awaitable[Any]]
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    size: int = 0
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def below(head: Iterable[HeadRecord], floor: int | None) -> Iterable[HeadRecord]:
+    """The head records retention may look at: those starting at or below
+    `floor` (the one starting at it is never removed: plan_trim keeps the last)."""
+    return head if floor is None else takewhile(lambda r: r.base_offset <= floor, head)
 
 
 class Partition:
@@ -83,12 +108,25 @@ class Partition:
         self.start_offset = tail.start_offset
         self.bytes = tail.bytes
         self.producers = ProducerTable(PRODUCER_RESULTS_KEPT, settings.producer_ids_max)
-        self._queue: asyncio.Queue[_Produce | _Trim] = asyncio.Queue(
+        # Relay chaining: the epoch new records are appended under, and a check
+        # that refuses produce on a broker that does not lead the topic.
+        self.leader_epoch = 0
+        self.write_guard: Callable[[], None] | None = None
+        self._queue: asyncio.Queue[_Produce | _Trim | _OnTask] = asyncio.Queue(
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
         self._closed = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
+        # Compacted view (broker/view): retention never trims at or past this
+        # offset (what the view has not folded in yet, or an active bootstrap
+        # still has to read); a compacted topic rewrites its head instead.
+        self.retention_floor: Callable[[], int] | None = None
+        self.compact_head: Callable[[int | None, int], Awaitable[tuple[int, int]]] | None = None
+        # Retention is removing (or removed) every record below this offset. Set
+        # before the delete, so a reader that checks it after a read knows
+        # whether that read may have missed records (a bootstrap's catch-up).
+        self.removing_below = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -119,6 +157,8 @@ class Partition:
         """
         if self._closed:
             raise BrokerError("topic_deleted", topic=self.meta.name)
+        if self.write_guard is not None:
+            self.write_guard()
         try:
             validate_batch(request.batch, self.settings.event_bytes_max,
                            self.settings.batch_events_max)
@@ -142,8 +182,10 @@ class Partition:
             for command in group:
                 if isinstance(command, _Trim):
                     await self._trim(command)
+                elif isinstance(command, _OnTask):
+                    await self._on_task(command)
 
-    async def _next_group(self) -> list[_Produce | _Trim]:
+    async def _next_group(self) -> list[_Produce | _Trim | _OnTask]:
         """The first waiting command plus whatever else is queued, within limits."""
         group = [await self._queue.get()]
         size = 0
@@ -218,7 +260,9 @@ class Partition:
         result = decision.result
         record = pb.Record(topic=self.meta.name, partition=self.index,
                            base_offset=result.base_offset, scn_first=result.scn_first,
-                           window=result.window, publish_time_ms=result.publish_time_ms)
+                           window=result.window, publish_time_ms=result.publish_time_ms,
+                           producer_id=request.producer_id, sequence=request.sequence,
+                           leader_epoch=self.leader_epoch)
         record.batch.CopyFrom(request.batch)  # slots verified or filled in by submit()
         value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
                                     result.count, result.scn_first, result.window)
@@ -244,6 +288,39 @@ class Partition:
             await self._appended.wait()
         if self._closed:
             raise BrokerError("topic_deleted", topic=self.meta.name)
+
+    # ------------------------------------------------------------ relay hooks
+
+    def run_on_task(self, work: Callable[[Partition], Awaitable[Any]]) -> asyncio.Future[Any]:
+        """Queue `work(self)` to run on the partition task, behind queued produces.
+
+        Raises:
+            BrokerError: the partition is closed or its queue is full.
+        """
+        if self._closed:
+            raise BrokerError("topic_deleted", topic=self.meta.name)
+        command = _OnTask(work)
+        try:
+            self._queue.put_nowait(command)
+        except asyncio.QueueFull:
+            raise BrokerError("queue_full", what=f"partition {self.meta.name}/{self.index}",
+                              max=self.settings.partition_queue_requests_max) from None
+        return command.future
+
+    async def _on_task(self, command: _OnTask) -> None:
+        try:
+            result = await command.work(self)
+        except Exception as e:
+            if not command.future.done():
+                command.future.set_exception(e)
+            return
+        if not command.future.done():
+            command.future.set_result(result)
+
+    def publish(self) -> None:
+        """Make what the clock holds (durable) visible to readers and wake them."""
+        self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
+        self._wake_readers()
 
     def _wake_readers(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
@@ -288,11 +365,17 @@ class Partition:
 
     async def _trim(self, command: _Trim) -> None:
         meta = self.meta
-        plan = None if not (meta.retention_ms or meta.retention_bytes) else await asyncio.to_thread(
-            lambda: plan_trim(head_records(self.store, meta.topic_id, self.index),
-                              command.now_ms, meta.retention_ms, meta.retention_bytes,
-                              self.bytes))
+        floor = self.retention_floor() if self.retention_floor is not None else None
+        plan = None
+        if self.compact_head is not None:  # a compacted topic rewrites its head instead
+            self.start_offset, removed = await self.compact_head(floor, command.now_ms)
+            self.bytes -= removed
+        elif meta.retention_ms or meta.retention_bytes:
+            plan = await asyncio.to_thread(lambda: plan_trim(
+                below(head_records(self.store, meta.topic_id, self.index), floor),
+                command.now_ms, meta.retention_ms, meta.retention_bytes, self.bytes))
         if plan is not None:
+            self.removing_below = plan.stop_offset
             await asyncio.to_thread(self.store.trim, meta.topic_id, self.index, plan.stop_offset,
                                     plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
             self.start_offset = plan.stop_offset

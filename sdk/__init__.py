@@ -8,6 +8,7 @@ ranges, columns, filters). It imports nothing else from Keybus.
 
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
+from sdk.bootstrap import BootstrapPosition, PhaseMarker
 from sdk.channel import DEFAULT_PORT, open_channel, parse_broker
 from sdk.consumer import Consumer, ConsumerConfig, Message, ReceivedBatch
 from sdk.core.columns import Event
@@ -19,6 +20,7 @@ from sdk.errors import (
     InvalidArgument,
     KeybusError,
     NotFound,
+    NotLeader,
     OffsetOutOfRange,
     PermissionDenied,
     ProducerClosed,
@@ -48,9 +50,10 @@ from sdk.sync_consumer import SyncConsumer
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BufferFull", "ClientSecurity", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture",
-    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
-    "OffsetOutOfRange", "PermissionDenied", "ProducedEvent", "Producer", "ProducerClosed",
+    "BootstrapPosition", "BufferFull", "ClientSecurity", "Consumer", "ConsumerConfig",
+    "DeliveryTimeout", "Event", "EventFuture",
+    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound", "NotLeader",
+    "OffsetOutOfRange", "PermissionDenied", "PhaseMarker", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
     "SyncEventFuture", "SyncProducer", "SyncReader", "TopicNotFound", "Unauthenticated",

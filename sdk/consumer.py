@@ -28,6 +28,7 @@ import grpc.aio
 
 from sdk import errors
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.columns import Event, record_events
 from sdk.core.model import HashRange
 from sdk.core.offset_ranges import bounds_of
@@ -199,8 +200,12 @@ class Consumer:
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
-        self._channel = channel or open_channel(broker, security)
-        self._stub = stub_of(self._channel)
+        # Several brokers ("h1:6650,h2:6650"): subscribe on the topic's leader, follow it.
+        self._leader = LeaderChannel(broker, topic, security=security) \
+            if channel is None and is_cluster(broker) else None
+        self._channel = channel if channel is not None or self._leader \
+            else open_channel(broker, security)
+        self._stub = stub_of(self._channel) if self._channel is not None else None
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
         self._state = _State(FetchBuffer(config.receiver_queue_size))
@@ -226,7 +231,9 @@ class Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
 
         Args:
-            broker: "host:port". topic: an existing topic.
+            broker: "host:port", or several ("h1:6650,h2:6650,h3:6650"): the
+                consumer then subscribes on the topic's leader and follows it
+                across failovers. topic: an existing topic.
             subscription: the subscription's name.
             config / options: ConsumerConfig, or its fields as keywords.
             on_range_change: called (partition, ranges) when this consumer's
@@ -408,6 +415,10 @@ class Consumer:
         backoff_ms = self.config.retry_backoff_ms
         retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
         while True:
+            if self._leader is not None and not await self._find_leader(reconnecting):
+                await asyncio.sleep(backoff_ms / 1000)
+                continue
+            assert self._stub is not None
             stream = SubscribeStream(self._stub, self._open)
             try:
                 opened = await stream.open()
@@ -429,6 +440,18 @@ class Consumer:
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
         self._flush_wanted.set()
+
+    async def _find_leader(self, reconnecting: bool) -> bool:
+        """Point the stub at the topic's leader; False (retry later) while none is
+        known and the consumer is reconnecting."""
+        assert self._leader is not None
+        try:
+            self._stub = await self._leader.connect()
+        except errors.KeybusError:
+            if not reconnecting or not self.config.reconnect:
+                raise
+            return False
+        return True
 
     async def _receive_loop(self) -> None:
         try:
@@ -561,7 +584,9 @@ class Consumer:
         await self._close_channel()
 
     async def _close_channel(self) -> None:
-        if self._owns_channel:
+        if self._leader is not None:
+            await self._leader.close()
+        elif self._owns_channel and self._channel is not None:
             await self._channel.close()
 
     async def __aenter__(self) -> Consumer:

@@ -9,7 +9,7 @@ follower and the Spark connector read through this class.
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -19,18 +19,20 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
 
-# Stream failures worth a reconnect (a restarting broker shows as these).
-_RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
-
-Start = str | int | Mapping[str, int]
+Start = str | int | Mapping[str, int] | BootstrapPosition
+# A start past the log end after a failover (the new leader lacks never-acknowledged events).
+_TRUNCATED_CODES = {errors.OUT_OF_RANGE}
+_log = logging.getLogger("keybus.reader")
 
 
 class _ToProto(Protocol):
@@ -38,12 +40,20 @@ class _ToProto(Protocol):
 
 
 class ReadBatch:
-    """The events of one stored record that passed the read's ranges and filter."""
+    """The events of one stored record that passed the read's ranges and filter.
 
-    __slots__ = ("_offsets", "record")
+    A bootstrap read (start="bootstrap") also says its `phase` ("snapshot",
+    "catchup", "online"); a batch with `marker` set has no events and opens
+    a phase.
+    """
 
-    def __init__(self, record: pb.Record) -> None:
+    __slots__ = ("_offsets", "marker", "phase", "record")
+
+    def __init__(self, record: pb.Record, phase: str | None = None,
+                 marker: PhaseMarker | None = None) -> None:
         self.record = record
+        self.phase = phase
+        self.marker = marker
         self._offsets: list[int] | None = None
 
     @property
@@ -92,10 +102,15 @@ class Reader:
     """Async iterator of ReadBatch over one partition.
 
     Args:
-        broker: "host:port" (ignored when `channel` is given).
+        broker: "host:port" (ignored when `channel` is given), or several
+            ("h1:6650,h2:6650,h3:6650"): read from the topic's leader and
+            follow it across failovers.
         topic, partition: what to read.
-        start: "earliest" (default), "latest", an offset (int), or {"scn": n}
-            (the first event whose SCN is >= n).
+        start: "earliest" (default), "latest", an offset (int), {"scn": n}
+            (the first event whose SCN is >= n), or "bootstrap": the
+            partition's compacted view as a snapshot, then the log from the
+            snapshot's offset (sdk/bootstrap.py); a BootstrapPosition (from
+            `position`) continues a bootstrap.
         hash_ranges: only events whose slot is in these inclusive ranges:
             HashRange objects, (first, last) pairs, or text "0-16383,40000-65535".
         key_filter: a pb.KeyFilter, an object with to_proto(), or CLI text such
@@ -107,6 +122,9 @@ class Reader:
             long (default 30000); with follow, retries never stop.
         retry_backoff_ms, retry_backoff_max_ms: reconnect backoff (100, 1000).
         channel: a grpc.aio channel to share (not closed by close()).
+        sources: bootstrap only: just these sources, in this order (default all).
+        include_tombstones: bootstrap only: the snapshot carries DELETE events
+            of deleted keys (default True, for a reader that holds state).
         security: TLS and credentials (sdk.security.ClientSecurity); None =
             the ambient default, else plain text.
     Raises (while iterating):
@@ -120,7 +138,8 @@ class Reader:
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
                  retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000,
-                 channel: grpc.aio.Channel | None = None,
+                 channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
+                 include_tombstones: bool = True,
                  security: ClientSecurity | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
@@ -139,13 +158,33 @@ class Reader:
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0)
-        self._start = start_to_proto(start)
+        self._bootstrap: BootstrapStream | None = None
+        if start == "bootstrap" or isinstance(start, BootstrapPosition):
+            self._start = pb.StartPosition()
+            self._bootstrap = BootstrapStream(
+                self._bootstrap_call, pb.BootstrapRequest(
+                    topic=topic, partition=partition, sources=list(sources or []),
+                    filter=self._template.filter, hash_ranges=self._template.hash_ranges,
+                    events_max=events_max, bytes_max=bytes_max, follow=follow,
+                    include_tombstones=include_tombstones, stop_offset=stop_offset or 0),
+                start if isinstance(start, BootstrapPosition) else None, follow,
+                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms)
+        elif sources is not None:
+            raise ValueError("sources applies to start='bootstrap' only (a log read has "
+                             "every source; filter them from the batches)")
+        else:
+            self._start = start_to_proto(start)
         self._retry_timeout_ms = retry_timeout_ms
         self._backoff_first_ms = retry_backoff_ms
         self._backoff_max_ms = retry_backoff_max_ms
         self._channel = channel
         self._owns_channel = channel is None
-        self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
+        # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
+        self._leader = LeaderChannel(broker, topic, security=security) \
+            if channel is None and is_cluster(broker) else None
+        self._stream = RetryingCall(self._open_call, follow, retry_timeout_ms, retry_backoff_ms,
+                                    retry_backoff_max_ms,
+                                    prepare=self._find_leader if self._leader else None)
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
         self._next_offset: int | None = None
@@ -154,13 +193,41 @@ class Reader:
 
     @property
     def next_offset(self) -> int | None:
-        """The offset to resume from (None until the first response)."""
+        """The offset to resume from (None until the first response; a
+        bootstrap: None during the snapshot)."""
+        if self._bootstrap is not None:
+            position = self._bootstrap.consumed
+            return None if position is None or position.phase == "snapshot" \
+                else position.next_offset
         return self._next_offset
+
+    @property
+    def position(self) -> BootstrapPosition | None:
+        """A bootstrap's position after the last batch handed out (pass it as
+        `start` to continue); None for a log read or before the first batch."""
+        return None if self._bootstrap is None else self._bootstrap.consumed
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream was opened again after a failure (resumed)."""
+        return (self._bootstrap or self._stream).reconnects
+
+    def _bootstrap_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker, self._security)
+        return stub_of(self._channel).Bootstrap
 
     def __aiter__(self) -> Reader:
         return self
 
     async def __anext__(self) -> ReadBatch:
+        if self._bootstrap is not None:
+            item = await self._bootstrap.next_item()
+            if item is None:
+                await self.close()
+                raise StopAsyncIteration
+            record = item.record or pb.Record(topic=self.topic, partition=self.partition)
+            return ReadBatch(record, item.phase, item.marker)
         while not self._records:
             if self._done or self._reached_stop():
                 await self.close()
@@ -177,6 +244,15 @@ class Reader:
         batch = ReadBatch(self._records.popleft())
         self._advance(self._response_next if not self._records else batch.next_offset)
         return batch
+
+    def drain_buffered(self) -> list[ReadBatch]:
+        """The batches already received and not yet taken, without waiting (a relay
+        follower stores them together in one write)."""
+        batches = [ReadBatch(record) for record in self._records]
+        self._records.clear()
+        if batches:
+            self._advance(self._response_next)
+        return batches
 
     def _advance(self, offset: int) -> None:
         if self._next_offset is None or offset > self._next_offset:
@@ -198,37 +274,57 @@ class Reader:
 
     async def _next_response(self) -> pb.ReadResponse | None:
         """The next response, reconnecting on failures worth a retry; None at the end."""
-        backoff_ms = self._backoff_first_ms
-        waited_ms = 0
         while True:
             try:
-                if self._call is None:
-                    if self._channel is None:
-                        self._channel = open_channel(self.broker, self._security)
-                    self._call = stub_of(self._channel).Read(self._request())
-                response = await self._call.read()
-            except grpc.RpcError as e:
-                self._call = None
-                if e.code() not in _RETRIABLE_CODES or (
-                        not self.follow and waited_ms >= self._retry_timeout_ms):
-                    raise errors.from_rpc_error(e) from None
-                await asyncio.sleep(backoff_ms / 1000)
-                waited_ms += backoff_ms
-                backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
-                continue
-            if response is grpc.aio.EOF:
-                self._call = None
-                return None
-            assert isinstance(response, pb.ReadResponse)
+                response = await self._stream.read()
+            except errors.KeybusError as e:
+                if e.code in _TRUNCATED_CODES and await self._rewind_to_leader_end():
+                    continue
+                raise
+            assert response is None or isinstance(response, pb.ReadResponse)
             return response
+
+    async def _find_leader(self) -> None:
+        """Several brokers: (re)open the channel on the topic's current leader."""
+        assert self._leader is not None
+        await self._leader.connect()
+        self._channel = self._leader.channel
+
+    async def _rewind_to_leader_end(self) -> bool:
+        """Several brokers, after a failover: if the new leader's log ends before our
+        next offset (we read events of the old leader that were never acknowledged
+        and are gone), go on from its end: events may come again, none is skipped."""
+        if self._leader is None or self._channel is None or self._next_offset is None:
+            return False
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
+        except grpc.RpcError:
+            return False
+        ends = [p.end_offset for p in info.partitions if p.partition == self.partition]
+        if not ends or ends[0] >= self._next_offset:
+            return False
+        _log.warning("topic %s/%d: the leader's log ends at %d, before offset %d read from the "
+                     "previous leader; reading on from %d", self.topic, self.partition, ends[0],
+                     self._next_offset, ends[0])
+        self._next_offset = ends[0]
+        return True
+
+    def _open_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker, self._security)
+        return stub_of(self._channel).Read(self._request())
 
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
-        if self._owns_channel and self._channel is not None:
+        self._stream.cancel()
+        if self._bootstrap is not None:
+            self._bootstrap.cancel()
+        if self._leader is not None:
+            await self._leader.close()
+            self._channel = None
+        elif self._owns_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
 
@@ -276,8 +372,8 @@ def start_to_proto(start: Start) -> pb.StartPosition:
     if isinstance(start, Mapping) and set(start) == {"scn"} and type(start["scn"]) is int \
             and start["scn"] >= 0:
         return pb.StartPosition(scn=start["scn"])
-    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', an offset >= 0, "
-                     "or {'scn': n}")
+    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', 'bootstrap', an "
+                     "offset >= 0, or {'scn': n}")
 
 
 def ranges_to_proto(

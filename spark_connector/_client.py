@@ -54,16 +54,25 @@ def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None
     Raises:
         BrokerCallError: a topic does not exist, or the broker cannot be reached.
     """
-    out: dict[TopicPartition, PartitionBounds] = {}
+    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
+            for topic, info in topic_infos(broker, topics, security).items()
+            for p in info.partitions}
+
+
+def topic_infos(broker: str, topics: Sequence[str],
+                security: ClientSecurity | None = None) -> dict[str, pb.TopicInfo]:
+    """DescribeTopic of each topic.
+
+    Raises:
+        BrokerCallError: a topic does not exist, or the broker cannot be reached.
+    """
+    out: dict[str, pb.TopicInfo] = {}
     with SyncAdmin(broker, security=security) as admin:
         for topic in topics:
             try:
-                info = admin.describe_topic(topic)
+                out[topic] = admin.describe_topic(topic)
             except errors.KeybusError as e:
                 raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
-            for p in info.partitions:
-                out[TopicPartition(topic, p.partition)] = PartitionBounds(p.start_offset,
-                                                                          p.end_offset)
     return out
 
 

@@ -102,6 +102,8 @@ class ReadOptions:
     max_events_per_trigger: int | None
     pushdown: Pushdown
     security: ClientSecurity | None = None
+    # startingOffsets=snapshot: the compacted view first (spark_connector/snapshot.py).
+    snapshot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +149,12 @@ def parse_read_options(options: Mapping[str, str], use: Use) -> ReadOptions:
     named = check_names(options, use)
     topics = _topics(named)
     default_start = "latest" if streaming else "earliest"
+    snapshot = _snapshot_start(named, use)
     try:
         ranges = parse_ranges_option(named.get("ranges", "1"))
-        starting = parse_offsets(named.get("startingOffsets", default_start), "startingOffsets",
-                                 topics, allow_latest=streaming, allow_earliest=True)
+        starting = parse_offsets("earliest" if snapshot else named.get(
+            "startingOffsets", default_start), "startingOffsets", topics,
+            allow_latest=streaming, allow_earliest=True)
         ending = parse_offsets(named.get("endingOffsets", "latest"), "endingOffsets", topics,
                                allow_latest=True, allow_earliest=False)
     except PartitioningError as e:
@@ -170,7 +174,20 @@ def parse_read_options(options: Mapping[str, str], use: Use) -> ReadOptions:
                                 if "maxEventsPerTrigger" in named else None),
         pushdown=_choice(named, "pushdown", Pushdown, Pushdown.OFF),
         security=_security(named),
+        snapshot=snapshot,
     )
+
+
+def _snapshot_start(named: Mapping[str, str], use: Use) -> bool:
+    """startingOffsets=snapshot; refuses the options that do not go with it."""
+    if named.get("startingOffsets", "").strip().lower() != "snapshot":
+        return False
+    if use is Use.BATCH_READ:
+        for name in ("endingOffsets", "pushdown"):
+            if name in named:
+                raise OptionError(f"option {name!r} does not apply with startingOffsets=snapshot:"
+                                  " a snapshot is each partition's compacted view at one point")
+    return True
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

@@ -18,6 +18,7 @@ from broker.log import codec
 from broker.log.retention import HeadRecord
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
+                   "view",  # the compacted view (broker/view/codec.py)
                    "ownership", "checkpoints", "acls")
 
 
@@ -107,8 +108,8 @@ class RocksStore:
         batch = self._batch()
         batch.delete(b"topic/" + name.encode(), self._cf["meta"])
         start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
-        for family in ("log", "scn_index", "producers", "partitions", "cursors", "ownership",
-                       "checkpoints"):
+        for family in ("log", "scn_index", "producers", "partitions", "cursors", "view",
+                       "ownership", "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
         self._db.write(batch, self._sync_options)
 
@@ -214,6 +215,40 @@ class RocksStore:
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
         self._db.write(batch, self._write_options)
 
+    # ------------------------------------------------------------ relay: truncation
+
+    def producer_states(self, topic_id: int, partition: int) -> dict[int, bytes]:
+        """Every stored producer state of a partition (truncation rewrites them)."""
+        prefix = codec.prefix(topic_id, partition)
+        it = self._views["producers"].iter()
+        it.seek(prefix)
+        states: dict[int, bytes] = {}
+        while it.valid() and it.key().startswith(prefix):
+            states[codec.offset_of_key(it.key())] = bytes(it.value())
+            it.next()
+        return states
+
+    def truncate(self, topic_id: int, partition: int, offset: int, scn_stop: int,
+                 producer_states: dict[int, bytes | None], start_offset: int, size: int) -> None:
+        """Delete the records from `offset` on and SCN index entries from `scn_stop` on,
+        rewrite producer states (None deletes one), in one synced WriteBatch: a
+        follower dropping a tail its leader does not have."""
+        batch = self._batch()
+        stop = codec.prefix(topic_id, partition + 1)
+        batch.delete_range(codec.log_key(topic_id, partition, offset), stop, self._cf["log"])
+        batch.delete_range(codec.log_key(topic_id, partition, scn_stop), stop,
+                           self._cf["scn_index"])
+        producers = self._cf["producers"]
+        for producer_id, state in producer_states.items():
+            key = codec.log_key(topic_id, partition, producer_id)
+            if state is None:
+                batch.delete(key, producers)
+            else:
+                batch.put(key, state, producers)
+        batch.put(codec.prefix(topic_id, partition),
+                  codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
+        self._db.write(batch, self._sync_options)
+
     # ------------------------------------------------------------ subscriptions
 
     def load_subscriptions(self, topic_id: int) -> list[dict[str, Any]]:
@@ -309,6 +344,17 @@ class RocksStore:
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
+
+    # ------------------------------------------------------------ families kept by other modules
+
+    def column_family(self, name: str) -> tuple[Any, rocksdict.Rdict]:
+        """The handle (for WriteBatch puts) and the reader of a column family
+        whose layout another module owns (the compacted view: broker/view)."""
+        return self._cf[name], self._views[name]
+
+    def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
+        """Write a WriteBatch built on `column_family` handles, fsynced if asked."""
+        self._db.write(batch, self._sync_options if sync else self._cursor_write_options)
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:

@@ -59,6 +59,9 @@ class CachedRecord:
     record: pb.Record
     slots: npt.NDArray[np.int32]
     columns: dict[str, list[Any]] | None = field(default=None)
+    # A compacted topic's sparse record, made dense: the positions that hold events
+    # (the others are placeholders, never sent). None: every position.
+    present: npt.NDArray[np.int64] | None = field(default=None)
 
     @property
     def end(self) -> int:

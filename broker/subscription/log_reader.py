@@ -8,7 +8,10 @@ the passing events of the read as two arrays (offsets, slots).
 A read stops at its `stop` offset, after about `events_max` events or
 `bytes_max` bytes of records, or (a catch-up read, with a slot mask) once it
 saw `selected_max` events of the masked slots. Events that retention removed
-are simply absent: to the core they are acknowledged.
+are simply absent: to the core they are acknowledged. A compacted topic's
+sparse record is read in its dense form (broker/log/sparse.py) and the
+positions compaction removed are treated as filtered out, so they are never
+sent and count as acknowledged too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy.typing as npt
 
 from broker.log import codec
 from broker.log.rocks_store import RocksStore
+from broker.log.sparse import densify
 from broker.read_path import EventSelector
 from broker.subscription.core import ReadRequest, ReadResult
 from broker.subscription.delivery import CachedRecord
@@ -33,13 +37,18 @@ def parse_record(base: int, value: bytes) -> CachedRecord:
     header = codec.decode_header(value)
     body = codec.record_bytes(value)
     record = pb.Record.FromString(body)
+    present = None
+    if header.sparse:  # compacted: the positions compaction removed count as filtered
+        record, kept = densify(record, header.count)
+        body = record.SerializeToString()
+        present = np.array(kept, np.int64)
     batch = record.batch
     count = header.count
     if len(batch.slots) == count:
         slots = np.fromiter(batch.slots, np.int32, count)
     else:  # written before slots were stored
         slots = np.array(batch_slots(batch), np.int32)
-    return CachedRecord(base, count, body, record, slots)
+    return CachedRecord(base, count, body, record, slots, present=present)
 
 
 class ScanRecord(Protocol):
@@ -114,8 +123,11 @@ def read_events(store: RocksStore, topic_id: int, partition: int, request: ReadR
 
     def passing(entry: CachedRecord) -> npt.NDArray[np.int64] | None:
         if selector is None:
-            return None
-        return np.asarray(selector(entry.record.batch), np.int64)
+            return entry.present
+        positions = np.asarray(selector(entry.record.batch), np.int64)
+        if entry.present is not None:
+            positions = np.intersect1d(positions, entry.present, assume_unique=True)
+        return positions
 
     return scan(request, records, passing, bytes_max)
 

@@ -144,6 +144,7 @@ class SubscriptionManager:
         spec = self._consumer_spec(request, meta)
         asked = SubscriptionSpec.of_open(request, now_ms())
         self._check_open(request, asked)
+        self._check_sticky(request)
         async with self._create_lock:
             subscription = self._topics.get(meta.name, {}).get(request.subscription)
             created = subscription is None
@@ -201,14 +202,6 @@ class SubscriptionManager:
             raise BrokerError("subscribe_limit_invalid", field="key_shared_mode",
                               value=request.key_shared_mode,
                               allowed="AUTO_SPLIT (0), STICKY (1), CONSISTENT (2)")
-        sticky = request.type == pb.KEY_SHARED and request.key_shared_mode == pb.STICKY
-        if request.sticky_ranges and not sticky:
-            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
-                              "type key_shared with mode sticky")
-        if sticky and not request.sticky_ranges:
-            raise BrokerError("key_shared_refused", detail=(
-                f"consumer {request.consumer_name!r} declared no hash range; sticky mode needs "
-                f"at least one inclusive range within 0..65535"))
         if request.max_redeliveries > s.max_redeliveries_max:
             raise BrokerError("subscribe_limit_invalid", field="max_redeliveries",
                               value=request.max_redeliveries,
@@ -218,6 +211,19 @@ class SubscriptionManager:
                                 and TOPIC_NAME.fullmatch(dead_letter)):
             raise BrokerError("topic_name_invalid", topic=dead_letter, max=s.topic_name_bytes_max)
         compile_selector(asked.key_filter(), {})  # raises filter_invalid
+
+    @staticmethod
+    def _check_sticky(request: pb.SubscribeOpen) -> None:
+        """A consumer's sticky ranges: required in sticky mode, refused otherwise (a
+        subscription created without a consumer, by `ensure`, needs none)."""
+        sticky = request.type == pb.KEY_SHARED and request.key_shared_mode == pb.STICKY
+        if request.sticky_ranges and not sticky:
+            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
+                              "type key_shared with mode sticky")
+        if sticky and not request.sticky_ranges:
+            raise BrokerError("key_shared_refused", detail=(
+                f"consumer {request.consumer_name!r} declared no hash range; sticky mode needs "
+                f"at least one inclusive range within 0..65535"))
 
     def _check_room(self, subscription: Subscription, consumer: str) -> None:
         spec = subscription.spec
@@ -406,6 +412,19 @@ class SubscriptionManager:
         for gauge in (SUBSCRIPTION_BACKLOG, SUBSCRIPTION_UNACKED, SUBSCRIPTION_DISPATCH_RATE):
             with contextlib.suppress(KeyError):
                 gauge.remove(topic, name)
+
+    async def ensure(self, request: pb.SubscribeOpen, created_ms: int) -> bool:
+        """Create the subscription an `open` describes if it is missing, with no
+        consumer; True when created. Relay followers mirror their upstream's
+        subscriptions with it (broker/relay/cursor_sync.py)."""
+        meta = self.registry.meta(request.topic)
+        asked = SubscriptionSpec.of_open(request, created_ms)
+        self._check_open(request, asked)
+        async with self._create_lock:
+            if request.subscription in self._topics.get(meta.name, {}):
+                return False
+            await self._save(self._new(asked, meta, request.initial_position))
+        return True
 
     # ------------------------------------------------------------ metrics
 

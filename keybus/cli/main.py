@@ -16,7 +16,7 @@ import click
 import grpc
 from rich.console import Console
 
-from keybus.cli import acl, certs, databus, processors, render, subscriptions
+from keybus.cli import acl, bootstrap, certs, cluster, databus, processors, render, subscriptions
 from keybus.cli.common import broker_option, fail, json_option, print_json, run
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec, explain
@@ -91,13 +91,21 @@ def topics() -> None:
               help="Remove records older than this (0 = forever).")
 @click.option("--retention-bytes", default=0, show_default=True, type=click.IntRange(0, None),
               help="Per partition (0 = no limit).")
+@click.option("--view/--no-view", default=None,
+              help="Keep a compacted view for bootstrap (default: the broker's view_default).")
+@click.option("--compacted", is_flag=True,
+              help="Retention keeps at least the latest event per key (Kafka cleanup.policy=compact).")
+@click.option("--delete-retention-ms", default=0, type=click.IntRange(0, None),
+              help="Keep tombstones this long (0 = broker default, 24 h).")
 @broker_option
 @json_option
 def topics_create(name: str, partitions: int, retention_ms: int, retention_bytes: int,
+                  view: bool | None, compacted: bool, delete_retention_ms: int,
                   broker: str, as_json: bool) -> None:
     """Create topic NAME."""
-    info = with_admin(broker, lambda a: a.create_topic(name, partitions, retention_ms,
-                                                       retention_bytes))
+    info = with_admin(broker, lambda a: a.create_topic(
+        name, partitions, retention_ms, retention_bytes, view=view, compacted=compacted,
+        delete_retention_ms=delete_retention_ms))
     if as_json:
         print_json(render.topic_dict(info))
     else:
@@ -121,7 +129,7 @@ def topics_list(broker: str, as_json: bool) -> None:
 @broker_option
 @json_option
 def topics_describe(name: str, broker: str, as_json: bool) -> None:
-    """Show a topic's partitions: offsets, last SCN, size."""
+    """Show a topic's partitions: offsets, last SCN, size, compacted view."""
     info = with_admin(broker, lambda a: a.describe_topic(name))
     if as_json:
         print_json(render.topic_dict(info))
@@ -213,6 +221,8 @@ def main() -> None:
 
 
 subscriptions.register(cli)
+cluster.register(cli)
+bootstrap.register(cli)
 acl.register(cli)
 certs.register(cli)
 processors.register(cli)

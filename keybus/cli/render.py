@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Sequence
 
+from rich.console import Group
 from rich.table import Table
 
 from sdk.core.hashing import SLOT_COUNT
@@ -61,13 +62,30 @@ def retention_text(config: pb.TopicConfig) -> str:
     return ", ".join(parts) or "forever"
 
 
-def partitions_table(topic: pb.TopicInfo) -> Table:
+def partitions_table(topic: pb.TopicInfo) -> Table | Group:
+    """The partitions, and below them the compacted view's state when there is one."""
     table = Table("partition", "start offset", "end offset", "events", "last scn", "bytes",
-                  title=f"topic {topic.topic} (retention: {retention_text(topic.config)})")
+                  title=f"topic {topic.topic} (retention: {retention_text(topic.config)}"
+                        f"{view_text(topic.config)})")
     for p in topic.partitions:
         table.add_row(str(p.partition), str(p.start_offset), str(p.end_offset),
                       f"{p.end_offset - p.start_offset:,}", str(p.last_scn), f"{p.bytes:,}")
-    return table
+    if topic.config.view != pb.VIEW_ON:
+        return table
+    view = Table("partition", "view scn", "view lag", "view keys", "deleted", "view bytes",
+                 title="compacted view (complete up to scn; lag in events behind the log)")
+    for p in topic.partitions:
+        view.add_row(str(p.partition), str(p.view_scn), f"{p.end_offset - p.view_offset:,}",
+                     f"{p.view_keys:,}", f"{p.view_tombstones:,}", f"{p.view_bytes:,}")
+    return Group(table, view)
+
+
+def view_text(config: pb.TopicConfig) -> str:
+    """The compacted view's settings, for a table title ("" when off)."""
+    if config.view != pb.VIEW_ON:
+        return "; no compacted view"
+    kind = "compacted topic" if config.compacted else "compacted view"
+    return f"; {kind}, tombstones kept {config.delete_retention_ms / 1000:g}s"
 
 
 def topic_dict(topic: pb.TopicInfo) -> dict[str, object]:
@@ -79,7 +97,17 @@ def topic_dict(topic: pb.TopicInfo) -> dict[str, object]:
         "created_ms": topic.created_ms,
         "partition_info": [
             {"partition": p.partition, "start_offset": p.start_offset, "end_offset": p.end_offset,
-             "last_scn": p.last_scn, "bytes": p.bytes}
+             "last_scn": p.last_scn, "bytes": p.bytes, **view_dict(topic.config, p)}
             for p in topic.partitions
         ],
+        "view": topic.config.view == pb.VIEW_ON,
+        "compacted": topic.config.compacted,
+        "delete_retention_ms": topic.config.delete_retention_ms,
     }
+
+
+def view_dict(config: pb.TopicConfig, p: pb.PartitionInfo) -> dict[str, int]:
+    if config.view != pb.VIEW_ON:
+        return {}
+    return {"view_offset": p.view_offset, "view_scn": p.view_scn, "view_keys": p.view_keys,
+            "view_tombstones": p.view_tombstones, "view_bytes": p.view_bytes}
