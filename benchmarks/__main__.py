@@ -16,6 +16,10 @@ with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstra
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 
+`python -m benchmarks latency [options]` measures open-loop publish-to-delivery
+latency at several rates beside the disk's fsync and a gRPC round trip, with
+Redis in the same run (see benchmarks/latency.py).
+
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
 
@@ -80,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["latency"]:
+        from benchmarks import latency  # open-loop latency against the disk and gRPC floor
+
+        return latency.main(arguments[1:])
     if arguments[:1] == ["simulate"]:
         from benchmarks import simulate  # the dispatch simulation, on every core
 

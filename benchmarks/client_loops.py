@@ -57,6 +57,15 @@ class _Batches:
         return max(0.0, due - time.monotonic())
 
     def value(self) -> bytes:
+        """The value of the next send, stamped with its send time.
+
+        Paced (the latency scenario) runs open loop: the stamp is the time the
+        send was *due* on the fixed schedule, not when the loop got to it, so a
+        client or server stall that delays later sends counts against every
+        event it delayed (no coordinated omission)."""
+        if self.task.paced:
+            due = self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
+            return stamped_value(self.task.workload.value_bytes, int(due * 1e9))
         return stamped_value(self.task.workload.value_bytes, monotonic_ns())
 
     def sent_batch(self, n: int, link: Link) -> None:
@@ -101,6 +110,8 @@ class _Tally:
         self.events = 0
         self.last_ns = 0
         self.latencies_ms: list[float] = []
+        # Values due before this (the warm-up) are counted, their latencies not recorded.
+        self.recorded_from_ns = monotonic_ns() + int(task.workload.warmup_s * 1e9)
 
     def running(self, link: Link) -> bool:
         return not link.stopped() and time.monotonic() < self.hard_stop_s
@@ -110,7 +121,7 @@ class _Tally:
         self.last_ns = received_ns
         link.add_consumed(len(values))
         if self.paced:
-            self.latencies_ms.extend(latencies_ms(values, received_ns))
+            self.latencies_ms.extend(latencies_ms(values, received_ns, self.recorded_from_ns))
 
     def report(self) -> Report:
         return {"events": self.events, "last_ns": self.last_ns, "latencies_ms": self.latencies_ms}

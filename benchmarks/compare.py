@@ -118,7 +118,8 @@ def main(argv: list[str]) -> int:
     OUT.mkdir(exist_ok=True)
     (OUT / "compare.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({**report, "results": [{k: v for k, v in row.items()
-                                              if k != "latency_quantiles"} for row in rows]},
+                                              if k not in ("latency_quantiles", "latency_histogram")}
+                                             for row in rows]},
                      indent=2))
     if not options.no_plots:
         for path in plots.draw(report):

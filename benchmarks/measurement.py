@@ -1,6 +1,7 @@
 """The comparison's workload, what a driver measures, and the figures made from it.
 
-Pure: no clock, no I/O. Every system (Keybus, Redis Streams, NATS JetStream)
+Pure: no clock, no I/O. Latency percentiles come from an HdrHistogram
+(`histogram.py`), which is kept whole in each row (`latency_histogram`). Every system (Keybus, Redis Streams, NATS JetStream)
 reports a `Measurement`, and `summarize` turns each into the published figures
 the same way, so no system gets its own arithmetic.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from benchmarks import histogram
 
 STAMP_BYTES = 8  # the send time at the head of every value (see payload.py)
 
@@ -24,6 +27,8 @@ class CompareWorkload:
     deadline_s: a scenario still running after this is stopped and marked incomplete.
     churn_events / churn_period_s: the churn scenario's backlog, and how often it
         changes its consumers.
+    warmup_s: latency scenario: events due in its first `warmup_s` are delivered and
+        counted, but their latencies are not recorded (connections and caches warming).
     """
 
     events: int = 1_000_000
@@ -37,6 +42,7 @@ class CompareWorkload:
     deadline_s: float = 300.0
     churn_events: int = 4_000_000
     churn_period_s: float = 2.0
+    warmup_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.value_bytes < STAMP_BYTES:
@@ -48,6 +54,8 @@ class CompareWorkload:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0 or None, got {self.duration_s}")
+        if self.warmup_s < 0:
+            raise ValueError(f"warmup_s must be >= 0, got {self.warmup_s}")
         if self.churn_period_s <= 0:
             raise ValueError(f"churn_period_s must be > 0, got {self.churn_period_s}")
         if self.deadline_s <= 0:
@@ -115,8 +123,10 @@ def summarize(measurement: Measurement) -> dict[str, Any]:
     )
     if m.latencies_ms:
         ordered = sorted(m.latencies_ms)
-        summary.update(p50_ms=round(percentile(ordered, 50), 3),
-                       p99_ms=round(percentile(ordered, 99), 3),
-                       max_ms=round(ordered[-1], 3), latency_samples=len(ordered),
+        hist = histogram.of_ms(ordered)  # p50/p99/p99.9/max from the HdrHistogram
+        figures = histogram.figures_ms(hist)
+        summary.update(p50_ms=figures["p50_ms"], p99_ms=figures["p99_ms"],
+                       p999_ms=figures["p999_ms"], max_ms=round(ordered[-1], 3),
+                       latency_samples=len(ordered), latency_histogram=histogram.encoded(hist),
                        latency_quantiles=[(q, round(v, 4)) for q, v in quantile_points(ordered)])
     return summary

@@ -31,10 +31,12 @@ def sent_ns_of(value: bytes) -> int:
     return int(_STAMP.unpack_from(value)[0])
 
 
-def latencies_ms(values: Iterable[bytes], received_ns: int) -> list[float]:
-    """Milliseconds from each value's send time to `received_ns`."""
+def latencies_ms(values: Iterable[bytes], received_ns: int, sent_from_ns: int = 0) -> list[float]:
+    """Milliseconds from each value's send time to `received_ns`, for values sent
+    at or after `sent_from_ns` (earlier ones belong to a warm-up)."""
     unpack = _STAMP.unpack_from
-    return [(received_ns - unpack(value)[0]) / 1e6 for value in values]
+    return [(received_ns - sent) / 1e6 for sent in (unpack(value)[0] for value in values)
+            if sent >= sent_from_ns]
 
 
 def key_sequence(keys: int, events: int, seed: int = 7) -> list[int]:
