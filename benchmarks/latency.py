@@ -41,6 +41,7 @@ from typing import Any
 from benchmarks import floor, latency_report, machine
 from benchmarks.measurement import CompareWorkload
 from benchmarks.peer_scenarios import CONSUME, LATENCY, PRODUCE, Plan, measure
+from benchmarks.profiling import broker_profiled
 from benchmarks.results import RESULTS
 from benchmarks.systems import Server, System
 
@@ -117,11 +118,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--throughput-events", type=int, default=500_000,
                         help="events of the produce and consume throughput runs (0: skip)")
     parser.add_argument("--floor-samples", type=int, default=1_000)
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy on the Keybus brokers during their 10,000 events/s run: "
+                             "benchmarks/out/profile-latency-*-broker.txt")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
     options = parser.parse_args(argv)
-    if options.warmup_s < 0 or options.duration_s <= 0 or options.consumers < 1 or options.floor_samples < 1 \
-            or options.throughput_events < 0:
+    if options.warmup_s < 0 or options.duration_s <= 0 or options.consumers < 1 \
+            or options.floor_samples < 1 or options.throughput_events < 0:
         parser.error("--duration-s, --consumers and --floor-samples must be positive, "
                      "--throughput-events and --warmup-s >= 0")
     return options
@@ -181,13 +185,15 @@ def run_system(key: str, system: System, options: argparse.Namespace,
         if options.throughput_events and key in THROUGHPUT_SYSTEMS:
             rows += _throughput(system, server, workload, not options.no_progress)
         for rate in options.rates:
-            rows.append(_latency(system, server, workload, rate, options.duration_s,
-                                 not options.no_progress))
+            profile = options.profile and key.startswith("keybus") and rate == 10_000
+            with broker_profiled(profile, server.pid, OUT / f"profile-latency-{key}"):
+                rows.append(_latency(system, server, workload, rate, options.duration_s,
+                                     not options.no_progress))
     return rows, info, round_trip
 
 
 def recorded_command(argv: list[str]) -> str:
-    display_only = ("--no-progress", "--no-record")
+    display_only = ("--no-progress", "--no-record", "--profile")
     return " ".join(["python -m benchmarks latency", *(a for a in argv if a not in display_only)])
 
 
