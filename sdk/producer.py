@@ -15,8 +15,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from time import monotonic as _monotonic
 from types import TracebackType
 from typing import Any
@@ -31,21 +30,22 @@ from sdk.accumulator import (
     OpenBatch,
     ReadyBatch,
     WindowEvent,
-    as_bytes,
-    check_keys,
-    check_ordering_key,
     chunk_bounds,
     event_columns,
     extras_of,
     fill_batch,
     split_columns,
-    window_columns,
 )
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.event_batches import columns_of_part as _columns_of_part
+from sdk.event_batches import window_request
+from sdk.event_checks import check_columns
+from sdk.producer_config import ProducerConfig
+from sdk.producer_futures import BatchFuture, EventFuture, WindowResult
 from sdk.security import ClientSecurity
 from sdk.sender import (
     BatchResult,
@@ -58,171 +58,6 @@ from sdk.sender import (
 
 UPSERT = pb.UPSERT
 DELETE = pb.DELETE
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerConfig:
-    """Producer settings; every limit carries its unit in the name.
-
-    Attributes:
-        linger_ms: how long a batch waits for more events (default 5).
-        batch_events_max / batch_bytes_max: a batch is sent when it reaches
-            either (defaults 1000 events, 1 MiB estimated).
-        buffer_events_max: events held from send() until the broker answers;
-            past it send() waits and send_nowait() raises BufferFull (100000).
-        in_flight_max: unanswered requests on the stream (16).
-        idempotent: use a producer id and sequences so retries store nothing
-            twice (True).
-        delivery_timeout_ms: from send() to failing with DeliveryTimeout (120000).
-        max_block_ms: how long send() waits for buffer room (60000).
-        window_events_max / window_bytes_max: refuse larger windows before
-            sending (100000 events, 16 MiB; the broker's defaults are
-            100000 events per batch and 32 MiB per request).
-        retry_backoff_ms / retry_backoff_max_ms: reconnect backoff, doubling
-            from the first to the cap (100, 1000, as Kafka).
-        request_timeout_ms: deadline of unary calls such as InitProducer (30000).
-    """
-
-    linger_ms: int = 5
-    batch_events_max: int = 1000
-    batch_bytes_max: int = 1 << 20
-    buffer_events_max: int = 100_000
-    in_flight_max: int = 16
-    idempotent: bool = True
-    delivery_timeout_ms: int = 120_000
-    max_block_ms: int = 60_000
-    window_events_max: int = 100_000
-    window_bytes_max: int = 16 << 20
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1_000
-    request_timeout_ms: int = 30_000
-
-    def __post_init__(self) -> None:
-        for name in ("batch_events_max", "batch_bytes_max", "buffer_events_max",
-                     "in_flight_max", "delivery_timeout_ms", "window_events_max",
-                     "window_bytes_max", "retry_backoff_ms", "retry_backoff_max_ms",
-                     "request_timeout_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid: need an int >= 1")
-        for name in ("linger_ms", "max_block_ms"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: need an int >= 0")
-        if self.buffer_events_max < self.batch_events_max:
-            raise ValueError(f"buffer_events_max={self.buffer_events_max} must be at least "
-                             f"batch_events_max={self.batch_events_max}")
-
-    def accumulator(self, partitions: int, new_token: Callable[[], Any]) -> Accumulator[Any]:
-        """A batching buffer with these limits."""
-        return Accumulator(partitions=partitions, linger_ms=self.linger_ms,
-                           batch_events_max=self.batch_events_max,
-                           batch_bytes_max=self.batch_bytes_max,
-                           buffer_events_max=self.buffer_events_max, new_token=new_token)
-
-
-@dataclass(frozen=True, slots=True)
-class WindowResult:
-    """Where a consistency window was stored: offsets base_offset.. + count, one SCN."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    count: int
-    scn: int
-    publish_time_ms: int
-    duplicate: bool = False
-
-    @property
-    def offsets(self) -> range:
-        return range(self.base_offset, self.base_offset + self.count)
-
-
-class EventFuture:
-    """The fate of one sent event: its batch's future and its index in the batch.
-
-    `await` it for a ProducedEvent; `result()` once `done()`. Awaiting never
-    cancels the shared batch future.
-    """
-
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: asyncio.Future[BatchResult], index: int) -> None:
-        self._batch = batch
-        self._index = index
-
-    def __await__(self) -> Generator[Any, None, ProducedEvent]:
-        result = yield from asyncio.shield(self._batch).__await__()
-        return result.event(self._index)
-
-    def done(self) -> bool:
-        return self._batch.done()
-
-    def result(self) -> ProducedEvent:
-        """The stored event.
-
-        Raises:
-            asyncio.InvalidStateError: not done yet.
-            KeybusError: the batch failed (e.g. DeliveryTimeout, InvalidArgument).
-        """
-        return self._batch.result().event(self._index)
-
-    def exception(self) -> BaseException | None:
-        return self._batch.exception()
-
-    def add_done_callback(self, fn: Callable[[EventFuture], object]) -> None:
-        """Call fn(self) on the event loop once the event's batch is answered."""
-        self._batch.add_done_callback(lambda _: fn(self))
-
-
-class BatchFuture:
-    """The fate of a send_batch call: one future per request it became.
-
-    `await` it for a list of ProducedEvent in input order (a Python object
-    per event: on hot paths use `results()`).
-    """
-
-    __slots__ = ("_pieces", "count")
-
-    def __init__(self, pieces: list[tuple[asyncio.Future[BatchResult], list[int]]],
-                 count: int) -> None:
-        self._pieces = pieces
-        self.count = count
-
-    def __await__(self) -> Generator[Any, None, list[ProducedEvent]]:
-        for token, _ in self._pieces:
-            yield from asyncio.shield(token).__await__()
-        out: list[Any] = [None] * self.count
-        for token, indexes in self._pieces:
-            result = token.result()
-            for j, i in enumerate(indexes):
-                out[i] = result.event(j)
-        return out
-
-    def done(self) -> bool:
-        return all(token.done() for token, _ in self._pieces)
-
-    def results(self) -> list[tuple[list[int], BatchResult | BaseException]]:
-        """Per request: the input indexes it carried and its result or error.
-
-        A BatchResult with `duplicate` set answers a sequence the broker had
-        stored already (its offsets are the original ones; `sent_batch` is
-        what this request carried, to compare with the stored record).
-
-        Raises:
-            asyncio.InvalidStateError: not done yet.
-        """
-        return [(indexes, token.exception() or token.result()) for token, indexes in self._pieces]
-
-    async def wait_results(self) -> list[tuple[list[int], BatchResult | BaseException]]:
-        """Wait until every request is answered or failed, then `results()`.
-
-        Unlike awaiting the BatchFuture it does not raise a request's error:
-        each request's error is in its entry. Cancelling the wait cancels no request.
-        """
-        for token, _ in self._pieces:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(token)
-        return self.results()
 
 
 class Producer:
@@ -457,7 +292,7 @@ class Producer:
         """
         if self._closed:
             raise errors.ProducerClosed("send_batch() after close()")
-        keys, values, ordering = _check_columns(keys, values, ordering_keys)
+        keys, values, ordering = check_columns(keys, values, ordering_keys)
         if partition is not None and not 0 <= partition < self.partitions:
             raise ValueError(f"partition {partition} is invalid: the topic has partitions "
                              f"0..{self.partitions - 1}")
@@ -525,7 +360,10 @@ class Producer:
             ScnNotIncreasing: the supplied SCN is not above the last one.
             KeybusError: other broker refusals; DeliveryTimeout.
         """
-        request = self._window_request(events, partition, scn)
+        if self._closed:
+            raise errors.ProducerClosed("send_window() after close()")
+        request = window_request(self.topic, self.partitions, events, partition, scn,
+                                 self.config.window_events_max, self.config.window_bytes_max)
         self._drain_partition(partition)
         token: asyncio.Future[BatchResult] = self._loop.create_future()
         deadline_ms = now_ms() + self.config.delivery_timeout_ms
@@ -533,30 +371,6 @@ class Producer:
         result = await asyncio.shield(token)
         return WindowResult(self.topic, partition, result.base_offset, result.count,
                             result.scn_first, result.publish_time_ms, result.duplicate)
-
-    def _window_request(self, events: Sequence[WindowEvent | Mapping[str, Any]],
-                        partition: int, scn: int | None) -> pb.ProduceRequest:
-        """Validate a window against the limits and build its request."""
-        if self._closed:
-            raise errors.ProducerClosed("send_window() after close()")
-        config = self.config
-        if not events or len(events) > config.window_events_max:
-            raise ValueError(f"a window has {len(events)} events; allowed 1.."
-                             f"{config.window_events_max} (window_events_max)")
-        if type(partition) is not int or not 0 <= partition < self.partitions:
-            raise ValueError(f"partition {partition!r} is invalid: the topic has partitions "
-                             f"0..{self.partitions - 1}")
-        if scn is not None and (type(scn) is not int or scn < 1):
-            raise ValueError(f"scn {scn!r} is invalid: an SCN is an int >= 1, or None")
-        keys, values, slots, extras = window_columns(events)
-        size = sum(map(len, values)) + EVENT_OVERHEAD_BYTES * len(values)
-        if size > config.window_bytes_max:
-            raise ValueError(f"the window is about {size} bytes; the limit is "
-                             f"window_bytes_max={config.window_bytes_max}")
-        request = pb.ProduceRequest(topic=self.topic, partition=partition, window=True,
-                                    scn=scn or 0)
-        fill_batch(request.batch, keys, values, slots, extras)
-        return request
 
     async def flush(self) -> None:
         """Send everything buffered and wait until the broker answered it all
@@ -687,31 +501,6 @@ async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: 
     except grpc.RpcError as e:
         raise errors.from_rpc_error(e) from None
     return info.config.partitions or len(info.partitions) or 1
-
-
-def _columns_of_part(columns: dict[str, list[Any]], indexes: list[int],
-                     n: int) -> dict[str, list[Any]]:
-    """Per-event columns restricted to one partition's events (input order)."""
-    if len(indexes) == n:  # every event went to this partition, in order
-        return columns
-    return {name: [column[i] for i in indexes] for name, column in columns.items()}
-
-
-def _check_columns(keys: Sequence[Any], values: Sequence[Any],
-                   ordering_keys: Sequence[Any] | None) -> tuple[
-                       list[int | str], list[bytes], list[str]]:
-    """Validate bulk columns: equal lengths, keys, values, ordering keys."""
-    if len(keys) != len(values):
-        raise ValueError(f"keys has {len(keys)} entries and values {len(values)}; "
-                         "they must have the same length")
-    if ordering_keys is not None and len(ordering_keys) != len(keys):
-        raise ValueError(f"ordering_keys has {len(ordering_keys)} entries; need "
-                         f"{len(keys)} (one per key) or None")
-    checked_values = [v if type(v) is bytes else as_bytes(v, f"values[{i}]")
-                      for i, v in enumerate(values)]
-    ordering = [check_ordering_key(o, f"ordering_keys[{i}]")
-                for i, o in enumerate(ordering_keys or [])]
-    return check_keys(keys, "keys"), checked_values, ordering
 
 
 __all__ = ["DELETE", "UPSERT", "BatchFuture", "BatchResult", "EventFuture", "ProducedEvent",
