@@ -7,9 +7,13 @@ clock): the caller passes `now_ms`, and a batch's completion handle (a
 
 Rules:
 1. A batch is ready when it holds `batch_events_max` events, or its estimated
-   size reaches `batch_bytes_max`, or it is `linger_ms` old. An event that
-   would take a batch past `batch_bytes_max` starts the next batch instead
-   (so only a batch of one event can be larger).
+   size reaches `batch_bytes_max`, or it is `linger_ms` old, or (Nagle's rule)
+   its partition has no request outstanding: the caller passes the partitions
+   that are `busy`, and only their batches wait, for an answer or for their
+   linger, whichever comes first. So a lone event leaves at once, and events
+   that arrive while a request is on the wire gather into the next one. An
+   event that would take a batch past `batch_bytes_max` starts the next batch
+   instead (so only a batch of one event can be larger).
 2. `buffer_events_max` bounds the events held from `append` until the caller
    `release`s them (after the broker answered): past it `append` returns None
    so the caller can wait instead of growing the buffer.
@@ -27,7 +31,7 @@ checks live in event_checks.py, column-to-request building in event_batches.py.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -257,21 +261,34 @@ class Accumulator(Generic[T]):
         if batch is not None:
             self._seal(batch)
 
-    def next_ready_ms(self) -> int | None:
-        """When the oldest open batch lingers out (None: nothing open)."""
+    def next_ready_ms(self, busy: Container[int] | None = None) -> int | None:
+        """When the next open batch is ready: 0 when one is sealed or (given
+        `busy`) one of a partition not in it is open; else when the oldest open
+        batch lingers out (None: nothing open)."""
         if self._sealed:
             return 0
         times = [b.created_ms for b in self._open if b is not None]
+        if busy is not None and any(b is not None and b.partition not in busy for b in self._open):
+            return 0
         return min(times) + self.linger_ms if times else None
 
-    def drain(self, now_ms: int, force: bool = False) -> list[ReadyBatch[T]]:
-        """Take every ready batch (all open ones too when force), in seal order.
+    @property
+    def has_sealed(self) -> bool:
+        """A batch is full (or was sealed) and waits to be drained."""
+        return bool(self._sealed)
+
+    def drain(self, now_ms: int, force: bool = False,
+              busy: Container[int] | None = None) -> list[ReadyBatch[T]]:
+        """Take every ready batch, in seal order: full ones, lingered-out ones,
+        every open one when `force`, and (when `busy` is given) the open one of
+        every partition not in `busy` (rule 1).
 
         Per partition, batches come out in the order their events went in.
         """
         self.wake = False
         for batch in self._open:
-            if batch is not None and (force or now_ms - batch.created_ms >= self.linger_ms):
+            if batch is not None and (force or now_ms - batch.created_ms >= self.linger_ms
+                                      or (busy is not None and batch.partition not in busy)):
                 self._seal(batch)
         self.wake = False
         ready = [build_ready(batch) for batch in self._sealed]

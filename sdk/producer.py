@@ -1,4 +1,4 @@
-"""The async producer API: `send` buffers, a linger task drains, the Sender sends.
+"""The async producer API: `send` buffers, the batch flow drains, the Sender sends.
 
 Work per event is kept to a validation, a slot lookup and a few list
 appends (accumulator.py); protobuf objects are built per batch. `send` returns
@@ -28,7 +28,6 @@ from sdk.accumulator import (
     EVENT_OVERHEAD_BYTES,
     Accumulator,
     OpenBatch,
-    ReadyBatch,
     WindowEvent,
     chunk_bounds,
     event_columns,
@@ -36,6 +35,7 @@ from sdk.accumulator import (
     fill_batch,
     split_columns,
 )
+from sdk.batch_flow import BatchFlow
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.hashing import slots_of
@@ -82,8 +82,6 @@ class Producer:
         self._lock: threading.Lock | contextlib.nullcontext[None] = (
             lock if threaded else contextlib.nullcontext())
         self._room_changed = threading.Condition(lock) if threaded else None
-        # Batches drained by another thread, submitted first by the loop (order).
-        self._handoff: list[ReadyBatch[Any]] = []
         self._sender = Sender(
             stub, topic, partitions, in_flight_max=config.in_flight_max,
             delivery_timeout_ms=config.delivery_timeout_ms, idempotent=config.idempotent,
@@ -91,9 +89,11 @@ class Producer:
             retry_backoff_max_ms=config.retry_backoff_max_ms,
             request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done,
             producer_id=producer_id, relocate=leader.connect if leader is not None else None)
-        self._wakeup = asyncio.Event()  # the linger task should look again
+        # When batches leave: Nagle's rule (at once to an idle partition, else after
+        # the answer or the linger), see batch_flow.py.
+        self._flow = BatchFlow(self._acc, self._lock, self._sender, topic,
+                               config.delivery_timeout_ms)
         self._room = asyncio.Event()  # buffer room was given back
-        self._linger_task: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
@@ -165,8 +165,7 @@ class Producer:
             except BaseException:
                 await (leader.close() if leader is not None else channel.close())
                 raise
-        producer._linger_task = asyncio.create_task(producer._linger_loop(),
-                                                    name=f"keybus-linger-{topic}")
+        producer._flow.start()
         return producer
 
     @property
@@ -205,10 +204,11 @@ class Producer:
                 key, value, ordering_key, partition, source, opcode, schema, headers,
                 event_time_ms, now_ms()))
         future = EventFuture(batch.token, len(batch.keys) - 1)
-        if acc.wake:
+        if acc.wake:  # a batch opened or filled: look at the end of this loop turn
             acc.wake = False
-            self._wakeup.set()
-            await asyncio.sleep(0)  # let the sender write what is ready
+            self._flow.schedule()
+            if acc.has_sealed:
+                await asyncio.sleep(0)  # a batch is full: let the sender write it now
         return future
 
     def send_nowait(self, key: int | str, value: bytes, *,
@@ -223,12 +223,12 @@ class Producer:
         batch = acc.add(key, value, ordering_key, partition, source, opcode, schema, headers,
                         event_time_ms, now_ms())
         if batch is None:
-            self._drain(force=True)
+            self._flow.drain(force=True)
             raise errors.BufferFull(f"the producer buffer holds buffer_events_max="
                                     f"{self.config.buffer_events_max} events")
         if acc.wake:
             acc.wake = False
-            self._wakeup.set()
+            self._flow.schedule()
         return EventFuture(batch.token, len(batch.keys) - 1)
 
     async def _send_when_room(
@@ -240,12 +240,12 @@ class Producer:
             batch = add()
             if batch is not None:
                 self._acc.wake = False
-                self._wakeup.set()
+                self._flow.schedule()
                 return EventFuture(batch.token, len(batch.keys) - 1)
 
     async def _wait_room(self, deadline_ms: int) -> None:
         """Wait for buffer room, sending what is buffered meanwhile."""
-        self._drain(force=True)
+        self._flow.drain(force=True)
         self._room.clear()
         remaining_s = (deadline_ms - now_ms()) / 1000
         try:
@@ -308,7 +308,7 @@ class Producer:
         parts = split_columns(keys, values, slots, ordering, self.partitions, partition)
         pieces: list[tuple[asyncio.Future[BatchResult], list[int]]] = []
         for part in parts:
-            self._drain_partition(part.partition)
+            self._flow.drain(partition=part.partition)
             columns = _columns_of_part(per_event, part.indexes, len(keys))
             sizes = [len(v) + EVENT_OVERHEAD_BYTES for v in part.values]
             for start, stop in chunk_bounds(sizes, self.config.batch_events_max,
@@ -364,7 +364,7 @@ class Producer:
             raise errors.ProducerClosed("send_window() after close()")
         request = window_request(self.topic, self.partitions, events, partition, scn,
                                  self.config.window_events_max, self.config.window_bytes_max)
-        self._drain_partition(partition)
+        self._flow.drain(partition=partition)
         token: asyncio.Future[BatchResult] = self._loop.create_future()
         deadline_ms = now_ms() + self.config.delivery_timeout_ms
         self._sender.submit(ProducerBatch(request, request.batch.count, token, deadline_ms, 0))
@@ -375,7 +375,7 @@ class Producer:
     async def flush(self) -> None:
         """Send everything buffered and wait until the broker answered it all
         (or it failed). Errors stay on the events' futures."""
-        self._drain(force=True)
+        self._flow.drain(force=True)
         await self._sender.flush()
 
     async def close(self, timeout_ms: int | None = None) -> None:
@@ -386,12 +386,9 @@ class Producer:
         if self._closed:
             return
         self._closed = True
-        self._drain(force=True)
+        self._flow.drain(force=True)
         await self._sender.close(timeout_ms)
-        if self._linger_task is not None:
-            self._linger_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._linger_task
+        await self._flow.stop()
         self._room.set()  # wake senders waiting for room: they see the close
         if self._room_changed is not None:
             with self._room_changed:
@@ -419,15 +416,15 @@ class Producer:
                                       schema, headers, event_time_ms, now_ms())
                 if batch is not None:
                     break
-                self._handoff.extend(self._acc.drain(now_ms(), force=True))
-                self._loop.call_soon_threadsafe(self._wakeup.set)
+                self._flow.handoff.extend(self._acc.drain(now_ms(), force=True))
+                self._flow.wake_threadsafe()
                 if not self._room_changed.wait(deadline_s - time.monotonic()):
                     raise errors.BufferFull(f"no buffer room within max_block_ms={max_block_ms}")
             index = len(batch.keys) - 1
             wake = self._acc.wake
             self._acc.wake = False
         if wake:
-            self._loop.call_soon_threadsafe(self._wakeup.set)
+            self._flow.wake_threadsafe()
         return batch.token, index
 
     async def __aenter__(self) -> Producer:
@@ -438,7 +435,9 @@ class Producer:
         await self.close()
 
     def _batch_done(self, batch: ProducerBatch) -> None:
-        """Runs on the loop when the Sender finishes a batch: give room back."""
+        """Runs on the loop when the Sender finishes a batch: give room back, and
+        send what gathered meanwhile if its partition is now idle (Nagle)."""
+        self._flow.schedule()
         if not batch.buffered:
             return
         if self._room_changed is None:
@@ -448,43 +447,6 @@ class Producer:
                 self._acc.release(batch.buffered)
                 self._room_changed.notify_all()
         self._room.set()
-
-    def _drain(self, force: bool = False, partition: int | None = None) -> None:
-        """Submit what is ready (all when force; the partition's open batch too)."""
-        with self._lock:
-            if partition is not None:
-                self._acc.seal(partition)
-            ready = self._handoff + self._acc.drain(now_ms(), force)
-            self._handoff = []
-        self._submit(ready)
-
-    def _drain_partition(self, partition: int) -> None:
-        """Queue the partition's open batch now, so what follows goes behind it."""
-        self._drain(partition=partition)
-
-    def _submit(self, ready: list[ReadyBatch[asyncio.Future[BatchResult]]]) -> None:
-        topic = self.topic
-        timeout_ms = self.config.delivery_timeout_ms
-        for r in ready:
-            r.request.topic = topic
-            self._sender.submit(ProducerBatch(r.request, r.count, r.token,
-                                              r.created_ms + timeout_ms, r.count))
-
-    async def _linger_loop(self) -> None:
-        """Drain batches as they become ready; sleep until the next one lingers out."""
-        acc = self._acc
-        while True:
-            self._wakeup.clear()
-            self._drain()
-            with self._lock:
-                next_ms = acc.next_ready_ms()
-            if next_ms is None:
-                await self._wakeup.wait()
-                continue
-            delay_s = max((next_ms - now_ms()) / 1000, 0.0005)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay_s):
-                    await self._wakeup.wait()
 
 
 async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int) -> int:

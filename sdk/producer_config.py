@@ -14,7 +14,12 @@ class ProducerConfig:
     """Producer settings; every limit carries its unit in the name.
 
     Attributes:
-        linger_ms: how long a batch waits for more events (default 5).
+        linger_ms: how long a batch waits for more events while a request of
+            its partition is outstanding (default 5). A partition with nothing
+            outstanding sends at once, at the end of the loop turn that sent
+            the event; what arrives while a request is on the wire goes in
+            the next request as soon as the answer comes (Nagle's rule), or
+            after linger_ms, whichever is first. 0 sends every batch at once.
         batch_events_max / batch_bytes_max: a batch is sent when it reaches
             either (defaults 1000 events, 1 MiB estimated).
         buffer_events_max: events held from send() until the broker answers;

@@ -156,6 +156,14 @@ class SendQueue:
     def __len__(self) -> int:
         return len(self.in_flight) + len(self.unsent) + sum(map(len, self.held.values()))
 
+    def busy_partitions(self) -> set[int]:
+        """Partitions with a request outstanding: written and unanswered, held, or
+        queued to be written. The producer batches only for these (Nagle's rule)."""
+        busy = {p for p, n in enumerate(self._in_flight_by_partition) if n}
+        busy.update(self.held)
+        busy.update(b.partition for b in self.unsent)
+        return busy
+
     def next_to_write(self, in_flight_max: int) -> ProducerBatch | None:
         """Take the next batch to write, giving it a request id (and a
         sequence on its first write); None when nothing may go now."""
