@@ -2,7 +2,8 @@
 
 The producer process does what `scenarios.produce` does (one SDK Producer,
 `await send()` per event, batches of `batch_events`; in the paced latency
-scenario with `linger_ms=1`, so a tick's events leave within 1 ms), through the shared loop
+scenario too with the SDK's default linger: a tick leaves at once when no request is out,
+as the peers' clients send each tick), through the shared loop
 so that it paces and counts like the peers. End-to-end consumers come from the
 subscription work through `keybus_e2e`.
 """
@@ -23,7 +24,9 @@ from benchmarks.measurement import CompareWorkload
 from benchmarks.systems import Server, System
 
 NAME = "Keybus"
-LATENCY_LINGER_MS = 5  # the SDK default: a tick goes at once to an idle partition (Nagle), later ones gather while a request is out
+# The SDK default in every scenario: with Nagle's rule a tick goes at once when no request is
+# out, and what is sent while one is out gathers into the next request.
+LATENCY_LINGER_MS = 5
 DURABILITY = ("fsync before ack: a produce request is acknowledged after its RocksDB WriteBatch "
               "is fsynced (group commit: one fsync covers the requests that arrived together)")
 
@@ -68,8 +71,6 @@ async def _produce(task: Task, link: Link) -> dict[str, Any]:
     from sdk import Producer
     from sdk.producer import ProducerConfig
 
-    # Paced (latency scenario): a 1 ms linger, so each tick's events leave together at once, as the
-    # peers' clients send each tick; unpaced: the SDK's default linger.
     linger_ms = LATENCY_LINGER_MS if task.paced else ProducerConfig().linger_ms
     async with await Producer.create(task.address, task.stream,
                                      batch_events_max=task.workload.batch_events,

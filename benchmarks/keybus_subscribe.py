@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks import client_loops
 from benchmarks.link import Link, Task, monotonic_ns
+from benchmarks.payload import sent_ns_of
 
 RECEIVER_QUEUE_SIZE = 5_000  # permits per consumer, as benchmarks/e2e_key_shared.py
 RECEIVE_WAIT_S = 0.1  # an idle receive returns after this, so a consumer sees "done" in time
@@ -78,6 +79,7 @@ async def _consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
                                         receiver_queue_size=RECEIVER_QUEUE_SIZE)
     receive_batch, ack_batch = consumer.receive_batch, consumer.ack_batch
     release = [task.index == 0 and not task.paced]  # consume scenario: consumer 0 seeks
+    stages = Stages(task.workload.warmup_s) if task.paced else None
 
     async def fetch() -> tuple[Any, int]:
         if release[0]:
@@ -89,11 +91,15 @@ async def _consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
             return [], 0
         arrived_ns = monotonic_ns()
         ack_batch(batch)
+        if stages is not None:
+            stages.add(batch.values, batch.record.publish_time_ms, arrived_ns)
         return batch.values, arrived_ns
 
     try:
         report = await client_loops.consume_async(task, link, fetch)
         await consumer.flush_acks()
+        if stages is not None:
+            report["stages_ms"] = stages.samples
         return report
     finally:
         began = time.monotonic()
@@ -102,6 +108,30 @@ async def _consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
         except TimeoutError:
             print(f"consumer c{task.index}: close took over {time.monotonic() - began:.0f} s",
                   file=sys.stderr)  # stdout carries the comparison's JSON
+
+
+class Stages:
+    """Where an event's latency went, split at the broker's `publish_time_ms` (stamped
+    when its group commit starts, before the fsync; wall clock, 1 ms resolution):
+    due send time to commit start (producer, gRPC hop in, the partition's queue) and
+    commit start to arrival (fsync, dispatch, gRPC hop out, the consumer's receive).
+    Values due in the warm-up are skipped, as their latencies are."""
+
+    def __init__(self, warmup_s: float) -> None:
+        self.wall_minus_monotonic_ns = time.time_ns() - monotonic_ns()
+        self.warmup_ns = int(warmup_s * 1e9)
+        self.recorded_from_ns: int | None = None  # set at the first batch (after the start)
+        self.samples: dict[str, list[float]] = {"due_to_commit": [], "commit_to_arrival": []}
+
+    def add(self, values: Any, publish_time_ms: int, arrived_ns: int) -> None:
+        if self.recorded_from_ns is None:
+            self.recorded_from_ns = arrived_ns + self.warmup_ns
+        committed_ns = publish_time_ms * 1_000_000 - self.wall_minus_monotonic_ns
+        to_commit, to_arrival = self.samples["due_to_commit"], self.samples["commit_to_arrival"]
+        for sent_ns in map(sent_ns_of, values):
+            if sent_ns >= self.recorded_from_ns:
+                to_commit.append((committed_ns - sent_ns) / 1e6)
+                to_arrival.append((arrived_ns - committed_ns) / 1e6)
 
 
 def create_subscription(address: str, topic: str, type_: str, name: str) -> None:

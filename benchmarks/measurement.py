@@ -1,9 +1,9 @@
 """The comparison's workload, what a driver measures, and the figures made from it.
 
-Pure: no clock, no I/O. Latency percentiles come from an HdrHistogram
-(`histogram.py`), which is kept whole in each row (`latency_histogram`). Every system (Keybus, Redis Streams, NATS JetStream)
+Pure: no clock, no I/O. Every system (Keybus, Redis Streams, NATS JetStream)
 reports a `Measurement`, and `summarize` turns each into the published figures
-the same way, so no system gets its own arithmetic.
+the same way, so no system gets its own arithmetic. Latency percentiles come
+from an HdrHistogram (`histogram.py`), kept whole in each row (`latency_histogram`).
 """
 
 from __future__ import annotations

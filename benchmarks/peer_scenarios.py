@@ -142,7 +142,23 @@ def _row(system: System, label: str, scenario: str, run: ClientRun, workload: Co
         value_bytes=workload.value_bytes, consumers=workload.consumers if consumers else 0,
         latencies_ms=run.latencies_ms, complete=run.complete))
     row["family"] = system.name
+    stages = _stages(run.reports)
+    if stages:
+        row["stages"] = stages
     return row
+
+
+def _stages(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Latency split into stages, when the consumers measured it (Keybus: at the broker's
+    commit start), as HdrHistogram figures per stage."""
+    from benchmarks import histogram
+
+    combined: dict[str, list[float]] = {}
+    for report in reports:
+        for name, values in (report.get("stages_ms") or {}).items():
+            combined.setdefault(name, []).extend(values)
+    return {name: histogram.figures_ms(histogram.of_ms(values))
+            for name, values in combined.items() if values}
 
 
 def _note_row(family: str, label: str, scenario: str, note: str) -> Row:

@@ -146,6 +146,11 @@ class Settings:
     processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
     processor_commit_commands_max: int = 256  # commands written in one WriteBatch
     processor_name_bytes_max: int = 255  # namespace, consumer group and owner id
+    # Latency: each partition keeps its last durable records in memory, so dispatchers
+    # that follow the tail take them without a RocksDB read on a worker thread
+    # (broker/log/recent.py). Either at 0 turns it off.
+    recent_records_bytes_max: int = 256 << 10  # per partition
+    recent_records_max: int = 64  # per partition
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

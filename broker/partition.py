@@ -24,6 +24,7 @@ from broker.config import Settings
 from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
+from broker.log.recent import RecentRecords
 from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
@@ -115,6 +116,13 @@ class Partition:
         self._queue: asyncio.Queue[_Produce | _Trim | _OnTask] = asyncio.Queue(
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
+        # The last durable records, for dispatchers following the tail (recent.py);
+        # emptied by anything but a produce commit that writes or removes records.
+        self.recent = RecentRecords(0 if meta.compacted else settings.recent_records_bytes_max,
+                                    settings.recent_records_max)
+        # Called (on the partition task) each time end_offset moves: dispatchers
+        # wake on the durable offset without a task of their own waiting for it.
+        self.listeners: set[Callable[[], None]] = set()
         self._closed = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
@@ -137,7 +145,10 @@ class Partition:
     async def stop(self) -> None:
         """Stop the task; queued requests fail with UNAVAILABLE; readers end."""
         self._closed = True
+        self.recent.clear()
         self._appended.set()
+        for listener in list(self.listeners):
+            listener()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -231,6 +242,8 @@ class Partition:
                     if not command.future.done():
                         command.future.set_exception(e)
                 return
+            for append in appends:
+                self.recent.add(append.base_offset, append.count, append.value)
             self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
             self._wake_readers()
             PRODUCED_EVENTS.labels(self.meta.name).inc(sum(a.count for a in appends))
@@ -308,6 +321,7 @@ class Partition:
         return command.future
 
     async def _on_task(self, command: _OnTask) -> None:
+        self.recent.clear()  # relay appends and truncations write the log themselves
         try:
             result = await command.work(self)
         except Exception as e:
@@ -319,12 +333,19 @@ class Partition:
 
     def publish(self) -> None:
         """Make what the clock holds (durable) visible to readers and wake them."""
+        self.recent.clear()
         self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
         self._wake_readers()
 
     def _wake_readers(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
         event.set()
+        for listener in list(self.listeners):
+            listener()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def resolve_start(self, start: pb.StartPosition, unset_is_latest: bool = False) -> int:
         """The offset a StartPosition names here, or why it cannot be used.
@@ -364,6 +385,7 @@ class Partition:
         return await command.future
 
     async def _trim(self, command: _Trim) -> None:
+        self.recent.clear()  # retention and compaction remove or rewrite records
         meta = self.meta
         floor = self.retention_floor() if self.retention_floor is not None else None
         plan = None

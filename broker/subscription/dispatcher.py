@@ -22,7 +22,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import numpy as np
 
@@ -37,7 +36,7 @@ from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInv
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import RecordCache, delivery_messages
 from broker.subscription.holdings import Taken
-from broker.subscription.log_reader import read_events, read_records_holding
+from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
 from broker.subscription.members import MemberSpec
 from broker.subscription.selector import SelectorError
 from broker.subscription.selector_sticky import RangeConflict
@@ -81,7 +80,6 @@ class PartitionDispatcher:
         self._dead_letter_sink = dead_letter
         self._last_persist_ms = 0
         self._wake = asyncio.Event()
-        self._data_task: asyncio.Future[None] | None = None
         self._dead_letter_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -89,12 +87,14 @@ class PartitionDispatcher:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.partition.listeners.add(self._on_durable)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"dispatch {self.spec.topic}/{self.index}/{self.spec.name}")
 
     async def stop(self, persist: bool = True) -> None:
         self.closed = True
-        for task in (self._task, self._data_task, self._dead_letter_task):
+        self.partition.listeners.discard(self._on_durable)
+        for task in (self._task, self._dead_letter_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, BrokerError):
@@ -105,6 +105,13 @@ class PartitionDispatcher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _on_durable(self) -> None:
+        """The partition's durable end moved (runs on the partition task): wake the
+        round at once if a consumer could take something, so no timer and no task of
+        its own sits between the commit and the delivery."""
+        if self.partition.closed or self._has_demand():
+            self._wake.set()
 
     async def _run(self) -> None:
         try:
@@ -142,9 +149,14 @@ class PartitionDispatcher:
             await self._idle()
 
     async def _read(self, request: ReadRequest) -> None:
-        records, result = await asyncio.to_thread(
-            read_events, self.store, self.partition.meta.topic_id, self.index, request,
-            self.selector, self.settings.dispatch_read_bytes_max)
+        recent = self.partition.recent.from_offset(request.start)
+        if recent is not None:  # following the tail: the records are in memory, no thread
+            records, result = read_events_in(recent, request, self.selector,
+                                             self.settings.dispatch_read_bytes_max)
+        else:
+            records, result = await asyncio.to_thread(
+                read_events, self.store, self.partition.meta.topic_id, self.index, request,
+                self.selector, self.settings.dispatch_read_bytes_max)
         if self.closed:
             return
         for record in records:
@@ -152,27 +164,19 @@ class PartitionDispatcher:
         self.core.process_read(request, result, now_ms())
 
     async def _idle(self) -> None:
-        """Wait for a wake, new log data (when someone could take it) or a timer."""
-        position = self.core.position
-        demand = self._has_demand()
-        if demand and position < self.partition.end_offset:
-            return  # the log grew while the round awaited: nothing else would wake us
-        wake: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
-        waits: set[asyncio.Future[Any]] = {wake}
-        if demand:
-            if self._data_task is None or self._data_task.done():
-                self._data_task = asyncio.ensure_future(self.partition.wait_for_data(position))
-            waits.add(self._data_task)
-        try:
-            await asyncio.wait(waits, timeout=self._timeout_s(), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            wake.cancel()
-        data = self._data_task
-        if data is not None and data.done() and not data.cancelled():
-            error = data.exception()
-            self._data_task = None
-            if error is not None:
-                raise error
+        """Wait for a wake (consumer calls; the partition's durable end moving, through
+        `_on_durable`) or a timer (ack timeouts, nack delays, the cursor's persist)."""
+        if self.partition.closed:
+            raise BrokerError("topic_deleted", topic=self.partition.meta.name)
+        if self._has_demand() and self.core.position < self.partition.end_offset:
+            return  # the log grew while the round awaited
+        timeout_s = self._timeout_s()
+        if timeout_s is None:
+            await self._wake.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
 
     def _has_demand(self) -> bool:
         unacked_max = self.settings.consumer_unacked_events_max
@@ -369,9 +373,6 @@ class PartitionDispatcher:
         everything from it on is delivered again (in flight events are forgotten)."""
         self.core.process_seek(offset)
         self.cache.clear()
-        if self._data_task is not None:
-            self._data_task.cancel()
-            self._data_task = None
         await self._persist(now_ms())
         self._wake.set()
 

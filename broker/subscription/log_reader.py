@@ -1,6 +1,7 @@
 """Read stored records for a dispatcher: whole records, parsed, slots as numpy arrays.
 
-Runs on a worker thread (blocking RocksDB reads). Unlike `read_path`, it
+Runs on a worker thread (blocking RocksDB reads), or on the event loop over
+the partition's recent records in memory (`read_events_in`, broker/log/recent.py). Unlike `read_path`, it
 never cuts or re-encodes a record: the dispatcher keeps whole stored records
 (to send them as stored, and to know where a window ends) and hands the core
 the passing events of the read as two arrays (offsets, slots).
@@ -118,8 +119,16 @@ def read_events(store: RocksStore, topic_id: int, partition: int, request: ReadR
                 selector: EventSelector | None, bytes_max: int,
                 ) -> tuple[list[CachedRecord], ReadResult]:
     """One read from the log (see the module docstring)."""
-    records = (parse_record(base, value)
-               for base, value in store.records_from(topic_id, partition, request.start))
+    return read_events_in(store.records_from(topic_id, partition, request.start), request,
+                          selector, bytes_max)
+
+
+def read_events_in(values: Iterable[tuple[int, bytes]], request: ReadRequest,
+                   selector: EventSelector | None, bytes_max: int,
+                   ) -> tuple[list[CachedRecord], ReadResult]:
+    """One read over stored (base offset, value) records in offset order, from the one
+    holding `request.start`: the log's, or the partition's recent records in memory."""
+    records = (parse_record(base, value) for base, value in values)
 
     def passing(entry: CachedRecord) -> npt.NDArray[np.int64] | None:
         if selector is None:
