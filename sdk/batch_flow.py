@@ -71,6 +71,10 @@ class BatchFlow:
     def _turn_end(self) -> None:
         self._scheduled = False
         self.drain()
+        with self._lock:
+            waiting = self._acc.next_ready_ms() is not None
+        if waiting:  # a busy partition's batch: the linger task times it
+            self._wakeup.set()
 
     def drain(self, force: bool = False, partition: int | None = None) -> None:
         """Submit what is ready (every open batch when force; the partition's too)."""

@@ -381,3 +381,41 @@ def test_slot_cache_matches_slot_of_and_stays_bounded() -> None:
     for k in [*range(10), "a", "b", 3]:
         assert cache.slot(k) == slot_of(k)
         assert len(cache._entries) <= 4
+
+
+# ---------------------------------------------------------------- Nagle's rule (rule 1)
+
+
+def test_an_idle_partition_sends_at_once_and_a_busy_one_gathers() -> None:
+    acc = make(linger_ms=1000, partitions=2)
+    add(acc, 1, partition=0, now_ms=10)
+    add(acc, 2, partition=1, now_ms=10)
+    add(acc, 3, partition=1, now_ms=11)
+    assert acc.next_ready_ms(busy={1}) == 0  # partition 0 has nothing outstanding
+    ready = acc.drain(now_ms=11, busy={1})
+    assert [(r.partition, list(r.batch.key_ints)) for r in ready] == [(0, [1])]
+    assert acc.next_ready_ms(busy={1}) == 1010  # partition 1 waits for its answer or linger
+    assert acc.drain(now_ms=12, busy={1}) == []
+    ready = acc.drain(now_ms=13, busy=set())  # the answer came: partition 1 is idle now
+    assert [(r.partition, list(r.batch.key_ints)) for r in ready] == [(1, [2, 3])]
+
+
+def test_a_busy_partition_still_sends_at_its_linger_and_when_full() -> None:
+    acc = make(linger_ms=5, batch_events_max=3)
+    add(acc, 1, now_ms=100)
+    assert acc.drain(now_ms=104, busy={0}) == []
+    assert [r.count for r in acc.drain(now_ms=105, busy={0})] == [1]
+    for k in range(4):
+        add(acc, k, now_ms=200)
+    assert acc.has_sealed
+    assert [r.count for r in acc.drain(now_ms=200, busy={0})] == [3]  # full goes, busy or not
+    assert not acc.has_sealed
+    assert acc.open_events == 1
+
+
+def test_without_busy_the_linger_alone_decides() -> None:
+    acc = make(linger_ms=5)
+    add(acc, 1, now_ms=100)
+    assert acc.next_ready_ms() == 105
+    assert acc.drain(now_ms=101) == []
+    assert [r.count for r in acc.drain(now_ms=101, busy=())] == [1]

@@ -1,0 +1,63 @@
+"""Goal: the latency benchmark's pure parts judge a run correctly: percentiles from the
+HdrHistogram, warm-up values left out, and each issue-15 target met or not from the
+run's own floor and peer figures (and "not measured" when a figure is missing).
+
+Method: small hand-made reports and values with known answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import histogram, latency_report
+from benchmarks.payload import latencies_ms, stamped_value
+
+
+def test_histogram_figures_are_the_recorded_percentiles() -> None:
+    hist = histogram.of_ms([float(v) for v in range(1, 1001)])  # 1..1000 ms
+    figures = histogram.figures_ms(hist)
+    assert figures["samples"] == 1000
+    assert abs(figures["p50_ms"] - 500) <= 1 and abs(figures["p99_ms"] - 990) <= 1
+    assert abs(figures["p999_ms"] - 999) <= 1 and abs(figures["max_ms"] - 1000) <= 1
+    assert histogram.figures_ms(histogram.histogram()) == {"samples": 0}
+    assert histogram.encoded(hist).startswith("HIST")
+
+
+def test_values_due_in_the_warm_up_are_left_out() -> None:
+    values = [stamped_value(16, 1_000_000), stamped_value(16, 3_000_000)]
+    assert latencies_ms(values, 5_000_000) == [4.0, 2.0]
+    assert latencies_ms(values, 5_000_000, sent_from_ns=2_000_000) == [2.0]
+
+
+def _latency(system: str, rate: int, p50: float, p99: float) -> dict[str, Any]:
+    return {"system": system, "scenario": "latency", "rate_per_s": rate, "p50_ms": p50,
+            "p99_ms": p99}
+
+
+def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"results": rows, "floor": {"disk_fsync": {"p50_ms": 4.0, "p99_ms": 8.0}}}
+
+
+def test_targets_use_the_same_runs_floor_and_redis() -> None:
+    rows = [_latency("Keybus Key_Shared", 10_000, 5.5, 11.0),
+            _latency("Keybus Key_Shared", 50_000, 9.0, 22.5),
+            _latency("Keybus Key_Shared, --no-fsync", 10_000, 0.9, 3.0),
+            _latency("Redis consumer group", 10_000, 0.5, 1.4),
+            {"system": "Keybus", "scenario": "produce", "events_per_s": 500_000},
+            {"system": "Redis Streams", "scenario": "produce", "events_per_s": 100_000}]
+    found = {t["target"]: t for t in latency_report.targets(report(rows))}
+    met = {name: t["met"] for name, t in found.items()}
+    assert met["fsync, 10,000/s: p50 <= disk fsync p50 + 1.5 ms"] is True  # 5.5 <= 5.5
+    assert met["fsync, 10,000/s: p99 <= disk fsync p99 + 3 ms"] is True  # 11 <= 11
+    assert met["fsync, 50,000/s: p99 <= 2 x (disk fsync p99 + 3 ms)"] is False  # 22.5 > 22
+    assert met["--no-fsync, 10,000/s: p50 <= 1 ms"] is True
+    assert met["--no-fsync, 10,000/s: p99 <= 2 x Redis p99"] is False  # 3.0 > 2.8
+    assert found["produce throughput, Keybus ÷ Redis (same run)"]["measured"] == 5.0
+    assert found["consume throughput, Keybus ÷ Redis (same run)"]["measured"] is None
+
+
+def test_a_missing_figure_is_not_measured_not_met() -> None:
+    found = latency_report.targets(report([]))
+    assert all(t["met"] is None for t in found)
+    text = latency_report.targets_table(found)
+    assert "not measured" in text and "**met**" not in text

@@ -1,0 +1,70 @@
+"""Goal: the send queue (sdk/send_queue.py) names exactly the partitions that have a
+request outstanding, which is what the producer's Nagle rule batches for.
+
+Method: drive a SendQueue through writes, answers, a retriable refusal (held) and a
+broken stream with plain batches and tokens (no loop, no stream), and compare
+`busy_partitions()` with what was written and not answered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sdk import errors
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.send_queue import ProducerBatch, SendQueue
+
+
+class Token:
+    def __init__(self) -> None:
+        self.outcome: Any = None
+
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def set_result(self, result: Any) -> None:
+        self.outcome = result
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.outcome = exception
+
+
+def batch(partition: int) -> ProducerBatch:
+    request = pb.ProduceRequest(topic="t", partition=partition)
+    request.batch.key_ints.append(1)
+    request.batch.values.append(b"v")
+    return ProducerBatch(request, 1, Token(), deadline_ms=10_000, buffered=1)
+
+
+def answer(request_id: int, partition: int, code: int = 0, message: str = "") -> pb.ProduceResponse:
+    return pb.ProduceResponse(request_id=request_id, topic="t", partition=partition, count=1,
+                              error_code=code, error_message=message)
+
+
+def test_queued_and_written_partitions_are_busy_until_answered() -> None:
+    queue = SendQueue("t", 3, idempotent=False)
+    assert queue.busy_partitions() == set()
+    queue.add(batch(0))
+    queue.add(batch(2))
+    assert queue.busy_partitions() == {0, 2}  # queued counts: the writer has not caught up
+    first = queue.next_to_write(16)
+    assert first is not None and queue.busy_partitions() == {0, 2}
+    second = queue.next_to_write(16)
+    assert second is not None
+    queue.process_response(answer(first.request.request_id, 0))
+    assert queue.busy_partitions() == {2}
+    queue.process_response(answer(second.request.request_id, 2))
+    assert queue.busy_partitions() == set()
+
+
+def test_held_and_re_queued_partitions_stay_busy() -> None:
+    queue = SendQueue("t", 2, idempotent=False)
+    queue.add(batch(1))
+    written = queue.next_to_write(16)
+    assert written is not None
+    queue.process_response(answer(written.request.request_id, 1, errors.UNAVAILABLE, "later"))
+    assert queue.busy_partitions() == {1}  # held for the re-send after a reconnect
+    queue.process_stream_broken()
+    assert queue.busy_partitions() == {1}  # queued again for the next stream
+    queue.process_fail_all(errors.ProducerClosed("closed"))
+    assert queue.busy_partitions() == set()
