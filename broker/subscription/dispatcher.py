@@ -81,6 +81,8 @@ class PartitionDispatcher:
         self._last_persist_ms = 0
         self._wake = asyncio.Event()
         self._dead_letter_task: asyncio.Task[None] | None = None
+        self._persist_task: asyncio.Task[None] | None = None  # a cursor write in flight
+        self._cache_floor = -1  # the cache may drop records below this (persisted)
         self._task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -99,6 +101,7 @@ class PartitionDispatcher:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, BrokerError):
                     await task
+        await self._persist_settled()
         if persist and self.core.dirty:
             with contextlib.suppress(Exception):
                 await self._persist(now_ms())
@@ -143,7 +146,7 @@ class PartitionDispatcher:
             await self._carry_out()
         if core.dirty and now_ms() - self._last_persist_ms >= \
                 self.settings.cursor_persist_interval_ms:
-            await self._persist(now_ms())
+            self._persist_in_background(now_ms())
         self._start_dead_letters()
         if request is None:
             await self._idle()
@@ -222,7 +225,8 @@ class PartitionDispatcher:
                 message = pb.SubscribeResponse(active_change=pb.ActiveChange(
                     partition=self.index, active=bool(notice.active)))
             session.send(message.SerializeToString())
-        self.cache.trim(-1)
+        self.cache.trim(self._cache_floor)
+        self._cache_floor = -1
 
     def _nacks_seen(self, consumer: str) -> int:
         session = self.sessions.get(consumer)
@@ -285,14 +289,51 @@ class PartitionDispatcher:
 
     # ------------------------------------------------------------ persistence
 
-    async def _persist(self, now: int) -> None:
+    def _persist_in_background(self, now: int) -> None:
+        """Write the cursor on a task of its own, so no delivery waits for the write
+        (one write at a time: a round that finds one in flight leaves the cursor dirty,
+        and the write's end wakes the round to look again)."""
+        if self._persist_task is not None and not self._persist_task.done():
+            return
         cursor = self.core.snapshot()
         self._last_persist_ms = now
-        await asyncio.to_thread(self.store.put_cursors, self.partition.meta.topic_id,
-                                self.spec.name, {self.index: cursor.to_bytes()})
+        self._persist_task = asyncio.get_running_loop().create_task(
+            self._write_cursor(cursor, background=True))
+
+    async def _persist_settled(self) -> None:
+        """Wait for a background cursor write, so a later one never lands before it."""
+        task = self._persist_task
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            self._persist_task = None
+
+    async def _persist(self, now: int) -> None:
+        """Write the cursor now (seek, stop): after any background write."""
+        await self._persist_settled()
+        cursor = self.core.snapshot()
+        self._last_persist_ms = now
+        await self._write_cursor(cursor)
+
+    async def _write_cursor(self, cursor: Cursor, background: bool = False) -> None:
+        try:
+            await asyncio.to_thread(self.store.put_cursors, self.partition.meta.topic_id,
+                                    self.spec.name, {self.index: cursor.to_bytes()})
+        except Exception:
+            if not background:
+                raise
+            log.exception("writing the cursor of %s/%d/%s failed; retrying", self.spec.topic,
+                          self.index, self.spec.name)
+            self.core.dirty = True  # written again at the next persist interval
+            self._wake.set()
+            return
         self.persisted_mark_delete = cursor.mark_delete
         self.persisted_runs = len(cursor.run_starts)
-        self.cache.trim(cursor.mark_delete)
+        # The records wholly below it go at the round's next trim (never between the
+        # round's cache look-ups and its sends, which this write may land between).
+        self._cache_floor = cursor.mark_delete
+        if background and self.core.dirty:
+            self._wake.set()  # changed meanwhile: the round persists again when due
 
     # ------------------------------------------------------------ membership
 
