@@ -37,6 +37,10 @@ class _Batches:
         self.hard_stop_s = task.hard_stop_monotonic(self.began_s)
         self.sent = 0
         self.stopped_early = False
+        # Paced: how late each send started against its due time (the client's own timer
+        # and scheduling, the same loop for every system), recorded after the warm-up.
+        self.late_ms: list[float] = []
+        self.recorded_from_s = self.began_s + task.workload.warmup_s
 
     def next_keys(self, link: Link) -> list[int]:
         if link.stopped() or time.monotonic() > self.hard_stop_s:
@@ -55,6 +59,20 @@ class _Batches:
             return 0.0
         due = self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
         return max(0.0, due - time.monotonic())
+
+    def note_send(self) -> None:
+        """A paced send starts now: record how late it is."""
+        if self.task.paced:
+            due = self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
+            if due >= self.recorded_from_s:
+                self.late_ms.append((time.monotonic() - due) * 1000)
+
+    def report(self) -> Report:
+        report: Report = {"events": self.sent, "last_ns": monotonic_ns(),
+                          "stopped_early": self.stopped_early}
+        if self.late_ms:
+            report["stages_ms"] = {"due_to_send": self.late_ms}
+        return report
 
     def value(self) -> bytes:
         """The value of the next send, stamped with its send time.
@@ -78,12 +96,13 @@ def produce(task: Task, link: Link, send: Send, flush: Callable[[], None]) -> Re
     batches = _Batches(task, link)
     while keys := batches.next_keys(link):
         time.sleep(batches.wait_s())
+        batches.note_send()
         send(keys, batches.value())
         batches.sent_batch(len(keys), link)
     flush()
-    last_ns = monotonic_ns()
+    report = batches.report()
     link.finish_producing()
-    return {"events": batches.sent, "last_ns": last_ns, "stopped_early": batches.stopped_early}
+    return report
 
 
 async def produce_async(task: Task, link: Link, send: AsyncSend,
@@ -92,12 +111,13 @@ async def produce_async(task: Task, link: Link, send: AsyncSend,
     batches = _Batches(task, link)
     while keys := batches.next_keys(link):
         await asyncio.sleep(batches.wait_s())
+        batches.note_send()
         await send(keys, batches.value())
         batches.sent_batch(len(keys), link)
     await flush()
-    last_ns = monotonic_ns()
+    report = batches.report()
     link.finish_producing()
-    return {"events": batches.sent, "last_ns": last_ns, "stopped_early": batches.stopped_early}
+    return report
 
 
 class _Tally:
