@@ -64,8 +64,18 @@ class Settings:
     consumer_permits_max: int = 100_000  # outstanding permits per consumer and partition
     consumer_unacked_events_max: int = 200_000  # per consumer and partition; past it no dispatch
     consumer_outbox_messages_max: int = 4_096  # messages queued for one consumer's stream
-    look_ahead_events_max: int = 20_000  # Key_Shared: events left waiting per partition
+    # Bytes queued for one consumer's stream; past it the consumer is paused (sent nothing
+    # more, its slots wait as if it had no permits) until half of them are written.
+    consumer_outbox_bytes_max: int = 16 << 20
+    look_ahead_events_max: int = 20_000  # events read and kept waiting in memory per partition
+    # Key_Shared: of them, per waiting slot; past it the slot waits on a floor and its
+    # events are read again from the log when it may deliver (see docs/architecture.md).
+    waiting_slot_events_max: int = 64
     dispatch_read_events_max: int = 5_000  # events per log read of a dispatcher
+    dispatch_read_bytes_max: int = 4 << 20  # record bytes per log read of a dispatcher
+    dispatch_cache_bytes_max: int = 16 << 20  # memory of records a dispatcher keeps read
+    # (past it the oldest go; a record needed again is read again)
+    delivery_bytes_max: int = 4 << 20  # one Delivery message, whatever the permits
     key_shared_points_per_consumer: int = 100  # consistent-hashing ring points
     nack_delay_ms_default: int = 1_000  # a Nack with delay_ms 0 waits this long
     nack_delay_ms_max: int = 3_600_000
@@ -73,6 +83,9 @@ class Settings:
     ack_timeout_ms_max: int = 3_600_000
     max_redeliveries_max: int = 1_000
     cursor_persist_interval_ms: int = 50  # how often changed cursors are written, at most
+    # Unacknowledged runs a persisted cursor keeps; past it the rest counts as
+    # unacknowledged after a crash (redelivered, never lost).
+    cursor_ranges_persisted_max: int = 100_000
     waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
     # Server-side filters per source (Databus config keys), raw strings.
     serversidefilter: dict[str, str] = field(default_factory=dict)
@@ -147,7 +160,10 @@ class Settings:
                      "consumer_permits_max", "consumer_unacked_events_max",
                      "consumer_outbox_messages_max", "look_ahead_events_max",
                      "dispatch_read_events_max", "key_shared_points_per_consumer",
-                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
+                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms",
+                     "consumer_outbox_bytes_max", "waiting_slot_events_max",
+                     "dispatch_read_bytes_max", "dispatch_cache_bytes_max",
+                     "delivery_bytes_max", "cursor_ranges_persisted_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
