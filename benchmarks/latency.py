@@ -5,8 +5,8 @@ One run measures, in this order:
 1. the physical floor (`floor.py`): append 4 KiB + fsync on the disk that holds
    the brokers' temp data dirs, and a unary gRPC round trip on 127.0.0.1;
 2. each system (Keybus Key_Shared with fsync before ack, the same with
-   `--no-fsync`, Redis Streams with a consumer group; NATS JetStream with
-   `--systems ...,nats`), on a fresh server: optionally the produce and
+   `--no-fsync`, Redis Streams with a consumer group, NATS JetStream with a
+   pull consumer; `--systems` picks some), on a fresh server: optionally the produce and
    end-to-end consume throughput (`--throughput-events`, Keybus with fsync and
    Redis: the ratios the issue keeps), then the latency scenario at each rate
    of `--rates` (default 1,000, 10,000 and 50,000 events/s) for
@@ -47,7 +47,7 @@ from benchmarks.systems import Server, System
 
 OUT = Path(__file__).resolve().parent / "out"
 SYSTEMS = ("keybus", "keybus-no-fsync", "redis", "nats")
-DEFAULT_SYSTEMS = ("keybus", "keybus-no-fsync", "redis")
+DEFAULT_SYSTEMS = SYSTEMS
 KEY_SHARED = "Keybus Key_Shared"
 THROUGHPUT_SYSTEMS = ("keybus", "redis")  # the ratios the issue keeps: produce and Key_Shared
 STREAM = "latency"
