@@ -8,25 +8,10 @@ broken stream with plain batches and tokens (no loop, no stream), and compare
 
 from __future__ import annotations
 
-from typing import Any
-
 from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.send_queue import ProducerBatch, SendQueue
-
-
-class Token:
-    def __init__(self) -> None:
-        self.outcome: Any = None
-
-    def done(self) -> bool:
-        return self.outcome is not None
-
-    def set_result(self, result: Any) -> None:
-        self.outcome = result
-
-    def set_exception(self, exception: BaseException) -> None:
-        self.outcome = exception
+from tests.unit.test_producer_columns import Token
 
 
 def batch(partition: int) -> ProducerBatch:
