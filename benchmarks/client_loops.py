@@ -130,8 +130,10 @@ class _Tally:
         self.events = 0
         self.last_ns = 0
         self.latencies_ms: list[float] = []
-        # Values due before this (the warm-up) are counted, their latencies not recorded.
-        self.recorded_from_ns = monotonic_ns() + int(task.workload.warmup_s * 1e9)
+        # Values due before this (the warm-up) are counted, their latencies not recorded;
+        # without a warm-up every value is (the producer's clock started a little earlier).
+        warmup_ns = int(task.workload.warmup_s * 1e9)
+        self.recorded_from_ns = monotonic_ns() + warmup_ns if warmup_ns else 0
 
     def running(self, link: Link) -> bool:
         return not link.stopped() and time.monotonic() < self.hard_stop_s

@@ -124,8 +124,8 @@ class Stages:
         self.samples: dict[str, list[float]] = {"due_to_commit": [], "commit_to_arrival": []}
 
     def add(self, values: Any, publish_time_ms: int, arrived_ns: int) -> None:
-        if self.recorded_from_ns is None:
-            self.recorded_from_ns = arrived_ns + self.warmup_ns
+        if self.recorded_from_ns is None:  # without a warm-up, every value counts
+            self.recorded_from_ns = arrived_ns + self.warmup_ns if self.warmup_ns else 0
         committed_ns = publish_time_ms * 1_000_000 - self.wall_minus_monotonic_ns
         to_commit, to_arrival = self.samples["due_to_commit"], self.samples["commit_to_arrival"]
         for sent_ns in map(sent_ns_of, values):
