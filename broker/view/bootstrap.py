@@ -94,6 +94,7 @@ class BootstrapStream:
         self.request = request
         self.open_cursor = open_cursor
         self._pin: int | None = None
+        self._truncations = len(partition.truncations)  # a cut past us ends the stream
 
     async def run(self) -> AsyncIterator[bytes]:
         resume = self.request.resume if self.request.HasField("resume") else None
@@ -253,6 +254,7 @@ class BootstrapStream:
                     target: int) -> tuple[int, bytes | None]:
         """One chunk of the log from `offset`: the next offset and its message."""
         p, spec = self.partition, self.read
+        p.check_truncation(self._truncations, offset)
         bounded = ReadSpec(spec.topic_id, spec.partition, stop, spec.events_max,
                            spec.bytes_max, spec.slot_mask, spec.selector)
         chunk = await p.read(bounded, offset)
