@@ -46,7 +46,7 @@ from tests.support.relay_cluster import (
     writable,
 )
 from tests.support.wire import create_topic, stub
-from tests.support.zookeeper import ZooKeeperServer, ensure_zookeeper
+from tests.support.zookeeper import ZooKeeperServer, ensure_zookeeper, zookeeper_running
 
 SESSION_MS = 2_000
 FAILOVER_S_MAX = 5.0
@@ -54,13 +54,8 @@ FAILOVER_S_MAX = 5.0
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ensure_zookeeper()
-    if reason is not None:
-        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper") / "zk")
-    server.start()
-    yield server
-    server.stop()
+    with zookeeper_running(tmp_path_factory.mktemp("zookeeper") / "zk") as server:
+        yield server
 
 
 def cluster(root: Path, zookeeper: str, brokers: int, acks: int | str, name: str

@@ -33,7 +33,7 @@ from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.relay_cluster import records, role, wait_for, wait_settled, writable
 from tests.support.wire import stub
-from tests.support.zookeeper import ZooKeeperServer, ensure_zookeeper
+from tests.support.zookeeper import ZooKeeperServer, zookeeper_running
 
 SESSION_MS = 2_000
 ACKS_TIMEOUT_MS = 3_000
@@ -41,13 +41,8 @@ ACKS_TIMEOUT_MS = 3_000
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ensure_zookeeper()
-    if reason is not None:
-        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper") / "zk")
-    server.start()
-    yield server
-    server.stop()
+    with zookeeper_running(tmp_path_factory.mktemp("zookeeper") / "zk") as server:
+        yield server
 
 
 def cluster(root: Path, zookeeper: str, name: str) -> list[BrokerRunner]:
