@@ -59,7 +59,9 @@ class ReadServicer:
             events_max=read_limit("events_max", request.events_max, self.settings.read_events_max),
             bytes_max=read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max),
             slot_mask=hash_mask(list(request.hash_ranges)),
-            selector=compile_selector(request.filter, self.config_filters),
+            # A follower's copy is whole: this broker's config filters are for its readers.
+            selector=compile_selector(request.filter,
+                                      {} if request.replica else self.config_filters),
         )
         offset = partition.resolve_start(request.start)
         if request.replica:
