@@ -70,6 +70,14 @@ class RecentRecords:
         self._ends.clear()
         self._bytes = 0
 
+    def covering(self, start: int, stop: int) -> list[tuple[int, bytes]] | None:
+        """`from_offset(start)`, only when the window also reaches `stop`: a read
+        over it then sees every record of [start, stop), as a read of the log would
+        (None otherwise: read the log)."""
+        if not self._ends or self._ends[-1] < stop:
+            return None
+        return self.from_offset(start)
+
     def from_offset(self, offset: int) -> list[tuple[int, bytes]] | None:
         """The records from the one holding `offset` to the newest, or None when
         the window does not hold `offset` (read the log instead)."""

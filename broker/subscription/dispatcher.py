@@ -152,7 +152,7 @@ class PartitionDispatcher:
             await self._idle()
 
     async def _read(self, request: ReadRequest) -> None:
-        recent = self.partition.recent.from_offset(request.start)
+        recent = self.partition.recent.covering(request.start, request.stop)
         if recent is not None:  # following the tail: the records are in memory, no thread
             records, result = read_events_in(recent, request, self.selector,
                                              self.settings.dispatch_read_bytes_max)

@@ -73,3 +73,13 @@ def test_answers_match_a_model(steps: list[tuple[int, int, int]], probe: int) ->
     held = [(b, v) for b, c, v in model if b + c > probe]
     expected = held if model and model[0][0] <= probe < model[-1][0] + model[-1][1] else None
     assert recent.from_offset(probe) == expected
+
+
+def test_covering_answers_only_when_the_window_reaches_the_reads_stop() -> None:
+    recent = RecentRecords(bytes_max=1 << 20, records_max=10)
+    recent.add(10, 5, b"a")
+    recent.add(15, 5, b"b")
+    assert recent.covering(12, 20) == [(10, b"a"), (15, b"b")]
+    assert recent.covering(16, 18) == [(15, b"b")]  # a read may stop inside a record
+    assert recent.covering(12, 21) is None  # offset 20 is not held: a read of the log would see it
+    assert recent.covering(5, 20) is None
