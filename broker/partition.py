@@ -180,8 +180,10 @@ class Partition:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        commands, self._in_flight = self._in_flight, []  # cancelled mid-group: answer them too
         while not self._queue.empty():
-            command = self._queue.get_nowait()
+            commands.append(self._queue.get_nowait())
+        for command in commands:
             if not command.future.done():
                 command.future.set_exception(BrokerError("shutting_down"))
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -132,6 +134,38 @@ def test_failure_in_retention_answers_the_trim_and_resumes(tmp_path: Path) -> No
         store.close()
 
     asyncio.run(scenario())
+
+
+class BlockingStore(RocksStore):
+    """A RocksStore whose appends wait until released (a write stuck in the kernel)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, fsync=False)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        self.entered.set()
+        self.release.wait(WAIT_S)
+        super().append(*args, **kwargs)
+
+
+def test_stop_answers_the_group_in_flight(tmp_path: Path) -> None:
+    store = BlockingStore(str(tmp_path / "log.rocksdb"))
+
+    async def scenario() -> None:
+        partition = Partition(store, TopicMeta("t", 1, 1, 0, 0, 0), 0, Settings(),
+                              store.recover_tail(1, 0))
+        partition.start()
+        future = partition.submit(_request([1]))
+        assert await asyncio.to_thread(store.entered.wait, WAIT_S)
+        await partition.stop()
+        with pytest.raises(BrokerError, match="shutting down"):
+            await asyncio.wait_for(future, WAIT_S)
+        store.release.set()
+
+    asyncio.run(scenario())  # waits for the released append's thread
+    store.close()
 
 
 def test_processor_store_task_fails_the_round_then_restarts(tmp_path: Path) -> None:
