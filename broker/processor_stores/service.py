@@ -129,8 +129,10 @@ class ProcessorStores:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        commands, self._in_flight = self._in_flight, []  # cancelled mid-round: answer them too
         while not self._queue.empty():
-            command = self._queue.get_nowait()
+            commands.append(self._queue.get_nowait())
+        for command in commands:
             if not command.future.done():
                 command.future.set_exception(BrokerError("shutting_down"))
 
