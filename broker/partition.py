@@ -29,7 +29,7 @@ from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_path import Chunk, ReadSpec, read_chunk
-from broker.supervision import RestartBackoff, describe_cause, supervise
+from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
 from broker.windows import (
     Decision,
     PartitionClock,
@@ -149,12 +149,9 @@ class Partition:
         and refuse new requests until `_reopen` (runs on the partition task)."""
         self._failure = {"topic": self.meta.name, "partition": self.index,
                          "cause": describe_cause(error), "retry_ms": retry_ms}
-        commands, self._in_flight = self._in_flight, []
-        while not self._queue.empty():
-            commands.append(self._queue.get_nowait())
-        for command in commands:
-            if not command.future.done():
-                command.future.set_exception(BrokerError("partition_failed", **self._failure))
+        failure = self._failure
+        fail_pending(self._in_flight, self._queue,
+                     lambda: BrokerError("partition_failed", **failure))
 
     def _reopen(self) -> None:
         """Reload the tail from the store, which holds only whole WriteBatches:
@@ -180,12 +177,8 @@ class Partition:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        commands, self._in_flight = self._in_flight, []  # cancelled mid-group: answer them too
-        while not self._queue.empty():
-            commands.append(self._queue.get_nowait())
-        for command in commands:
-            if not command.future.done():
-                command.future.set_exception(BrokerError("shutting_down"))
+        # cancelled mid-group: the group in flight is answered too
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("shutting_down"))
 
     # ------------------------------------------------------------ produce
 

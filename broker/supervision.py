@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 CAUSE_CHARS_MAX = 200
 
@@ -39,6 +40,25 @@ class RestartBackoff:
     def delay_ms(self, failures: int) -> int:
         assert failures >= 1, failures
         return min(self.max_ms, self.first_ms << min(failures - 1, 32))
+
+
+class Command(Protocol):
+    """A request queued for a task; answered through its future."""
+
+    future: asyncio.Future[Any]
+
+
+def fail_pending(in_flight: list[Any], queue: asyncio.Queue[Any],
+                 error: Callable[[], Exception]) -> None:
+    """Answer every command a task held (`in_flight`) or had queued with a
+    fresh `error()`, so nobody waits on a task that stopped. Empties both."""
+    commands: list[Command] = [*in_flight]
+    in_flight.clear()
+    while not queue.empty():
+        commands.append(queue.get_nowait())
+    for command in commands:
+        if not command.future.done():
+            command.future.set_exception(error())
 
 
 def describe_cause(error: BaseException) -> str:

@@ -31,7 +31,7 @@ from broker.log.rocks_store import RocksStore
 from broker.partition import now_ms
 from broker.processor_stores import keys, rules
 from broker.processor_stores.keys import Fence, Owned, Position
-from broker.supervision import RestartBackoff, describe_cause, supervise
+from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
 from broker.topics import TopicRegistry
 
 log = logging.getLogger("keybus.processor_stores")
@@ -112,12 +112,8 @@ class ProcessorStores:
         """Fail the round and the queue; refuse commands until `_restart`."""
         self._failure = {"what": "the processor store task", "cause": describe_cause(error),
                          "retry_ms": retry_ms}
-        commands, self._in_flight = self._in_flight, []
-        while not self._queue.empty():
-            commands.append(self._queue.get_nowait())
-        for command in commands:
-            if not command.future.done():
-                command.future.set_exception(BrokerError("task_failed", **self._failure))
+        failure = self._failure
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("task_failed", **failure))
 
     def _restart(self) -> None:
         """Nothing to reload: a round keeps its state in its overlay, and the
@@ -129,12 +125,8 @@ class ProcessorStores:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        commands, self._in_flight = self._in_flight, []  # cancelled mid-round: answer them too
-        while not self._queue.empty():
-            commands.append(self._queue.get_nowait())
-        for command in commands:
-            if not command.future.done():
-                command.future.set_exception(BrokerError("shutting_down"))
+        # cancelled mid-round: the round in flight is answered too
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("shutting_down"))
 
     def group(self, namespace: str, topic: str, consumer_group: str) -> Group:
         """The group's address; refuses bad names and unknown topics."""
