@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.config import Settings
+from broker.config import ConfigError, Settings
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.partition import Partition, TopicMeta, now_ms
@@ -231,3 +231,10 @@ def test_backoff_doubles_to_its_cap_and_causes_are_one_bounded_line() -> None:
                                                                      5_000, 5_000]
     cause = describe_cause(OSError("a\nb" + "x" * 500))
     assert cause.startswith("OSError: a b") and len(cause) == 200 and "\n" not in cause
+
+
+def test_restart_backoff_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="task_restart_backoff_ms=0 must be > 0"):
+        Settings(task_restart_backoff_ms=0)
+    with pytest.raises(ConfigError, match="at most task_restart_backoff_max_ms=50"):
+        Settings(task_restart_backoff_ms=100, task_restart_backoff_max_ms=50)
