@@ -186,7 +186,8 @@ class Partition:
         """Check a produce request and queue it; the future resolves once durable.
 
         Raises:
-            BrokerError: bad batch (INVALID_ARGUMENT) or a full queue.
+            BrokerError: bad batch (INVALID_ARGUMENT), a full queue, or the
+                task failed and is being reopened (UNAVAILABLE, supervision).
         """
         self._check_open()
         if self.write_guard is not None:

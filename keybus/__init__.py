@@ -1,12 +1,9 @@
 """Keybus: the package users import. Re-exports the SDK (`from keybus import Producer`)."""
 
-import os
+# ruff: noqa: E402 (grpc must be imported after quiet_grpc_for_cli runs)
+from keybus.quiet_grpc import quiet_grpc_for_cli
 
-# gRPC's C core logs each failed TLS handshake at INFO on stderr, beside the one
-# line the `keybus` command prints for it. It reads GRPC_VERBOSITY once, when
-# grpc is imported (the import below), so the default is set here; set
-# GRPC_VERBOSITY yourself to see more.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+quiet_grpc_for_cli()  # only for the `keybus` command: its errors stay one line
 
 from sdk import *  # noqa: F403
 from sdk import __all__
