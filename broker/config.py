@@ -155,6 +155,10 @@ class Settings:
     # loop (a memtable and WAL append, tens of µs) instead of on a worker thread, which
     # saves a thread hop per commit; 0 always uses the thread. With fsync, always the thread.
     commit_inline_bytes_max: int = 64 << 10
+    # Supervision (broker/supervision.py): a partition or store task that stops on an
+    # unexpected error is restarted after this delay, doubling up to the cap.
+    task_restart_backoff_ms: int = 100
+    task_restart_backoff_max_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -187,6 +191,10 @@ class Settings:
         if self.nack_delay_ms_default > self.nack_delay_ms_max:
             raise ConfigError(f"nack_delay_ms_default={self.nack_delay_ms_default} is above "
                               f"nack_delay_ms_max={self.nack_delay_ms_max}")
+        if not 0 < self.task_restart_backoff_ms <= self.task_restart_backoff_max_ms:
+            raise ConfigError(f"task_restart_backoff_ms={self.task_restart_backoff_ms} must be > 0 "
+                              f"and at most task_restart_backoff_max_ms="
+                              f"{self.task_restart_backoff_max_ms}")
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
         from broker.security.setup import check_security_settings
