@@ -5,8 +5,8 @@ not leave that partition dead until a broker restart: the SDK consumer hears
 UNAVAILABLE, reconnects on its own once the dispatcher restarted from its
 persisted cursor, and receives every event produced after the failure, on
 the failed partition and the other one.
-Method: the real broker (`start_broker`: real gRPC on 127.0.0.1, real
-RocksDB) run in-process with a RocksStore subclass whose log reads of
+Method: the real broker (`tests/support/in_process.py`: real gRPC on
+127.0.0.1, real RocksDB) run in-process with a RocksStore subclass whose log reads of
 partition 0 raise the next `failures` times (the fault goes in through
 start_broker's `store` argument; nothing in the broker knows about it); a real
 SDK producer and Key_Shared consumer. Every wait is bounded.
@@ -19,12 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from broker.config import Settings
 from broker.log.rocks_store import RocksStore
-from broker.server import start_broker
-from sdk.admin import Admin
 from sdk.consumer import Consumer
 from sdk.producer import Producer
+from tests.support.in_process import broker_on
 
 WAIT_S = 30.0
 
@@ -62,15 +60,7 @@ async def _produce(producer: Producer, prefix: bytes) -> set[bytes]:
 
 
 async def _scenario(tmp_path: Path) -> None:
-    settings = Settings(data_dir=str(tmp_path), port=0, fsync=False,
-                        task_restart_backoff_ms=100, task_restart_backoff_max_ms=300)
-    store = PartitionZeroReadFaults(str(tmp_path / "log.rocksdb"), fsync=False)
-    broker = await start_broker(settings, store)
-    address = f"127.0.0.1:{broker.port}"
-    try:
-        admin = Admin(address)
-        await admin.create_topic("orders", partitions=2)
-        await admin.close()
+    async with broker_on(tmp_path, PartitionZeroReadFaults) as (address, store):
         producer = await Producer.create(address, "orders", linger_ms=1)
         consumer = await Consumer.subscribe(address, "orders", "s", type="key_shared",
                                             consumer_name="c1", initial_position="earliest")
@@ -83,8 +73,6 @@ async def _scenario(tmp_path: Path) -> None:
         finally:
             await consumer.close()
             await producer.close()
-    finally:
-        await broker.stop()
 
 
 def test_a_key_shared_consumer_keeps_receiving_after_its_dispatcher_failed(

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -35,6 +37,7 @@ from sdk.core.pb import keybus_pb2 as pb
 from tests.support.wire import events_of, int_batch
 
 WAIT_S = 10.0
+R = TypeVar("R", bound=RocksStore)
 
 
 class FailingReads(RocksStore):
@@ -87,9 +90,12 @@ async def attach_when_back(manager: SubscriptionManager, consumer: str) -> Sessi
             await asyncio.sleep(0.02)
 
 
-async def scenario(path: Path) -> None:
-    settings = Settings(task_restart_backoff_ms=300, task_restart_backoff_max_ms=1000)
-    store = FailingReads(str(path), fsync=False)
+@asynccontextmanager
+async def opened(store: R, backoff_ms: int, events: int
+                 ) -> AsyncIterator[tuple[R, SubscriptionManager]]:
+    """A registry and manager on `store`, topic "t" (1 partition) holding `events` events."""
+    settings = Settings(task_restart_backoff_ms=backoff_ms,
+                        task_restart_backoff_max_ms=backoff_ms * 4)
     registry = TopicRegistry(store, settings)
     await registry.open()
     manager = SubscriptionManager(registry, store, settings, {})
@@ -97,7 +103,16 @@ async def scenario(path: Path) -> None:
     try:
         await registry.create("t", pb.TopicConfig(partitions=1))
         await registry.partition("t", 0).submit(pb.ProduceRequest(
-            topic="t", batch=int_batch(list(range(5)))))
+            topic="t", batch=int_batch(list(range(events)))))
+        yield store, manager
+    finally:
+        await manager.close()
+        await registry.close()
+        store.close()
+
+
+async def scenario(path: Path) -> None:
+    async with opened(FailingReads(str(path), fsync=False), 300, 5) as (store, manager):
         store.failures = 1
         first = await manager.attach(subscribe("c1"))
         manager.grant(first, pb.Permits(partition=0, count=100))
@@ -116,10 +131,6 @@ async def scenario(path: Path) -> None:
         manager.grant(second, pb.Permits(partition=0, count=100))
         assert sorted(await delivered_values(second, 5)) == sorted(b"v%d" % k for k in range(5))
         assert manager._topics["t"]["s"].dispatchers[0].supervision.restarts == 1
-    finally:
-        await manager.close()
-        await registry.close()
-        store.close()
 
 
 def test_a_failed_dispatcher_tells_its_consumers_and_serves_again(
@@ -144,16 +155,8 @@ def test_a_restart_that_fails_again_backs_off_and_retries(tmp_path: Path) -> Non
             return super().get_cursor(topic_id, partition, name)
 
     async def body() -> None:
-        settings = Settings(task_restart_backoff_ms=20, task_restart_backoff_max_ms=100)
-        store = FailingCursorReads(str(tmp_path / "db"), fsync=False)
-        registry = TopicRegistry(store, settings)
-        await registry.open()
-        manager = SubscriptionManager(registry, store, settings, {})
-        await manager.open()
-        try:
-            await registry.create("t", pb.TopicConfig(partitions=1))
-            await registry.partition("t", 0).submit(pb.ProduceRequest(
-                topic="t", batch=int_batch([1, 2])))
+        store_used = FailingCursorReads(str(tmp_path / "db"), fsync=False)
+        async with opened(store_used, 20, 2) as (store, manager):
             store.failures, store.cursor_failures = 1, 2
             first = await manager.attach(subscribe("c1"))
             manager.grant(first, pb.Permits(partition=0, count=10))
@@ -162,10 +165,6 @@ def test_a_restart_that_fails_again_backs_off_and_retries(tmp_path: Path) -> Non
             second = await attach_when_back(manager, "c2")
             assert store.cursor_failures == 0  # both failed restarts happened first
             manager.grant(second, pb.Permits(partition=0, count=10))
-            assert sorted(await delivered_values(second, 2)) == [b"v1", b"v2"]
-        finally:
-            await manager.close()
-            await registry.close()
-            store.close()
+            assert sorted(await delivered_values(second, 2)) == [b"v0", b"v1"]
 
     asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
