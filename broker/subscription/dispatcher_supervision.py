@@ -9,8 +9,9 @@ halves of the contract:
 * `fail`: every consumer stream attached to the dispatcher ends with
   UNAVAILABLE naming the dispatcher and the cause (`task_failed`), so SDK
   consumers reconnect on their own; attaching is refused with the same status
-  until the restart (`check`); the helper tasks (the wait on new data, a
-  dead-letter append) are cancelled, since they would act on the failed core.
+  until the restart (`check`); a dead-letter append in flight is cancelled,
+  since it would act on the failed core (the dispatcher waits on new data
+  through a partition listener, not a task of its own).
 * `restart`: a new core from the cursor persisted in the store (what was acked
   since the last persist is delivered again: at least once, as after a broker
   restart) with an empty record cache. Consumers that reconnect are attached
@@ -75,10 +76,11 @@ class DispatcherSupervision:
         self.failure = {"what": self.what, "cause": describe_cause(error), "retry_ms": retry_ms}
         failure = self.failure
         dispatcher = self.dispatcher
-        for task in (dispatcher._data_task, dispatcher._dead_letter_task):
-            if task is not None:
-                task.cancel()  # they would act on the failed core
-        dispatcher._data_task = dispatcher._dead_letter_task = None
+        if dispatcher._dead_letter_task is not None:
+            dispatcher._dead_letter_task.cancel()  # it would act on the failed core
+        dispatcher._dead_letter_task = None
+        # A cursor write in flight (`_persist_task`) is left to land: it holds a
+        # consistent snapshot, and the restart reads the cursor after the backoff.
         sessions = list(dispatcher.sessions.values())
         dispatcher.sessions.clear()
         for session in sessions:

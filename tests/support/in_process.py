@@ -26,8 +26,11 @@ async def broker_on(tmp_path: Path, store_type: type[S], topic: str = "orders",
                     partitions: int = 2) -> AsyncIterator[tuple[str, S]]:
     """Start a broker on a `store_type` store with `topic` created; yield its
     address and the store; stop it on exit."""
+    # recent_records off: every dispatcher read goes to the store, where a test's faults
+    # are (otherwise reads of the newest records come from memory: broker/log/recent.py)
     settings = Settings(data_dir=str(tmp_path), port=0, fsync=False,
-                        task_restart_backoff_ms=100, task_restart_backoff_max_ms=300)
+                        task_restart_backoff_ms=100, task_restart_backoff_max_ms=300,
+                        recent_records_bytes_max=0)
     store = store_type(str(tmp_path / "log.rocksdb"), fsync=False)
     broker = await start_broker(settings, store)
     address = f"127.0.0.1:{broker.port}"

@@ -94,8 +94,10 @@ async def attach_when_back(manager: SubscriptionManager, consumer: str) -> Sessi
 async def opened(store: R, backoff_ms: int, events: int
                  ) -> AsyncIterator[tuple[R, SubscriptionManager]]:
     """A registry and manager on `store`, topic "t" (1 partition) holding `events` events."""
+    # recent_records off: every dispatcher read goes to the store, where the faults are
+    # (otherwise reads of the newest records come from memory: broker/log/recent.py)
     settings = Settings(task_restart_backoff_ms=backoff_ms,
-                        task_restart_backoff_max_ms=backoff_ms * 4)
+                        task_restart_backoff_max_ms=backoff_ms * 4, recent_records_bytes_max=0)
     registry = TopicRegistry(store, settings)
     await registry.open()
     manager = SubscriptionManager(registry, store, settings, {})
