@@ -21,61 +21,86 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and the allowed values."""
 
 
+def setting(default: Any, description: str) -> Any:
+    """A Settings field with its description (shown by `keybus broker --help`)."""
+    return field(default=default, metadata={"help": description})
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Every broker setting. Limits carry their unit in the name."""
+    """Every broker setting. Limits carry their unit in the name; each field's
+    metadata["help"] says what it does (the `keybus broker` flags are built
+    from these fields, so flags and settings cannot drift apart)."""
 
-    data_dir: str = "./keybus-data"
-    host: str = "127.0.0.1"
-    port: int = 6650
-    # Durability: fsync the RocksDB WAL before acknowledging a produce.
-    # False acknowledges after the write reaches the OS (faster; a machine
-    # crash, not a process crash, can lose the last acknowledged batches).
-    fsync: bool = True
-    metrics_port: int = 0  # 0 = no Prometheus endpoint
+    data_dir: str = setting("./keybus-data", "Directory of the RocksDB log and cursors; one "
+                            "broker process per directory.")
+    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
+    port: int = setting(6650, "gRPC port (6650, as Pulsar's default; 0 = any free port).")
+    fsync: bool = setting(True, "Fsync the WAL before acknowledging a produce. --no-fsync "
+                          "acknowledges once the OS has the write: faster, and a machine "
+                          "crash (not a process crash) may lose the last acknowledged batches.")
+    metrics_port: int = setting(0, "Port of the Prometheus /metrics endpoint (0 = none).")
     # Limits on what clients send.
-    event_bytes_max: int = 1 << 20
-    batch_events_max: int = 100_000
-    request_bytes_max: int = 32 << 20
-    topic_name_bytes_max: int = 249
-    partitions_max: int = 1024
+    event_bytes_max: int = setting(1 << 20, "Largest value of one event, in bytes.")
+    batch_events_max: int = setting(100_000, "Most events in one produce batch or window.")
+    request_bytes_max: int = setting(32 << 20, "Largest request message, in bytes.")
+    topic_name_bytes_max: int = setting(249, "Longest topic, subscription or consumer name.")
+    partitions_max: int = setting(1024, "Most partitions a topic may have.")
     # Group commit: produce requests one partition writes in one WriteBatch.
-    commit_requests_max: int = 64
-    commit_bytes_max: int = 16 << 20
-    partition_queue_requests_max: int = 1024
-    produce_in_flight_max: int = 256  # per Produce stream
-    producer_ids_max: int = 100_000  # idempotence state kept in memory per partition (LRU)
-    # A producer id unused this long loses its idempotence state (on disk too):
-    # a retry after that is refused as unknown. Kafka's producer.id.expiration.ms.
-    producer_expiry_ms: int = 7 * 24 * 3600 * 1000
-    producer_expiry_check_interval_ms: int = 3600 * 1000
+    commit_requests_max: int = setting(64, "Produce requests one partition writes in one "
+                                       "RocksDB WriteBatch (group commit).")
+    commit_bytes_max: int = setting(16 << 20, "Bytes one partition writes in one WriteBatch.")
+    partition_queue_requests_max: int = setting(
+        1024, "Produce requests queued per partition; past it the broker answers "
+        "RESOURCE_EXHAUSTED.")
+    produce_in_flight_max: int = setting(256, "Unanswered requests per Produce stream.")
+    producer_ids_max: int = setting(100_000, "Producer ids whose idempotence state a partition "
+                                    "keeps in memory (least recently used go first).")
+    producer_expiry_ms: int = setting(
+        7 * 24 * 3600 * 1000, "A producer id unused this long loses its idempotence state, on "
+        "disk too; a retry after that is refused (Kafka's producer.id.expiration.ms).")
+    producer_expiry_check_interval_ms: int = setting(3600 * 1000, "How often expired producer "
+                                                     "ids are looked for.")
     # Reads.
-    read_events_max: int = 10_000  # per response message, default and cap
-    read_bytes_max: int = 4 << 20  # per response message, default and cap
+    read_events_max: int = setting(10_000, "Events per read response: the default and the cap.")
+    read_bytes_max: int = setting(4 << 20, "Bytes per read response: the default and the cap.")
     # Retention (per topic settings override; these are the topic defaults).
-    retention_ms: int = 0  # 0 = keep forever
-    retention_bytes: int = 0  # per partition; 0 = no limit
-    retention_check_interval_ms: int = 5_000
-    # Default partitions for a new topic.
-    default_partitions: int = 1
+    retention_ms: int = setting(0, "Default age limit of a new topic's events (0 = forever).")
+    retention_bytes: int = setting(0, "Default size limit per partition of a new topic "
+                                   "(0 = none).")
+    retention_check_interval_ms: int = setting(5_000, "How often retention runs.")
+    default_partitions: int = setting(1, "Partitions of a topic created without a count.")
     # Subscriptions and dispatch.
-    subscriptions_per_topic_max: int = 1_000
-    consumers_per_subscription_max: int = 1_000
-    consumer_permits_max: int = 100_000  # outstanding permits per consumer and partition
-    consumer_unacked_events_max: int = 200_000  # per consumer and partition; past it no dispatch
-    consumer_outbox_messages_max: int = 4_096  # messages queued for one consumer's stream
-    look_ahead_events_max: int = 20_000  # Key_Shared: events left waiting per partition
-    dispatch_read_events_max: int = 5_000  # events per log read of a dispatcher
-    key_shared_points_per_consumer: int = 100  # consistent-hashing ring points
-    nack_delay_ms_default: int = 1_000  # a Nack with delay_ms 0 waits this long
-    nack_delay_ms_max: int = 3_600_000
-    ack_timeout_ms_min: int = 1_000  # a consumer's ack_timeout_ms: 0 (none) or within bounds
-    ack_timeout_ms_max: int = 3_600_000
-    max_redeliveries_max: int = 1_000
-    cursor_persist_interval_ms: int = 50  # how often changed cursors are written, at most
-    waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
-    # Server-side filters per source (Databus config keys), raw strings.
-    serversidefilter: dict[str, str] = field(default_factory=dict)
+    subscriptions_per_topic_max: int = setting(1_000, "Most subscriptions per topic.")
+    consumers_per_subscription_max: int = setting(1_000, "Most consumers per subscription.")
+    consumer_permits_max: int = setting(100_000, "Outstanding permits per consumer and "
+                                        "partition.")
+    consumer_unacked_events_max: int = setting(
+        200_000, "Unacknowledged events per consumer and partition; past it the consumer gets "
+        "nothing more until it acknowledges.")
+    consumer_outbox_messages_max: int = setting(
+        4_096, "Messages queued for one consumer's stream; a consumer that does not read "
+        "past it is disconnected.")
+    look_ahead_events_max: int = setting(20_000, "Key_Shared: events left waiting per "
+                                         "partition while their keys are blocked.")
+    dispatch_read_events_max: int = setting(5_000, "Events per log read of a dispatcher.")
+    key_shared_points_per_consumer: int = setting(100, "Key_Shared consistent mode: points "
+                                                  "per consumer on the hash ring.")
+    nack_delay_ms_default: int = setting(1_000, "Redelivery delay of a nack that gives none.")
+    nack_delay_ms_max: int = setting(3_600_000, "Longest redelivery delay a nack may ask for.")
+    ack_timeout_ms_min: int = setting(1_000, "Shortest ack timeout a consumer may ask for.")
+    ack_timeout_ms_max: int = setting(3_600_000, "Longest ack timeout a consumer may ask for.")
+    max_redeliveries_max: int = setting(1_000, "Highest max_redeliveries a subscription may "
+                                        "ask for before dead-lettering.")
+    cursor_persist_interval_ms: int = setting(50, "How often changed cursors are written, at "
+                                              "most.")
+    waiting_slots_reported_max: int = setting(100, "Waiting slots per partition that "
+                                              "DescribeSubscription lists.")
+    # Server-side filters per source (Databus config keys), raw strings; set
+    # in the --config file only (a table, not a flag).
+    serversidefilter: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "Per-source server-side filters, as Databus's serversidefilter.* keys (config "
+                "file only)."})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -99,8 +124,11 @@ class Settings:
         if self.nack_delay_ms_default > self.nack_delay_ms_max:
             raise ConfigError(f"nack_delay_ms_default={self.nack_delay_ms_default} is above "
                               f"nack_delay_ms_max={self.nack_delay_ms_max}")
-        if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535:
+                raise ConfigError(f"{name}={value} is out of range; allowed 0..65535 "
+                                  "(port 0 = any free port, metrics_port 0 = no endpoint)")
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

@@ -84,6 +84,7 @@ class Partition:
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
         self._closed = False
+        self._deleted = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -93,9 +94,11 @@ class Partition:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"partition {self.meta.name}/{self.index}")
 
-    async def stop(self) -> None:
-        """Stop the task; queued requests fail with UNAVAILABLE; readers end."""
+    async def stop(self, deleted: bool = False) -> None:
+        """Stop the task; queued requests fail with UNAVAILABLE; readers end,
+        told the topic was deleted only when it was (else: shutting down)."""
         self._closed = True
+        self._deleted = deleted
         self._appended.set()
         if self._task is not None:
             self._task.cancel()
@@ -115,7 +118,7 @@ class Partition:
             BrokerError: bad batch (INVALID_ARGUMENT) or a full queue.
         """
         if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+            raise self._closed_error()
         try:
             validate_batch(request.batch, self.settings.event_bytes_max,
                            self.settings.batch_events_max)
@@ -243,7 +246,12 @@ class Partition:
         while self.end_offset <= offset and not self._closed:
             await self._appended.wait()
         if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+            raise self._closed_error()
+
+    def _closed_error(self) -> BrokerError:
+        if self._deleted:
+            return BrokerError("topic_deleted", topic=self.meta.name)
+        return BrokerError("shutting_down")
 
     def _wake_readers(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
@@ -267,9 +275,17 @@ class Partition:
         if which == "scn":
             return self.offset_for_scn(start.scn)
         if not self.start_offset <= start.offset <= self.end_offset:
-            raise BrokerError("offset_out_of_range", offset=start.offset, topic=self.meta.name,
-                              partition=self.index, start=self.start_offset, end=self.end_offset)
+            name = "offset_past_end" if start.offset > self.end_offset else "offset_before_start"
+            raise BrokerError(name, offset=start.offset, topic=self.meta.name,
+                              partition=self.index, start=self.start_offset, end=self.end_offset,
+                              held=self._held_text())
         return start.offset
+
+    def _held_text(self) -> str:
+        """What the partition holds, in words, for an out-of-range start."""
+        if self.start_offset == self.end_offset:
+            return f"the partition is empty and its next event gets offset {self.end_offset}"
+        return f"the partition holds offsets {self.start_offset}..{self.end_offset - 1}"
 
     def offset_for_scn(self, scn: int) -> int:
         found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)
