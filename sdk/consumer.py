@@ -1,7 +1,8 @@
 """The async consumer: subscribe, receive, acknowledge.
 
 A background task keeps one Subscribe stream open (reconnecting with capped
-backoff when the broker goes away), puts deliveries in a bounded buffer
+backoff when the broker goes away, reported through `on_connection_change`;
+see sdk/reconnect.py), puts deliveries in a bounded buffer
 (`fetch_buffer.py`) and grants permits back as the application takes
 events. Acks are collected and leave as merged offset ranges, one message
 per partition every `ack_flush_ms`. Range changes (Key_Shared) and
@@ -16,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
 from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
 from sdk.stream import SubscribeStream
 
 TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
@@ -56,8 +60,9 @@ class ConsumerConfig:
         type: "exclusive" (default), "shared", "failover" or "key_shared".
         mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
         ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
-        initial_position: where a new subscription starts: "latest"
-            (default), "earliest", an offset or {"scn": n}.
+        start: where a new subscription starts: "latest" (default),
+            "earliest", an offset or {"scn": n} (the same values as Reader's
+            start; an existing subscription keeps its cursor).
         key_filter: broker-side filter ("mod:10:[0,3]", a KeyFilter, ...).
         consumer_name: unique per subscription; default a random name
             (give a stable one for consistent hashing to return its ranges).
@@ -73,13 +78,18 @@ class ConsumerConfig:
         ack_flush_ms: how long acks gather before they are sent (5).
         nack_delay_ms: default delay of nack() (0 = the broker's default).
         reconnect: reconnect when the broker goes away (True).
+        connect_timeout_ms: a broker never reached fails subscribe() after
+            this long with "cannot reach broker at ..." (5000; 0 = forever).
+        retry_timeout_ms: a lost broker is retried this long, then receive()
+            raises Unavailable (0 = forever, the default).
         retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
+        initial_position: deprecated spelling of `start`.
     """
 
     type: str = "exclusive"
     mode: str = "auto_split"
     ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
-    initial_position: Start = "latest"
+    start: Start = "latest"
     key_filter: Any = None
     consumer_name: str = ""
     priority: int = 0
@@ -92,8 +102,33 @@ class ConsumerConfig:
     ack_flush_ms: int = 5
     nack_delay_ms: int = 0
     reconnect: bool = True
+    connect_timeout_ms: int = 5_000
+    retry_timeout_ms: int = 0
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 2_000
+    initial_position: Start | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial_position is not None:
+            warnings.warn("ConsumerConfig(initial_position=...) is now start=... (the same "
+                          "name as Reader's and the CLI's --start)", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "start", self.initial_position)
+            object.__setattr__(self, "initial_position", None)
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> ConsumerConfig:
+        """A config from keyword settings; an unknown one is named with the allowed ones."""
+        allowed = [f for f in cls.__dataclass_fields__ if f != "initial_position"]
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown consumer setting(s) {', '.join(unknown)}; allowed: "
+                             f"{', '.join(allowed)}")
+        return cls(**options)
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.connect_timeout_ms, self.retry_timeout_ms,
+                           self.retry_backoff_ms, self.retry_backoff_max_ms)
 
     def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
         """The SubscribeOpen message. Raises ValueError naming a bad setting."""
@@ -101,12 +136,16 @@ class ConsumerConfig:
             raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+        if self.ranges and not (self.type == "key_shared" and self.mode == "sticky"):
+            raise ValueError(f"ranges={self.ranges!r} are only for type='key_shared' with "
+                             f"mode='sticky' (here type={self.type!r}, mode={self.mode!r}); "
+                             "the other types and modes assign hash ranges themselves")
         if self.receiver_queue_size < 2:
             raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
         request = pb.SubscribeOpen(
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
-            initial_position=start_to_proto(self.initial_position), priority=self.priority,
+            initial_position=start_to_proto(self.start), priority=self.priority,
             ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
             dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
             look_ahead_max=self.look_ahead_max)
@@ -188,7 +227,9 @@ class Consumer:
     def __init__(self, broker: str, topic: str, subscription: str, config: ConsumerConfig,
                  channel: grpc.aio.Channel | None = None,
                  on_range_change: RangeCallback | None = None,
-                 on_active_change: ActiveCallback | None = None) -> None:
+                 on_active_change: ActiveCallback | None = None,
+                 on_connection_change: ConnectionCallback | None = None) -> None:
+        self.broker = broker
         self.topic = topic
         self.subscription = subscription
         self.config = config
@@ -199,6 +240,8 @@ class Consumer:
         self._stub = stub_of(self._channel)
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
+        self._on_connection_change = on_connection_change
+        self._link = Link(broker, config.retry_policy())
         self._state = _State(FetchBuffer(config.receiver_queue_size))
         self._current: deque[Message] = deque()
         self._available = asyncio.Event()
@@ -221,6 +264,7 @@ class Consumer:
                         channel: grpc.aio.Channel | None = None,
                         on_range_change: RangeCallback | None = None,
                         on_active_change: ActiveCallback | None = None,
+                        on_connection_change: ConnectionCallback | None = None,
                         **options: Any) -> Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
 
@@ -232,6 +276,9 @@ class Consumer:
                 Key_Shared hash ranges change; may be a coroutine function.
             on_active_change: called (partition, active) when Failover makes
                 this consumer active or inactive on a partition.
+            on_connection_change: called (False, message) when the broker is
+                lost and the consumer starts retrying (see retry_timeout_ms),
+                (True, message) when it is back; may be a coroutine function.
         Returns:
             An attached Consumer.
         Raises:
@@ -242,8 +289,8 @@ class Consumer:
         if config is not None and options:
             raise ValueError(f"pass either config or settings as keywords, not both: "
                              f"{sorted(options)}")
-        consumer = cls(broker, topic, subscription, config or ConsumerConfig(**options),
-                       channel, on_range_change, on_active_change)
+        consumer = cls(broker, topic, subscription, config or ConsumerConfig.of(options),
+                       channel, on_range_change, on_active_change, on_connection_change)
         try:
             await consumer._connect(reconnecting=False)
         except BaseException:
@@ -394,7 +441,6 @@ class Consumer:
 
     async def _connect(self, reconnecting: bool) -> None:
         """Open a stream (retrying while the broker is away) and grant the initial permits."""
-        backoff_ms = self.config.retry_backoff_ms
         retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
         while True:
             stream = SubscribeStream(self._stub, self._open)
@@ -405,9 +451,11 @@ class Consumer:
                 stream.cancel()
                 if not self.config.reconnect or e.code() not in retriable or \
                         (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
-                    raise errors.from_rpc_error(e) from None
-            await asyncio.sleep(backoff_ms / 1000)
-            backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)
+                    raise errors.from_rpc_error(e, self.broker) from None
+                await self._retry_after(e)
+        message = self._link.process_connected(_now_ms())
+        if message is not None:
+            self._callback(self._on_connection_change, True, message)
         self._stream = stream
         self._holds.clear()
         self._nacks_queued = len(self._state.nacks)  # still to go, on this stream
@@ -429,8 +477,8 @@ class Consumer:
                     if self._closed:
                         return
                     if not self.config.reconnect or e.code() not in _RETRIABLE:
-                        raise errors.from_rpc_error(e) from None
-                    response = None
+                        raise errors.from_rpc_error(e, self.broker) from None
+                    await self._retry_after(e)
                     await self._connect(reconnecting=True)
                     continue
                 if response is None:
@@ -442,6 +490,18 @@ class Consumer:
         except errors.KeybusError as e:
             self._state.error = e
             self._available.set()
+
+    async def _retry_after(self, error: grpc.RpcError) -> None:
+        """Wait before the next attempt; report a lost broker once (sdk/reconnect.py).
+
+        Raises:
+            Unavailable: past connect_timeout_ms or retry_timeout_ms.
+        """
+        reason, never_reached = failure_of(error)
+        delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
+        if message is not None:
+            self._callback(self._on_connection_change, False, message)
+        await asyncio.sleep(delay_ms / 1000)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:
         body = response.WhichOneof("body")
@@ -562,6 +622,10 @@ class Consumer:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def _without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:

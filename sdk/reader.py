@@ -2,14 +2,18 @@
 
 Yields one ReadBatch per stored record (the columns stay protobuf; row views
 are built only when `events()` is called). Tracks the next offset to read, so
-a broken stream resumes where it left off: when following, forever with
-capped backoff; otherwise for up to retry_timeout_ms. The broker's relay
-follower and the Spark connector read through this class.
+a broken stream resumes where it left off (sdk/reconnect.py: a broker never
+reached fails within connect_timeout_ms; a lost one is reported through
+`on_connection_change` and retried for retry_timeout_ms). The broker's relay
+follower and the Spark connector read through this class; `TopicReader`
+(topic_reader.py) merges one per partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -24,6 +28,7 @@ from sdk.core.columns import Event, keys_of, record_events, record_offsets, reco
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
 _RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
@@ -48,6 +53,10 @@ class ReadBatch:
     @property
     def count(self) -> int:
         return self.record.batch.count
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
 
     @property
     def offsets(self) -> list[int]:
@@ -102,9 +111,16 @@ class Reader:
         follow: after the end of the log, wait for new events (never ends).
         stop_offset: exclusive end offset (None = no end).
         events_max, bytes_max: per response message (0 = broker default).
-        retry_timeout_ms: without follow, give up reconnecting after this
-            long (default 30000); with follow, retries never stop.
+        connect_timeout_ms: a broker never reached fails the read after this
+            long with "cannot reach broker at ..." (default 5000; 0 = retry
+            forever).
+        retry_timeout_ms: a broker lost mid-read is retried this long, then
+            the read fails with Unavailable (default None: 30000 without
+            follow, forever with follow; 0 = forever).
         retry_backoff_ms, retry_backoff_max_ms: reconnect backoff (100, 1000).
+        on_connection_change: called (False, message) when the broker is lost
+            and the reader starts retrying, (True, message) when it is back;
+            may be a coroutine function.
         channel: a grpc.aio channel to share (not closed by close()).
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
@@ -115,8 +131,9 @@ class Reader:
                  hash_ranges: str | Iterable[HashRange | tuple[int, int]] | None = None,
                  key_filter: str | pb.KeyFilter | _ToProto | None = None, follow: bool = False,
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
-                 retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 1_000,
+                 connect_timeout_ms: int = 5_000, retry_timeout_ms: int | None = None,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
+                 on_connection_change: ConnectionCallback | None = None,
                  channel: grpc.aio.Channel | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
@@ -135,9 +152,12 @@ class Reader:
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0)
         self._start = start_to_proto(start)
-        self._retry_timeout_ms = retry_timeout_ms
-        self._backoff_first_ms = retry_backoff_ms
-        self._backoff_max_ms = retry_backoff_max_ms
+        if retry_timeout_ms is None:
+            retry_timeout_ms = 0 if follow else 30_000
+        self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms,
+                                              retry_backoff_ms, retry_backoff_max_ms))
+        self._on_connection_change = on_connection_change
+        self._ready_watch: asyncio.Task[None] | None = None
         self._channel = channel
         self._owns_channel = channel is None
         self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
@@ -193,33 +213,60 @@ class Reader:
 
     async def _next_response(self) -> pb.ReadResponse | None:
         """The next response, reconnecting on failures worth a retry; None at the end."""
-        backoff_ms = self._backoff_first_ms
-        waited_ms = 0
         while True:
             try:
                 if self._call is None:
                     if self._channel is None:
                         self._channel = open_channel(self.broker)
                     self._call = stub_of(self._channel).Read(self._request())
+                    if self._link.lost or not self._link.ever_connected:
+                        self._watch_ready(self._channel)
                 response = await self._call.read()
             except grpc.RpcError as e:
                 self._call = None
-                if e.code() not in _RETRIABLE_CODES or (
-                        not self.follow and waited_ms >= self._retry_timeout_ms):
-                    raise errors.from_rpc_error(e) from None
-                await asyncio.sleep(backoff_ms / 1000)
-                waited_ms += backoff_ms
-                backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
+                if e.code() not in _RETRIABLE_CODES:
+                    raise errors.from_rpc_error(e, self.broker) from None
+                reason, never_reached = failure_of(e)
+                delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
+                if message is not None:
+                    await self._report(False, message)
+                await asyncio.sleep(delay_ms / 1000)
                 continue
+            if self._link.lost or not self._link.ever_connected:
+                await self._connected()
             if response is grpc.aio.EOF:
                 self._call = None
                 return None
             assert isinstance(response, pb.ReadResponse)
             return response
 
+    def _watch_ready(self, channel: grpc.aio.Channel) -> None:
+        """Count the broker as reached once the channel connects: a follow read at
+        the end of the log gets no response until an event comes."""
+        async def watch() -> None:
+            await channel.channel_ready()
+            await self._connected()
+
+        if self._ready_watch is None or self._ready_watch.done():
+            self._ready_watch = asyncio.ensure_future(watch())
+
+    async def _connected(self) -> None:
+        message = self._link.process_connected(_now_ms())
+        if message is not None:
+            await self._report(True, message)
+
+    async def _report(self, connected: bool, message: str) -> None:
+        if self._on_connection_change is not None:
+            result = self._on_connection_change(connected, message)
+            if inspect.isawaitable(result):
+                await result
+
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
+        if self._ready_watch is not None:
+            self._ready_watch.cancel()
+            self._ready_watch = None
         if self._call is not None:
             self._call.cancel()
             self._call = None
@@ -254,6 +301,10 @@ async def read_all(broker: str = "localhost:6650", topic: str = "", partition: i
         async for batch in reader:
             events.extend(batch.events())
     return events
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def start_to_proto(start: Start) -> pb.StartPosition:
