@@ -120,10 +120,7 @@ async def start_broker(settings: Settings) -> Broker:
     reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
-    try:
-        port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    except RuntimeError:
-        port = 0
+    port = _bind(server, settings)
     if port == 0:
         await subscriptions.close()
         await registry.close()
@@ -135,6 +132,14 @@ async def start_broker(settings: Settings) -> Broker:
     broker = Broker(settings, store, registry, subscriptions, server, port)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
+
+
+def _bind(server: grpc.aio.Server, settings: Settings) -> int:
+    """The bound port, or 0 when gRPC could not bind (it raises RuntimeError for that)."""
+    try:
+        return int(server.add_insecure_port(f"{settings.host}:{settings.port}"))
+    except RuntimeError:
+        return 0
 
 
 def port_in_use(host: str, port: int) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -29,8 +28,7 @@ from keybus.cli.read import chosen_start, event_line, start_old_option
 from sdk.consumer import Consumer, ConsumerConfig, Message
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange
-
-Start = str | int | Mapping[str, int]
+from sdk.reader import Start
 
 
 @click.command(short_help="Consume a topic through a subscription.")
@@ -71,9 +69,10 @@ def consume(topic: str, subscription: str, sub_type: str, mode: str,
             conn: Connection, as_json: bool) -> None:
     """Consume TOPIC through a subscription, acknowledging each event printed
     (each line names the partition and offset). Ctrl-C, --max or --timeout stops."""
+    chosen = chosen_start(start, start_old, "latest", partitions)
     try:
         config = ConsumerConfig(
-            type=sub_type, mode=mode, ranges=ranges, start=chosen_start(start, start_old, "latest"),
+            type=sub_type, mode=mode, ranges=ranges, start=chosen,
             key_filter=key_filter, consumer_name=consumer_name, partitions=partitions,
             retry_timeout_ms=int((retry_timeout_s or 0) * 1000))
         config.open_request(topic, subscription, consumer_name or "check")

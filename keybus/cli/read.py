@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import click
 
@@ -27,9 +27,8 @@ from keybus.cli.progress import progress
 from sdk.core.columns import Event
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange
+from sdk.reader import Start
 from sdk.topic_reader import TopicReader
-
-Start = str | int | Mapping[str, int]
 
 
 def event_line(topic: str, event: Event) -> str:
@@ -44,10 +43,20 @@ def event_line(topic: str, event: Event) -> str:
 start_old_option = click.option("--from", "start_old", type=START, hidden=True)
 
 
-def chosen_start(start: Start | None, start_old: Start | None, default: Start) -> Start:
+def chosen_start(start: Start | None, start_old: Start | None, default: Start,
+                 partitions: Sequence[int]) -> Start:
+    """The start position given (or the default); an offset needs one --partition.
+
+    Raises:
+        click.UsageError: both spellings given, or an offset for several partitions.
+    """
     if start is not None and start_old is not None:
         raise click.UsageError("give --start only (--from is its old spelling)")
-    return start if start is not None else start_old if start_old is not None else default
+    chosen = start if start is not None else start_old if start_old is not None else default
+    if isinstance(chosen, int) and len(partitions) != 1:
+        raise click.UsageError(f"--start {chosen} is an offset, a position in one partition; "
+                               "add --partition N, or use earliest, latest or scn:N")
+    return chosen
 
 
 async def _planned_events(conn: Connection, topic: str, partitions: Sequence[int] | None,
@@ -123,9 +132,6 @@ def read(topic: str, partitions: tuple[int, ...], start: Start | None, start_old
          as_json: bool) -> None:
     """Print TOPIC's events, from every partition merged (each line names the
     partition and offset). Reads without a subscription: nothing is acknowledged."""
-    chosen = chosen_start(start, start_old, "earliest")
-    if isinstance(chosen, int) and len(partitions) != 1:
-        raise click.UsageError(f"--start {chosen} is an offset, a position in one partition; "
-                               "add --partition N, or use earliest, latest or scn:N")
+    chosen = chosen_start(start, start_old, "earliest", partitions)
     run(read_events(conn, topic, partitions or None, chosen, follow, ranges, key_filter,
                     events_max, retry_timeout_s, as_json))

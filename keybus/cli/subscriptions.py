@@ -6,7 +6,6 @@ lives in `render_subscriptions.py`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -22,8 +21,7 @@ from keybus.cli.common import (
     stdout_console,
     wide_option,
 )
-
-Start = str | int | Mapping[str, int]
+from sdk.reader import Start
 
 
 async def _admin(conn: Connection, method: str, *args: Any) -> Any:
