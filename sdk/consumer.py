@@ -224,11 +224,17 @@ class _State:
 class Consumer:
     """Async consumer of one subscription. Make one with `await Consumer.subscribe(...)`."""
 
-    def __init__(self, broker: str, topic: str, subscription: str, config: ConsumerConfig,
-                 channel: grpc.aio.Channel | None = None,
+    def __init__(self, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
+                 config: ConsumerConfig | None = None, channel: grpc.aio.Channel | None = None,
                  on_range_change: RangeCallback | None = None,
                  on_active_change: ActiveCallback | None = None,
-                 on_connection_change: ConnectionCallback | None = None) -> None:
+                 on_connection_change: ConnectionCallback | None = None, **options: Any) -> None:
+        """Arguments as `subscribe`; the consumer attaches on `async with`
+        (or use `await Consumer.subscribe(...)`, attached when it returns)."""
+        if config is not None and options:
+            raise ValueError(f"pass either config or settings as keywords, not both: "
+                             f"{sorted(options)}")
+        config = config or ConsumerConfig.of(options)
         self.broker = broker
         self.topic = topic
         self.subscription = subscription
@@ -286,20 +292,21 @@ class Consumer:
             FailedPrecondition (e.g. a second Exclusive consumer, a sticky
             range overlap naming the other consumer, another type), Unavailable.
         """
-        if config is not None and options:
-            raise ValueError(f"pass either config or settings as keywords, not both: "
-                             f"{sorted(options)}")
-        consumer = cls(broker, topic, subscription, config or ConsumerConfig.of(options),
-                       channel, on_range_change, on_active_change, on_connection_change)
+        consumer = cls(broker, topic, subscription, config, channel, on_range_change,
+                       on_active_change, on_connection_change, **options)
+        await consumer._attach()
+        return consumer
+
+    async def _attach(self) -> None:
+        """Open the stream and start the background tasks."""
         try:
-            await consumer._connect(reconnecting=False)
+            await self._connect(reconnecting=False)
         except BaseException:
-            await consumer._close_channel()
+            await self._close_channel()
             raise
         loop = asyncio.get_running_loop()
-        consumer._tasks = [loop.create_task(consumer._receive_loop(), name="keybus-consumer"),
-                           loop.create_task(consumer._flush_loop(), name="keybus-consumer-acks")]
-        return consumer
+        self._tasks = [loop.create_task(self._receive_loop(), name="keybus-consumer"),
+                       loop.create_task(self._flush_loop(), name="keybus-consumer-acks")]
 
     # ------------------------------------------------------------ receiving
 
@@ -322,6 +329,10 @@ class Consumer:
             TimeoutError, KeybusError: as receive().
         """
         state = self._state
+        if not self._tasks and not self._closed:
+            raise errors.KeybusError("this consumer is not attached: use `await "
+                                     "Consumer.subscribe(...)` or `async with Consumer(...)`",
+                                     errors.FAILED_PRECONDITION)
         async with asyncio.timeout(timeout_s):
             while True:
                 batch = state.buffer.take()
@@ -617,6 +628,8 @@ class Consumer:
             await self._channel.close()
 
     async def __aenter__(self) -> Consumer:
+        if not self._tasks and not self._closed:
+            await self._attach()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,

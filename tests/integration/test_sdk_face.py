@@ -2,7 +2,8 @@
 
 Goal: the start position is `start` on Reader, TopicReader and Consumer (the
 old `initial_position` still works, with a DeprecationWarning); an unknown
-consumer setting names the allowed ones instead of a raw TypeError; the sync
+consumer setting names the allowed ones instead of a raw TypeError, and
+`async with Consumer(...)` attaches as `async with Reader(...)` reads; the sync
 classes are complete twins (SyncProducer.create, SyncConsumer.subscribe,
 SyncAdmin's subscription methods, SyncTopicReader); TopicReader reads every
 partition merged.
@@ -20,6 +21,7 @@ from sdk import (
     Admin,
     Consumer,
     ConsumerConfig,
+    KeybusError,
     Producer,
     SyncAdmin,
     SyncConsumer,
@@ -71,6 +73,13 @@ def test_consumer_start_is_spelled_as_readers(shared_broker: BrokerProcess) -> N
         with pytest.raises(ValueError, match=r"unknown consumer setting\(s\) colour; allowed: "
                                              r"type, mode, ranges, start,"):
             await Consumer.subscribe(shared_broker.address, "face-start", "x", colour="red")
+        # Constructed as a Reader is, the consumer attaches when entered.
+        async with Consumer(shared_broker.address, "face-start", "ctor", start="earliest") as c:
+            assert (await c.receive(10)).key == 1
+        idle = Consumer(shared_broker.address, "face-start", "idle")
+        with pytest.raises(KeybusError, match="not attached: use `await Consumer.subscribe"):
+            await idle.receive(1)
+        await idle.close()
 
     asyncio.run(go())
     assert ConsumerConfig(start=7).start == 7
