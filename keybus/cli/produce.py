@@ -34,35 +34,48 @@ def one_event(key: str, value: str, ordering_key: str | None, source: str) -> di
     return event
 
 
+def event_from_line(line: str, number: int) -> dict[str, Any] | None:
+    """One JSON line as an event (None for a blank line).
+
+    Raises:
+        click.UsageError: naming the line number and what is wrong (exit 2).
+    """
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise click.UsageError(f"stdin line {number} is not JSON: {e.msg}") from None
+    if not isinstance(event, dict) or "key" not in event or "value" not in event:
+        raise click.UsageError(f'stdin line {number}: need an object with "key" and "value"')
+    unknown = set(event) - EVENT_FIELDS
+    if unknown:
+        raise click.UsageError(f"stdin line {number}: unknown field(s) "
+                               f"{', '.join(sorted(unknown))}; allowed: "
+                               f"{', '.join(sorted(EVENT_FIELDS))}")
+    value = event["value"]
+    event["value"] = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+    if "headers" in event:
+        event["headers"] = {k: str(v).encode() for k, v in event["headers"].items()}
+    return event
+
+
 def events_from_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Parse JSON lines; each is an object with at least "key" and "value".
 
     Raises:
         click.UsageError: naming the line number and what is wrong (exit 2).
     """
-    events = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise click.UsageError(f"stdin line {number} is not JSON: {e.msg}") from None
-        if not isinstance(event, dict) or "key" not in event or "value" not in event:
-            raise click.UsageError(f'stdin line {number}: need an object with "key" and "value"')
-        unknown = set(event) - EVENT_FIELDS
-        if unknown:
-            raise click.UsageError(f"stdin line {number}: unknown field(s) "
-                                   f"{', '.join(sorted(unknown))}; allowed: "
-                                   f"{', '.join(sorted(EVENT_FIELDS))}")
-        value = event["value"]
-        event["value"] = value.encode() if isinstance(value, str) else json.dumps(value).encode()
-        if "headers" in event:
-            event["headers"] = {k: str(v).encode() for k, v in event["headers"].items()}
-        events.append(event)
+    events = [e for number, line in enumerate(lines, 1)
+              if (e := event_from_line(line, number)) is not None]
     if not events:
         raise click.UsageError("no events on stdin; send JSON lines or use --key and --value")
     return events
+
+
+def stored_line(topic: str, stored: dict[str, int], as_json: bool) -> str:
+    return json.dumps({"topic": topic, **stored}) if as_json else \
+        f"{topic}/{stored['partition']} offset {stored['offset']} scn {stored['scn']}"
 
 
 async def produce_events(conn: Connection, topic: str, events: list[dict[str, Any]],
@@ -110,17 +123,22 @@ def produce(topic: str, key: str | None, value: str | None, partition: int | Non
             conn: Connection, as_json: bool) -> None:
     """Produce events to TOPIC: JSON lines on stdin, one per event
     ({"key": 42, "value": "hello", "ordering_key": "customer-7"}), or one
-    event from --key and --value. Prints where each was stored."""
+    event from --key and --value. Prints where each was stored. Typed in a
+    terminal, each line is sent as it is entered (Ctrl-D ends)."""
+    if scn is not None and not window:
+        raise click.UsageError("--scn needs --window")
     if key is not None or value is not None:
         if key is None or value is None:
             raise click.UsageError("--key and --value go together")
         events = [one_event(key, value, ordering_key, source)]
+    elif sys.stdin.isatty() and not window:  # typed by hand: send each line as it comes
+        from keybus.cli.produce_typed import produce_typed
+
+        run(produce_typed(conn, topic, partition, as_json))
+        return
     else:
         events = events_from_lines(sys.stdin)
-    if scn is not None and not window:
-        raise click.UsageError("--scn needs --window")
     with progress(f"producing to {topic}", len(events)) as advance:
         results = run(produce_events(conn, topic, events, partition, window, scn, advance))
-    for line in results:
-        click.echo(json.dumps({"topic": topic, **line}) if as_json else
-                   f"{topic}/{line['partition']} offset {line['offset']} scn {line['scn']}")
+    for stored in results:
+        click.echo(stored_line(topic, stored, as_json))

@@ -77,7 +77,7 @@ def test_consumer_start_is_spelled_as_readers(shared_broker: BrokerProcess) -> N
         async with Consumer(shared_broker.address, "face-start", "ctor", start="earliest") as c:
             assert (await c.receive(10)).key == 1
         idle = Consumer(shared_broker.address, "face-start", "idle")
-        with pytest.raises(KeybusError, match="not attached: use `await Consumer.subscribe"):
+        with pytest.raises(KeybusError, match=r"not attached: use `await Consumer\.subscribe"):
             await idle.receive(1)
         await idle.close()
 
