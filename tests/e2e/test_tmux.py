@@ -3,7 +3,8 @@
 Goal: what a user sees in an 80x50 terminal: every line fits (none wraps),
 no name is cut ('…' never appears), the range bars are whole and on a scale,
 reads cover every partition, long work shows rich's progress bar, errors are
-one line, and a consume that loses its broker says so and carries on.
+one line, a produce typed by hand sends each line, and a consume that loses its
+broker says so and carries on.
 Method: a private tmux server (tests/support/tmux.py; Debian's tmux,
 installed when missing) running bash with the repository's `keybus` on PATH,
 against a real broker process; the test types commands and reads the screen.
@@ -68,6 +69,17 @@ def test_main_flows_at_80_columns(terminal: tuple[Tmux, BrokerProcess], tmp_path
     assert (code, lines) == (0, ["tm-orders/2 offset 0 scn 1"])
     code, lines = tmux.run("keybus read tm-orders")
     assert (code, lines) == (0, ["tm-orders/2 offset 0 scn 1 key 42 slot 53910: hello"])
+
+    # Typed by hand: each line is sent as it is entered; a bad one is told and skipped.
+    tmux.clear()
+    tmux.send("keybus produce tm-orders; echo @@typed")
+    tmux.wait_for("Ctrl-D ends")
+    tmux.send('{"key": 7, "value": "typed"}')
+    tmux.wait_for("tm-orders/0 offset 0 scn 1")
+    tmux.send("oops")
+    tmux.wait_for("is not JSON: Expecting value (not sent)")
+    tmux.keys("C-d")
+    tmux.wait_for("\n@@typed")
 
     # Long work in the terminal shows rich's bar while it runs (transient); in a pipe, none.
     events = tmp_path / "events.jsonl"
