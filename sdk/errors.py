@@ -196,6 +196,9 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
         reason = connection_failure(details or "")
         if reason is not None:
             return unreachable(broker, reason)
+    if code == DEADLINE_EXCEEDED and broker is not None and details == "Deadline Exceeded":
+        return KeybusError(f"no answer from the broker at {broker} within the call's deadline "
+                           "(request_timeout_ms; --timeout in the CLI)", code)
     return from_code(code, details or f"broker call failed with {name}")
 
 
