@@ -9,6 +9,10 @@ JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks processors [options]` times event processors: balancing
+from cold, recovering a killed one's partitions, and events/s with checkpoints
+(see benchmarks/processors.py).
 """
 
 from __future__ import annotations
@@ -62,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["processors"]:
+        from benchmarks import processors  # its own options; Redis rows need redis-server
+
+        return processors.main(arguments[1:])
+    if arguments[:1] == ["databus"]:
+        from benchmarks import databus_group  # the callback layer against a plain Reader
+
+        return databus_group.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

@@ -29,9 +29,11 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any]) -> None:
+def record(report: dict[str, Any], notes: str = "") -> None:
+    """Replace (or add) this command's block; `notes` go under its table."""
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    block = f"{start}\n{table(report)}\n{end}"
+    body = table(report) + (f"\n\n{notes}" if notes else "")
+    block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:
         head, rest = text.split(start, 1)

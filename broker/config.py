@@ -101,6 +101,13 @@ class Settings:
     serversidefilter: dict[str, str] = field(default_factory=dict, metadata={
         "help": "Per-source server-side filters, as Databus's serversidefilter.* keys (config "
                 "file only)."})
+    # Event processor stores (ownership and checkpoints of consumer groups).
+    processor_store_queue_max: int = setting(
+        4_096, "Event processor store: claims and checkpoints waiting for the store's task.")
+    processor_commit_commands_max: int = setting(
+        256, "Event processor store: commands written in one WriteBatch.")
+    processor_name_bytes_max: int = setting(
+        255, "Event processor store: longest namespace, consumer group or owner id.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -116,6 +123,10 @@ class Settings:
                      "consumer_outbox_messages_max", "look_ahead_events_max",
                      "dispatch_read_events_max", "key_shared_points_per_consumer",
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        for name in ("processor_store_queue_max", "processor_commit_commands_max",
+                     "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         if self.ack_timeout_ms_min > self.ack_timeout_ms_max:

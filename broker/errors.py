@@ -133,6 +133,22 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "(force=True in the SDK), which ends their streams"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ event processor stores
+        ErrorKind("processor_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "{field}={value!r} is invalid: {allowed}"),
+        ErrorKind("claims_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("checkpoint_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("checkpoint_fenced", grpc.StatusCode.FAILED_PRECONDITION,
+                  "ownership epoch {epoch} of {topic!r}/{partition} in group {group!r} is "
+                  "older than epoch {current} of the current owner {owner!r}: this processor "
+                  "lost the partition and must stop processing it (nothing was written)"),
+        ErrorKind("epoch_unregistered", grpc.StatusCode.FAILED_PRECONDITION,
+                  "ownership epoch {epoch} of {topic!r}/{partition} in group {group!r} was never "
+                  "registered (the highest is {current}); claim the partition in this broker's "
+                  "ownership store or call FenceCheckpoints first, or write epoch 0 (unfenced)"),
+        ErrorKind("epoch_taken", grpc.StatusCode.FAILED_PRECONDITION,
+                  "ownership epoch {epoch} of {topic!r}/{partition} in group {group!r} is "
+                  "registered to owner {owner!r}, not {asked!r}; an epoch has one owner"),
     ]
 }
 

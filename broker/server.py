@@ -21,7 +21,9 @@ from grpc_reflection.v1alpha import reflection
 
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
+from broker.processor_stores.service import ProcessorStores
 from broker.rpc.admin_servicer import AdminServicer
+from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_handler
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
@@ -59,6 +61,7 @@ class Broker:
     server: grpc.aio.Server
     port: int
     _retention: asyncio.Task[None] | None = None
+    processor_stores: ProcessorStores | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Refuse new calls, end the streams, then close partitions and the store.
@@ -74,6 +77,8 @@ class Broker:
         await asyncio.sleep(0)  # the server refuses new calls from here on
         await self.subscriptions.close()
         await stopping
+        if self.processor_stores is not None:
+            await self.processor_stores.close()
         await self.registry.close()
         self.store.close()
 
@@ -114,6 +119,9 @@ async def start_broker(settings: Settings) -> Broker:
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
         SubscriptionAdminServicer(subscriptions)),))
+    processor_stores = ProcessorStores(store, registry, settings)
+    processor_stores.start()
+    server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -121,15 +129,17 @@ async def start_broker(settings: Settings) -> Broker:
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
     port = _bind(server, settings)
-    if port == 0:
+    if port == 0:  # taken since check_port: gRPC's own bind failed
         await subscriptions.close()
+        await processor_stores.close()
         await registry.close()
         store.close()
         raise PortInUse(port_in_use(settings.host, settings.port))
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    broker = Broker(settings, store, registry, subscriptions, server, port)
+    broker = Broker(settings, store, registry, subscriptions, server, port,
+                    processor_stores=processor_stores)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
 

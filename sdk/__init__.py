@@ -59,3 +59,8 @@ __all__ = [
     "TopicReader", "Unauthenticated", "Unavailable", "WindowEvent", "WindowResult",
     "from_rpc_error", "open_channel", "parse_broker", "read_all",
 ]
+
+# The event processor (sdk/processor/) and its stores (sdk/stores/).
+from sdk.processor import EventProcessor, SyncEventProcessor
+
+__all__ += ["EventProcessor", "SyncEventProcessor"]

@@ -652,7 +652,7 @@ class Producer:
 
 
 async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int,
-                         broker: str) -> int:
+                         broker: str | None = None) -> int:
     """The topic's partition count (DescribeTopic).
 
     Raises:

@@ -17,7 +17,8 @@ import rocksdict
 from broker.log import codec
 from broker.log.retention import HeadRecord
 
-COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors")
+COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
+                   "ownership", "checkpoints")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,8 @@ class RocksStore:
         batch = self._batch()
         batch.delete(b"topic/" + name.encode(), self._cf["meta"])
         start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
-        for family in ("log", "scn_index", "producers", "partitions", "cursors"):
+        for family in ("log", "scn_index", "producers", "partitions", "cursors", "ownership",
+                       "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
         self._db.write(batch, self._sync_options)
 
@@ -252,6 +254,31 @@ class RocksStore:
         for partition in range(partitions):
             batch.delete(codec.cursor_key(topic_id, partition, name), family)
         self._db.write(batch, self._sync_options)
+
+    # ------------------------------------------------------------ processor stores
+
+    def get_value(self, family: str, key: bytes) -> bytes | None:
+        """One value of a column family (`ownership`, `checkpoints`), or None."""
+        value = self._views[family].get(key)
+        return bytes(value) if value is not None else None
+
+    def scan_prefix(self, family: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) of a column family whose key starts with prefix."""
+        it = self._views[family].iter()
+        it.seek(prefix)
+        found = []
+        while it.valid() and it.key().startswith(prefix):
+            found.append((bytes(it.key()), bytes(it.value())))
+            it.next()
+        return found
+
+    def put_many(self, puts: list[tuple[str, bytes, bytes]], durable: bool) -> None:
+        """Write (family, key, value) triples in one WriteBatch: all or nothing.
+        durable: fsynced like produce (when the broker fsyncs at all)."""
+        batch = self._batch()
+        for family, key, value in puts:
+            batch.put(key, value, self._cf[family])
+        self._db.write(batch, self._write_options if durable else self._cursor_write_options)
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)

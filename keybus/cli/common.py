@@ -62,8 +62,14 @@ class Connection:
         return Admin(self.broker, request_timeout_ms=self.request_timeout_ms)
 
 
+broker_option = click.option(
+    "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
+    metavar="HOST:PORT", help="The broker to talk to (env KEYBUS_BROKER).")
+
+
 def connection_options(command: F) -> F:
-    """Add --broker and --timeout; the command receives `conn: Connection`."""
+    """Add --broker and --timeout; the command receives `conn: Connection`.
+    (`broker_option` alone gives a command the address as `broker: str`.)"""
     @functools.wraps(command)
     def wrapper(*args: Any, broker: str, timeout_s: float | None, **kwargs: Any) -> Any:
         return command(*args, conn=Connection(broker, timeout_s), **kwargs)
@@ -72,9 +78,7 @@ def connection_options(command: F) -> F:
         "--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
         help="How long to wait: a call's deadline (default 30); consume and read --follow "
              "stop when no event came for this long (default: wait until Ctrl-C).")(wrapper)
-    wrapper = click.option(
-        "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
-        metavar="HOST:PORT", help="The broker to talk to (env KEYBUS_BROKER).")(wrapper)
+    wrapper = broker_option(wrapper)
     return wrapper  # type: ignore[return-value]
 
 

@@ -15,6 +15,7 @@ import click
 import grpc
 
 from broker.main import command as broker_command
+from keybus.cli import databus, processors
 from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from keybus.cli.consume import consume
 from keybus.cli.demo import demo
@@ -66,6 +67,8 @@ cli.add_command(read)
 cli.add_command(consume)
 cli.add_command(subscriptions)
 cli.add_command(filters)
+processors.register(cli)
+databus.register(cli)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -6,16 +6,29 @@ the Event Hubs proposal "separate ownership and checkpoint stores"
 the event processor balances partitions through an `OwnershipStore` and
 resumes from a `CheckpointStore`; the Databus callback consumer keeps its
 whole-window checkpoints in a `CheckpointStore` alone.
+
+Implementations: the broker (`BrokerOwnershipStore`, `BrokerCheckpointStore`,
+the default for both, with fencing), Redis for ownership
+(`RedisOwnershipStore`, needs `keybus[redis]`), and a directory of JSON files
+for checkpoints (`FileCheckpointStore`).
 """
 
+from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
+from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
 from sdk.stores.file_checkpoints import FileCheckpointStore
 from sdk.stores.protocols import CheckpointStore, OwnershipStore
 from sdk.stores.records import Checkpoint, PartitionOwnership
+from sdk.stores.redis_ownership import RedisOwnershipStore
 
 __all__ = [
+    "BrokerCheckpointStore",
+    "BrokerOwnershipStore",
     "Checkpoint",
     "CheckpointStore",
+    "FencingCheckpointStore",
     "FileCheckpointStore",
+    "OwnershipLost",
     "OwnershipStore",
     "PartitionOwnership",
+    "RedisOwnershipStore",
 ]

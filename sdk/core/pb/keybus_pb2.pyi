@@ -1522,3 +1522,373 @@ class DeleteSubscriptionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class OwnershipRecord(_message.Message):
+    """---------------------------------------------------------------- event processor stores
+    The two stores of event processors (docs/event-processor.md), kept apart as
+    the Event Hubs proposal draws them: partition ownership (load balancing:
+    high frequency, compare-and-set on an etag) and checkpoints (progress:
+    written unconditionally, fsynced like produce). Each lives in its own
+    RocksDB column family, keyed by topic, namespace, consumer group and
+    partition; deleting a topic deletes both.
+
+    Fencing: every claim that changes a partition's owner gets a higher epoch.
+    The checkpoint store keeps, per partition, the highest epoch registered
+    (by a claim in this broker's ownership store, or FenceCheckpoints for an
+    ownership store elsewhere, e.g. Redis) and refuses a checkpoint from an
+    older epoch with FAILED_PRECONDITION naming the current owner. Epoch 0 =
+    unfenced (always accepted).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    LAST_MODIFIED_MS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    owner_id: _builtins.str
+    """"" = released (claimable)"""
+    etag: _builtins.str
+    """changes on every successful claim"""
+    last_modified_ms: _builtins.int
+    """broker clock at the last claim"""
+    epoch: _builtins.int
+    """increases with every change of owner"""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        last_modified_ms: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "etag", b"etag", "last_modified_ms", b"last_modified_ms", "namespace", b"namespace", "owner_id", b"owner_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnershipRecord: _TypeAlias = OwnershipRecord  # noqa: Y015
+
+@_typing.final
+class ListOwnershipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "namespace", b"namespace", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOwnershipRequest: _TypeAlias = ListOwnershipRequest  # noqa: Y015
+
+@_typing.final
+class ListOwnershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OWNERSHIP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ownership(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipRecord]:
+        """by partition"""
+
+    def __init__(
+        self,
+        *,
+        ownership: _abc.Iterable[Global___OwnershipRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ownership", b"ownership"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOwnershipResponse: _TypeAlias = ListOwnershipResponse  # noqa: Y015
+
+@_typing.final
+class OwnershipClaim(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    owner_id: _builtins.str
+    """"" releases the partition"""
+    etag: _builtins.str
+    """The etag the claimer listed; "" = claim only if no record exists yet."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "owner_id", b"owner_id", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnershipClaim: _TypeAlias = OwnershipClaim  # noqa: Y015
+
+@_typing.final
+class ClaimOwnershipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    @_builtins.property
+    def claims(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipClaim]:
+        """at most one per partition"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        claims: _abc.Iterable[Global___OwnershipClaim] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "consumer_group", b"consumer_group", "namespace", b"namespace", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOwnershipRequest: _TypeAlias = ClaimOwnershipRequest  # noqa: Y015
+
+@_typing.final
+class ClaimOwnershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WON_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def won(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnershipRecord]:
+        """Only the claims that won, as stored; a claim whose etag no longer
+        matched is left out (not an error).
+        """
+
+    def __init__(
+        self,
+        *,
+        won: _abc.Iterable[Global___OwnershipRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["won", b"won"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOwnershipResponse: _TypeAlias = ClaimOwnershipResponse  # noqa: Y015
+
+@_typing.final
+class CheckpointRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SCN_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """last processed event; processing resumes at offset + 1"""
+    scn: _builtins.int
+    epoch: _builtins.int
+    """the writer's ownership epoch; 0 = unfenced"""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        scn: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointRecord: _TypeAlias = CheckpointRecord  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """empty = every partition"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "namespace", b"namespace", "partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsRequest: _TypeAlias = ListCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckpointRecord]:
+        """by partition; none for a partition never checkpointed"""
+
+    def __init__(
+        self,
+        *,
+        checkpoints: _abc.Iterable[Global___CheckpointRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoints", b"checkpoints"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsResponse: _TypeAlias = ListCheckpointsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateCheckpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointRecord: ...
+    def __init__(
+        self,
+        *,
+        checkpoint: Global___CheckpointRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateCheckpointRequest: _TypeAlias = UpdateCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class UpdateCheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateCheckpointResponse: _TypeAlias = UpdateCheckpointResponse  # noqa: Y015
+
+@_typing.final
+class FenceCheckpointsRequest(_message.Message):
+    """Register the epoch a processor won in another ownership store, before it
+    reads the partition's checkpoint: from then on older epochs are refused.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    CONSUMER_GROUP_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    consumer_group: _builtins.str
+    partition: _builtins.int
+    epoch: _builtins.int
+    """> 0"""
+    owner_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        consumer_group: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        owner_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "owner_id", b"owner_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceCheckpointsRequest: _TypeAlias = FenceCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class FenceCheckpointsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FenceCheckpointsResponse: _TypeAlias = FenceCheckpointsResponse  # noqa: Y015

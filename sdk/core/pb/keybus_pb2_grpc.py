@@ -96,6 +96,31 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.ListOwnership = channel.unary_unary(
+                '/keybus.v1.Keybus/ListOwnership',
+                request_serializer=keybus__pb2.ListOwnershipRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ListOwnershipResponse.FromString,
+                _registered_method=True)
+        self.ClaimOwnership = channel.unary_unary(
+                '/keybus.v1.Keybus/ClaimOwnership',
+                request_serializer=keybus__pb2.ClaimOwnershipRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ClaimOwnershipResponse.FromString,
+                _registered_method=True)
+        self.ListCheckpoints = channel.unary_unary(
+                '/keybus.v1.Keybus/ListCheckpoints',
+                request_serializer=keybus__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ListCheckpointsResponse.FromString,
+                _registered_method=True)
+        self.UpdateCheckpoint = channel.unary_unary(
+                '/keybus.v1.Keybus/UpdateCheckpoint',
+                request_serializer=keybus__pb2.UpdateCheckpointRequest.SerializeToString,
+                response_deserializer=keybus__pb2.UpdateCheckpointResponse.FromString,
+                _registered_method=True)
+        self.FenceCheckpoints = channel.unary_unary(
+                '/keybus.v1.Keybus/FenceCheckpoints',
+                request_serializer=keybus__pb2.FenceCheckpointsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.FenceCheckpointsResponse.FromString,
+                _registered_method=True)
 
 
 class KeybusServicer:
@@ -177,6 +202,37 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOwnership(self, request, context):
+        """Event processor stores: ownership (compare-and-set) and checkpoints.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimOwnership(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCheckpoints(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateCheckpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FenceCheckpoints(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KeybusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +295,31 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'ListOwnership': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOwnership,
+                    request_deserializer=keybus__pb2.ListOwnershipRequest.FromString,
+                    response_serializer=keybus__pb2.ListOwnershipResponse.SerializeToString,
+            ),
+            'ClaimOwnership': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimOwnership,
+                    request_deserializer=keybus__pb2.ClaimOwnershipRequest.FromString,
+                    response_serializer=keybus__pb2.ClaimOwnershipResponse.SerializeToString,
+            ),
+            'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCheckpoints,
+                    request_deserializer=keybus__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=keybus__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'UpdateCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateCheckpoint,
+                    request_deserializer=keybus__pb2.UpdateCheckpointRequest.FromString,
+                    response_serializer=keybus__pb2.UpdateCheckpointResponse.SerializeToString,
+            ),
+            'FenceCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceCheckpoints,
+                    request_deserializer=keybus__pb2.FenceCheckpointsRequest.FromString,
+                    response_serializer=keybus__pb2.FenceCheckpointsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -567,6 +648,141 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteSubscription',
             keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
             keybus__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOwnership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ListOwnership',
+            keybus__pb2.ListOwnershipRequest.SerializeToString,
+            keybus__pb2.ListOwnershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimOwnership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ClaimOwnership',
+            keybus__pb2.ClaimOwnershipRequest.SerializeToString,
+            keybus__pb2.ClaimOwnershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ListCheckpoints',
+            keybus__pb2.ListCheckpointsRequest.SerializeToString,
+            keybus__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/UpdateCheckpoint',
+            keybus__pb2.UpdateCheckpointRequest.SerializeToString,
+            keybus__pb2.UpdateCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/FenceCheckpoints',
+            keybus__pb2.FenceCheckpointsRequest.SerializeToString,
+            keybus__pb2.FenceCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,

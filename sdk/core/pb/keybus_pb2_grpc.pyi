@@ -61,6 +61,12 @@ class KeybusStub:
     DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     SeekSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     DeleteSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]
+    ListOwnership: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListOwnershipRequest, _keybus_pb2.ListOwnershipResponse]
+    """Event processor stores: ownership (compare-and-set) and checkpoints."""
+    ClaimOwnership: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ClaimOwnershipRequest, _keybus_pb2.ClaimOwnershipResponse]
+    ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListCheckpointsRequest, _keybus_pb2.ListCheckpointsResponse]
+    UpdateCheckpoint: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.UpdateCheckpointRequest, _keybus_pb2.UpdateCheckpointResponse]
+    FenceCheckpoints: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.FenceCheckpointsRequest, _keybus_pb2.FenceCheckpointsResponse]
 
 @_typing.type_check_only
 class KeybusAsyncStub(KeybusStub):
@@ -82,6 +88,12 @@ class KeybusAsyncStub(KeybusStub):
     DescribeSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     SeekSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     DeleteSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]  # type: ignore[assignment]
+    ListOwnership: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListOwnershipRequest, _keybus_pb2.ListOwnershipResponse]  # type: ignore[assignment]
+    """Event processor stores: ownership (compare-and-set) and checkpoints."""
+    ClaimOwnership: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ClaimOwnershipRequest, _keybus_pb2.ClaimOwnershipResponse]  # type: ignore[assignment]
+    ListCheckpoints: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListCheckpointsRequest, _keybus_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
+    UpdateCheckpoint: _aio.UnaryUnaryMultiCallable[_keybus_pb2.UpdateCheckpointRequest, _keybus_pb2.UpdateCheckpointResponse]  # type: ignore[assignment]
+    FenceCheckpoints: _aio.UnaryUnaryMultiCallable[_keybus_pb2.FenceCheckpointsRequest, _keybus_pb2.FenceCheckpointsResponse]  # type: ignore[assignment]
 
 class KeybusServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- service"""
@@ -172,5 +184,41 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.DeleteSubscriptionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.DeleteSubscriptionResponse, _abc.Awaitable[_keybus_pb2.DeleteSubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListOwnership(
+        self,
+        request: _keybus_pb2.ListOwnershipRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ListOwnershipResponse, _abc.Awaitable[_keybus_pb2.ListOwnershipResponse]]:
+        """Event processor stores: ownership (compare-and-set) and checkpoints."""
+
+    @_abc_1.abstractmethod
+    def ClaimOwnership(
+        self,
+        request: _keybus_pb2.ClaimOwnershipRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ClaimOwnershipResponse, _abc.Awaitable[_keybus_pb2.ClaimOwnershipResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListCheckpoints(
+        self,
+        request: _keybus_pb2.ListCheckpointsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ListCheckpointsResponse, _abc.Awaitable[_keybus_pb2.ListCheckpointsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateCheckpoint(
+        self,
+        request: _keybus_pb2.UpdateCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.UpdateCheckpointResponse, _abc.Awaitable[_keybus_pb2.UpdateCheckpointResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FenceCheckpoints(
+        self,
+        request: _keybus_pb2.FenceCheckpointsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.FenceCheckpointsResponse, _abc.Awaitable[_keybus_pb2.FenceCheckpointsResponse]]: ...
 
 def add_KeybusServicer_to_server(servicer: KeybusServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,1 @@
+"""The broker's event processor stores: ownership (CAS) and checkpoints (fenced)."""

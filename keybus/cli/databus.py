@@ -1,0 +1,134 @@
+"""`keybus databus tail`: print a topic's callback sequence as the Databus seed draws it.
+
+    StartDataEventSequence(12) --> StartSource(a) --> DataEvent(a.1) --> ... -->
+    EndSource(a) --> StartSource(b) --> ... --> EndDataEventSequence(12)
+
+one line per window (human), or one JSON object per callback (--json).
+Registered on the root group by main.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+
+from keybus.cli.common import broker_option, json_option, run
+from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
+from sdk.databus.results import SUCCESS, CallbackResult
+from sdk.reader import Start
+
+
+class TailPrinter(DatabusConsumerBase):
+    """Renders callbacks; `lines` receives each finished line (human) or JSON object."""
+
+    def __init__(self, as_json: bool, windows_max: int | None, emit: Any,
+                 done: asyncio.Event) -> None:
+        self.as_json = as_json
+        self.windows_left = windows_max
+        self.emit = emit
+        self.done = done
+        self._parts: list[str] = []
+
+    def _say(self, call: str, text: str, **fields: Any) -> None:
+        if self.as_json:
+            self.emit(json.dumps({"call": call, **fields}, default=str))
+        else:
+            self._parts.append(text)
+
+    def on_start_window(self, scn: Scn) -> CallbackResult:
+        self._parts = []
+        self._say("on_start_window", f"StartDataEventSequence({_scn(scn)})", scn=int(scn),
+                  partition=scn.partition)
+        return SUCCESS
+
+    def on_start_source(self, source: str, schema: str) -> CallbackResult:
+        self._say("on_start_source", f"StartSource({source})", source=source, schema=schema)
+        return SUCCESS
+
+    def on_event(self, event: DbusEvent) -> CallbackResult:
+        self._say("on_event", f"DataEvent({event.source}.{event.key})", **event.to_dict())
+        return SUCCESS
+
+    def on_end_source(self, source: str) -> CallbackResult:
+        self._say("on_end_source", f"EndSource({source})", source=source)
+        return SUCCESS
+
+    def on_end_window(self, scn: Scn) -> CallbackResult:
+        self._say("on_end_window", f"EndDataEventSequence({_scn(scn)})", scn=int(scn),
+                  partition=scn.partition)
+        if not self.as_json:
+            self.emit(" --> ".join(self._parts))
+        if self.windows_left is not None:
+            self.windows_left -= 1
+            if self.windows_left <= 0:
+                self.done.set()
+        return SUCCESS
+
+    def on_rollback(self, scn: Scn) -> CallbackResult:
+        if self.as_json:
+            self._say("on_rollback", "", scn=int(scn), partition=scn.partition)
+        else:
+            self.emit(" --> ".join([*self._parts, f"Rollback({_scn(scn)})"]))
+        return SUCCESS
+
+    def on_error(self, error: Exception) -> CallbackResult:
+        if self.as_json:
+            self._say("on_error", "", error=str(error))
+        else:
+            click.echo(f"keybus: warning: {error}", err=True)
+        return SUCCESS
+
+
+def _scn(scn: Scn) -> str:
+    return str(int(scn)) if scn.partition == 0 else f"{int(scn)}@p{scn.partition}"
+
+
+async def tail(broker: str, topic: str, sources: list[str] | None, key_filter: str | None,
+               start: Start, windows_max: int | None, as_json: bool) -> None:
+    done = asyncio.Event()
+    printer = TailPrinter(as_json, windows_max, lambda line: click.echo(line), done)
+    client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0))
+    registration = client.register(printer, topic=topic, sources=sources, filter=key_filter,
+                                   start=start, name="tail")
+    await client.start()
+    waiting = asyncio.ensure_future(registration.wait())
+    stopping = asyncio.ensure_future(done.wait())
+    try:
+        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        await client.stop()
+    await waiting  # raises what ended consumption (e.g. the topic does not exist)
+
+
+def register(cli: click.Group) -> None:
+    """Add `keybus databus ...` to the root group."""
+
+    @cli.group()
+    def databus() -> None:
+        """Databus-style callback consumers: consistency windows, sources, SCNs."""
+
+    @databus.command("tail")
+    @click.argument("topic")
+    @click.option("--sources", help="Sources to present, in this order (comma-separated; "
+                                    "default every source).")
+    @click.option("--filter", "filter_text",
+                  help="Broker-side key filter: range:SIZE:[ids] or mod:N:[buckets].")
+    @click.option("--from-scn", type=click.IntRange(0, None),
+                  help="Start at the first window with SCN >= N (default: the earliest).")
+    @click.option("--windows", "windows_max", type=click.IntRange(1, None),
+                  help="Stop after this many windows (default: follow until Ctrl-C).")
+    @broker_option
+    @json_option
+    def databus_tail(topic: str, sources: str | None, filter_text: str | None,
+                     from_scn: int | None, windows_max: int | None, broker: str,
+                     as_json: bool) -> None:
+        """Print TOPIC's windows as the callback sequence a consumer sees."""
+        names = [s.strip() for s in sources.split(",")] if sources else None
+        if names is not None and not all(names):
+            raise ValueError(f"--sources {sources!r} has an empty name; give names like a,b")
+        start: Start = {"scn": from_scn} if from_scn is not None else "earliest"
+        run(tail(broker, topic, names, filter_text, start, windows_max, as_json))

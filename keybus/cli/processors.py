@@ -1,0 +1,95 @@
+"""`keybus processors ownership|checkpoints TOPIC GROUP`: what event
+processors keep in their two stores.
+
+Registered on the root group by main.py. Reads the broker's stores, or with
+`--redis URL` a Redis ownership store; rendering is in render_processors.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+
+from keybus.cli import render_processors as render
+from keybus.cli.common import broker_option, json_option, print_json, run
+from sdk.admin import Admin
+from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
+
+console = Console()
+namespace_option = click.option("--namespace", default="", show_default=True,
+                                help="The processors' namespace.")
+
+
+@click.group()
+def processors() -> None:
+    """Ownership and checkpoints of event processor groups."""
+
+
+async def _ownership(broker: str, redis: str | None, namespace: str, topic: str,
+                     group: str) -> tuple[Any, list[Any]]:
+    async with Admin(broker) as admin:
+        info = await admin.describe_topic(topic)
+    if redis is None:
+        async with BrokerOwnershipStore(broker) as store:
+            return info, await store.list_ownership(namespace, topic, group)
+    from sdk.stores.redis_ownership import RedisOwnershipStore
+
+    redis_store = RedisOwnershipStore(redis)
+    try:
+        return info, await redis_store.list_ownership(namespace, topic, group)
+    finally:
+        await redis_store.close()
+
+
+@processors.command("ownership")
+@click.argument("topic")
+@click.argument("group")
+@click.option("--redis", metavar="URL", help="Read a Redis ownership store, e.g. "
+              "redis://127.0.0.1:6379/0 (default: the broker's).")
+@click.option("--expiration-ms", default=60_000, show_default=True, type=click.IntRange(1, None),
+              help="The processors' ownership expiration (for 'expires in').")
+@namespace_option
+@broker_option
+@json_option
+def processors_ownership(topic: str, group: str, redis: str | None, expiration_ms: int,
+                         namespace: str, broker: str, as_json: bool) -> None:
+    """Who owns each partition of TOPIC for GROUP: owner, age, expires in, epoch."""
+    info, ownership = run(_ownership(broker, redis, namespace, topic, group))
+    rows = render.ownership_rows(info, ownership, time.time_ns() // 1_000_000, expiration_ms)
+    if as_json:
+        print_json(rows)
+    else:
+        store = f"redis {redis}" if redis else "the broker"
+        console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows))
+
+
+async def _checkpoints(broker: str, namespace: str, topic: str, group: str
+                       ) -> tuple[Any, list[Any]]:
+    async with Admin(broker) as admin:
+        info = await admin.describe_topic(topic)
+    async with BrokerCheckpointStore(broker) as store:
+        return info, await store.list_checkpoints(namespace, topic, group)
+
+
+@processors.command("checkpoints")
+@click.argument("topic")
+@click.argument("group")
+@namespace_option
+@broker_option
+@json_option
+def processors_checkpoints(topic: str, group: str, namespace: str, broker: str,
+                           as_json: bool) -> None:
+    """GROUP's checkpoint of each partition of TOPIC: offset, scn, epoch, lag to the end."""
+    info, checkpoints = run(_checkpoints(broker, namespace, topic, group))
+    rows = render.checkpoint_rows(info, checkpoints)
+    if as_json:
+        print_json(rows)
+    else:
+        console.print(render.checkpoints_table(f"checkpoints of {topic} for {group}", rows))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(processors)

@@ -1,0 +1,220 @@
+"""DatabusClient: register callback consumers for sources of a topic and run them.
+
+    client = DatabusClient("127.0.0.1:6650", checkpoint_store=FileCheckpointStore(dir))
+    client.register([Worker(), Worker(), Worker()], topic="orders",
+                    sources=["orders", "order_lines"], name="billing")
+    async with client:
+        await client.wait()
+
+Each registration receives its own full stream: `register` reads the
+topic's partitions from the log (following, from the registration's
+checkpoint, with its server-side filter); `register_shared` consumes a
+Key_Shared subscription instead, so that several processes share the stream
+(see docs/databus.md for what holds within a process and across processes).
+A list of consumers registered together is a consumer group: one stream,
+split among its members by key, with barriers at window and source
+boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Any
+
+from sdk.consumer import ConsumerConfig
+from sdk.databus.callbacks import missing_callbacks
+from sdk.databus.config import DatabusConfig
+from sdk.databus.log_windows import LogWindows
+from sdk.databus.registration import DatabusRegistration
+from sdk.databus.share_windows import ShareWindows
+from sdk.databus.window import MEMBERS_MAX
+from sdk.reader import Start, filter_to_proto, start_to_proto
+from sdk.stores.protocols import CheckpointStore
+
+
+class DatabusClient:
+    """Runs Databus-style callback consumers against one broker.
+
+    Args:
+        broker: "host:port" of the broker.
+        checkpoint_store: where `register` keeps whole-window checkpoints
+            (any `CheckpointStore`; None = no checkpoints: a restart starts at
+            the registration's start position again).
+        namespace: the checkpoints' namespace ("" default).
+        config: default settings of every registration (DatabusConfig).
+    """
+
+    def __init__(self, broker: str = "localhost:6650", *,
+                 checkpoint_store: CheckpointStore | None = None, namespace: str = "",
+                 config: DatabusConfig | None = None) -> None:
+        self.broker = broker
+        self.checkpoint_store = checkpoint_store
+        self.namespace = namespace
+        self.config = config or DatabusConfig()
+        self.registrations: list[DatabusRegistration] = []
+        self._started = False
+
+    def register(self, consumer: object | Sequence[object], *, topic: str,
+                 sources: Sequence[str] | None = None, filter: Any = None, name: str = "",
+                 partitions: Sequence[int] | None = None, start: Start = "earliest",
+                 config: DatabusConfig | None = None) -> DatabusRegistration:
+        """Register a consumer, or a group (a list of consumers), for `sources` of `topic`.
+
+        Args:
+            consumer: an object with the callbacks (see DatabusConsumerBase),
+                or a list of them: a consumer group splitting the events by key.
+            topic: the topic to read (every partition unless `partitions`).
+            sources: the sources to present, in this order within a window
+                (None: every source, in order of first appearance).
+            filter: a server-side key filter ("mod:4:[0,1]", "range:1000:[2]",
+                a KeyFilter), applied in the broker.
+            name: the registration's name, also its checkpoints' consumer
+                group (required with a checkpoint store; unique per client).
+            start: where to begin without a checkpoint: "earliest" (default),
+                "latest", an offset or {"scn": n}.
+            config: settings for this registration (default: the client's).
+        Returns:
+            The registration (started with the client).
+        Raises:
+            TypeError: a consumer lacks callbacks (named). ValueError: a bad
+            topic, source list, filter, start or name.
+        """
+        members = self._members(consumer)
+        config = config or self.config
+        name = self._name(name, topic, needs_name=self.checkpoint_store is not None)
+        checked_sources = _sources(sources)
+        start_to_proto(start)  # raises ValueError naming what is allowed
+        source = LogWindows(self.broker, topic, name=name, config=config,
+                            need_slots=len(members) > 1,
+                            partitions=list(partitions) if partitions is not None else None,
+                            start=start, key_filter=filter_to_proto(filter),
+                            checkpoints=self.checkpoint_store, namespace=self.namespace)
+        return self._add(DatabusRegistration(name, topic, members, checked_sources, config,
+                                             source))
+
+    def register_shared(self, consumer: object | Sequence[object], *, topic: str,
+                        subscription: str, sources: Sequence[str] | None = None,
+                        filter: Any = None, name: str = "",
+                        consumer_config: ConsumerConfig | None = None,
+                        config: DatabusConfig | None = None) -> DatabusRegistration:
+        """Register a consumer or group on a Key_Shared subscription (across processes).
+
+        Every process that registers on the same subscription gets a share of
+        the keys; within it, windows, sources, groups, rollback and
+        checkpoints work as with `register`. Checkpoints are the
+        subscription's acknowledgements (no checkpoint store is used).
+
+        Args:
+            subscription: the subscription's name (created by the first
+                consumer, from consumer_config.initial_position).
+            consumer_config: the SDK consumer's settings (default: Key_Shared,
+                auto-split, from the earliest event); type may also be
+                "exclusive" or "failover", not "shared".
+            filter, sources, name, config: as `register`.
+        Raises:
+            TypeError, ValueError: as `register`, or a bad consumer setting.
+        """
+        members = self._members(consumer)
+        config = config or self.config
+        name = self._name(name or subscription, topic, needs_name=False)
+        consumer_settings = consumer_config or ConsumerConfig(type="key_shared",
+                                                              initial_position="earliest")
+        if filter is not None:
+            consumer_settings = replace(consumer_settings, key_filter=filter_to_proto(filter))
+        if not subscription:
+            raise ValueError("subscription is empty; give the Key_Shared subscription's name")
+        source = ShareWindows(self.broker, topic, subscription, name=name, config=config,
+                              need_slots=len(members) > 1, consumer_config=consumer_settings)
+        return self._add(DatabusRegistration(name, topic, members, _sources(sources), config,
+                                             source))
+
+    # ------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        """Start every registration (each calls on_start_consumption, then reads)."""
+        if not self.registrations:
+            raise ValueError("nothing is registered; call register() first")
+        self._started = True
+        for registration in self.registrations:
+            if not registration.running and registration.error is None:
+                registration.start()
+
+    async def wait(self) -> None:
+        """Until every registration has ended. Raises the first error that ended one
+        (the others keep running: stop() them)."""
+        tasks = [asyncio.ensure_future(r.wait()) for r in self.registrations]
+        try:
+            for done in asyncio.as_completed(tasks):
+                await done
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Stop every registration: finish the current window, checkpoint, call
+        on_stop_consumption. Never raises a registration's error."""
+        await asyncio.gather(*(r.stop() for r in self.registrations))
+
+    async def run(self) -> None:
+        """start(), then wait(); on cancellation or error, stop() the rest."""
+        await self.start()
+        try:
+            await self.wait()
+        finally:
+            await asyncio.shield(self.stop())
+
+    async def __aenter__(self) -> DatabusClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------ checks
+
+    def _add(self, registration: DatabusRegistration) -> DatabusRegistration:
+        if self._started:
+            registration.start()
+        self.registrations.append(registration)
+        return registration
+
+    @staticmethod
+    def _members(consumer: object | Sequence[object]) -> list[object]:
+        members = list(consumer) if isinstance(consumer, list | tuple) else [consumer]
+        if not 1 <= len(members) <= MEMBERS_MAX:
+            raise ValueError(f"a group has {len(members)} consumers; allowed 1..{MEMBERS_MAX}")
+        for i, member in enumerate(members):
+            missing = missing_callbacks(member)
+            if missing:
+                raise TypeError(f"consumer {i} ({type(member).__name__}) lacks {missing}; "
+                                "derive it from DatabusConsumerBase to get SUCCESS defaults")
+        return members
+
+    def _name(self, name: str, topic: str, needs_name: bool) -> str:
+        if not topic:
+            raise ValueError("topic is empty; give the name of an existing topic")
+        if needs_name and not name:
+            raise ValueError("name is empty: with a checkpoint store a registration needs a "
+                             "name (its checkpoints' consumer group)")
+        name = name or f"{topic}-{len(self.registrations)}"
+        if any(r.name == name for r in self.registrations):
+            raise ValueError(f"a registration named {name!r} exists already; names are unique")
+        return name
+
+
+def _sources(sources: Sequence[str] | None) -> list[str] | None:
+    if sources is None:
+        return None
+    if isinstance(sources, str):
+        raise ValueError(f"sources={sources!r} is a string; give a list such as [{sources!r}]")
+    checked = list(sources)
+    if not checked or len(set(checked)) != len(checked) or \
+            not all(isinstance(s, str) for s in checked):
+        raise ValueError(f"sources {checked!r} are invalid: need a non-empty list of distinct "
+                         "source names (or None for every source)")
+    return checked

@@ -1,0 +1,89 @@
+"""The link both window sources keep to the broker: one channel, watched.
+
+`ConnectionWatch` turns a long outage into one notice (consumers hear of it
+through on_error, the log through a warning) and says whether the channel is
+connected now; `BrokerLink` is what the log and Key_Shared sources share.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.channel import open_channel
+from sdk.databus.config import DatabusConfig
+from sdk.databus.inbox import Inbox
+
+_log = logging.getLogger("keybus.databus")
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ConnectionWatch:
+    """Says once per outage that the channel has not been ready for `report_ms`."""
+
+    def __init__(self, channel: grpc.aio.Channel, broker: str, report_ms: int) -> None:
+        self.channel = channel
+        self.broker = broker
+        self.report_ms = report_ms
+        self._down_since_ms: int | None = None
+        self._reported = False
+
+    def ready(self) -> bool:
+        """Whether the channel is connected now."""
+        return self.channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+
+    def check(self, now_ms: int) -> Exception | None:
+        """A notice to report now, or None."""
+        state = self.channel.get_state(try_to_connect=False)
+        if state is grpc.ChannelConnectivity.READY:
+            if self._reported:
+                _log.warning("broker %s is reachable again; consumption goes on", self.broker)
+            self._down_since_ms, self._reported = None, False
+            return None
+        if self._down_since_ms is None:
+            self._down_since_ms = now_ms
+        down_ms = now_ms - self._down_since_ms
+        if self._reported or down_ms < self.report_ms:
+            return None
+        self._reported = True
+        _log.warning("broker %s unreachable for %d ms; reconnecting", self.broker, down_ms)
+        return errors.Unavailable(f"broker {self.broker} unreachable for {down_ms} ms "
+                                  f"(channel {state.name}); still reconnecting, windows resume "
+                                  "where they stopped")
+
+
+class BrokerLink:
+    """A window source's channel, its watch and its inbox (the sources extend it)."""
+
+    def __init__(self, broker: str, topic: str, name: str, config: DatabusConfig,
+                 need_slots: bool) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.name = name
+        self.config = config
+        self.need_slots = need_slots
+        self.inbox = Inbox(config.prefetch_windows_max)
+        self._channel: grpc.aio.Channel | None = None
+        self._watch: ConnectionWatch | None = None
+
+    def _connect(self) -> grpc.aio.Channel:
+        self._channel = open_channel(self.broker)
+        self._watch = ConnectionWatch(self._channel, self.broker,
+                                      self.config.unavailable_report_ms)
+        return self._channel
+
+    def health(self, now: int) -> Exception | None:
+        """A notice when the broker has been unreachable for long (once per outage)."""
+        return self._watch.check(now) if self._watch is not None else None
+
+    async def _disconnect(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

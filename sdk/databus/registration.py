@@ -1,0 +1,152 @@
+"""One registration at work: the loop that feeds the runner and carries out its steps.
+
+The shell around the pure `WindowRunner`: it takes items from the window
+source's inbox (pieces, aborts, notices, failures), gives them to the
+runner with the time, and does what the runner answers: a segment of calls
+through the `GroupExecutor`, a checkpoint write through the source, a sleep
+before a retry. Idle time becomes ticks (time-based checkpoints, outage
+notices). Runs as one asyncio task per registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from sdk import errors
+from sdk.databus.config import DatabusConfig
+from sdk.databus.connection import now_ms
+from sdk.databus.errors import CheckpointFailed
+from sdk.databus.executor import GroupExecutor
+from sdk.databus.inbox import AbortItem, FailureItem, Item, NoticeItem, PieceItem, WindowSource
+from sdk.databus.runner import Finished, Persist, Phase, Sleep, Step, WindowRunner
+from sdk.databus.window import Segment
+
+_log = logging.getLogger("keybus.databus")
+_IDLE_TICK_S = 0.2  # how often an idle registration checks time-based checkpoints and health
+
+
+class DatabusRegistration:
+    """A consumer or group registered for sources of a topic.
+
+    Made by `DatabusClient.register` / `register_shared`; started by the
+    client. `wait()` returns when consumption ended and raises its error.
+    """
+
+    def __init__(self, name: str, topic: str, members: Sequence[object],
+                 sources: Sequence[str] | None, config: DatabusConfig,
+                 source: WindowSource) -> None:
+        self.name = name
+        self.topic = topic
+        self.members = list(members)
+        self.sources = list(sources) if sources is not None else None
+        self.config = config
+        self.source = source
+        self.runner = WindowRunner(config, len(self.members), sources)
+        self.executor = GroupExecutor(self.members, config.call_budget_ms, label=name)
+        self.error: Exception | None = None
+        self._stop_requested = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start consuming in a background task (on the running loop)."""
+        if self._task is not None:
+            raise RuntimeError(f"registration {self.name} was started already")
+        self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                            name=f"keybus-databus-{self.name}")
+
+    async def wait(self) -> None:
+        """Until consumption ends. Raises the error that ended it, if any."""
+        if self._task is None:
+            raise RuntimeError(f"registration {self.name} was not started")
+        await asyncio.shield(self._task)
+        if self.error is not None:
+            raise self.error
+
+    async def stop(self) -> None:
+        """Finish the current window, checkpoint, call on_stop_consumption, close.
+
+        Never raises the consumption's error (see `error` / `wait()`).
+        """
+        self._stop_requested = True
+        self.source.inbox.wake()
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    # ------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        try:
+            await self.source.open()
+        except (errors.KeybusError, ValueError) as e:
+            self.error = e
+            _log.info("%s: cannot start: %s", self.name, e)
+            await self.source.close()
+            return
+        try:
+            finished = await self._carry(self.runner.start(now_ms()))
+            while finished is None:
+                finished = await self._carry(await self._next_step())
+            self.error = finished.error
+            if self.error is not None:
+                _log.info("%s: consumption stopped: %s", self.name, self.error)
+        finally:
+            await self.source.close()
+
+    async def _next_step(self) -> Step | None:
+        """Wait for the next item (or an idle tick) and hand it to the runner."""
+        runner = self.runner
+        if self._stop_requested:
+            return runner.process_stop(now_ms())
+        item = await self.source.inbox.get(_IDLE_TICK_S)
+        if self._stop_requested:
+            return runner.process_stop(now_ms())  # an item taken now is not processed
+        now = now_ms()
+        if item is None:
+            notice = self.source.health(now)
+            if notice is not None:
+                return runner.process_report(notice)
+            return runner.process_tick(now) if runner.phase is Phase.WAITING else None
+        return self._give(item, now)
+
+    def _give(self, item: Item, now: int) -> Step | None:
+        runner = self.runner
+        if type(item) is PieceItem:
+            return runner.process_piece(item.piece, item.closes, now)
+        if type(item) is AbortItem:
+            return runner.process_abort(now) if runner.phase is Phase.OPEN else None
+        if type(item) is NoticeItem:
+            return runner.process_report(item.error)
+        assert isinstance(item, FailureItem)
+        return runner.process_fail(item.error)
+
+    async def _carry(self, step: Step | None) -> Finished | None:
+        """Do what the runner says until it waits for input (None) or is finished."""
+        runner, executor = self.runner, self.executor
+        while step is not None:
+            if type(step) is Segment:
+                result = await executor.run(step)
+                step = runner.process_result(result, now_ms())
+            elif type(step) is Persist:
+                step = runner.process_persisted(await self._persist(step), now_ms())
+            elif type(step) is Sleep:
+                await asyncio.sleep(step.ms / 1000)
+                step = runner.process_slept(now_ms())
+            else:
+                assert isinstance(step, Finished)
+                return step
+        return None
+
+    async def _persist(self, step: Persist) -> Exception | None:
+        try:
+            await self.source.persist(step.partition, step.offset, step.scn)
+        except Exception as e:  # any store failure is reported, the windows stay pending
+            _log.warning("%s: checkpoint of partition %d at scn %d failed: %s", self.name,
+                         step.partition, step.scn, e)
+            return CheckpointFailed(step.partition, step.scn, str(e))
+        return None

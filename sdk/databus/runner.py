@@ -1,0 +1,436 @@
+"""The window runner: a registration's whole lifecycle as a pure state machine.
+
+Job: decide, for one registration (a consumer or a group), which callbacks
+run next, when a window rolls back and is delivered again, when to
+checkpoint and when consumption ends. The shell feeds it inputs (`process_*`)
+and carries out the step each returns: a `Segment` of calls (every member
+runs them, then they meet: see window.py), a `Persist` of a checkpoint, a
+`Sleep` before a retry, `Finished`, or None (wait for the next input).
+
+Rules (Databus's GenericDispatcher and MultiConsumerCallback, as the issue
+sets them):
+1. Windows are delivered one at a time, whole or in pieces (a streamed
+   window). Nothing of a later window is delivered before the current one
+   succeeds.
+2. ERROR (or an exception, or a call over its time budget) in any call of
+   the window, its on_checkpoint included, rolls it back: after a backoff,
+   on_rollback(start scn) to every member, then the window again from its
+   first event. After `window_retries_max` retries: on_error, then stop.
+3. FATAL anywhere stops at once: only on_stop_consumption follows, and no
+   checkpoint is written. ERROR in on_start_consumption counts as FATAL;
+   results of on_rollback, on_error and on_stop_consumption are ignored.
+4. Checkpoints cover whole windows only. After a window ends, the policy
+   (every N windows, every T ms) or a CHECKPOINT result asks for one, a
+   SKIP_CHECKPOINT result vetoes it; then on_checkpoint(scn) runs before the
+   store is written (as in Databus, so SKIP_CHECKPOINT or ERROR there keeps
+   it from being written). A failed write is reported with on_error; the
+   windows stay pending and the next checkpoint covers them.
+5. A window none of whose events is for this registration gets no
+   callbacks, but counts as done (a later checkpoint covers it).
+6. A transport restart of an open streamed window (`process_abort`) calls
+   on_rollback and waits for the window again; it is not a retry.
+7. A clean stop checkpoints every pending partition (through
+   on_checkpoint), then calls on_stop_consumption. So does a stop after
+   exhausted retries or a failed read, after on_error.
+
+It must not know about asyncio, gRPC, the store, the clock (time is the
+`now_ms` argument) or how a call is made.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from sdk.databus.config import DatabusConfig
+from sdk.databus.errors import ConsumerFatal, WindowRetriesExhausted, WindowTooLarge
+from sdk.databus.results import CHECKPOINT, FATAL, SKIP_CHECKPOINT, SUCCESS, CallbackResult, merge
+from sdk.databus.window import (
+    Call,
+    EventsCall,
+    Scn,
+    Segment,
+    WindowPiece,
+    owner_table,
+    plan_piece,
+)
+
+
+class Phase(Enum):
+    NEW = "new"
+    STARTING = "starting"  # on_start_consumption runs
+    WAITING = "waiting"  # between windows
+    OPEN = "open"  # a streamed window is open, waiting for its next piece
+    RUNNING = "running"  # a window's segments run
+    CHECKPOINTING = "checkpointing"  # on_checkpoint runs
+    PERSISTING = "persisting"  # the shell writes the checkpoint
+    BACKING_OFF = "backing_off"  # the shell sleeps before a retry
+    ROLLING_BACK = "rolling_back"  # on_rollback runs
+    REPORTING = "reporting"  # on_error runs
+    STOPPING = "stopping"  # on_stop_consumption runs
+    STOPPED = "stopped"
+
+
+P = Phase
+# (phase, input) -> the phases that input may lead to. Anything else is a bug in the shell.
+TRANSITIONS: dict[tuple[Phase, str], frozenset[Phase]] = {
+    (P.NEW, "start"): frozenset({P.STARTING}),
+    (P.NEW, "stop"): frozenset({P.STOPPED}),
+    (P.STARTING, "result"): frozenset({P.WAITING, P.STOPPING}),
+    (P.WAITING, "piece"): frozenset({P.RUNNING, P.WAITING, P.CHECKPOINTING, P.REPORTING}),
+    (P.WAITING, "tick"): frozenset({P.WAITING, P.CHECKPOINTING}),
+    (P.WAITING, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
+    (P.WAITING, "report"): frozenset({P.REPORTING}),
+    (P.OPEN, "piece"): frozenset({P.RUNNING, P.OPEN, P.WAITING, P.CHECKPOINTING, P.REPORTING}),
+    (P.OPEN, "abort"): frozenset({P.ROLLING_BACK}),
+    (P.OPEN, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
+    (P.OPEN, "report"): frozenset({P.REPORTING}),
+    (P.RUNNING, "result"): frozenset({P.RUNNING, P.OPEN, P.WAITING, P.CHECKPOINTING,
+                                      P.BACKING_OFF, P.REPORTING, P.STOPPING}),
+    (P.CHECKPOINTING, "result"): frozenset({P.PERSISTING, P.WAITING, P.CHECKPOINTING,
+                                            P.BACKING_OFF, P.REPORTING, P.STOPPING}),
+    (P.PERSISTING, "persisted"): frozenset({P.WAITING, P.CHECKPOINTING, P.STOPPING,
+                                            P.REPORTING}),
+    (P.BACKING_OFF, "slept"): frozenset({P.ROLLING_BACK}),
+    (P.ROLLING_BACK, "result"): frozenset({P.RUNNING, P.WAITING, P.STOPPING}),
+    (P.REPORTING, "result"): frozenset({P.WAITING, P.OPEN, P.CHECKPOINTING, P.STOPPING}),
+    (P.STOPPING, "result"): frozenset({P.STOPPED}),
+}
+
+
+class RunnerStateError(RuntimeError):
+    """An input the current phase does not allow: a bug in the shell."""
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write a checkpoint: the window at `scn`, last offset `offset`, of `partition`."""
+
+    partition: int
+    offset: int
+    scn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """Consumption is over; `error` is None after a clean stop."""
+
+    error: Exception | None
+
+
+Step = Segment | Persist | Sleep | Finished
+
+
+class WindowRunner:
+    """The state machine of one registration (see the module docstring)."""
+
+    def __init__(self, config: DatabusConfig, members_n: int,
+                 sources: Sequence[str] | None = None) -> None:
+        self.config = config
+        self.members_n = members_n
+        self.order = tuple(sources) if sources is not None else None
+        self._owners = owner_table(members_n)
+        self.phase = Phase.NEW
+        self._pieces: list[WindowPiece] = []
+        self._closed = False
+        self._window_bytes = 0
+        self._plan: deque[Segment] = deque()
+        self._attempt = SUCCESS
+        self._retries = 0
+        self._aborting = False
+        # Checkpoints: partition -> (offset, scn) of its last done window not yet stored.
+        self.pending: dict[int, tuple[int, int]] = {}
+        self._windows_since: dict[int, int] = {}
+        self._checkpoint_ms: dict[int, int] = {}
+        self._start_ms = 0
+        self._target: Persist | None = None
+        self._target_ends_window = False
+        self._undo: tuple[tuple[int, int] | None, int] = (None, 0)
+        self._stopping = False
+        self._flush_left: list[int] = []
+        self._resume = Phase.WAITING
+        self._error: Exception | None = None
+
+    # ------------------------------------------------------------ table
+
+    def _move(self, event: str, to: Phase) -> None:
+        allowed = TRANSITIONS.get((self.phase, event), frozenset())
+        if to not in allowed:
+            raise RunnerStateError(f"{event} in phase {self.phase.value} cannot lead to "
+                                   f"{to.value}; allowed: {sorted(p.value for p in allowed)}")
+        self.phase = to
+
+    def _check(self, event: str) -> None:
+        if (self.phase, event) not in TRANSITIONS:
+            raise RunnerStateError(f"{event} is not allowed in phase {self.phase.value}")
+
+    # ------------------------------------------------------------ inputs
+
+    def start(self, now_ms: int) -> Step:
+        """Begin: on_start_consumption to every member."""
+        self._move("start", Phase.STARTING)
+        self._start_ms = now_ms
+        return Segment((Call("on_start_consumption"),))
+
+    def process_piece(self, piece: WindowPiece, closes: bool, now_ms: int) -> Step | None:
+        """A window arrives (closes=True: all of it, or its last piece)."""
+        self._check("piece")
+        opens = self.phase is Phase.WAITING
+        if opens:
+            self._reset_window()
+        else:
+            window = self._pieces[0]
+            assert (piece.partition, piece.scn) == (window.partition, window.scn), \
+                "a piece of another window arrived while one is open"
+        self._pieces.append(piece)
+        self._window_bytes += piece.size_bytes
+        self._closed = closes
+        if self._window_bytes > self.config.window_bytes_max:
+            error = WindowTooLarge(piece.partition, piece.scn, self._window_bytes,
+                                   self.config.window_bytes_max)
+            return self._report(error, "piece", stop=True)
+        segments = plan_piece(piece, opens, closes, self.order, self._owners, self.members_n)
+        if opens and closes and not _has_events(segments):
+            segments = []  # rule 5
+        self._plan.extend(segments)
+        return self._next_segment("piece", now_ms)
+
+    def process_result(self, result: CallbackResult, now_ms: int) -> Step | None:
+        """The merged result of the last Segment (every member's calls)."""
+        self._check("result")
+        phase = self.phase
+        if phase is Phase.RUNNING:
+            return self._after_window_segment(result, now_ms)
+        if phase is Phase.CHECKPOINTING:
+            return self._after_checkpoint_call(result, now_ms)
+        if phase is Phase.STARTING:
+            if result.is_failure:
+                return self._stop_fatal("on_start_consumption")
+            self._move("result", Phase.WAITING)
+            return None
+        if phase is Phase.ROLLING_BACK:
+            return self._after_rollback(result, now_ms)
+        if phase is Phase.REPORTING:
+            return self._after_report(now_ms)
+        self._move("result", Phase.STOPPED)
+        return Finished(self._error)
+
+    def process_persisted(self, error: Exception | None, now_ms: int) -> Step | None:
+        """The shell wrote the checkpoint of the last Persist (error: it could not)."""
+        self._check("persisted")
+        target = self._target
+        assert target is not None
+        self._target = None
+        if error is not None:
+            return self._report(error, "persisted", stop=False)
+        if self.pending.get(target.partition) == (target.offset, target.scn):
+            del self.pending[target.partition]
+        self._windows_since[target.partition] = 0
+        self._checkpoint_ms[target.partition] = now_ms
+        return self._continue("persisted", now_ms)
+
+    def process_slept(self, now_ms: int) -> Step:
+        """The backoff before a retry is over: roll back."""
+        self._move("slept", Phase.ROLLING_BACK)
+        return Segment((Call("on_rollback", (self._window_scn(),)),))
+
+    def process_tick(self, now_ms: int) -> Step | None:
+        """Time passed with no window: checkpoint a pending partition the policy says is due."""
+        self._check("tick")
+        for partition, (offset, scn) in sorted(self.pending.items()):
+            elapsed = now_ms - self._checkpoint_ms.get(partition, self._start_ms)
+            if 0 < self.config.checkpoint_interval_ms <= elapsed:
+                return self._checkpoint(Persist(partition, offset, scn), False, "tick")
+        self._move("tick", Phase.WAITING)
+        return None
+
+    def process_abort(self, now_ms: int) -> Step:
+        """The transport restarted the open streamed window: roll it back (rule 6)."""
+        self._move("abort", Phase.ROLLING_BACK)
+        self._aborting = True
+        return Segment((Call("on_rollback", (self._window_scn(),)),))
+
+    def process_report(self, error: Exception) -> Step:
+        """Tell every member about an error that does not stop consumption."""
+        return self._report(error, "report", stop=False)
+
+    def process_fail(self, error: Exception) -> Step:
+        """An error that ends consumption (e.g. the topic is gone): on_error, then stop."""
+        return self._report(error, "report", stop=True)
+
+    def process_stop(self, now_ms: int) -> Step:
+        """A clean stop (rule 7). An open streamed window is abandoned unfinished."""
+        if self.phase is Phase.NEW:
+            self._move("stop", Phase.STOPPED)
+            return Finished(None)
+        self._check("stop")
+        self._stopping = True
+        self._flush_left = sorted(self.pending)
+        return self._flush_next("stop")
+
+    # ------------------------------------------------------------ windows
+
+    def _reset_window(self) -> None:
+        self._pieces = []
+        self._closed = False
+        self._window_bytes = 0
+        self._plan.clear()
+        self._attempt = SUCCESS
+        self._retries = 0
+
+    def _window_scn(self) -> Scn:
+        first = self._pieces[0]
+        return Scn(first.scn, first.partition)
+
+    def _next_segment(self, event: str, now_ms: int) -> Step | None:
+        if self._plan:
+            self._move(event, Phase.RUNNING)
+            return self._plan.popleft()
+        if not self._closed:
+            self._move(event, Phase.OPEN)
+            return None
+        return self._window_done(event, now_ms)
+
+    def _after_window_segment(self, result: CallbackResult, now_ms: int) -> Step | None:
+        if result is FATAL:
+            return self._stop_fatal("a window callback")
+        if result.is_failure:
+            return self._fail_window("result")
+        self._attempt = merge(self._attempt, result)
+        return self._next_segment("result", now_ms)
+
+    def _window_done(self, event: str, now_ms: int) -> Step | None:
+        """Rule 4: the window ended; record it and decide on a checkpoint."""
+        last = self._pieces[-1]
+        partition = last.partition
+        self._undo = (self.pending.get(partition), self._windows_since.get(partition, 0))
+        self.pending[partition] = (last.offset_last, last.scn)
+        since = self._undo[1] + 1
+        self._windows_since[partition] = since
+        elapsed = now_ms - self._checkpoint_ms.get(partition, self._start_ms)
+        attempt = self._attempt
+        due = attempt is CHECKPOINT or (attempt is not SKIP_CHECKPOINT
+                                        and self.config.checkpoint_due(since, elapsed))
+        if due:
+            return self._checkpoint(Persist(partition, last.offset_last, last.scn), True, event)
+        self._reset_window()
+        self._move(event, Phase.WAITING)
+        return None
+
+    def _fail_window(self, event: str) -> Step:
+        """Rule 2: back off and roll back, or give up."""
+        self._retries += 1
+        if self._retries > self.config.window_retries_max:
+            first = self._pieces[0]
+            error = WindowRetriesExhausted(first.partition, first.scn,
+                                           self.config.window_retries_max)
+            self._reset_window()
+            return self._report(error, event, stop=True)
+        self._move(event, Phase.BACKING_OFF)
+        return Sleep(self.config.backoff_ms(self._retries))
+
+    def _after_rollback(self, result: CallbackResult, now_ms: int) -> Step | None:
+        if result is FATAL:
+            return self._stop_fatal("on_rollback")
+        if self._aborting:
+            self._aborting = False
+            self._reset_window()
+            self._move("result", Phase.WAITING)
+            return None
+        self._plan.clear()
+        self._attempt = SUCCESS
+        last = len(self._pieces) - 1
+        for i, piece in enumerate(self._pieces):
+            self._plan.extend(plan_piece(piece, i == 0, self._closed and i == last, self.order,
+                                         self._owners, self.members_n))
+        return self._next_segment("result", now_ms)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _checkpoint(self, target: Persist, ends_window: bool, event: str) -> Step:
+        self._move(event, Phase.CHECKPOINTING)
+        self._target = target
+        self._target_ends_window = ends_window
+        return Segment((Call("on_checkpoint", (Scn(target.scn, target.partition),)),))
+
+    def _after_checkpoint_call(self, result: CallbackResult, now_ms: int) -> Step | None:
+        if result is FATAL:
+            return self._stop_fatal("on_checkpoint")
+        target = self._target
+        assert target is not None
+        if result.is_failure and self._target_ends_window:
+            self._target = None
+            self._undo_window_done(target.partition)
+            return self._fail_window("result")
+        if result.is_failure or result is SKIP_CHECKPOINT:
+            self._target = None
+            return self._continue("result", now_ms)
+        self._move("result", Phase.PERSISTING)
+        return target
+
+    def _undo_window_done(self, partition: int) -> None:
+        """The window is retried after all: it is not done (not pending) any more."""
+        pending, since = self._undo
+        if pending is None:
+            self.pending.pop(partition, None)
+        else:
+            self.pending[partition] = pending
+        self._windows_since[partition] = since
+
+    def _continue(self, event: str, now_ms: int) -> Step | None:
+        """After a checkpoint was written, skipped or failed: flush on, or wait."""
+        if self._stopping:
+            return self._flush_next(event)
+        self._reset_window()
+        self._move(event, Phase.WAITING)
+        return None
+
+    def _flush_next(self, event: str) -> Step:
+        """Rule 7: checkpoint the next pending partition, then stop."""
+        while self._flush_left:
+            partition = self._flush_left.pop(0)
+            if partition in self.pending:
+                offset, scn = self.pending[partition]
+                return self._checkpoint(Persist(partition, offset, scn), False, event)
+        self._move(event, Phase.STOPPING)
+        return Segment((Call("on_stop_consumption"),))
+
+    # ------------------------------------------------------------ errors and stops
+
+    def _report(self, error: Exception, event: str, stop: bool) -> Step:
+        if stop:
+            self._error = error
+            self._stopping = True
+            self._flush_left = sorted(self.pending)
+        self._resume = self.phase if self.phase in (Phase.WAITING, Phase.OPEN) else \
+            Phase.WAITING
+        self._move(event, Phase.REPORTING)
+        return Segment((Call("on_error", (error,)),))
+
+    def _after_report(self, now_ms: int) -> Step | None:
+        if self._stopping:
+            self._reset_window()
+            return self._flush_next("result")
+        if self._resume is Phase.OPEN and self._pieces:
+            self._move("result", Phase.OPEN)
+            return None
+        self._reset_window()
+        self._move("result", Phase.WAITING)
+        return None
+
+    def _stop_fatal(self, callback: str) -> Step:
+        scn = self._window_scn() if self._pieces else None
+        self._error = ConsumerFatal(callback, scn.partition if scn is not None else None, scn)
+        self._move("result", Phase.STOPPING)
+        return Segment((Call("on_stop_consumption"),))
+
+
+def _has_events(segments: Sequence[Segment]) -> bool:
+    return any(isinstance(call, EventsCall) for segment in segments for call in segment.calls)

@@ -1,0 +1,19 @@
+"""Event processor: processors of one consumer group balance a topic's
+partitions among themselves (Event Hubs' algorithm) and resume each from its
+checkpoint. Ownership and checkpoints are two separate stores (`sdk.stores`).
+
+`balancer.py` is the pure core; `processor.py` the async shell, `sync.py`
+its blocking face; `pump.py` runs one owned partition; `context.py` is what
+callbacks see; `metrics.py` what is counted.
+"""
+
+from sdk.processor.balancer import Plan, plan_claims
+from sdk.processor.context import CloseReason, PartitionContext
+from sdk.processor.metrics import ProcessorStats
+from sdk.processor.processor import EventProcessor
+from sdk.processor.sync import SyncEventProcessor, SyncPartitionContext
+
+__all__ = [
+    "CloseReason", "EventProcessor", "PartitionContext", "Plan", "ProcessorStats",
+    "SyncEventProcessor", "SyncPartitionContext", "plan_claims",
+]

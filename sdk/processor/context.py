@@ -1,0 +1,118 @@
+"""PartitionContext: what the callbacks know about one owned partition, and
+how they checkpoint it.
+
+One context per partition claim: a new claim (a new epoch) gets a new
+context. It runs on the processor's event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from sdk.core.columns import Event
+from sdk.processor.metrics import ProcessorMetrics
+from sdk.reader import ReadBatch
+from sdk.stores.fencing import OwnershipLost
+from sdk.stores.protocols import CheckpointStore
+from sdk.stores.records import Checkpoint, PartitionOwnership
+
+CloseReason = Literal["shutdown", "ownership_lost", "error"]
+
+
+class PartitionContext:
+    """One owned partition, as the processor's callbacks see it.
+
+    Attributes:
+        namespace, topic, consumer_group, partition: which partition.
+        owner_id: this processor's id.
+        epoch: the ownership epoch of this claim (written into checkpoints
+            when fencing is on).
+        checkpoint: the last checkpoint read or written (None: none yet).
+        end_offset: the log's end when the last batch was read (for lag).
+        close_reason: None while open; then "shutdown", "ownership_lost" or "error".
+    """
+
+    def __init__(self, ownership: PartitionOwnership, checkpoint_store: CheckpointStore,
+                 fencing: bool, metrics: ProcessorMetrics, lease_s: float) -> None:
+        self.namespace = ownership.namespace
+        self.topic = ownership.topic
+        self.consumer_group = ownership.consumer_group
+        self.partition = ownership.partition
+        self.owner_id = ownership.owner_id
+        self.ownership = ownership
+        self.checkpoint: Checkpoint | None = None
+        self.end_offset: int | None = None
+        self.close_reason: CloseReason | None = None
+        self.last_batch: ReadBatch | None = None
+        self._store = checkpoint_store
+        self._fencing = fencing
+        self._metrics = metrics
+        self._lease_s = lease_s
+        self.lease_until = time.monotonic() + lease_s
+
+    @property
+    def epoch(self) -> int:
+        return self.ownership.epoch
+
+    @property
+    def lost(self) -> bool:
+        return self.close_reason == "ownership_lost"
+
+    def renewed(self, ownership: PartitionOwnership, claimed_at: float) -> None:
+        """The processor renewed the claim (sent at monotonic `claimed_at`)."""
+        self.ownership = ownership
+        self.lease_until = claimed_at + self._lease_s
+
+    def lease_expired(self) -> bool:
+        """Whether the claim may have expired in the store (by this machine's
+        monotonic clock, counted from when the renewal was sent)."""
+        return time.monotonic() > self.lease_until
+
+    async def update_checkpoint(self, event: Event | ReadBatch | None = None) -> Checkpoint:
+        """Record that processing got up to `event` (default: the last event of
+        the last batch delivered); a new owner resumes after it.
+
+        Args:
+            event: an Event (its offset and scn), a ReadBatch (its last event)
+                or None.
+        Returns:
+            The checkpoint stored.
+        Raises:
+            OwnershipLost: the partition was closed as lost, or the store
+                refused a stale epoch (the partition then closes as lost
+                before the next batch).
+            ValueError: nothing delivered yet and no event given.
+        """
+        offset, scn = self._position(event)
+        if self.lost:
+            raise OwnershipLost(f"{self.topic}/{self.partition} of group {self.consumer_group!r} "
+                                "was closed as lost; the checkpoint was not written")
+        checkpoint = Checkpoint(self.namespace, self.topic, self.consumer_group, self.partition,
+                                offset, scn, self.epoch if self._fencing else 0)
+        try:
+            await self._store.update_checkpoint(checkpoint)
+        except OwnershipLost:
+            self.close_reason = "ownership_lost"
+            raise
+        self.checkpoint = checkpoint
+        end = self.end_offset if self.end_offset is not None else offset + 1
+        self._metrics.checkpoint(self.partition, max(0, end - offset - 1))
+        return checkpoint
+
+    def _position(self, event: Event | ReadBatch | None) -> tuple[int, int]:
+        if event is None:
+            if self.last_batch is None:
+                raise ValueError(f"nothing was delivered from {self.topic}/{self.partition} "
+                                 "yet; pass the event to checkpoint")
+            event = self.last_batch
+        if isinstance(event, ReadBatch):
+            return event.offsets[-1], event.scns()[-1]
+        if event.offset < 0:
+            raise ValueError(f"event {event!r} has no offset; checkpoint an event the "
+                             "processor delivered")
+        return event.offset, event.scn
+
+    def __repr__(self) -> str:
+        return (f"PartitionContext({self.topic}/{self.partition}, group={self.consumer_group!r}, "
+                f"owner={self.owner_id!r}, epoch={self.epoch})")

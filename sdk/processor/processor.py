@@ -1,0 +1,292 @@
+"""EventProcessor: processors of one consumer group share a topic's partitions.
+
+Kafka users know it as a consumer group, Event Hubs users as
+`EventProcessorClient`. Every `load_balancing_interval_ms` (plus up to 20%
+jitter, as Event Hubs) the processor lists the group's ownership, asks the
+pure balancer (`balancer.py`) what to claim, sends the claims (renewals
+included) as compare-and-sets, and then starts a pump (`pump.py`) for each
+partition it newly won and stops the pump of each it no longer holds
+(on_partition_close(reason="ownership_lost")). On stop it closes every
+partition (reason "shutdown") and releases them (owner "") so others take
+them within one interval instead of after the expiration.
+
+Ownership and checkpoints are two stores (`sdk.stores`): by default both are
+the broker's; ownership may be Redis (`RedisOwnershipStore`) and checkpoints
+a directory (`FileCheckpointStore`). A failing cycle (store or broker
+unreachable) is reported to on_error and retried next interval; the
+partitions held keep running until their lease lapses by this machine's
+clock, so a processor cut off from the ownership store stops processing
+before another can take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from types import TracebackType
+from typing import Any
+
+import grpc.aio
+
+from sdk.admin import Admin
+from sdk.channel import open_channel
+from sdk.processor.balancer import STRATEGIES, Group, Strategy, plan_claims
+from sdk.processor.context import CloseReason, PartitionContext
+from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
+from sdk.processor.pump import Callbacks, PartitionPump, StartPositions, start_for
+from sdk.reader import ReadBatch, Reader, Start, start_to_proto
+from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
+from sdk.stores.fencing import fences
+from sdk.stores.protocols import CheckpointStore, OwnershipStore
+from sdk.stores.records import PartitionOwnership
+
+log = logging.getLogger("keybus.processor")
+JITTER = 0.2
+
+
+class EventProcessor:
+    """Balance a topic's partitions among the processors of a consumer group.
+
+    Args:
+        broker: "host:port" of the broker to read from (and, by default, to
+            keep ownership and checkpoints in).
+        topic, consumer_group: what to process, and as which group
+            (consumer group: 1..255 of [A-Za-z0-9._-]).
+        on_event: on_event(context, batch) for each batch read (a ReadBatch:
+            columns, `events()` for rows); sync or async; one partition's
+            batches are handed over one at a time, in offset order.
+        on_partition_initialize: on_partition_initialize(context) before the
+            first batch of a claimed partition.
+        on_partition_close: on_partition_close(context, reason), reason
+            "shutdown", "ownership_lost" or "error".
+        on_error: on_error(context or None, error): a failed callback
+            (context set: the partition closes with "error" and reopens from
+            its checkpoint next cycle) or a failed cycle (None).
+        ownership_store: an OwnershipStore (default: the broker's).
+        checkpoint_store: a CheckpointStore (default: the broker's).
+        strategy: "greedy" (claim all it needs at once, default) or
+            "balanced" (one partition per cycle).
+        load_balancing_interval_ms: between cycles (default 10000).
+        ownership_expiration_ms: a claim not renewed this long may be taken
+            (default 60000; keep it several intervals).
+        start_position: where a partition without a checkpoint starts:
+            "earliest" (default), "latest", an offset, {"scn": n}, or a dict
+            partition -> one of those.
+        namespace: groups deployments that share stores (default "").
+        owner_id: this processor's id (default: a new UUID).
+        fencing: write the ownership epoch into checkpoints so the store
+            refuses a stale owner. Default: on when the checkpoint store
+            supports it (`supports_fencing`), off otherwise.
+        events_max: events per read message (0: broker default).
+        channel: a grpc.aio channel to share (not closed by stop()).
+    Raises:
+        ValueError: a bad argument, naming what is allowed.
+    """
+
+    def __init__(self, broker: str, topic: str, consumer_group: str, *,
+                 on_event: Callable[[PartitionContext, ReadBatch], Any],
+                 on_partition_initialize: Callable[[PartitionContext], Any] | None = None,
+                 on_partition_close: Callable[[PartitionContext, CloseReason], Any] | None = None,
+                 on_error: Callable[[PartitionContext | None, BaseException], Any] | None = None,
+                 ownership_store: OwnershipStore | None = None,
+                 checkpoint_store: CheckpointStore | None = None,
+                 strategy: Strategy = "greedy", load_balancing_interval_ms: int = 10_000,
+                 ownership_expiration_ms: int = 60_000, start_position: StartPositions = "earliest",
+                 namespace: str = "", owner_id: str | None = None, fencing: bool | None = None,
+                 events_max: int = 0, channel: grpc.aio.Channel | None = None) -> None:
+        _check_arguments(topic, consumer_group, strategy, load_balancing_interval_ms,
+                         ownership_expiration_ms, start_position)
+        if fencing and checkpoint_store is not None and not fences(checkpoint_store):
+            raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
+                             "(supports_fencing is false); pass fencing=False")
+        self.broker = broker
+        self.topic = topic
+        self.consumer_group = consumer_group
+        self.namespace = namespace
+        self.owner_id = owner_id or str(uuid.uuid4())
+        self.strategy: Strategy = strategy
+        self.interval_ms = load_balancing_interval_ms
+        self.expiration_ms = ownership_expiration_ms
+        self._start_position = start_position
+        self._callbacks = Callbacks(on_event, on_partition_initialize, on_partition_close,
+                                    on_error)
+        self._ownership = ownership_store
+        self._checkpoints = checkpoint_store
+        self._fencing = fencing
+        self._events_max = events_max
+        self._channel = channel
+        self._owns_channel = channel is None
+        self._owned_stores: list[Any] = []
+        self._admin: Admin | None = None
+        self._pumps: dict[int, PartitionPump] = {}
+        self._held: dict[int, PartitionOwnership] = {}
+        self._metrics = ProcessorMetrics(topic, consumer_group, self.owner_id)
+        self._stopping = asyncio.Event()
+        self._balancer: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start balancing (the first cycle runs at once) and processing."""
+        if self._balancer is not None:
+            raise RuntimeError("this EventProcessor was started already; make a new one")
+        if self._channel is None:
+            self._channel = open_channel(self.broker)
+        timeout_ms = max(1_000, self.interval_ms)
+        if self._ownership is None:
+            self._ownership = BrokerOwnershipStore(self.broker, channel=self._channel,
+                                                   request_timeout_ms=timeout_ms)
+            self._owned_stores.append(self._ownership)
+        if self._checkpoints is None:
+            self._checkpoints = BrokerCheckpointStore(self.broker, channel=self._channel,
+                                                      request_timeout_ms=timeout_ms)
+            self._owned_stores.append(self._checkpoints)
+        if self._fencing is None:
+            self._fencing = fences(self._checkpoints)
+        self._admin = Admin(self.broker, channel=self._channel, request_timeout_ms=timeout_ms)
+        self._balancer = asyncio.get_running_loop().create_task(self._balance_loop())
+
+    async def stop(self) -> None:
+        """Stop balancing, close every partition ("shutdown": callbacks in
+        progress finish first) and release them. Idempotent."""
+        if self._balancer is None or self._stopping.is_set():
+            return
+        self._stopping.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._balancer
+        pumps = list(self._pumps.values())
+        for pump in pumps:
+            pump.stop("shutdown")
+        await asyncio.gather(*(pump.task for pump in pumps), return_exceptions=True)
+        await self._release()
+        self._metrics.owned(0)
+        self._metrics.remove()
+        for store in self._owned_stores:
+            await store.close()
+        if self._admin is not None:
+            await self._admin.close()
+        if self._owns_channel and self._channel is not None:
+            await self._channel.close()
+
+    async def __aenter__(self) -> EventProcessor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
+
+    @property
+    def owned_partitions(self) -> list[int]:
+        """Partitions being processed now (claimed and not closing)."""
+        return sorted(p for p, pump in self._pumps.items() if not pump.stopping)
+
+    @property
+    def stats(self) -> ProcessorStats:
+        return self._metrics.stats
+
+    # ------------------------------------------------------------ balancing
+
+    async def _balance_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self.balance_once()
+            except Exception as e:
+                self._metrics.stats.balancing_errors += 1
+                await self._callbacks.error(None, e)
+            delay_s = self.interval_ms / 1000 * (1 + JITTER * random.random())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay_s)
+
+    async def balance_once(self) -> None:
+        """One cycle: list, plan, claim, then start and stop pumps to match."""
+        assert self._admin is not None and self._ownership is not None
+        info = await self._admin.describe_topic(self.topic)
+        listed = await self._ownership.list_ownership(self.namespace, self.topic,
+                                                      self.consumer_group)
+        group = Group(self.namespace, self.topic, self.consumer_group, self.owner_id)
+        plan = plan_claims(group, len(info.partitions), listed, time.time_ns() // 1_000_000,
+                           self.expiration_ms, self.strategy, random.getrandbits(64))
+        claimed_at = time.monotonic()
+        won = await self._ownership.claim_ownership(plan.claims) if plan.claims else []
+        mine = {o.partition: o for o in won if o.owner_id == self.owner_id}
+        self._metrics.cycle(len(plan.claims), len(won), plan.stolen in mine)
+        self._apply(mine, claimed_at)
+
+    def _apply(self, mine: dict[int, PartitionOwnership], claimed_at: float) -> None:
+        """Stop pumps of partitions lost (or won again under a new epoch),
+        renew the rest, start pumps for partitions newly won."""
+        for partition, pump in list(self._pumps.items()):
+            record = mine.get(partition)
+            if pump.stopping:
+                continue
+            if record is None or record.epoch != pump.context.epoch:
+                pump.stop("ownership_lost")
+            else:
+                pump.context.renewed(record, claimed_at)
+        for partition, record in mine.items():
+            running = self._pumps.get(partition)
+            if running is None or running.stopping:
+                self._start_pump(record, claimed_at, running)
+        self._held = mine
+        self._metrics.owned(len(self.owned_partitions))
+
+    def _start_pump(self, record: PartitionOwnership, claimed_at: float,
+                    previous: PartitionPump | None) -> None:
+        assert self._checkpoints is not None
+        context = PartitionContext(record, self._checkpoints, bool(self._fencing), self._metrics,
+                                   self.expiration_ms / 1000)
+        context.renewed(record, claimed_at)
+        pump = PartitionPump(context, self._checkpoints, bool(self._fencing),
+                             self._start_position, self._callbacks, self._open_reader,
+                             self._metrics.events, previous.task if previous else None)
+        self._pumps[record.partition] = pump
+        pump.task.add_done_callback(lambda _: self._forget(pump))
+
+    def _forget(self, pump: PartitionPump) -> None:
+        if self._pumps.get(pump.context.partition) is pump:
+            del self._pumps[pump.context.partition]
+            self._metrics.owned(len(self.owned_partitions))
+
+    def _open_reader(self, partition: int, start: Start) -> Reader:
+        return Reader(self.broker, self.topic, partition, start=start, follow=True,
+                      events_max=self._events_max, channel=self._channel)
+
+    async def _release(self) -> None:
+        """Give back what this processor held (owner ""): others take it at once."""
+        if not self._held or self._ownership is None:
+            return
+        releases = [replace(record, owner_id="") for record in self._held.values()]
+        self._held = {}
+        try:
+            await self._ownership.claim_ownership(releases)
+        except Exception as e:
+            await self._callbacks.error(None, e)
+
+
+def _check_arguments(topic: str, consumer_group: str, strategy: str, interval_ms: int,
+                     expiration_ms: int, start_position: StartPositions) -> None:
+    if not topic:
+        raise ValueError("topic is empty; give the name of an existing topic")
+    if not consumer_group:
+        raise ValueError("consumer_group is empty; use 1..255 characters from [A-Za-z0-9._-]")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is invalid; allowed: {', '.join(STRATEGIES)}")
+    if type(interval_ms) is not int or interval_ms <= 0:
+        raise ValueError(f"load_balancing_interval_ms={interval_ms!r} is invalid: a positive int")
+    if type(expiration_ms) is not int or expiration_ms <= interval_ms:
+        raise ValueError(f"ownership_expiration_ms={expiration_ms!r} is invalid: an int above "
+                         f"load_balancing_interval_ms ({interval_ms}); several intervals is usual")
+    if isinstance(start_position, Mapping) and set(start_position) != {"scn"}:
+        for partition in start_position:
+            if type(partition) is not int or partition < 0:
+                raise ValueError(f"start_position key {partition!r} is invalid: a partition >= 0")
+            start_to_proto(start_for(start_position, partition))
+    else:
+        start_to_proto(start_for(start_position, 0))  # raises ValueError naming what is allowed

@@ -1,0 +1,182 @@
+"""One owned partition at work: fence, find where to start, read, hand over.
+
+A pump runs as one task per claim. In order: wait for the previous claim's
+pump of the same partition to finish (never two readers of one partition in
+one processor); register the epoch with a fencing checkpoint store; read
+that partition's checkpoint only (not the group's); call
+on_partition_initialize; then hand each batch to on_event until told to
+stop, the claim's lease runs out, or the checkpoint store says the
+ownership was lost. A stop never interrupts a callback: the pump stops
+before the next batch. on_partition_close follows on_partition_initialize
+whatever ends the pump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.processor.context import CloseReason, PartitionContext
+from sdk.reader import ReadBatch, Reader, Start
+from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
+from sdk.stores.protocols import CheckpointStore
+
+log = logging.getLogger("keybus.processor")
+StartPositions = Start | Mapping[int, Start]
+
+
+async def call(callback: Callable[..., Any] | None, *args: Any) -> None:
+    """Call a callback that may be a plain function or a coroutine function."""
+    if callback is None:
+        return
+    result = callback(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+@dataclass(frozen=True, slots=True)
+class Callbacks:
+    """The application's callbacks (each may be sync or async)."""
+
+    on_event: Callable[[PartitionContext, ReadBatch], Any]
+    on_partition_initialize: Callable[[PartitionContext], Any] | None = None
+    on_partition_close: Callable[[PartitionContext, CloseReason], Any] | None = None
+    on_error: Callable[[PartitionContext | None, BaseException], Any] | None = None
+
+    async def error(self, context: PartitionContext | None, error: BaseException) -> None:
+        """Tell on_error (or the log, when there is none or it fails)."""
+        try:
+            if self.on_error is None:
+                log.warning("event processor error (%s): %s", context, error)
+            await call(self.on_error, context, error)
+        except Exception:
+            log.exception("on_error failed while reporting %r", error)
+
+
+class PartitionPump:
+    """Processes one claim of one partition (see the module docstring)."""
+
+    def __init__(self, context: PartitionContext, checkpoint_store: CheckpointStore,
+                 fencing: bool, start_position: StartPositions, callbacks: Callbacks,
+                 open_reader: Callable[[int, Start], Reader],
+                 on_events: Callable[[int], None],
+                 previous: asyncio.Task[None] | None = None) -> None:
+        self.context = context
+        self._store = checkpoint_store
+        self._fencing = fencing
+        self._start_position = start_position
+        self._callbacks = callbacks
+        self._open_reader = open_reader
+        self._on_events = on_events
+        self._previous = previous
+        self._stop = asyncio.Event()
+        self._stop_reason: CloseReason = "shutdown"
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, reason: CloseReason) -> None:
+        """Stop before the next batch (a callback in progress finishes)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    async def _run(self) -> None:
+        if self._previous is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._previous
+        context, opened, reader = self.context, False, None
+        reason: CloseReason = "shutdown"
+        try:
+            start = await self._resume_position()
+            if self._stop.is_set():
+                reason = self._stop_reason
+                return
+            await call(self._callbacks.on_partition_initialize, context)
+            opened = True
+            reader = self._open_reader(context.partition, start)
+            reason = await self._pump(reader)
+        except OwnershipLost:
+            reason = "ownership_lost"
+        except Exception as e:
+            reason = "error"
+            await self._callbacks.error(context, e)
+        finally:
+            context.close_reason = reason
+            if reader is not None:
+                await reader.close()
+            if opened:
+                try:
+                    await call(self._callbacks.on_partition_close, context, reason)
+                except Exception as e:
+                    await self._callbacks.error(context, e)
+            log.info("closed %s: %s", context, reason)
+
+    async def _resume_position(self) -> Start:
+        """Fence, then start after this partition's checkpoint (or at start_position)."""
+        context = self.context
+        if self._fencing:
+            store: FencingCheckpointStore = self._store  # type: ignore[assignment]
+            await store.fence(context.namespace, context.topic, context.consumer_group,
+                              context.partition, context.epoch, context.owner_id)
+        checkpoint = await self._store.get_checkpoint(context.namespace, context.topic,
+                                                      context.consumer_group, context.partition)
+        context.checkpoint = checkpoint
+        if checkpoint is not None:
+            return checkpoint.offset + 1
+        return start_for(self._start_position, context.partition)
+
+    async def _pump(self, reader: Reader) -> CloseReason:
+        """Hand batches over until a stop, a lapsed lease or a lost ownership."""
+        context = self.context
+        stop_wait = asyncio.ensure_future(self._stop.wait())
+        try:
+            while True:
+                batch = await self._next(reader, stop_wait)
+                if batch is None:
+                    return self._stop_reason
+                if context.lease_expired():
+                    return "ownership_lost"
+                context.last_batch = batch
+                context.end_offset = reader.end_offset
+                await call(self._callbacks.on_event, context, batch)
+                self._on_events(batch.count)
+                if context.lost:
+                    return "ownership_lost"
+                if self._stop.is_set():
+                    return self._stop_reason
+        finally:
+            stop_wait.cancel()
+
+    async def _next(self, reader: Reader, stop_wait: asyncio.Future[Any]) -> ReadBatch | None:
+        """The next batch, or None once a stop is asked for (the read is cancelled)."""
+        if self._stop.is_set():
+            return None
+        next_batch: asyncio.Future[ReadBatch] = asyncio.ensure_future(reader.__anext__())
+        await asyncio.wait((next_batch, stop_wait), return_when=asyncio.FIRST_COMPLETED)
+        if next_batch.done():
+            try:
+                return next_batch.result()
+            except StopAsyncIteration:
+                raise RuntimeError(f"the reader of {self.context} ended; a following read "
+                                   "never ends") from None
+        next_batch.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await next_batch
+        return None
+
+
+def start_for(position: StartPositions, partition: int) -> Start:
+    """A partition's start without a checkpoint: one Start for all, or a
+    mapping partition -> Start ("earliest" for partitions it leaves out)."""
+    if isinstance(position, Mapping) and set(position) != {"scn"}:
+        found: Start = position.get(partition, "earliest")  # type: ignore[call-overload]
+        return found
+    return position  # type: ignore[return-value]

@@ -1,0 +1,88 @@
+"""`keybus processors ownership|checkpoints` against a real broker and redis-server.
+
+Goal: an operator sees, per partition, who owns it (age, expires in, epoch)
+in the broker's store or in Redis (--redis), and each checkpoint with its
+lag to the end of the log; --json for scripts; bad input is one line and a
+non-zero exit.
+Method: records written through the SDK stores, then `python -m keybus`
+as a subprocess, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from sdk import Admin
+from sdk.stores import (
+    BrokerCheckpointStore,
+    BrokerOwnershipStore,
+    Checkpoint,
+    PartitionOwnership,
+    RedisOwnershipStore,
+)
+from tests.e2e.test_cli import keybus, ok
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.processors import produce, redis_server  # noqa: F401
+from tests.support.redis_server import RedisServer
+
+
+def test_ownership_and_checkpoints(shared_broker: BrokerProcess, redis_server: RedisServer  # noqa: F811
+                                   ) -> None:
+    broker = shared_broker.address
+
+    async def prepare() -> None:
+        async with Admin(broker) as admin:
+            await admin.create_topic("cli-proc", partitions=3)
+        await produce(broker, "cli-proc", 3, 10)
+        async with BrokerOwnershipStore(broker) as ownership, \
+                BrokerCheckpointStore(broker) as checkpoints:
+            [a, b] = await ownership.claim_ownership([
+                PartitionOwnership("", "cli-proc", "billing", 0, "worker-a"),
+                PartitionOwnership("", "cli-proc", "billing", 1, "worker-b")])
+            await ownership.claim_ownership([PartitionOwnership(
+                "", "cli-proc", "billing", 1, "", b.etag)])
+            await checkpoints.update_checkpoint(
+                Checkpoint("", "cli-proc", "billing", 0, 4, 5, a.epoch))
+        redis = RedisOwnershipStore(redis_server.url)
+        await redis.claim_ownership([PartitionOwnership("", "cli-proc", "billing", 2, "worker-r")])
+        await redis.close()
+    asyncio.run(prepare())
+    rows = json.loads(ok(keybus(shared_broker, "processors", "ownership", "cli-proc", "billing",
+                                "--json")))
+    assert [(r["partition"], r["owner"]) for r in rows] == [(0, "worker-a"), (1, ""), (2, None)]
+    assert rows[0]["epoch"] >= 1 and 0 < rows[0]["expires_in_ms"] <= 60_000
+    table = ok(keybus(shared_broker, "processors", "ownership", "cli-proc", "billing"))
+    assert "worker-a" in table and "(released)" in table and "(never claimed)" in table
+    in_redis = json.loads(ok(keybus(shared_broker, "processors", "ownership", "cli-proc", "billing",
+                                    "--redis", redis_server.url, "--json")))
+    assert [r["owner"] for r in in_redis] == [None, None, "worker-r"]
+    checkpoints = json.loads(ok(keybus(shared_broker, "processors", "checkpoints", "cli-proc",
+                                       "billing", "--json")))
+    assert [(r["partition"], r["offset"], r["lag"]) for r in checkpoints] == [
+        (0, 4, 5), (1, None, 10), (2, None, 10)]
+    assert "lag" in ok(keybus(shared_broker, "processors", "checkpoints", "cli-proc", "billing"))
+
+
+def test_bad_input_is_one_line(shared_broker: BrokerProcess) -> None:
+    for args, needle in (
+            (("processors", "checkpoints", "no-such-topic", "g"), "does not exist"),
+            (("processors", "ownership", "no-such-topic", "bad group"), "does not exist"),
+            (("processors", "ownership", "no-such-topic", "g", "--redis",
+              f"redis://127.0.0.1:{free_port()}/0"), "does not exist")):
+        result = keybus(shared_broker, *args)
+        assert result.returncode == 1 and needle in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    asyncio.run(_topic(shared_broker.address))
+    for args, needle in (
+            (("processors", "checkpoints", "cli-proc-bad", "bad group"), "consumer_group"),
+            (("processors", "ownership", "cli-proc-bad", "g", "--redis",
+              f"redis://127.0.0.1:{free_port()}/0"), "unreachable")):
+        result = keybus(shared_broker, *args)
+        assert result.returncode == 1 and needle in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+async def _topic(broker: str) -> None:
+    async with Admin(broker) as admin:
+        await admin.create_topic("cli-proc-bad")

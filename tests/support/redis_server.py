@@ -1,0 +1,88 @@
+"""A real redis-server on 127.0.0.1 for integration tests.
+
+Debian's `redis-server` (installed by `ensure_program` when missing) runs as
+our child on a free port with a temp dir for its files, no persistence
+(`--save ''`, no AOF) unless asked; it is stopped by its PID. `restart()`
+kills it and starts a new one on the same port: with no persistence the
+data is gone, as after a crash of a cache-only Redis.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.broker_process import free_port
+from tests.support.debian import ensure_program
+
+READY_TIMEOUT_S = 20.0
+
+
+def redis_unavailable() -> str | None:
+    """None when redis-server can run here, else why not (for a loud skip)."""
+    return ensure_program("redis-server", "redis-server")
+
+
+class RedisServer:
+    """One redis-server process; `url` is redis://127.0.0.1:PORT/0."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = directory / "redis.log"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start and wait until it answers PING."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                   "--dir", str(self.directory), "--save", "", "--appendonly", "no",
+                   "--protected-mode", "no"]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self._pings():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}: "
+                                   f"{self.log_path.read_text(errors='replace')[-1500:]}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"redis-server not ready on port {self.port} in "
+                                   f"{READY_TIMEOUT_S} s")
+            time.sleep(0.02)
+
+    def _pings(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM by PID, SIGKILL if it does not end in 10 s."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self) -> None:
+        """Kill and start again on the same port: every key is gone."""
+        self.kill()
+        self.start()
