@@ -63,7 +63,8 @@ def processors_ownership(topic: str, group: str, redis: str | None, expiration_m
         print_json(rows)
     else:
         store = f"redis {redis}" if redis else "the broker"
-        console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows))
+        console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows,
+                                             console.width))
 
 
 async def _checkpoints(broker: str, namespace: str, topic: str, group: str
@@ -88,7 +89,8 @@ def processors_checkpoints(topic: str, group: str, namespace: str, broker: str,
     if as_json:
         print_json(rows)
     else:
-        console.print(render.checkpoints_table(f"checkpoints of {topic} for {group}", rows))
+        console.print(render.checkpoints_table(f"checkpoints of {topic} for {group}", rows,
+                                               console.width))
 
 
 def register(cli: click.Group) -> None:
