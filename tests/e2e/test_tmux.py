@@ -35,20 +35,20 @@ def terminal(tmp_path: Path) -> Iterator[tuple[Tmux, BrokerProcess]]:
     missing = ensure_program("tmux", "tmux")
     if missing:
         pytest.skip(f"tmux unavailable: {missing}")
-    broker = BrokerProcess(tmp_path / "data")
-    broker.start()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "keybus").write_text(f"#!/bin/sh\nexec {sys.executable} -m keybus \"$@\"\n")
     (bin_dir / "keybus").chmod(0o755)
+    broker = BrokerProcess(tmp_path / "data")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address, TERM="xterm-256color")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
     tmux = Tmux(tmp_path, env, WIDTH, 50)
-    tmux.start()
-    tmux.run(f"cd {tmp_path}")
     try:
+        broker.start()
+        tmux.start()
+        tmux.run(f"cd {tmp_path}")
         yield tmux, broker
     finally:
         tmux.kill()
