@@ -39,6 +39,24 @@ EXIT_CODES_HELP = ("Exit status: 0 done; 1 a call failed (refused by the broker,
 REQUEST_TIMEOUT_S = 30.0
 
 
+class Group(click.Group):
+    """A command group whose listing never cuts a command's summary with '...'
+    (click cuts it to fit one line; here it wraps). Groups made with
+    `group.group()` are of this class too."""
+
+    group_class = type
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
     """How to reach the broker, from the shared options.

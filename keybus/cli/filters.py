@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from keybus.cli.common import FILTER, json_option, print_json
+from keybus.cli.common import FILTER, Group, json_option, print_json
 from sdk.core.filters import KeyFilterSpec, explain
 
 
-@click.group()
+@click.group(cls=Group)
 def filters() -> None:
     """Server-side key filters (Databus's range and mod filters)."""
 

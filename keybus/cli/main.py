@@ -16,7 +16,7 @@ import grpc
 
 from broker.main import command as broker_command
 from keybus.cli import databus, processors
-from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Group
 from keybus.cli.consume import consume
 from keybus.cli.demo import demo
 from keybus.cli.filters import filters
@@ -27,7 +27,7 @@ from keybus.cli.topics import topics
 from sdk.errors import KeybusError, from_rpc_error
 
 
-class KeybusGroup(click.Group):
+class KeybusGroup(Group):
     """The root group: a failed call is one line and exit 1."""
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from keybus.cli import render_processors as render
-from keybus.cli.common import broker_option, json_option, print_json, run
+from keybus.cli.common import Group, broker_option, json_option, print_json, run
 from sdk.admin import Admin
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
 
@@ -23,7 +23,7 @@ namespace_option = click.option("--namespace", default="", show_default=True,
                                 help="The processors' namespace.")
 
 
-@click.group()
+@click.group(cls=Group)
 def processors() -> None:
     """Ownership and checkpoints of event processor groups."""
 

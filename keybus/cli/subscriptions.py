@@ -14,6 +14,7 @@ from keybus.cli import render_subscriptions as render
 from keybus.cli.common import (
     START,
     Connection,
+    Group,
     connection_options,
     json_option,
     print_json,
@@ -29,7 +30,7 @@ async def _admin(conn: Connection, method: str, *args: Any) -> Any:
         return await getattr(admin, method)(*args)
 
 
-@click.group()
+@click.group(cls=Group)
 def subscriptions() -> None:
     """List, describe, seek and delete subscriptions."""
 

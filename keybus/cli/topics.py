@@ -10,6 +10,7 @@ import click
 from keybus.cli import render
 from keybus.cli.common import (
     Connection,
+    Group,
     connection_options,
     json_option,
     print_json,
@@ -31,7 +32,7 @@ def with_admin(conn: Connection, action: Callable[[Admin], Awaitable[T]]) -> T:
     return run(go())
 
 
-@click.group()
+@click.group(cls=Group)
 def topics() -> None:
     """Create, list, describe and delete topics."""
 
