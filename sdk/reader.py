@@ -157,7 +157,6 @@ class Reader:
         self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms,
                                               retry_backoff_ms, retry_backoff_max_ms))
         self._on_connection_change = on_connection_change
-        self._ready_watch: asyncio.Task[None] | None = None
         self._channel = channel
         self._owns_channel = channel is None
         self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
@@ -219,8 +218,6 @@ class Reader:
                     if self._channel is None:
                         self._channel = open_channel(self.broker)
                     self._call = stub_of(self._channel).Read(self._request())
-                    if self._link.lost or not self._link.ever_connected:
-                        self._watch_ready(self._channel)
                 response = await self._call.read()
             except grpc.RpcError as e:
                 self._call = None
@@ -240,16 +237,6 @@ class Reader:
             assert isinstance(response, pb.ReadResponse)
             return response
 
-    def _watch_ready(self, channel: grpc.aio.Channel) -> None:
-        """Count the broker as reached once the channel connects: a follow read at
-        the end of the log gets no response until an event comes."""
-        async def watch() -> None:
-            await channel.channel_ready()
-            await self._connected()
-
-        if self._ready_watch is None or self._ready_watch.done():
-            self._ready_watch = asyncio.ensure_future(watch())
-
     async def _connected(self) -> None:
         message = self._link.process_connected(_now_ms())
         if message is not None:
@@ -264,9 +251,6 @@ class Reader:
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
-        if self._ready_watch is not None:
-            self._ready_watch.cancel()
-            self._ready_watch = None
         if self._call is not None:
             self._call.cancel()
             self._call = None

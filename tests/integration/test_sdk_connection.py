@@ -135,3 +135,33 @@ def test_retry_timeout_bounds_the_retrying(tmp_path: Path) -> None:
         assert asyncio.run(go()) < 10
     finally:
         broker.stop()
+
+
+def test_a_follower_from_latest_resumes_where_it_stood(tmp_path: Path) -> None:
+    """Events produced while a `latest` follower reconnects are not skipped."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("resume", 1)
+        async with await Producer.create(broker.address, "resume") as producer:
+            await producer.send(1, b"old")
+            await producer.flush()
+        reader = Reader(broker.address, "resume", 0, start="latest", follow=True,
+                        retry_backoff_ms=3_000, retry_backoff_max_ms=3_000)
+        first = asyncio.ensure_future(reader.__anext__())
+        await _wait_for(lambda: reader.next_offset == 1, 20, "the follower's position")
+        broker.kill()
+        await asyncio.to_thread(broker.start)
+        async with await Producer.create(broker.address, "resume") as producer:
+            await producer.send(2, b"while away")  # before the reader's 3 s backoff ends
+            await producer.flush()
+        batch = await asyncio.wait_for(first, 30)
+        assert list(batch.values) == [b"while away"]
+        await reader.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        broker.stop()

@@ -9,6 +9,7 @@ failure texts.
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from sdk import errors
@@ -91,3 +92,30 @@ def test_policy_refuses_bad_values() -> None:
         RetryPolicy(retry_timeout_ms=-1)
     with pytest.raises(ValueError, match="backoff_first_ms=0 is invalid"):
         RetryPolicy(backoff_first_ms=0)
+
+
+class _Failed(grpc.RpcError):
+    """What a failed grpc.aio call raises: a code and gRPC's details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+@pytest.mark.parametrize(("code", "details", "text"), [
+    (grpc.StatusCode.UNAVAILABLE, REFUSED,
+     "cannot reach broker at localhost:7: connection refused — is it running? (keybus broker)"),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded",
+     "no answer from the broker at localhost:7 within the call's deadline (request_timeout_ms; "
+     "--timeout in the CLI)"),
+    (grpc.StatusCode.UNAVAILABLE, "the broker is shutting down; retry on another broker or later",
+     "the broker is shutting down; retry on another broker or later"),
+])
+def test_rpc_errors_in_users_words(code: grpc.StatusCode, details: str, text: str) -> None:
+    error = errors.from_rpc_error(_Failed(code, details), "localhost:7")
+    assert str(error) == text and error.code == code.value[0]
