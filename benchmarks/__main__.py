@@ -7,8 +7,16 @@ Every run starts its own broker on 127.0.0.1 with a temp data dir.
 counts a Keybus topic in Spark against a bare Python data source and prints
 JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
+`python -m benchmarks bootstrap [options]` measures the compacted view (produce
+with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstrap.py).
+
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
+
+`python -m benchmarks fuzz --examples N` fuzzes every method of a live broker
+(benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
+Key_Shared end to end with TLS and tokens against plain text in one run
+(benchmarks/secure.py).
 
 `python -m benchmarks processors [options]` times event processors: balancing
 from cold, recovering a killed one's partitions, and events/s with checkpoints
@@ -66,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["bootstrap"]:
+        from benchmarks import bootstrap  # compacted view and snapshot figures
+
+        return bootstrap.main(arguments[1:])
     if arguments[:1] == ["processors"]:
         from benchmarks import processors  # its own options; Redis rows need redis-server
 
@@ -79,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
 
         spark_read.main(arguments[1:])
         return 0
+    if arguments[:1] == ["fuzz"]:
+        from benchmarks import fuzz  # needs hypothesis (dev dependency)
+
+        code: int = fuzz.main(arguments[1:])
+        return code
+    if arguments[:1] == ["secure"]:
+        from benchmarks import secure  # TLS + tokens against plain text, same run
+
+        code = secure.main(arguments[1:])
+        return code
     options = parse_args(arguments)
     workload = scenarios.Workload(options.events, options.value_bytes, options.keys,
                                   options.batch_events, not options.no_fsync, options.partitions)

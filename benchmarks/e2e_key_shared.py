@@ -78,6 +78,9 @@ def consumer_process(address: str, topic: str, name: str, start: str, stop_at: f
     (wall clock); send back latency samples."""
     import uvloop
 
+    from sdk.security import ClientSecurity, use
+
+    use(ClientSecurity.from_env())  # TLS and token when the run sets them (benchmarks/secure.py)
     go.wait()
 
     async def run() -> None:

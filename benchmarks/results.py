@@ -6,6 +6,7 @@ blocks; a block is delimited by `<!-- bench: COMMAND -->` ... `<!-- /bench -->`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,11 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def record(report: dict[str, Any], notes: str = "") -> None:
+def record(report: dict[str, Any], notes: str = "",
+           render: Callable[[dict[str, Any]], str] = table) -> None:
     """Replace (or add) this command's block; `notes` go under its table."""
     start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    body = table(report) + (f"\n\n{notes}" if notes else "")
+    body = render(report) + (f"\n\n{notes}" if notes else "")
     block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:

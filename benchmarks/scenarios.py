@@ -32,10 +32,13 @@ def _keys(workload: Workload, seed: int = 7) -> list[int]:
     return [rng.randrange(workload.keys) for _ in range(min(workload.events, 100_000))]
 
 
-async def produce(broker: str, workload: Workload, topic: str = "bench") -> dict[str, Any]:
-    """One SDK Producer, `send()` per event, until every event is acknowledged."""
-    async with Admin(broker) as admin:
-        await admin.create_topic(topic, partitions=workload.partitions)
+async def produce(broker: str, workload: Workload, topic: str = "bench",
+                  create: bool = True) -> dict[str, Any]:
+    """One SDK Producer, `send()` per event, until every event is acknowledged
+    (create=False: the topic exists already)."""
+    if create:
+        async with Admin(broker) as admin:
+            await admin.create_topic(topic, partitions=workload.partitions)
     value = os.urandom(workload.value_bytes)
     keys = _keys(workload)
     n_keys = len(keys)

@@ -101,6 +101,46 @@ class Settings:
     serversidefilter: dict[str, str] = field(default_factory=dict, metadata={
         "help": "Per-source server-side filters, as Databus's serversidefilter.* keys (config "
                 "file only)."})
+    # Compacted view and bootstrap (topic settings override the defaults).
+    view_default: bool = setting(True, "A topic created without a view policy keeps a "
+                                 "compacted view.")
+    delete_retention_ms: int = setting(24 * 3600 * 1000, "Tombstones kept in the compacted "
+                                       "view this long (Kafka's default).")
+    view_pass_events_max: int = setting(100_000, "Log events one view maintenance pass folds, "
+                                        "at most.")
+    view_linger_ms: int = setting(1_000, "Before a view pass, wait up to this long for a full "
+                                  "pass of events (a pass over more events writes each hot "
+                                  "key once); bounds the view's lag when the log grows slowly.")
+    view_sweep_interval_ms: int = setting(60_000, "How often tombstones past delete retention "
+                                          "go.")
+    view_sweep_entries_max: int = setting(10_000, "Tombstones one sweep pass looks at.")
+    compaction_records_max: int = setting(1_000, "Compacted topics: records rewritten per "
+                                          "retention check.")
+    bootstrap_streams_max: int = setting(64, "Bootstrap streams served at once by the broker.")
+    # Security (docs/security.md); all off by default.
+    tls_cert_file: str = setting("", "TLS: the broker's certificate (PEM); with "
+                                 "--tls-key-file, both or neither. Empty: plaintext.")
+    tls_key_file: str = setting("", "TLS: the private key (PEM) of --tls-cert-file.")
+    tls_client_ca_file: str = setting("", "mTLS: clients must present a certificate signed by "
+                                      "this CA (PEM bundle).")
+    # Authentication is on when any of the next three ways is set, and with it
+    # per-topic permissions (grants in RocksDB; `keybus acl`).
+    auth_token_file: str = setting("", "Static tokens: a TOML file with a [tokens] table of "
+                                   "principal = \"token\" (turns authentication on).")
+    auth_jwt_secret_file: str = setting("", "JWTs signed HS256 with the shared secret in this "
+                                        "file (turns authentication on).")
+    auth_jwt_public_key_file: str = setting("", "JWTs signed RS256, checked with this public "
+                                            "key (PEM) (turns authentication on).")
+    auth_jwt_issuer: str = setting("", "When set, a JWT's iss claim must equal it.")
+    auth_jwt_audience: str = setting("", "When set, a JWT's aud claim must hold it.")
+    auth_jwt_leeway_ms: int = setting(0, "Clock skew allowed on a JWT's exp and nbf.")
+    auth_certificate_principal: bool = setting(
+        False, "mTLS: a client certificate's subject common name is the principal (needs "
+        "--tls-client-ca-file).")
+    auth_superusers: str = setting("", "Comma-separated principals holding every permission "
+                                   "(they manage grants).")
+    acl_file: str = setting("", "TOML file of grants added to the store at start ([[grant]] "
+                            "principal, topic, permissions).")
     # Event processor stores (ownership and checkpoints of consumer groups).
     processor_store_queue_max: int = setting(
         4_096, "Event processor store: claims and checkpoints waiting for the store's task.")
@@ -125,7 +165,9 @@ class Settings:
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
-        for name in ("processor_store_queue_max", "processor_commit_commands_max",
+        for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
+                     "compaction_records_max", "bootstrap_streams_max",
+                     "processor_store_queue_max", "processor_commit_commands_max",
                      "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
@@ -140,6 +182,9 @@ class Settings:
             if not 0 <= value <= 65535:
                 raise ConfigError(f"{name}={value} is out of range; allowed 0..65535 "
                                   "(port 0 = any free port, metrics_port 0 = no endpoint)")
+        from broker.security.setup import check_security_settings
+
+        check_security_settings(self)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}

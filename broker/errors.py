@@ -82,6 +82,23 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "the broker is shutting down; retry on another broker or later"),
         ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ security and hardening
+        ErrorKind("request_undecodable", grpc.StatusCode.INVALID_ARGUMENT,
+                  "the {size}-byte request is not a valid keybus.v1.{message} ({detail}); send "
+                  "the message proto/keybus.proto defines for this method"),
+        ErrorKind("request_over_limit", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "the {message} of {size} bytes is over the broker's limit of {max} bytes "
+                  "(request_bytes_max); send smaller batches"),
+        ErrorKind("unauthenticated", grpc.StatusCode.UNAUTHENTICATED, "{detail}"),
+        ErrorKind("permission_denied", grpc.StatusCode.PERMISSION_DENIED, "{detail}"),
+        ErrorKind("grant_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("producer_not_issued", grpc.StatusCode.INVALID_ARGUMENT,
+                  "producer_id={producer_id} was never given by InitProducer; call InitProducer, "
+                  "or choose a stable id with the high bit set (2^63 <= id < 2^64)"),
+        ErrorKind("slots_mismatch", grpc.StatusCode.INVALID_ARGUMENT,
+                  "batch.slots: event {index} has slot {sent} but its ordering key {key!r} "
+                  "hashes to slot {slot}; send the slots of the shared rule (sdk.core.hashing) "
+                  "or leave the column empty and the broker computes them"),
         # ------------------------------------------------------------ subscriptions
         ErrorKind("subscribe_open_missing", grpc.StatusCode.INVALID_ARGUMENT,
                   "the first message of a Subscribe stream must be `open`; got {got}"),
@@ -133,6 +150,22 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "(force=True in the SDK), which ends their streams"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ compacted view, bootstrap
+        ErrorKind("view_off", grpc.StatusCode.FAILED_PRECONDITION,
+                  "topic {topic!r} keeps no compacted view, so it cannot bootstrap; create "
+                  "topics that need it with view on (keybus topics create {topic} --view)"),
+        ErrorKind("view_config_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("bootstrap_resume_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "resume.{field}={value} is invalid for {topic!r}/{partition}: {allowed}"),
+        ErrorKind("bootstrap_snapshot_gone", grpc.StatusCode.OUT_OF_RANGE,
+                  "the snapshot of {topic!r}/{partition} at offset {offset} cannot be "
+                  "resumed: its catch-up was removed by retention (the log starts at "
+                  "{start}); start the bootstrap over"),
+        ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  "the broker serves {max} Bootstrap streams at once "
+                  "(bootstrap_streams_max); retry later"),
+        ErrorKind("bootstrap_sources_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "sources: {detail}"),
         # ------------------------------------------------------------ event processor stores
         ErrorKind("processor_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "{field}={value!r} is invalid: {allowed}"),

@@ -41,3 +41,14 @@ REDELIVERED_EVENTS = Counter("keybus_redelivered_events", "Events sent again aft
                              "ack timeout or consumer loss", ["topic", "subscription"])
 DEAD_LETTERED_EVENTS = Counter("keybus_dead_lettered_events",
                                "Events moved to a dead-letter topic", ["topic", "subscription"])
+
+# Compacted view and bootstrap.
+VIEW_LAG_EVENTS = Gauge("keybus_view_lag_events",
+                        "Log events the compacted view has not folded in yet",
+                        ["topic", "partition"])
+VIEW_FOLDED_EVENTS = Counter("keybus_view_folded_events", "Log events folded into the view",
+                             ["topic"])
+VIEW_ERRORS = Counter("keybus_view_errors", "View maintenance passes that failed (retried)",
+                      ["topic"])
+BOOTSTRAP_SNAPSHOT_EVENTS = Counter("keybus_bootstrap_snapshot_events",
+                                    "Snapshot events sent to bootstrapping clients", ["topic"])

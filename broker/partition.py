@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 from broker.config import Settings
+from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
-from broker.log.retention import plan_trim
+from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_path import Chunk, ReadSpec, read_chunk
@@ -30,7 +33,8 @@ from broker.windows import (
     advance,
     decide,
 )
-from sdk.core.columns import BatchError, batch_slots, validate_batch
+from sdk.core.columns import BatchError, validate_batch
+from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
 PRODUCER_RESULTS_KEPT = 64
@@ -44,6 +48,11 @@ class TopicMeta:
     retention_ms: int
     retention_bytes: int
     created_ms: int
+    # Compacted view and bootstrap (broker/view): keep a view; compact instead
+    # of delete (Kafka's cleanup.policy=compact); how long tombstones stay.
+    view: bool = False
+    compacted: bool = False
+    delete_retention_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -63,12 +72,19 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def below(head: Iterable[HeadRecord], floor: int | None) -> Iterable[HeadRecord]:
+    """The head records retention may look at: those starting at or below
+    `floor` (the one starting at it is never removed: plan_trim keeps the last)."""
+    return head if floor is None else takewhile(lambda r: r.base_offset <= floor, head)
+
+
 class Partition:
     """One topic partition: its queue, its task, its in-memory tail state."""
 
     def __init__(self, store: RocksStore, meta: TopicMeta, index: int, settings: Settings,
-                 tail: Tail) -> None:
+                 tail: Tail, slot_cache: SlotCache | None = None) -> None:
         self.store = store
+        self.slot_cache = slot_cache or SlotCache()
         self.meta = meta
         self.index = index
         self.settings = settings
@@ -87,6 +103,15 @@ class Partition:
         self._deleted = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
+        # Compacted view (broker/view): retention never trims at or past this
+        # offset (what the view has not folded in yet, or an active bootstrap
+        # still has to read); a compacted topic rewrites its head instead.
+        self.retention_floor: Callable[[], int] | None = None
+        self.compact_head: Callable[[int | None, int], Awaitable[tuple[int, int]]] | None = None
+        # Retention is removing (or removed) every record below this offset. Set
+        # before the delete, so a reader that checks it after a read knows
+        # whether that read may have missed records (a bootstrap's catch-up).
+        self.removing_below = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -124,6 +149,7 @@ class Partition:
                            self.settings.batch_events_max)
         except BatchError as e:
             raise BrokerError("batch_invalid", detail=str(e)) from None
+        settle_slots(request.batch, self.slot_cache)
         future: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait(_Produce(request, future, request.batch.ByteSize()))
@@ -218,11 +244,7 @@ class Partition:
         record = pb.Record(topic=self.meta.name, partition=self.index,
                            base_offset=result.base_offset, scn_first=result.scn_first,
                            window=result.window, publish_time_ms=result.publish_time_ms)
-        record.batch.CopyFrom(request.batch)
-        if len(record.batch.slots) != result.count:
-            slots = batch_slots(request.batch)
-            del record.batch.slots[:]
-            record.batch.slots.extend(slots)
+        record.batch.CopyFrom(request.batch)  # slots verified or filled in by submit()
         value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
                                     result.count, result.scn_first, result.window)
         return Append(result.base_offset, result.scn_first, result.count, result.window, value)
@@ -278,10 +300,10 @@ class Partition:
             name = "offset_past_end" if start.offset > self.end_offset else "offset_before_start"
             raise BrokerError(name, offset=start.offset, topic=self.meta.name,
                               partition=self.index, start=self.start_offset, end=self.end_offset,
-                              held=self._held_text())
+                              held=self.held_text())
         return start.offset
 
-    def _held_text(self) -> str:
+    def held_text(self) -> str:
         """What the partition holds, in words, for an out-of-range start."""
         if self.start_offset == self.end_offset:
             return f"the partition is empty and its next event gets offset {self.end_offset}"
@@ -304,11 +326,17 @@ class Partition:
 
     async def _trim(self, command: _Trim) -> None:
         meta = self.meta
-        plan = None if not (meta.retention_ms or meta.retention_bytes) else await asyncio.to_thread(
-            lambda: plan_trim(head_records(self.store, meta.topic_id, self.index),
-                              command.now_ms, meta.retention_ms, meta.retention_bytes,
-                              self.bytes))
+        floor = self.retention_floor() if self.retention_floor is not None else None
+        plan = None
+        if self.compact_head is not None:  # a compacted topic rewrites its head instead
+            self.start_offset, removed = await self.compact_head(floor, command.now_ms)
+            self.bytes -= removed
+        elif meta.retention_ms or meta.retention_bytes:
+            plan = await asyncio.to_thread(lambda: plan_trim(
+                below(head_records(self.store, meta.topic_id, self.index), floor),
+                command.now_ms, meta.retention_ms, meta.retention_bytes, self.bytes))
         if plan is not None:
+            self.removing_below = plan.stop_offset
             await asyncio.to_thread(self.store.trim, meta.topic_id, self.index, plan.stop_offset,
                                     plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
             self.start_offset = plan.stop_offset

@@ -59,7 +59,7 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
         if stop is not None and base >= stop:
             break
         body = codec.record_bytes(value)
-        partial = base < start or (stop is not None and end > stop)
+        partial = base < start or (stop is not None and end > stop) or header.sparse
         if partial or spec.slot_mask is not None or spec.selector is not None:
             body, n = _subset(body, start, stop, spec)
         else:
@@ -80,9 +80,14 @@ def _subset(body: bytes, start: int, stop: int | None, spec: ReadSpec) -> tuple[
     record = pb.Record.FromString(body)
     batch = record.batch
     count = batch.count
-    first = max(0, start - record.base_offset)
-    last = count if stop is None else min(count, stop - record.base_offset)
-    keep: Sequence[int] = range(first, last)
+    keep: Sequence[int]
+    if record.offsets:  # sparse (compacted): events at these offsets only
+        offsets = record.offsets
+        keep = [i for i in range(count) if start <= offsets[i] and (stop is None or offsets[i] < stop)]
+    else:
+        first = max(0, start - record.base_offset)
+        last = count if stop is None else min(count, stop - record.base_offset)
+        keep = range(first, last)
     if spec.slot_mask is not None:
         mask, slots = spec.slot_mask, batch.slots
         keep = [i for i in keep if mask[slots[i]]]
@@ -107,10 +112,12 @@ def _select(record: pb.Record, keep: Sequence[int]) -> pb.Record:
     count = batch.count
     pick: Callable[[Any], Any] = (itemgetter(*keep) if len(keep) > 1
                                   else lambda column: (column[keep[0]],))
+    offsets = ([record.offsets[i] for i in keep] if record.offsets
+               else [record.base_offset + i for i in keep])
     result = pb.Record(topic=record.topic, partition=record.partition,
                        base_offset=record.base_offset, scn_first=record.scn_first,
                        window=record.window, publish_time_ms=record.publish_time_ms,
-                       offsets=[record.base_offset + i for i in keep])
+                       offsets=offsets)
     subset = result.batch
     subset.count = len(keep)
     for name in ("key_ints", "key_strings", "values", *OPTIONAL_COLUMNS):
@@ -120,3 +127,6 @@ def _select(record: pb.Record, keep: Sequence[int]) -> pb.Record:
         elif column:
             getattr(subset, name).extend(column)
     return result
+
+
+select_events = _select  # the compaction of a compacted topic subsets records the same way

@@ -22,13 +22,20 @@ from grpc_reflection.v1alpha import reflection
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
 from broker.processor_stores.service import ProcessorStores
+from broker.rpc.acl_servicer import AclServicer
 from broker.rpc.admin_servicer import AdminServicer
+from broker.rpc.auth import AuthInterceptor
+from broker.rpc.bootstrap_servicer import BootstrapServicer, bootstrap_handler
+from broker.rpc.guard import GuardInterceptor
 from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_handler
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
 from broker.rpc.subscribe_servicer import SubscribeServicer
 from broker.rpc.subscription_admin_servicer import SubscriptionAdminServicer
+from broker.security import setup as security
+from broker.security.acl_store import AclStore, load_acl_file
+from broker.security.permissions import AccessTable
 from broker.subscription.manager import SubscriptionManager
 from broker.topics import TopicRegistry
 from sdk.core.filters import from_config
@@ -36,6 +43,10 @@ from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.broker")
 MESSAGE_BYTES_MAX_SLACK = 1 << 20
+# gRPC's receive limit is this many times request_bytes_max: a request between
+# the two gets a clean RESOURCE_EXHAUSTED answer (broker/rpc/guard.py) and the
+# Produce stream stays open; only past it does gRPC itself end the call.
+RECEIVE_LIMIT_FACTOR = 2
 
 
 class StartError(Exception):
@@ -107,9 +118,12 @@ async def start_broker(settings: Settings) -> Broker:
     subscriptions = SubscriptionManager(registry, store, settings, config_filters)
     await subscriptions.open()
     registry.delete_listeners.append(subscriptions.drop_topic)
+    access = AccessTable(security.superusers(settings))
+    acls = AclStore(store, access)
+    acls.open(load_acl_file(settings.acl_file) if settings.acl_file else ())
     message_max = settings.request_bytes_max + MESSAGE_BYTES_MAX_SLACK
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", message_max),
+    server = grpc.aio.server(interceptors=security_interceptors(settings, access), options=[
+        ("grpc.max_receive_message_length", settings.request_bytes_max * RECEIVE_LIMIT_FACTOR),
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
     ])
@@ -118,7 +132,10 @@ async def start_broker(settings: Settings) -> Broker:
         ReadServicer(registry, settings, config_filters),
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
-        SubscriptionAdminServicer(subscriptions)),))
+        SubscriptionAdminServicer(subscriptions),
+        AclServicer(acls, security.auth_enabled(settings))),))
+    server.add_generic_rpc_handlers((bootstrap_handler(
+        BootstrapServicer(registry, settings, config_filters)),))
     processor_stores = ProcessorStores(store, registry, settings)
     processor_stores.start()
     server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
@@ -145,9 +162,13 @@ async def start_broker(settings: Settings) -> Broker:
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:
-    """The bound port, or 0 when gRPC could not bind (it raises RuntimeError for that)."""
+    """The bound port (TLS when configured), or 0 when gRPC could not bind (it
+    raises RuntimeError for that)."""
+    credentials = security.server_credentials(settings)
+    address = f"{settings.host}:{settings.port}"
     try:
-        return int(server.add_insecure_port(f"{settings.host}:{settings.port}"))
+        return int(server.add_insecure_port(address) if credentials is None
+                   else server.add_secure_port(address, credentials))
     except RuntimeError:
         return 0
 
@@ -207,11 +228,22 @@ def open_store(settings: Settings) -> RocksStore:
         raise StartError(f"cannot open the log in {path}: {text}") from None
 
 
+def security_interceptors(settings: Settings, access: AccessTable
+                          ) -> list[grpc.aio.ServerInterceptor]:
+    """Authentication first (when on), then the request guard (always)."""
+    guard = GuardInterceptor(settings.request_bytes_max)
+    if not security.auth_enabled(settings):
+        return [guard]
+    return [AuthInterceptor(security.authenticator(settings), access), guard]
+
+
 async def serve(settings: Settings, ready_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM. Writes the bound port to ready_file when serving."""
     broker = await start_broker(settings)
-    log.info("keybus broker serving on %s:%d, data in %s, fsync=%s",
-             settings.host, broker.port, settings.data_dir, settings.fsync)
+    log.info("keybus broker serving on %s:%d, data in %s, fsync=%s, tls=%s, authentication=%s",
+             settings.host, broker.port, settings.data_dir, settings.fsync,
+             bool(settings.tls_cert_file), security.auth_enabled(settings))
+    security.warn_if_open(settings)
     if ready_file:
         with open(ready_file + ".tmp", "w") as f:
             f.write(str(broker.port))

@@ -8,6 +8,7 @@ delete returns. Runs on the event loop; blocking store calls are short.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -16,6 +17,9 @@ from broker.config import Settings
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.partition import Partition, TopicMeta, now_ms
+from broker.view.config import check_view_config, describe_view_config
+from broker.view.service import ViewService
+from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -29,8 +33,10 @@ class TopicRegistry:
         self.settings = settings
         self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
         self._lock = asyncio.Lock()  # serializes create/delete against each other
+        self.slot_cache = SlotCache()  # one for every partition: bounded once (derived.py)
         # Called with a topic's name once it is deleted (e.g. its subscriptions go).
         self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
+        self.views = ViewService(store, settings)  # compacted views (broker/view)
 
     async def open(self) -> None:
         """Load every topic and recover each partition's tail (no log scan)."""
@@ -42,12 +48,14 @@ class TopicRegistry:
         partitions = []
         for index in range(meta.partitions):
             tail = self.store.recover_tail(meta.topic_id, index)
-            partition = Partition(self.store, meta, index, self.settings, tail)
+            partition = Partition(self.store, meta, index, self.settings, tail, self.slot_cache)
             partition.start()
             partitions.append(partition)
         self._topics[meta.name] = (meta, partitions)
+        self.views.start(meta, partitions)
 
     async def close(self) -> None:
+        await self.views.close()
         for _, partitions in list(self._topics.values()):
             for partition in partitions:
                 await partition.stop()
@@ -90,7 +98,8 @@ class TopicRegistry:
                 raise BrokerError("retention_invalid", field=name, value=getattr(config, name))
         retention_ms = config.retention_ms or self.settings.retention_ms
         retention_bytes = config.retention_bytes or self.settings.retention_bytes
-        return TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())
+        meta = TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())
+        return check_view_config(meta, config, self.settings)
 
     async def create(self, topic: str, config: pb.TopicConfig) -> pb.TopicInfo:
         draft = self._check_config(topic, config)
@@ -98,8 +107,7 @@ class TopicRegistry:
             if topic in self._topics:
                 raise BrokerError("topic_exists", topic=topic)
             topic_id = self.store.next_id("next_topic_id")
-            meta = TopicMeta(draft.name, topic_id, draft.partitions, draft.retention_ms,
-                             draft.retention_bytes, draft.created_ms)
+            meta = dataclasses.replace(draft, topic_id=topic_id)
             self.store.save_topic(asdict(meta))
             self._start(meta)
         return self.describe(topic)
@@ -110,6 +118,7 @@ class TopicRegistry:
                 raise BrokerError("topic_not_found_to_delete", topic=topic)
             meta = self.meta(topic)
             _, partitions = self._topics.pop(topic)
+            await self.views.stop(topic)
             for partition in partitions:
                 await partition.stop(deleted=True)
             await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
@@ -121,8 +130,11 @@ class TopicRegistry:
         meta = self.meta(topic)
         config = pb.TopicConfig(partitions=meta.partitions, retention_ms=meta.retention_ms,
                                 retention_bytes=meta.retention_bytes)
-        return pb.TopicInfo(topic=meta.name, config=config, created_ms=meta.created_ms,
+        describe_view_config(meta, config, self.settings)
+        info = pb.TopicInfo(topic=meta.name, config=config, created_ms=meta.created_ms,
                             partitions=[p.info() for p in self.partitions(topic)])
+        self.views.fill(topic, list(info.partitions))
+        return info
 
     async def enforce_retention(self) -> int:
         """One retention pass over every partition that has a limit."""

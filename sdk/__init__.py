@@ -9,6 +9,7 @@ ranges, columns, filters). It imports nothing else from Keybus.
 
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
+from sdk.bootstrap import BootstrapPosition, PhaseMarker
 from sdk.channel import DEFAULT_PORT, open_channel, parse_broker
 from sdk.consumer import Consumer, ConsumerConfig, Message, ReceivedBatch
 from sdk.core.columns import Event
@@ -42,6 +43,7 @@ from sdk.producer import (
 )
 from sdk.reader import ReadBatch, Reader, read_all
 from sdk.reconnect import ConnectionCallback
+from sdk.security import ClientSecurity
 from sdk.sender import BatchResult, ProducedEvent
 from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader, SyncTopicReader
@@ -50,9 +52,10 @@ from sdk.topic_reader import TopicReader
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BufferFull", "ConnectionCallback", "Consumer", "ConsumerConfig", "DeliveryTimeout", "Event",
-    "EventFuture", "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound",
-    "OffsetOutOfRange", "PermissionDenied", "ProducedEvent", "Producer", "ProducerClosed",
+    "BootstrapPosition", "BufferFull", "ClientSecurity", "ConnectionCallback", "Consumer",
+    "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture", "FailedPrecondition",
+    "InvalidArgument", "KeybusError", "Message", "NotFound", "OffsetOutOfRange",
+    "PermissionDenied", "PhaseMarker", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
     "SyncEventFuture", "SyncProducer", "SyncReader", "SyncTopicReader", "TopicNotFound",

@@ -20,20 +20,29 @@ class Admin(SubscriptionAdmin):
     """Topic and subscription administration on one broker (arguments as AdminClient)."""
 
     async def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
-                           retention_bytes: int = 0) -> pb.TopicInfo:
+                           retention_bytes: int = 0, *, view: bool | None = None,
+                           compacted: bool = False,
+                           delete_retention_ms: int = 0) -> pb.TopicInfo:
         """Create a topic.
 
         Args:
             partitions: 1..the broker's partitions_max (default 1).
             retention_ms: keep events this long; 0 = forever (default).
             retention_bytes: per partition; 0 = no size limit (default).
+            view: keep a compacted view (latest event per key and source) for
+                bootstrap; None (default) = the broker's view_default.
+            compacted: Kafka's cleanup.policy=compact: retention keeps at least
+                the latest event per key (needs the view).
+            delete_retention_ms: tombstones stay this long; 0 = broker default.
         Returns:
             The new topic's TopicInfo.
         Raises:
             AlreadyExists, InvalidArgument (names the bad field), Unavailable.
         """
-        config = pb.TopicConfig(partitions=partitions, retention_ms=retention_ms,
-                                retention_bytes=retention_bytes)
+        config = pb.TopicConfig(
+            partitions=partitions, retention_ms=retention_ms, retention_bytes=retention_bytes,
+            view=pb.VIEW_DEFAULT if view is None else pb.VIEW_ON if view else pb.VIEW_OFF,
+            compacted=compacted, delete_retention_ms=delete_retention_ms)
         info: pb.TopicInfo = await self._call("CreateTopic",
                                               pb.CreateTopicRequest(topic=name, config=config))
         return info

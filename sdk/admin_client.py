@@ -16,6 +16,7 @@ import grpc.aio
 from sdk import errors
 from sdk.channel import open_channel, stub_of
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.security import ClientSecurity
 
 
 class AdminClient:
@@ -26,11 +27,15 @@ class AdminClient:
         broker: "host:port" (port defaults to 6650); ignored when `channel` is given.
         request_timeout_ms: deadline per call (default 30000).
         channel: a grpc.aio channel to share (not closed by close()).
+        security: TLS and credentials (sdk.security.ClientSecurity); None =
+            the ambient default, else plain text.
     """
 
     def __init__(self, broker: str = "localhost:6650", *, request_timeout_ms: int = 30_000,
-                 channel: grpc.aio.Channel | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.broker = broker
+        self._security = security
         self._timeout_s = request_timeout_ms / 1000
         self._channel = channel
         self._owns_channel = channel is None
@@ -40,7 +45,7 @@ class AdminClient:
         """The stub, opening the channel on first use (needs the running loop)."""
         if self._stub is None:
             if self._channel is None:
-                self._channel = open_channel(self.broker)
+                self._channel = open_channel(self.broker, self._security)
             self._stub = stub_of(self._channel)
         return self._stub
 

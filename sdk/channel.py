@@ -12,6 +12,7 @@ import grpc
 import grpc.aio
 
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.security import ClientSecurity, resolve
 
 DEFAULT_PORT = 6650
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
@@ -77,15 +78,24 @@ def target_of(broker: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def open_channel(broker: str) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to the broker, with the SDK's options.
+def open_channel(broker: str, security: ClientSecurity | None = None) -> grpc.aio.Channel:
+    """A grpc.aio channel to the broker, with the SDK's options.
 
     Must be called with an asyncio event loop running (grpc.aio binds to it).
 
+    Args:
+        security: TLS and credentials (sdk/security.py); None = the ambient
+            default, else plain text.
     Raises:
-        ValueError: the address does not parse (see parse_broker).
+        ValueError: the address does not parse (see parse_broker), or the
+            security settings cannot be used (a file, a token in plain text).
     """
-    return grpc.aio.insecure_channel(target_of(broker), options=CHANNEL_OPTIONS)
+    security = resolve(security)
+    credentials = security.channel_credentials(parse_broker(broker)[0]) if security else None
+    if credentials is None:
+        return grpc.aio.insecure_channel(target_of(broker), options=CHANNEL_OPTIONS)
+    options = [*CHANNEL_OPTIONS, *security.channel_options()] if security else CHANNEL_OPTIONS
+    return grpc.aio.secure_channel(target_of(broker), credentials, options=options)
 
 
 def stub_of(channel: grpc.aio.Channel) -> pb_grpc.KeybusAsyncStub:

@@ -37,6 +37,7 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
 from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
 from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
+from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
 TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
@@ -228,7 +229,8 @@ class Consumer:
                  config: ConsumerConfig | None = None, channel: grpc.aio.Channel | None = None,
                  on_range_change: RangeCallback | None = None,
                  on_active_change: ActiveCallback | None = None,
-                 on_connection_change: ConnectionCallback | None = None, **options: Any) -> None:
+                 on_connection_change: ConnectionCallback | None = None,
+                 security: ClientSecurity | None = None, **options: Any) -> None:
         """Arguments as `subscribe`; the consumer attaches on `async with`
         (or use `await Consumer.subscribe(...)`, attached when it returns)."""
         if config is not None and options:
@@ -242,7 +244,7 @@ class Consumer:
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
-        self._channel = channel or open_channel(broker)
+        self._channel = channel or open_channel(broker, security)
         self._stub = stub_of(self._channel)
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
@@ -271,6 +273,7 @@ class Consumer:
                         on_range_change: RangeCallback | None = None,
                         on_active_change: ActiveCallback | None = None,
                         on_connection_change: ConnectionCallback | None = None,
+                        security: ClientSecurity | None = None,
                         **options: Any) -> Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
 
@@ -285,6 +288,8 @@ class Consumer:
             on_connection_change: called (False, message) when the broker is
                 lost and the consumer starts retrying (see retry_timeout_ms),
                 (True, message) when it is back; may be a coroutine function.
+            security: TLS and credentials (sdk.security.ClientSecurity); None =
+                the ambient default, else plain text.
         Returns:
             An attached Consumer.
         Raises:
@@ -293,7 +298,7 @@ class Consumer:
             range overlap naming the other consumer, another type), Unavailable.
         """
         consumer = cls(broker, topic, subscription, config, channel, on_range_change,
-                       on_active_change, on_connection_change, **options)
+                       on_active_change, on_connection_change, security, **options)
         await consumer._attach()
         return consumer
 

@@ -202,6 +202,10 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
     return from_code(code, details or f"broker call failed with {name}")
 
 
+# A listener that takes the connection and drops it: a TLS port spoken to in
+# plain text, or another service on the port.
+CLOSED_AT_ONCE = "it closed the connection at once"
+
 # gRPC's texts for a call that never reached a broker, then the reason in a
 # user's words. A stream that was open and broke says something else
 # ("Socket closed", "Connection reset by peer"): the broker was there.
@@ -217,6 +221,8 @@ _REASONS = (
     ("network is unreachable", "network is unreachable"),
     ("timeout occurred", "no answer (connect timed out)"),
     ("deadline exceeded", "no answer (connect timed out)"),
+    ("socket closed", CLOSED_AT_ONCE),
+    ("handshake", CLOSED_AT_ONCE),
 )
 
 
@@ -238,5 +244,6 @@ def unreachable(broker: str, reason: str) -> Unavailable:
 
     `cannot reach broker at HOST:PORT: connection refused — is it running? (keybus broker)`
     """
-    return Unavailable(f"cannot reach broker at {broker}: {reason} — is it running? "
-                       "(keybus broker)", UNAVAILABLE)
+    hint = ("does it want TLS (--tls-ca), or is another service on that port?"
+            if reason == CLOSED_AT_ONCE else "is it running? (keybus broker)")
+    return Unavailable(f"cannot reach broker at {broker}: {reason} — {hint}", UNAVAILABLE)

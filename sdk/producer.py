@@ -45,6 +45,7 @@ from sdk.channel import open_channel, stub_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.security import ClientSecurity
 from sdk.sender import (
     BatchResult,
     ProducedEvent,
@@ -261,7 +262,8 @@ class Producer:
     @classmethod
     async def create(cls, broker: str = "localhost:6650", topic: str = "", *,
                      config: ProducerConfig | None = None, threaded: bool = False,
-                     producer_id: int | None = None, **options: Any) -> Producer:
+                     producer_id: int | None = None, security: ClientSecurity | None = None,
+                     **options: Any) -> Producer:
         """Connect, look the topic up, get a producer id and start sending.
 
         Args:
@@ -283,6 +285,8 @@ class Producer:
                 delivery timeout or the broker forgetting the id forces a new
                 id, the producer takes one from InitProducer (see
                 `producer_id` property). Needs idempotent=True.
+            security: TLS and credentials (sdk.security.ClientSecurity); None =
+                the ambient default, else plain text.
         Returns:
             A started Producer.
         Raises:
@@ -299,7 +303,7 @@ class Producer:
             if not config.idempotent:
                 raise ValueError("producer_id needs idempotent=True: without sequences a "
                                  "chosen id deduplicates nothing")
-        channel = open_channel(broker)
+        channel = open_channel(broker, security)
         try:
             stub = stub_of(channel)
             partitions = await _partitions_of(stub, topic, config.request_timeout_ms, broker)

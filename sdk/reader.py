@@ -2,18 +2,15 @@
 
 Yields one ReadBatch per stored record (the columns stay protobuf; row views
 are built only when `events()` is called). Tracks the next offset to read, so
-a broken stream resumes where it left off (sdk/reconnect.py: a broker never
-reached fails within connect_timeout_ms; a lost one is reported through
-`on_connection_change` and retried for retry_timeout_ms). The broker's relay
-follower and the Spark connector read through this class; `TopicReader`
-(topic_reader.py) merges one per partition.
+a broken stream resumes where it left off (retrying_call.py and
+reconnect.py: a broker never reached fails within connect_timeout_ms; a lost
+one is reported through `on_connection_change` and retried for
+retry_timeout_ms). The broker's relay follower and the Spark connector read
+through this class; `TopicReader` (topic_reader.py) merges one per partition.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -22,19 +19,17 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
-from sdk import errors
+from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
+from sdk.reconnect import ConnectionCallback
+from sdk.retrying_call import RetryingCall
+from sdk.security import ClientSecurity
 
-# Stream failures worth a reconnect (a restarting broker shows as these).
-_RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
-                    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
-
-Start = str | int | Mapping[str, int]
+Start = str | int | Mapping[str, int] | BootstrapPosition
 
 
 class _ToProto(Protocol):
@@ -42,12 +37,20 @@ class _ToProto(Protocol):
 
 
 class ReadBatch:
-    """The events of one stored record that passed the read's ranges and filter."""
+    """The events of one stored record that passed the read's ranges and filter.
 
-    __slots__ = ("_offsets", "record")
+    A bootstrap read (start="bootstrap") also says its `phase` ("snapshot",
+    "catchup", "online"); a batch with `marker` set has no events and opens
+    a phase.
+    """
 
-    def __init__(self, record: pb.Record) -> None:
+    __slots__ = ("_offsets", "marker", "phase", "record")
+
+    def __init__(self, record: pb.Record, phase: str | None = None,
+                 marker: PhaseMarker | None = None) -> None:
         self.record = record
+        self.phase = phase
+        self.marker = marker
         self._offsets: list[int] | None = None
 
     @property
@@ -102,8 +105,11 @@ class Reader:
     Args:
         broker: "host:port" (ignored when `channel` is given).
         topic, partition: what to read.
-        start: "earliest" (default), "latest", an offset (int), or {"scn": n}
-            (the first event whose SCN is >= n).
+        start: "earliest" (default), "latest", an offset (int), {"scn": n}
+            (the first event whose SCN is >= n), or "bootstrap": the
+            partition's compacted view as a snapshot, then the log from the
+            snapshot's offset (sdk/bootstrap.py); a BootstrapPosition (from
+            `position`) continues a bootstrap.
         hash_ranges: only events whose slot is in these inclusive ranges:
             HashRange objects, (first, last) pairs, or text "0-16383,40000-65535".
         key_filter: a pb.KeyFilter, an object with to_proto(), or CLI text such
@@ -122,6 +128,11 @@ class Reader:
             and the reader starts retrying, (True, message) when it is back;
             may be a coroutine function.
         channel: a grpc.aio channel to share (not closed by close()).
+        sources: bootstrap only: just these sources, in this order (default all).
+        include_tombstones: bootstrap only: the snapshot carries DELETE events
+            of deleted keys (default True, for a reader that holds state).
+        security: TLS and credentials (sdk.security.ClientSecurity); None =
+            the ambient default, else plain text.
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
     """
@@ -134,7 +145,9 @@ class Reader:
                  connect_timeout_ms: int = 5_000, retry_timeout_ms: int | None = None,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
                  on_connection_change: ConnectionCallback | None = None,
-                 channel: grpc.aio.Channel | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
+                 include_tombstones: bool = True,
+                 security: ClientSecurity | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -143,6 +156,7 @@ class Reader:
             raise ValueError(f"stop_offset {stop_offset!r} is invalid: an exclusive end "
                              "offset >= 1, or None")
         self.broker = broker
+        self._security = security
         self.topic = topic
         self.partition = partition
         self.follow = follow
@@ -151,15 +165,31 @@ class Reader:
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0)
-        self._start = start_to_proto(start)
-        if retry_timeout_ms is None:
-            retry_timeout_ms = 0 if follow else 30_000
-        self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms,
-                                              retry_backoff_ms, retry_backoff_max_ms))
-        self._on_connection_change = on_connection_change
+        link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
+                "on_connection_change": on_connection_change}
+        self._bootstrap: BootstrapStream | None = None
+        if start == "bootstrap" or isinstance(start, BootstrapPosition):
+            self._start = pb.StartPosition()
+            self._bootstrap = BootstrapStream(
+                self._bootstrap_call, pb.BootstrapRequest(
+                    topic=topic, partition=partition, sources=list(sources or []),
+                    filter=self._template.filter, hash_ranges=self._template.hash_ranges,
+                    events_max=events_max, bytes_max=bytes_max, follow=follow,
+                    include_tombstones=include_tombstones, stop_offset=stop_offset or 0),
+                start if isinstance(start, BootstrapPosition) else None, follow,
+                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link)
+        elif sources is not None:
+            raise ValueError("sources applies to start='bootstrap' only (a log read has "
+                             "every source; filter them from the batches)")
+        else:
+            self._start = start_to_proto(start)
+        self._retry_timeout_ms = retry_timeout_ms
+        self._backoff_first_ms = retry_backoff_ms
+        self._backoff_max_ms = retry_backoff_max_ms
         self._channel = channel
         self._owns_channel = channel is None
-        self._call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse] | None = None
+        self._stream = RetryingCall(self._open_call, follow, retry_timeout_ms, retry_backoff_ms,
+                                    retry_backoff_max_ms, **link)
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
         self._next_offset: int | None = None
@@ -168,13 +198,41 @@ class Reader:
 
     @property
     def next_offset(self) -> int | None:
-        """The offset to resume from (None until the first response)."""
+        """The offset to resume from (None until the first response; a
+        bootstrap: None during the snapshot)."""
+        if self._bootstrap is not None:
+            position = self._bootstrap.consumed
+            return None if position is None or position.phase == "snapshot" \
+                else position.next_offset
         return self._next_offset
+
+    @property
+    def position(self) -> BootstrapPosition | None:
+        """A bootstrap's position after the last batch handed out (pass it as
+        `start` to continue); None for a log read or before the first batch."""
+        return None if self._bootstrap is None else self._bootstrap.consumed
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream was opened again after a failure (resumed)."""
+        return (self._bootstrap or self._stream).reconnects
+
+    def _bootstrap_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker, self._security)
+        return stub_of(self._channel).Bootstrap
 
     def __aiter__(self) -> Reader:
         return self
 
     async def __anext__(self) -> ReadBatch:
+        if self._bootstrap is not None:
+            item = await self._bootstrap.next_item()
+            if item is None:
+                await self.close()
+                raise StopAsyncIteration
+            record = item.record or pb.Record(topic=self.topic, partition=self.partition)
+            return ReadBatch(record, item.phase, item.marker)
         while not self._records:
             if self._done or self._reached_stop():
                 await self.close()
@@ -212,48 +270,21 @@ class Reader:
 
     async def _next_response(self) -> pb.ReadResponse | None:
         """The next response, reconnecting on failures worth a retry; None at the end."""
-        while True:
-            try:
-                if self._call is None:
-                    if self._channel is None:
-                        self._channel = open_channel(self.broker)
-                    self._call = stub_of(self._channel).Read(self._request())
-                response = await self._call.read()
-            except grpc.RpcError as e:
-                self._call = None
-                if e.code() not in _RETRIABLE_CODES:
-                    raise errors.from_rpc_error(e, self.broker) from None
-                reason, never_reached = failure_of(e)
-                delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
-                if message is not None:
-                    await self._report(False, message)
-                await asyncio.sleep(delay_ms / 1000)
-                continue
-            if self._link.lost or not self._link.ever_connected:
-                await self._connected()
-            if response is grpc.aio.EOF:
-                self._call = None
-                return None
-            assert isinstance(response, pb.ReadResponse)
-            return response
+        response = await self._stream.read()
+        assert response is None or isinstance(response, pb.ReadResponse)
+        return response
 
-    async def _connected(self) -> None:
-        message = self._link.process_connected(_now_ms())
-        if message is not None:
-            await self._report(True, message)
-
-    async def _report(self, connected: bool, message: str) -> None:
-        if self._on_connection_change is not None:
-            result = self._on_connection_change(connected, message)
-            if inspect.isawaitable(result):
-                await result
+    def _open_call(self) -> Any:
+        if self._channel is None:
+            self._channel = open_channel(self.broker, self._security)
+        return stub_of(self._channel).Read(self._request())
 
     async def close(self) -> None:
         """Cancel the stream and close the channel it opened. Idempotent."""
         self._done = True
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        self._stream.cancel()
+        if self._bootstrap is not None:
+            self._bootstrap.cancel()
         if self._owns_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -287,10 +318,6 @@ async def read_all(broker: str = "localhost:6650", topic: str = "", partition: i
     return events
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 def start_to_proto(start: Start) -> pb.StartPosition:
     """A StartPosition from "earliest", "latest", an offset or {"scn": n}.
 
@@ -306,8 +333,8 @@ def start_to_proto(start: Start) -> pb.StartPosition:
     if isinstance(start, Mapping) and set(start) == {"scn"} and type(start["scn"]) is int \
             and start["scn"] >= 0:
         return pb.StartPosition(scn=start["scn"])
-    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', an offset >= 0, "
-                     "or {'scn': n}")
+    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', 'bootstrap', an "
+                     "offset >= 0, or {'scn': n}")
 
 
 def ranges_to_proto(

@@ -308,9 +308,9 @@ class SyncAdmin:
         self._thread = LoopThread("keybus-admin")
 
     def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
-                     retention_bytes: int = 0) -> pb.TopicInfo:
+                     retention_bytes: int = 0, **options: Any) -> pb.TopicInfo:
         return self._thread.run(self._admin.create_topic(name, partitions, retention_ms,
-                                                         retention_bytes))
+                                                         retention_bytes, **options))
 
     def list_topics(self) -> list[pb.TopicInfo]:
         return self._thread.run(self._admin.list_topics())

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from sdk import errors
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import LoopThread, SyncAdmin, SyncReader
 from spark_connector.partitioning import PartitionBounds
@@ -46,26 +47,37 @@ def call_failure(call: str, broker: str, error: errors.KeybusError) -> BrokerCal
                            isinstance(error, errors.OffsetOutOfRange))
 
 
-def describe(broker: str, topics: Sequence[str]) -> dict[TopicPartition, PartitionBounds]:
+def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None = None
+             ) -> dict[TopicPartition, PartitionBounds]:
     """Stored offsets of every partition of `topics` (DescribeTopic).
 
     Raises:
         BrokerCallError: a topic does not exist, or the broker cannot be reached.
     """
-    out: dict[TopicPartition, PartitionBounds] = {}
-    with SyncAdmin(broker) as admin:
+    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
+            for topic, info in topic_infos(broker, topics, security).items()
+            for p in info.partitions}
+
+
+def topic_infos(broker: str, topics: Sequence[str],
+                security: ClientSecurity | None = None) -> dict[str, pb.TopicInfo]:
+    """DescribeTopic of each topic.
+
+    Raises:
+        BrokerCallError: a topic does not exist, or the broker cannot be reached.
+    """
+    out: dict[str, pb.TopicInfo] = {}
+    with SyncAdmin(broker, security=security) as admin:
         for topic in topics:
             try:
-                info = admin.describe_topic(topic)
+                out[topic] = admin.describe_topic(topic)
             except errors.KeybusError as e:
                 raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
-            for p in info.partitions:
-                out[TopicPartition(topic, p.partition)] = PartitionBounds(p.start_offset,
-                                                                          p.end_offset)
     return out
 
 
-def subscription_ranges(broker: str, topics: Sequence[str], subscription: str
+def subscription_ranges(broker: str, topics: Sequence[str], subscription: str,
+                        security: ClientSecurity | None = None
                         ) -> dict[TopicPartition, list[list[HashRange]]]:
     """Each consumer's hash ranges per topic partition of a Key_Shared
     subscription, as DescribeSubscription (and `keybus subscriptions describe`)
@@ -80,7 +92,7 @@ def subscription_ranges(broker: str, topics: Sequence[str], subscription: str
     try:
         for topic in topics:
             try:
-                info = loop.run(_describe_subscription(broker, topic, subscription),
+                info = loop.run(_describe_subscription(broker, topic, subscription, security),
                                 CALL_TIMEOUT_S)
             except errors.KeybusError as e:
                 raise call_failure(f"DescribeSubscription({topic!r}, {subscription!r})", broker,
@@ -93,15 +105,16 @@ def subscription_ranges(broker: str, topics: Sequence[str], subscription: str
     return out
 
 
-async def _describe_subscription(broker: str, topic: str, subscription: str
-                                 ) -> pb.SubscriptionInfo:
-    async with SubscriptionAdmin(broker) as admin:
+async def _describe_subscription(broker: str, topic: str, subscription: str,
+                                 security: ClientSecurity | None) -> pb.SubscriptionInfo:
+    async with SubscriptionAdmin(broker, security=security) as admin:
         return await admin.describe_subscription(topic, subscription)
 
 
 def read_records(broker: str, topic: str, partition: int, start: int | str, stop: int,
                  ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
-                 events_max: int) -> Iterator[pb.Record]:
+                 events_max: int, security: ClientSecurity | None = None
+                 ) -> Iterator[pb.Record]:
     """The records of a bounded read of [start, stop); ranges None = every slot.
 
     Args:
@@ -113,7 +126,7 @@ def read_records(broker: str, topic: str, partition: int, start: int | str, stop
     try:
         with SyncReader(broker, topic, partition, start=start, stop_offset=stop,
                         hash_ranges=ranges, key_filter=key_filter,
-                        events_max=events_max) as reader:
+                        events_max=events_max, security=security) as reader:
             for batch in reader:
                 yield batch.record
     except errors.KeybusError as e:

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from sdk.channel import parse_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
+from sdk.security import ClientSecurity
 from spark_connector.partitioning import (
     OffsetsSpec,
     PartitioningError,
@@ -61,7 +62,8 @@ class WriteIdempotence(enum.Enum):
 
 
 # Canonical spelling of every option, by the lower-case form Spark passes.
-_COMMON = ("broker",)
+_COMMON = ("broker", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsServerName", "token",
+           "tokenFile")
 _READ = ("topic", "ranges", "startingOffsets", "filter", "failOnDataLoss", "includeHeaders",
          "readEventsMax")
 _BATCH_READ = ("endingOffsets", "pushdown")
@@ -99,6 +101,9 @@ class ReadOptions:
     events_per_response_max: int
     max_events_per_trigger: int | None
     pushdown: Pushdown
+    security: ClientSecurity | None = None
+    # startingOffsets=snapshot: the compacted view first (spark_connector/snapshot.py).
+    snapshot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,7 @@ class WriteOptions:
     batch_events_max: int
     idempotence: WriteIdempotence
     in_flight_max: int
+    security: ClientSecurity | None = None
 
 
 def check_names(options: Mapping[str, str], use: Use) -> dict[str, str]:
@@ -143,10 +149,12 @@ def parse_read_options(options: Mapping[str, str], use: Use) -> ReadOptions:
     named = check_names(options, use)
     topics = _topics(named)
     default_start = "latest" if streaming else "earliest"
+    snapshot = _snapshot_start(named, use)
     try:
         ranges = parse_ranges_option(named.get("ranges", "1"))
-        starting = parse_offsets(named.get("startingOffsets", default_start), "startingOffsets",
-                                 topics, allow_latest=streaming, allow_earliest=True)
+        starting = parse_offsets("earliest" if snapshot else named.get(
+            "startingOffsets", default_start), "startingOffsets", topics,
+            allow_latest=streaming, allow_earliest=True)
         ending = parse_offsets(named.get("endingOffsets", "latest"), "endingOffsets", topics,
                                allow_latest=True, allow_earliest=False)
     except PartitioningError as e:
@@ -165,7 +173,21 @@ def parse_read_options(options: Mapping[str, str], use: Use) -> ReadOptions:
         max_events_per_trigger=(_integer(named, "maxEventsPerTrigger", 0, 1, None)
                                 if "maxEventsPerTrigger" in named else None),
         pushdown=_choice(named, "pushdown", Pushdown, Pushdown.OFF),
+        security=_security(named),
+        snapshot=snapshot,
     )
+
+
+def _snapshot_start(named: Mapping[str, str], use: Use) -> bool:
+    """startingOffsets=snapshot; refuses the options that do not go with it."""
+    if named.get("startingOffsets", "").strip().lower() != "snapshot":
+        return False
+    if use is Use.BATCH_READ:
+        for name in ("endingOffsets", "pushdown"):
+            if name in named:
+                raise OptionError(f"option {name!r} does not apply with startingOffsets=snapshot:"
+                                  " a snapshot is each partition's compacted view at one point")
+    return True
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -187,6 +209,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         idempotence=_choice(named, "writeIdempotence", WriteIdempotence, WriteIdempotence.TASK),
         in_flight_max=_integer(named, "writeInFlightMax", WRITE_IN_FLIGHT_DEFAULT, 1,
                                WRITE_IN_FLIGHT_MAX),
+        security=_security(named),
     )
 
 
@@ -200,6 +223,20 @@ def _broker(named: Mapping[str, str]) -> str:
     except ValueError as e:
         raise OptionError(f"option 'broker': {e}") from None
     return broker
+
+
+def _security(named: Mapping[str, str]) -> ClientSecurity | None:
+    """TLS and credentials from tlsCaFile, tlsCertFile, tlsKeyFile, tlsServerName,
+    token and tokenFile (paths are read where the connection is opened: on the
+    driver and on every executor, as Kafka's ssl.*.location options)."""
+    try:
+        security = ClientSecurity(
+            ca_file=named.get("tlsCaFile", ""), cert_file=named.get("tlsCertFile", ""),
+            key_file=named.get("tlsKeyFile", ""), server_name=named.get("tlsServerName", ""),
+            token=named.get("token", ""), token_file=named.get("tokenFile", ""))
+    except ValueError as e:
+        raise OptionError(f"options tlsCertFile/tlsKeyFile/token/tokenFile: {e}") from None
+    return None if security == ClientSecurity() else security
 
 
 def _topics(named: Mapping[str, str]) -> tuple[str, ...]:

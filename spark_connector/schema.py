@@ -156,13 +156,19 @@ def _add_positions(parts: dict[str, list[pa.Array]], record: pb.Record, n: int) 
     else:
         offsets = pa.array(range(record.base_offset, record.base_offset + n), pa.int64())
     parts["offset"].append(offsets)
-    if record.window:
+    if record.scns:  # a bootstrap snapshot: each event's original SCN and publish time
+        parts["scn"].append(pa.array(record.scns, pa.int64()))
+    elif record.window:
         parts["scn"].append(pa.repeat(pa.scalar(record.scn_first, pa.int64()), n))
     else:
         delta = record.scn_first - record.base_offset
         parts["scn"].append(pc.add(offsets, pa.scalar(delta, pa.int64())))
     parts["topic"].append(pa.repeat(pa.scalar(record.topic, pa.string()), n))
     parts["partition"].append(pa.repeat(pa.scalar(record.partition, pa.int32()), n))
+    if record.publish_times_ms:
+        micros = pc.multiply(pa.array(record.publish_times_ms, pa.int64()), 1000)
+        parts["publish_time"].append(micros.cast(_TIMESTAMP))
+        return
     published = pa.scalar(record.publish_time_ms * 1000, _TIMESTAMP)
     parts["publish_time"].append(pa.repeat(published, n))
 

@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
 from spark_connector import _client
 from spark_connector.options import (
     OptionError,
@@ -70,6 +71,12 @@ from spark_connector.partitioning import (
 )
 from spark_connector.pushdown import GUARD, Condition, PushdownPlan, apply_pushdown, plan_pushdown
 from spark_connector.schema import arrow_schema, records_to_batch, spark_schema
+from spark_connector.snapshot import (
+    mark_snapshot,
+    snapshot_records,
+    split_snapshot_mark,
+    view_offsets,
+)
 from spark_connector.writer import KeybusBatchWriter, KeybusStreamWriter
 
 
@@ -111,7 +118,8 @@ def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
     spec = options.ranges
     live = None
     if spec.subscription is not None:
-        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription)
+        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription,
+                                           options.security)
     return range_groups(spec, partitions, live)
 
 
@@ -134,13 +142,20 @@ class KeybusInputPartition(InputPartition):
     """Everything one task needs to read one split (pickled to an executor)."""
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None,
-                 events_max: int, fail_on_data_loss: bool) -> None:
+                 events_max: int, fail_on_data_loss: bool,
+                 security: ClientSecurity | None = None) -> None:
         super().__init__(None)
         self.split = split
         self.broker = broker
+        self.security = security
         self.key_filter = key_filter
         self.events_max = events_max
         self.fail_on_data_loss = fail_on_data_loss
+
+    def read_args(self) -> tuple[pb.KeyFilter | None, Sequence[HashRange] | None]:
+        """The key filter and hash ranges to read with (None: every slot)."""
+        key_filter = None if self.key_filter is None else pb.KeyFilter.FromString(self.key_filter)
+        return key_filter, None if self.split.full_range else self.split.ranges
 
 
 def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -155,14 +170,12 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
         BrokerCallError: the read failed for another reason.
     """
     split = partition.split
-    key_filter = None
-    if partition.key_filter is not None:
-        key_filter = pb.KeyFilter.FromString(partition.key_filter)
-    ranges: Sequence[HashRange] | None = None if split.full_range else split.ranges
+    key_filter, ranges = partition.read_args()
 
     def records(start: int | str) -> Iterator[pb.Record]:
         return _client.read_records(partition.broker, split.topic, split.partition, start,
-                                    split.stop, ranges, key_filter, partition.events_max)
+                                    split.stop, ranges, key_filter, partition.events_max,
+                                    partition.security)
 
     try:
         yield from _coalesced(records(split.start), partition.events_max, schema)
@@ -194,7 +207,66 @@ def _input_partitions(splits: Sequence[Split], options: ReadOptions,
     chosen = options.key_filter or key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
     return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
-                                 options.fail_on_data_loss) for s in splits]
+                                 options.fail_on_data_loss, options.security) for s in splits]
+
+
+class KeybusSnapshotPartition(KeybusInputPartition):
+    """A split that reads its partition's compacted view (startingOffsets=snapshot):
+    batch (snapshot_offset None) the view now; streaming the view as of
+    snapshot_offset, then the log up to the split's stop."""
+
+    def __init__(self, split: Split, broker: str, key_filter: bytes | None, events_max: int,
+                 fail_on_data_loss: bool, snapshot_offset: int | None,
+                 security: ClientSecurity | None = None) -> None:
+        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss, security)
+        self.snapshot_offset = snapshot_offset
+
+
+def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int],
+                         stops: dict[TopicPartition, int] | None) -> list[KeybusSnapshotPartition]:
+    """One snapshot split per topic partition and range group (every partition:
+    a snapshot is read even when the log has nothing new)."""
+    groups = _range_groups(options, list(offsets))
+    chosen = options.key_filter
+    filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
+    out = []
+    for tp in sorted(offsets):
+        stop = offsets[tp] if stops is None else stops.get(tp, offsets[tp])
+        for group in groups[tp]:
+            split = Split(tp.topic, tp.partition, tuple(group), offsets[tp], stop)
+            out.append(KeybusSnapshotPartition(
+                split, options.broker, filter_bytes, options.events_per_response_max,
+                options.fail_on_data_loss, None if stops is None else offsets[tp],
+                options.security))
+    return out
+
+
+def read_snapshot_split(partition: KeybusSnapshotPartition,
+                        schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of a snapshot split (see spark_connector/snapshot.py).
+
+    Raises:
+        DataLossError: the log the snapshot's catch-up needs is gone and
+            failOnDataLoss is true (false: a new snapshot is read instead,
+            which may repeat or skip events around it).
+    """
+    split = partition.split
+    key_filter, ranges = partition.read_args()
+
+    def records(snapshot_offset: int | None) -> Iterator[pb.Record]:
+        return snapshot_records(partition.broker, split.topic, split.partition, ranges,
+                                key_filter, partition.events_max, snapshot_offset, split.stop,
+                                partition.security)
+
+    try:
+        yield from _coalesced(records(partition.snapshot_offset), partition.events_max, schema)
+    except _client.BrokerCallError as e:
+        if not e.out_of_range or partition.snapshot_offset is None:
+            raise
+        if partition.fail_on_data_loss:
+            raise DataLossError(f"{e}. Set failOnDataLoss=false to read a new snapshot "
+                                "instead") from None
+        yield from _coalesced(records(None), partition.events_max, schema)
 
 
 # ---------------------------------------------------------------- batch
@@ -231,7 +303,10 @@ class KeybusBatchReader(DataSourceReader):
 
     def partitions(self) -> list[KeybusInputPartition]:
         options = self.options
-        bounds = _client.describe(options.broker, options.topics)
+        if options.snapshot:
+            return list(_snapshot_partitions(options, view_offsets(
+                options.broker, options.topics, options.security), None))
+        bounds = _client.describe(options.broker, options.topics, options.security)
         starts = resolve_offsets(options.starting, bounds, "startingOffsets")
         stops = resolve_offsets(options.ending, bounds, "endingOffsets")
         for tp, stop in stops.items():
@@ -245,6 +320,8 @@ class KeybusBatchReader(DataSourceReader):
         return _input_partitions(splits, options, self.plan.key_filter)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KeybusSnapshotPartition):
+            return read_snapshot_split(partition, self.arrow_schema)
         if not isinstance(partition, KeybusInputPartition):
             return iter(())  # PySpark's stand-in when partitions() found nothing to read
         return read_split(partition, self.arrow_schema)
@@ -282,9 +359,12 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartition, int] | None = None
 
     def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        return _client.describe(self.options.broker, self.options.topics)
+        return _client.describe(self.options.broker, self.options.topics, self.options.security)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
+        if self.options.snapshot:  # the first batch reads the view as of these offsets
+            return mark_snapshot(offsets_to_json(view_offsets(
+                self.options.broker, self.options.topics, self.options.security)))
         starts = resolve_offsets(self.options.starting, self._bounds(), "startingOffsets")
         return offsets_to_json(starts)
 
@@ -298,7 +378,7 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit
                      ) -> dict[str, dict[str, int]]:
         bounds = self._bounds()
-        starts = offsets_from_json(start)
+        starts = offsets_from_json(split_snapshot_mark(start)[0])
         latest = {tp: b.end_offset for tp, b in bounds.items()}
         for tp, b in bounds.items():
             starts.setdefault(tp, b.start_offset)  # a partition new since the last batch
@@ -313,7 +393,10 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> list[KeybusInputPartition]:
-        starts, stops = offsets_from_json(start), offsets_from_json(end)
+        plain, snapshot = split_snapshot_mark(start)
+        starts, stops = offsets_from_json(plain), offsets_from_json(end)
+        if snapshot:
+            return list(_snapshot_partitions(self.options, starts, stops))
         if any(tp not in starts for tp in stops):
             bounds = self._bounds()
             for tp in stops:
@@ -322,6 +405,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _input_partitions(splits, self.options, None)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KeybusSnapshotPartition):
+            return read_snapshot_split(partition, self.arrow_schema)
         if not isinstance(partition, KeybusInputPartition):
             return iter(())  # PySpark's stand-in when partitions() found nothing to read
         return read_split(partition, self.arrow_schema)

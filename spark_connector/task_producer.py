@@ -37,6 +37,7 @@ from typing import Any
 
 from sdk import errors
 from sdk.producer import BatchFuture, Producer, ProducerConfig
+from sdk.security import ClientSecurity
 from sdk.sender import PRODUCER_ID_CHOSEN_BIT, BatchResult
 from sdk.sync import LoopThread
 from spark_connector import _client
@@ -120,11 +121,13 @@ class TaskProducer:
         producer_id: the task's id (rule 1); None = a fresh id per attempt.
         in_flight_max: produce requests unanswered per topic.
         batch_events_max: the most events a caller puts in one batch.
+        security: TLS and credentials (None: plain text).
     """
 
     def __init__(self, broker: str, producer_id: int | None, in_flight_max: int,
-                 batch_events_max: int = 5000) -> None:
+                 batch_events_max: int = 5000, security: ClientSecurity | None = None) -> None:
         self.broker = broker
+        self.security = security
         self.in_flight_max = in_flight_max
         self.stats = WriteStats()
         self._producer_id = producer_id
@@ -185,7 +188,8 @@ class TaskProducer:
         if producer is None:
             try:
                 producer = self._loop.run(Producer.create(
-                    self.broker, topic, config=self._config, producer_id=producer_id))
+                    self.broker, topic, config=self._config, producer_id=producer_id,
+                    security=self.security))
             except errors.KeybusError as e:
                 raise _client.call_failure(f"Produce to {topic!r}", self.broker, e) from None
             producers[topic] = producer

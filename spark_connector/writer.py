@@ -129,7 +129,7 @@ class _WriterBase:
     def _write(self, batches: Iterator[pa.RecordBatch]) -> KeybusCommitMessage:
         options = self.options
         producer = TaskProducer(options.broker, self._producer_id(), options.in_flight_max,
-                                options.batch_events_max)
+                                options.batch_events_max, options.security)
         router = _Router(options, producer.partitions)
         try:
             for batch in batches:

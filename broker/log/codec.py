@@ -11,10 +11,15 @@ numeric order and a seek is a range scan):
                b"next_topic_id", b"next_producer_id"           -> u64
     cursors    topic_id u32 | b"s" | name                      -> subscription JSON
                topic_id u32 | b"c" | partition u32 | name      -> cursor (subscription/cursor.py)
+    acls       permission u8 | principal | 0x00 | topic pattern -> b"" (security/acl_store.py)
 
 A record value is a 25-byte header then the serialized `keybus.v1.Record`:
 
-    crc32 u32 (of the record bytes) | publish_time_ms i64 | count u32 | scn_first u64 | window u8
+    crc32 u32 (of the record bytes) | publish_time_ms i64 | count u32 | scn_first u64 | flags u8
+
+flags: bit 0 window; bit 1 sparse, a record a compacted topic rewrote
+(broker/view/compaction.py): it still spans `count` offsets from its key,
+but holds only the events listed in its `offsets` column.
 
 The header lets retention and recovery work without parsing protobuf; the
 record bytes go to readers unchanged (a Read response is their
@@ -31,7 +36,7 @@ PREFIX = struct.Struct(">II")
 LOG_KEY = struct.Struct(">IIQ")
 U64 = struct.Struct(">Q")
 U32 = struct.Struct(">I")
-HEADER = struct.Struct(">IqIQ?")
+HEADER = struct.Struct(">IqIQB")
 SCN_ENTRY = struct.Struct(">QI?")  # base_offset, count, window
 PARTITION_STATE = struct.Struct(">QQ")
 PRODUCER_RESULT = struct.Struct(">QQIQ?q")  # sequence, base_offset, count, scn_first, window, publish_time_ms
@@ -69,6 +74,7 @@ class RecordHeader:
     count: int
     scn_first: int
     window: bool
+    sparse: bool = False
 
     @property
     def scn_last(self) -> int:
@@ -76,16 +82,17 @@ class RecordHeader:
 
 
 def encode_record(record_bytes: bytes, publish_time_ms: int, count: int, scn_first: int,
-                  window: bool) -> bytes:
-    header = HEADER.pack(zlib.crc32(record_bytes), publish_time_ms, count, scn_first, window)
+                  window: bool, sparse: bool = False) -> bytes:
+    header = HEADER.pack(zlib.crc32(record_bytes), publish_time_ms, count, scn_first,
+                         window | sparse << 1)
     return header + record_bytes
 
 
 def decode_header(value: bytes) -> RecordHeader:
     if len(value) < HEADER.size:
         raise CorruptRecord(f"record value of {len(value)} bytes is shorter than its header")
-    crc, publish_time_ms, count, scn_first, window = HEADER.unpack_from(value)
-    return RecordHeader(crc, publish_time_ms, count, scn_first, window)
+    crc, publish_time_ms, count, scn_first, flags = HEADER.unpack_from(value)
+    return RecordHeader(crc, publish_time_ms, count, scn_first, bool(flags & 1), bool(flags & 2))
 
 
 def record_bytes(value: bytes, verify: bool = True) -> bytes:

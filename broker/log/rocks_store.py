@@ -18,7 +18,8 @@ from broker.log import codec
 from broker.log.retention import HeadRecord
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
-                   "ownership", "checkpoints")
+                   "view",  # the compacted view (broker/view/codec.py)
+                   "ownership", "checkpoints", "acls")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +98,18 @@ class RocksStore:
         self._db.write(batch, self._sync_options)
         return int(value)
 
+    def peek_id(self, counter: str) -> int:
+        """The last value `next_id` gave for a counter (0: none yet)."""
+        current = self._views["meta"].get(counter.encode())
+        return int(codec.U64.unpack(current)[0]) if current else 0
+
     def delete_topic(self, name: str, topic_id: int, partitions: int) -> None:
         """Remove a topic's metadata and every key of its partitions, atomically."""
         batch = self._batch()
         batch.delete(b"topic/" + name.encode(), self._cf["meta"])
         start, stop = codec.PREFIX.pack(topic_id, 0), codec.PREFIX.pack(topic_id + 1, 0)
-        for family in ("log", "scn_index", "producers", "partitions", "cursors", "ownership",
-                       "checkpoints"):
+        for family in ("log", "scn_index", "producers", "partitions", "cursors", "view",
+                       "ownership", "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
         self._db.write(batch, self._sync_options)
 
@@ -255,6 +261,28 @@ class RocksStore:
             batch.delete(codec.cursor_key(topic_id, partition, name), family)
         self._db.write(batch, self._sync_options)
 
+    # ------------------------------------------------------------ access control
+
+    def load_acl_keys(self) -> list[bytes]:
+        """Every key of the `acls` family (a grant is its key; see broker/security/acl_store.py)."""
+        it = self._views["acls"].iter()
+        it.seek_to_first()
+        keys = []
+        while it.valid():
+            keys.append(bytes(it.key()))
+            it.next()
+        return keys
+
+    def write_acl_keys(self, put: list[bytes], delete: list[bytes]) -> None:
+        """Add and remove grant keys in one synced WriteBatch."""
+        batch = self._batch()
+        family = self._cf["acls"]
+        for key in put:
+            batch.put(key, b"", family)
+        for key in delete:
+            batch.delete(key, family)
+        self._db.write(batch, self._sync_options)
+
     # ------------------------------------------------------------ processor stores
 
     def get_value(self, family: str, key: bytes) -> bytes | None:
@@ -282,6 +310,17 @@ class RocksStore:
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
+
+    # ------------------------------------------------------------ families kept by other modules
+
+    def column_family(self, name: str) -> tuple[Any, rocksdict.Rdict]:
+        """The handle (for WriteBatch puts) and the reader of a column family
+        whose layout another module owns (the compacted view: broker/view)."""
+        return self._cf[name], self._views[name]
+
+    def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
+        """Write a WriteBatch built on `column_family` handles, fsynced if asked."""
+        self._db.write(batch, self._sync_options if sync else self._cursor_write_options)
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:

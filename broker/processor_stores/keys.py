@@ -7,6 +7,7 @@ any strings are safe and a group's records are one contiguous range):
     ownership    topic_id u32 | group | partition u32
                  -> version u64 | epoch u64 | last_modified_ms i64 | owner utf-8
     checkpoints  topic_id u32 | b"c" | group | partition u32  -> offset u64 | scn u64 | epoch u64
+                                                                 | bootstrap utf-8 (may be empty)
                  topic_id u32 | b"f" | group | partition u32  -> fence: epoch u64 | owner utf-8
 
     group = namespace length u16 | namespace utf-8 | consumer group length u16 | consumer group utf-8
@@ -60,6 +61,7 @@ class Position:
     offset: int
     scn: int
     epoch: int
+    bootstrap: str = ""  # a Databus consumer's bootstrap position (JSON), "" online
 
 
 def group_key(namespace: str, consumer_group: str) -> bytes:
@@ -102,12 +104,13 @@ def decode_owned(value: bytes) -> Owned:
 
 
 def encode_position(position: Position) -> bytes:
-    return CHECKPOINT_VALUE.pack(position.offset, position.scn, position.epoch)
+    return (CHECKPOINT_VALUE.pack(position.offset, position.scn, position.epoch)
+            + position.bootstrap.encode())
 
 
 def decode_position(value: bytes) -> Position:
-    offset, scn, epoch = CHECKPOINT_VALUE.unpack(value)
-    return Position(int(offset), int(scn), int(epoch))
+    offset, scn, epoch = CHECKPOINT_VALUE.unpack_from(value)
+    return Position(int(offset), int(scn), int(epoch), value[CHECKPOINT_VALUE.size:].decode())
 
 
 def encode_fence(fence: Fence) -> bytes:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import grpc
 
+from broker.errors import BrokerError
 from broker.processor_stores.keys import Owned, Position
 from broker.processor_stores.rules import Claim
 from broker.processor_stores.service import Group, ProcessorStores
 from broker.rpc.service import SERVICE
 from broker.rpc.status import unary
 from sdk.core.pb import keybus_pb2 as pb
+
+BOOTSTRAP_CHARS_MAX = 1 << 16  # a checkpoint's bootstrap position (JSON with a source and key)
 
 
 def _ownership(group: Group, partition: int, owned: Owned) -> pb.OwnershipRecord:
@@ -30,7 +33,8 @@ def _ownership(group: Group, partition: int, owned: Owned) -> pb.OwnershipRecord
 def _checkpoint(group: Group, partition: int, position: Position) -> pb.CheckpointRecord:
     return pb.CheckpointRecord(namespace=group.namespace, topic=group.topic,
                                consumer_group=group.consumer_group, partition=partition,
-                               offset=position.offset, scn=position.scn, epoch=position.epoch)
+                               offset=position.offset, scn=position.scn, epoch=position.epoch,
+                               bootstrap=position.bootstrap)
 
 
 class ProcessorStoreServicer:
@@ -67,8 +71,12 @@ class ProcessorStoreServicer:
         checkpoint = request.checkpoint
         group = self.stores.group(checkpoint.namespace, checkpoint.topic,
                                   checkpoint.consumer_group)
+        if len(checkpoint.bootstrap) > BOOTSTRAP_CHARS_MAX:
+            raise BrokerError("checkpoint_invalid",
+                              detail=f"checkpoint.bootstrap has {len(checkpoint.bootstrap)} "
+                                     f"characters; allowed at most {BOOTSTRAP_CHARS_MAX}")
         await self.stores.update_checkpoint(group, checkpoint.partition, Position(
-            checkpoint.offset, checkpoint.scn, checkpoint.epoch))
+            checkpoint.offset, checkpoint.scn, checkpoint.epoch, checkpoint.bootstrap))
         return pb.UpdateCheckpointResponse()
 
     @unary

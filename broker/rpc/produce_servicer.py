@@ -3,6 +3,9 @@
 The stream is pipelined: requests are handed to their partitions as they
 arrive (up to `produce_in_flight_max` unanswered), and answers go back in
 request order. A bad request gets an error answer; the stream stays open.
+That includes requests refused before they got here (`guard.Refused`:
+undecodable, over request_bytes_max, or not permitted): the answer carries
+the request id when the bytes parsed, else 0, and comes in request order.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import grpc
 
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
+from broker.rpc.guard import Refused
 from broker.rpc.status import refuse_unknown_fields, unary
 from broker.topics import TopicRegistry
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.produce")
-_Pending = tuple[pb.ProduceRequest, "asyncio.Future[pb.ProduceResponse] | BrokerError"]
+CHOSEN_ID_MIN = 1 << 63  # ids with the high bit set are chosen by clients (proto)
+_Pending = tuple["pb.ProduceRequest | Refused", "asyncio.Future[pb.ProduceResponse] | BrokerError"]
 
 
 class ProduceServicer:
@@ -29,6 +34,9 @@ class ProduceServicer:
         self.registry = registry
         self.store = store
         self.in_flight_max = in_flight_max
+        # Ids below 2^63 come from InitProducer: one it never gave is refused, so a
+        # client cannot write under (and advance the sequences of) another's id.
+        self.issued_id_max = store.peek_id("next_producer_id")
 
     async def Produce(self, requests: AsyncIterator[pb.ProduceRequest],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProduceResponse]:
@@ -50,16 +58,24 @@ class ProduceServicer:
         finally:
             await pending.put(None)
 
-    def _submit(self, request: pb.ProduceRequest) -> asyncio.Future[pb.ProduceResponse] | BrokerError:
+    def _submit(self, request: pb.ProduceRequest | Refused
+                ) -> asyncio.Future[pb.ProduceResponse] | BrokerError:
+        if isinstance(request, Refused):  # undecodable, too large or not permitted
+            return request.error
         try:
             refuse_unknown_fields(request)
+            if self.issued_id_max < request.producer_id < CHOSEN_ID_MIN:
+                raise BrokerError("producer_not_issued", producer_id=request.producer_id)
             return self.registry.partition(request.topic, request.partition).submit(request)
         except BrokerError as e:
             return e
 
-    async def _answer(self, request: pb.ProduceRequest,
+    async def _answer(self, request: pb.ProduceRequest | Refused,
                       outcome: asyncio.Future[pb.ProduceResponse] | BrokerError
                       ) -> pb.ProduceResponse:
+        if isinstance(request, Refused):  # answer with what parsed of it, if anything
+            parsed = request.message
+            request = parsed if isinstance(parsed, pb.ProduceRequest) else pb.ProduceRequest()
         if not isinstance(outcome, BrokerError):
             try:
                 return await outcome
@@ -81,5 +97,6 @@ class ProduceServicer:
                            context: grpc.aio.ServicerContext) -> pb.InitProducerResponse:
         partitions = self.registry.meta(request.topic).partitions
         producer_id = await asyncio.to_thread(self.store.next_id, "next_producer_id")
+        self.issued_id_max = max(self.issued_id_max, producer_id)
         return pb.InitProducerResponse(producer_id=producer_id,
                                        next_sequences=[0] * partitions)

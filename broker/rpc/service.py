@@ -23,7 +23,8 @@ def _identity(data: bytes) -> bytes:
 
 
 def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None = None,
-                    subscription_admin: Any | None = None) -> grpc.GenericRpcHandler:
+                    subscription_admin: Any | None = None,
+                    access: Any | None = None) -> grpc.GenericRpcHandler:
     """One generic handler for the Keybus service from the servicer objects."""
     handlers = {
         "Produce": grpc.stream_stream_rpc_method_handler(
@@ -58,4 +59,13 @@ def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None =
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 getattr(subscription_admin, name), request_type.FromString,
                 response_type.SerializeToString)
+    if access is not None:  # access control (broker/rpc/acl_servicer.py)
+        access_methods: tuple[tuple[str, Any, Any], ...] = (
+                ("GrantPermissions", pb.GrantPermissionsRequest, pb.GrantPermissionsResponse),
+                ("RevokePermissions", pb.RevokePermissionsRequest, pb.RevokePermissionsResponse),
+                ("ListPermissions", pb.ListPermissionsRequest, pb.ListPermissionsResponse),
+                ("WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse))
+        for name, request_type, response_type in access_methods:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                getattr(access, name), request_type.FromString, response_type.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE, handlers)

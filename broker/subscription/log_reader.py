@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from broker.log import codec
 from broker.log.rocks_store import RocksStore
+from broker.log.sparse import densify
 from broker.read_path import EventSelector
 from sdk.core.columns import batch_slots
 from sdk.core.pb import keybus_pb2 as pb
@@ -41,9 +42,15 @@ def read_records(store: RocksStore, topic_id: int, partition: int, start: int,
             continue
         body = codec.record_bytes(value)
         record = pb.Record.FromString(body)
+        present: list[int] | None = None
+        if header.sparse:  # compacted: the positions compaction removed count as filtered
+            record, present = densify(record, header.count)
+            body = record.SerializeToString()
         batch = record.batch
         slots = list(batch.slots) if len(batch.slots) == header.count else batch_slots(batch)
         passing = selector(batch) if selector is not None else None
+        if present is not None:
+            passing = present if passing is None else sorted(set(passing) & set(present))
         if passing is not None and len(passing) == header.count:
             passing = None
         records.append(ReadRecord(base, header.count, body, record, slots, passing))

@@ -1,9 +1,12 @@
-"""What every CLI command shares: the options that say how to reach the broker,
---json and --wide, parameter types, running a coroutine, one-line failures.
+"""What every CLI command shares: the options that say how to reach the broker
+(address, timeout, TLS and credentials), --json and --wide, parameter types,
+running a coroutine, one-line failures.
 
-The options that say how to reach the broker live in `connection_options`
-only; a command receives them as one `Connection` (so an option added there,
-say for TLS, reaches every command that talks to a broker).
+The options that say how to reach the broker live here only:
+`connection_options` gives a command one `Connection` (--broker, --timeout)
+plus the TLS/credential options, which the SDK clients it makes pick up
+(sdk.security.use); `broker_option` is the address alone, as `broker: str`,
+with the same TLS/credential options.
 
 Exit status, the same for every command:
   0    done
@@ -28,6 +31,7 @@ from rich.console import Console
 from sdk.admin import Admin
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
+from sdk.security import ClientSecurity, use
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,24 +84,64 @@ class Connection:
         return Admin(self.broker, request_timeout_ms=self.request_timeout_ms)
 
 
-broker_option = click.option(
+_broker_option = click.option(
     "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
     metavar="HOST:PORT", help="The broker to talk to (env KEYBUS_BROKER).")
+
+# TLS and credentials, shared by every command that talks to a broker.
+_SECURITY_OPTIONS = (
+    click.option("--tls-ca", envvar="KEYBUS_TLS_CA", default="", metavar="PEM",
+                 help="CA bundle to verify the broker with; turns TLS on (env KEYBUS_TLS_CA)."),
+    click.option("--tls-cert", envvar="KEYBUS_TLS_CERT", default="", metavar="PEM",
+                 help="Client certificate for mTLS (env KEYBUS_TLS_CERT)."),
+    click.option("--tls-key", envvar="KEYBUS_TLS_KEY", default="", metavar="PEM",
+                 help="Key of the client certificate (env KEYBUS_TLS_KEY)."),
+    click.option("--tls-server-name", envvar="KEYBUS_TLS_SERVER_NAME", default="",
+                 help="Name to check in the broker's certificate, when not the host."),
+    click.option("--token", envvar="KEYBUS_TOKEN", default="",
+                 help="Bearer token (static or JWT); prefer the env KEYBUS_TOKEN or --token-file."),
+    click.option("--token-file", envvar="KEYBUS_TOKEN_FILE", default="", metavar="PATH",
+                 help="File holding the bearer token (env KEYBUS_TOKEN_FILE)."),
+)
+_SECURITY_NAMES = ("tls_ca", "tls_cert", "tls_key", "tls_server_name", "token", "token_file")
+
+
+def security_options(command: Callable[..., T]) -> Callable[..., T]:
+    """Add the TLS/credential options; the SDK clients the command makes use them
+    (sdk.security.use), so no command passes them on by hand."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        values = {name: kwargs.pop(name) for name in _SECURITY_NAMES}
+        security = ClientSecurity(
+            ca_file=values["tls_ca"], cert_file=values["tls_cert"], key_file=values["tls_key"],
+            server_name=values["tls_server_name"], token=values["token"],
+            token_file=values["token_file"])
+        use(None if security == ClientSecurity() else security)
+        return command(*args, **kwargs)
+    for option in reversed(_SECURITY_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def broker_option(command: Callable[..., T]) -> Callable[..., T]:
+    """--broker plus the TLS/credential options."""
+    return _broker_option(security_options(command))
 
 
 def connection_options(command: F) -> F:
     """Add --broker and --timeout; the command receives `conn: Connection`.
     (`broker_option` alone gives a command the address as `broker: str`.)"""
     @functools.wraps(command)
-    def wrapper(*args: Any, broker: str, timeout_s: float | None, **kwargs: Any) -> Any:
+    def with_connection(*args: Any, broker: str, timeout_s: float | None, **kwargs: Any) -> Any:
         return command(*args, conn=Connection(broker, timeout_s), **kwargs)
 
+    wrapper: Any = with_connection
     wrapper = click.option(
         "--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
         help="How long to wait: a call's deadline (default 30); consume and read --follow "
              "stop when no event came for this long (default: wait until Ctrl-C).")(wrapper)
     wrapper = broker_option(wrapper)
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[no-any-return]
 
 
 json_option = click.option("--json", "as_json", is_flag=True,

@@ -167,12 +167,31 @@ def retention_text(config: pb.TopicConfig) -> str:
 
 
 def partitions_table(topic: pb.TopicInfo, width: int, wide: bool = False) -> RenderableType:
+    """The partitions, and below them the compacted view's state when there is one."""
     rows = [(str(p.partition), str(p.start_offset), str(p.end_offset),
              f"{p.end_offset - p.start_offset:,}", str(p.last_scn), f"{p.bytes:,}")
             for p in topic.partitions]
-    title = f"topic {topic.topic} (retention: {retention_text(topic.config)})"
-    return fit_table(title, ("partition", "start offset", "end offset", "events", "last scn",
-                             "bytes"), rows, width, wide)
+    title = f"topic {topic.topic} (retention: {retention_text(topic.config)}" \
+            f"{view_text(topic.config)})"
+    table = fit_table(title, ("partition", "start offset", "end offset", "events", "last scn",
+                              "bytes"), rows, width, wide)
+    if topic.config.view != pb.VIEW_ON:
+        return table
+    view_rows = [(str(p.partition), str(p.view_scn), f"{p.end_offset - p.view_offset:,}",
+                  f"{p.view_keys:,}", f"{p.view_tombstones:,}", f"{p.view_bytes:,}")
+                 for p in topic.partitions]
+    view = fit_table("compacted view (complete up to scn; lag in events behind the log)",
+                     ("partition", "view scn", "view lag", "view keys", "deleted",
+                      "view bytes"), view_rows, width, wide)
+    return Group(table, Text(""), view)
+
+
+def view_text(config: pb.TopicConfig) -> str:
+    """The compacted view's settings, for a table title ("" when off)."""
+    if config.view != pb.VIEW_ON:
+        return "; no compacted view"
+    kind = "compacted topic" if config.compacted else "compacted view"
+    return f"; {kind}, tombstones kept {config.delete_retention_ms / 1000:g}s"
 
 
 def topic_dict(topic: pb.TopicInfo) -> dict[str, object]:
@@ -184,7 +203,17 @@ def topic_dict(topic: pb.TopicInfo) -> dict[str, object]:
         "created_ms": topic.created_ms,
         "partition_info": [
             {"partition": p.partition, "start_offset": p.start_offset, "end_offset": p.end_offset,
-             "last_scn": p.last_scn, "bytes": p.bytes}
+             "last_scn": p.last_scn, "bytes": p.bytes, **view_dict(topic.config, p)}
             for p in topic.partitions
         ],
+        "view": topic.config.view == pb.VIEW_ON,
+        "compacted": topic.config.compacted,
+        "delete_retention_ms": topic.config.delete_retention_ms,
     }
+
+
+def view_dict(config: pb.TopicConfig, p: pb.PartitionInfo) -> dict[str, int]:
+    if config.view != pb.VIEW_ON:
+        return {}
+    return {"view_offset": p.view_offset, "view_scn": p.view_scn, "view_keys": p.view_keys,
+            "view_tombstones": p.view_tombstones, "view_bytes": p.view_bytes}

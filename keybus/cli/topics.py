@@ -45,13 +45,21 @@ def topics() -> None:
               help="Remove records older than this (0 = keep forever).")
 @click.option("--retention-bytes", default=0, show_default=True, type=click.IntRange(0, None),
               help="Keep at most this many bytes per partition (0 = no limit).")
+@click.option("--view/--no-view", default=None,
+              help="Keep a compacted view for bootstrap (default: the broker's view_default).")
+@click.option("--compacted", is_flag=True,
+              help="Retention keeps at least the latest event per key (Kafka cleanup.policy=compact).")
+@click.option("--delete-retention-ms", default=0, type=click.IntRange(0, None),
+              help="Keep tombstones this long (0 = broker default, 24 h).")
 @connection_options
 @json_option
 def topics_create(name: str, partitions: int, retention_ms: int, retention_bytes: int,
+                  view: bool | None, compacted: bool, delete_retention_ms: int,
                   conn: Connection, as_json: bool) -> None:
     """Create topic NAME."""
-    info = with_admin(conn, lambda a: a.create_topic(name, partitions, retention_ms,
-                                                     retention_bytes))
+    info = with_admin(conn, lambda a: a.create_topic(
+        name, partitions, retention_ms, retention_bytes, view=view, compacted=compacted,
+        delete_retention_ms=delete_retention_ms))
     if as_json:
         print_json(render.topic_dict(info))
     else:
@@ -81,7 +89,7 @@ def topics_list(conn: Connection, as_json: bool, wide: bool) -> None:
 @json_option
 @wide_option
 def topics_describe(name: str, conn: Connection, as_json: bool, wide: bool) -> None:
-    """Show topic NAME's partitions: offsets, last SCN, size."""
+    """Show topic NAME's partitions: offsets, last SCN, size, compacted view."""
     info = with_admin(conn, lambda a: a.describe_topic(name))
     if as_json:
         print_json(render.topic_dict(info))

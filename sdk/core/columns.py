@@ -193,7 +193,10 @@ def record_offsets(record: pb.Record) -> list[int]:
 
 
 def record_scns(record: pb.Record) -> list[int]:
-    """The SCN of every event: one per window, else scn_first + position."""
+    """The SCN of every event: listed (a bootstrap snapshot), one per window,
+    else scn_first + position."""
+    if record.scns:
+        return list(record.scns)
     offsets = record_offsets(record)
     if record.window:
         return [record.scn_first] * len(offsets)
@@ -216,11 +219,13 @@ def record_events(record: pb.Record) -> list[Event]:
     slots = batch_slots(batch)
     offsets = record_offsets(record)
     scns = record_scns(record)
+    published = (list(record.publish_times_ms) if record.publish_times_ms
+                 else [record.publish_time_ms] * count)
     return [
         Event(key=keys[i], value=batch.values[i], ordering_key=ordering[i], source=sources[i],
               opcode=opcodes[i], schema=schemas[i], headers=dict(headers[i].entries),
               event_time_ms=times[i], topic=record.topic, partition=record.partition,
-              offset=offsets[i], scn=scns[i], publish_time_ms=record.publish_time_ms,
+              offset=offsets[i], scn=scns[i], publish_time_ms=published[i],
               slot=slots[i])
         for i in range(count)
     ]

@@ -5,11 +5,19 @@ consistency windows: on_start_window, on_start_source, on_event, ...,
 on_end_window, with rollback and retry of a failing window and checkpoints
 at whole windows only. See docs/databus.md.
 
-Layout: results.py, callbacks.py, event.py (the API's values); window.py,
-runner.py, framing.py (pure cores); executor.py, registration.py,
-log_windows.py, share_windows.py, client.py (the shell).
+Layout: results.py, callbacks.py, bootstrap_callbacks.py, event.py (the
+API's values); window.py, runner.py, framing.py (pure cores); executor.py,
+registration.py, log_windows.py, log_bootstrap.py, share_windows.py,
+client.py (the shell). `register(..., bootstrap=True)` bootstraps a
+partition whose checkpoint fell off retention (docs/databus.md).
 """
 
+from sdk.databus.bootstrap_callbacks import (
+    BOOTSTRAP_CALLBACK_NAMES,
+    DatabusBootstrapConsumer,
+    DatabusCombinedConsumer,
+    DatabusCombinedConsumerBase,
+)
 from sdk.databus.callbacks import CALLBACK_NAMES, DatabusConsumer, DatabusConsumerBase
 from sdk.databus.client import DatabusClient
 from sdk.databus.config import DatabusConfig
@@ -32,8 +40,10 @@ from sdk.databus.results import (
 )
 
 __all__ = [
-    "CALLBACK_NAMES", "CHECKPOINT", "ERROR", "FATAL", "SKIP_CHECKPOINT", "SUCCESS",
-    "CallbackResult", "CheckpointFailed", "ConsumerFatal", "DatabusClient", "DatabusConfig",
+    "BOOTSTRAP_CALLBACK_NAMES", "CALLBACK_NAMES", "CHECKPOINT", "ERROR", "FATAL",
+    "SKIP_CHECKPOINT", "SUCCESS",
+    "CallbackResult", "CheckpointFailed", "ConsumerFatal", "DatabusBootstrapConsumer",
+    "DatabusClient", "DatabusCombinedConsumer", "DatabusCombinedConsumerBase", "DatabusConfig",
     "DatabusConsumer", "DatabusConsumerBase", "DatabusError", "DatabusRegistration", "DbusEvent",
     "Scn", "WindowRetriesExhausted", "WindowTooLarge",
 ]

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from sdk.consumer import ConsumerConfig
+from sdk.databus.bootstrap_callbacks import cannot_bootstrap
 from sdk.databus.callbacks import missing_callbacks
 from sdk.databus.config import DatabusConfig
 from sdk.databus.log_windows import LogWindows
@@ -60,7 +61,8 @@ class DatabusClient:
     def register(self, consumer: object | Sequence[object], *, topic: str,
                  sources: Sequence[str] | None = None, filter: Any = None, name: str = "",
                  partitions: Sequence[int] | None = None, start: Start = "earliest",
-                 config: DatabusConfig | None = None) -> DatabusRegistration:
+                 config: DatabusConfig | None = None,
+                 bootstrap: bool = False) -> DatabusRegistration:
         """Register a consumer, or a group (a list of consumers), for `sources` of `topic`.
 
         Args:
@@ -74,8 +76,15 @@ class DatabusClient:
             name: the registration's name, also its checkpoints' consumer
                 group (required with a checkpoint store; unique per client).
             start: where to begin without a checkpoint: "earliest" (default),
-                "latest", an offset or {"scn": n}.
+                "latest", an offset, {"scn": n}, or "bootstrap" (the compacted
+                view first; needs bootstrap=True).
             config: settings for this registration (default: the client's).
+            bootstrap: allow bootstrap (Databus's bootstrap client): a
+                partition whose checkpoint is older than what the log holds
+                bootstraps from the topic's compacted view through the
+                bootstrap callbacks, then goes on online (see
+                DatabusCombinedConsumerBase, docs/bootstrap.md). Without it
+                such a checkpoint stops consumption with OffsetOutOfRange.
         Returns:
             The registration (started with the client).
         Raises:
@@ -86,12 +95,16 @@ class DatabusClient:
         config = config or self.config
         name = self._name(name, topic, needs_name=self.checkpoint_store is not None)
         checked_sources = _sources(sources)
-        start_to_proto(start)  # raises ValueError naming what is allowed
+        if bootstrap or start == "bootstrap":
+            _check_bootstrap(members, bootstrap)
+        else:
+            start_to_proto(start)  # raises ValueError naming what is allowed
         source = LogWindows(self.broker, topic, name=name, config=config,
                             need_slots=len(members) > 1,
                             partitions=list(partitions) if partitions is not None else None,
                             start=start, key_filter=filter_to_proto(filter),
-                            checkpoints=self.checkpoint_store, namespace=self.namespace)
+                            checkpoints=self.checkpoint_store, namespace=self.namespace,
+                            bootstrap=bootstrap, sources=checked_sources)
         return self._add(DatabusRegistration(name, topic, members, checked_sources, config,
                                              source))
 
@@ -205,6 +218,16 @@ class DatabusClient:
         if any(r.name == name for r in self.registrations):
             raise ValueError(f"a registration named {name!r} exists already; names are unique")
         return name
+
+
+def _check_bootstrap(members: Sequence[object], allowed: bool) -> None:
+    if not allowed:
+        raise ValueError("start='bootstrap' needs bootstrap=True (and combined consumers)")
+    for i, member in enumerate(members):
+        why = cannot_bootstrap(member)
+        if why is not None:
+            raise TypeError(f"bootstrap=True: consumer {i} ({type(member).__name__}) {why}; "
+                            "derive it from DatabusCombinedConsumerBase")
 
 
 def _sources(sources: Sequence[str] | None) -> list[str] | None:

@@ -45,8 +45,8 @@ class EventColumns:
     read lazily by `DbusEvent`. Positions are indexes into the record's batch."""
 
     __slots__ = ("_keys", "base_offset", "count", "event_times", "headers", "offsets",
-                 "opcodes", "partition", "publish_time_ms", "record", "schemas", "scn_first",
-                 "sources", "topic", "values", "window")
+                 "opcodes", "partition", "publish_time_ms", "publish_times_ms", "record",
+                 "schemas", "scn_first", "scns", "sources", "topic", "values", "window")
 
     def __init__(self, record: pb.Record) -> None:
         batch = record.batch
@@ -61,6 +61,9 @@ class EventColumns:
         self.count = count
         self.values: Sequence[bytes] = batch.values
         self.offsets: Sequence[int] | None = record.offsets or None
+        # A bootstrap snapshot gathers events of many stored records: their own SCNs.
+        self.scns: Sequence[int] | None = record.scns or None
+        self.publish_times_ms: Sequence[int] | None = record.publish_times_ms or None
         self.sources = _Column(batch.sources, count, "")
         self.schemas = _Column(batch.schemas, count, "")
         self.opcodes = _Column(batch.opcodes, count, pb.UPSERT)
@@ -79,7 +82,10 @@ class EventColumns:
         return self.base_offset + i if offsets is None else offsets[i]
 
     def scn_at(self, i: int) -> int:
-        """A window's events share its SCN; a plain batch's event i has scn_first + its place."""
+        """A window's events share its SCN; a plain batch's event i has scn_first + its place
+        (a snapshot's events carry their own)."""
+        if self.scns is not None:
+            return self.scns[i]
         if self.window:
             return self.scn_first
         return self.scn_first + self.offset_at(i) - self.base_offset
@@ -107,7 +113,9 @@ class DbusEvent:
     @property
     def timestamp(self) -> int:
         columns = self._columns
-        return int(columns.event_times.at(self._i)) or columns.publish_time_ms
+        published = columns.publish_times_ms
+        return int(columns.event_times.at(self._i)) or (
+            columns.publish_time_ms if published is None else published[self._i])
 
     @property
     def key(self) -> int | str:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
+from sdk.databus.bootstrap_callbacks import BOOTSTRAP_CALLBACK_NAMES
 from sdk.databus.callbacks import CALLBACK_NAMES
 from sdk.databus.event import DbusEvent, EventColumns
 from sdk.databus.results import ERROR, SUCCESS, CallbackResult, merge, normalize
@@ -51,7 +52,8 @@ class GroupExecutor:
         self.label = label
         self._budget_s = call_budget_ms / 1000
         self._fns: dict[str, list[Callable[..., Any]]] = {
-            name: [getattr(member, name) for member in self.members] for name in CALLBACK_NAMES}
+            name: [getattr(member, name) for member in self.members]
+            for name in CALLBACK_NAMES + _bootstrap_names(self.members)}
         self._async: dict[str, list[bool]] = {
             name: [is_async_callable(fn) for fn in fns] for name, fns in self._fns.items()}
         self._any_async = {name: any(flags) for name, flags in self._async.items()}
@@ -68,11 +70,11 @@ class GroupExecutor:
         worst = SUCCESS
         for m in range(len(self.members)):
             for call in segment.calls:
-                if type(call) is EventsCall:
+                if isinstance(call, EventsCall):  # on_event, or on_bootstrap_event
                     positions = call.slices[m]
                     if not positions:
                         continue
-                    result = self._events_sync(self._fns["on_event"][m], call.payload, positions)
+                    result = self._events_sync(self._fns[call.name][m], call.payload, positions)
                 else:
                     assert isinstance(call, Call)
                     result = self._call_sync(m, call)
@@ -168,10 +170,10 @@ class GroupExecutor:
         """Member m's calls of the segment, in order; stops at its first failure."""
         worst = SUCCESS
         for call in segment.calls:
-            if type(call) is EventsCall:
+            if isinstance(call, EventsCall):
                 positions = call.slices[m]
-                result = await self._events_async(m, call.payload, positions, started) \
-                    if positions else SUCCESS
+                result = await self._events_async(m, call.name, call.payload, positions,
+                                                  started) if positions else SUCCESS
             else:
                 assert isinstance(call, Call)
                 result = await self._call_async(m, call.name, call.args, started)
@@ -195,11 +197,11 @@ class GroupExecutor:
             started[m] = None
         return self._checked(returned, name, m)
 
-    async def _events_async(self, m: int, payload: object, positions: Sequence[int],
+    async def _events_async(self, m: int, name: str, payload: object, positions: Sequence[int],
                             started: list[float | None]) -> CallbackResult:
         assert isinstance(payload, EventColumns)
-        fn = self._fns["on_event"][m]
-        if not self._async["on_event"][m]:
+        fn = self._fns[name][m]
+        if not self._async[name][m]:
             return self._events_sync(fn, payload, positions)
         worst = SUCCESS
         loop = asyncio.get_running_loop()
@@ -240,3 +242,10 @@ class GroupExecutor:
         _log.error("%s: %s of member %d ran %.0f ms, over call_budget_ms=%.0f; counted as ERROR",
                    self.label, name, m, elapsed_s * 1000, self._budget_s * 1000)
         return ERROR
+
+
+def _bootstrap_names(members: Sequence[object]) -> tuple[str, ...]:
+    """The bootstrap callbacks, when every member has them (a combined consumer)."""
+    if all(callable(getattr(m, name, None)) for m in members for name in BOOTSTRAP_CALLBACK_NAMES):
+        return BOOTSTRAP_CALLBACK_NAMES
+    return ()

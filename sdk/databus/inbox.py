@@ -29,6 +29,13 @@ class AbortItem:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkerItem:
+    """A partition starts or ends bootstrapping: the callback to make between windows."""
+
+    name: str  # "on_start_bootstrap" or "on_end_bootstrap"
+
+
+@dataclass(frozen=True, slots=True)
 class NoticeItem:
     error: Exception
 
@@ -38,7 +45,7 @@ class FailureItem:
     error: Exception
 
 
-Item = PieceItem | AbortItem | NoticeItem | FailureItem
+Item = PieceItem | AbortItem | NoticeItem | FailureItem | MarkerItem
 
 
 class Inbox:
@@ -102,8 +109,10 @@ class WindowSource(Protocol):
         """A notice to tell the consumers now (the broker unreachable for long), or None."""
         ...
 
-    async def persist(self, partition: int, offset: int, scn: int) -> None:
-        """Make the checkpoint of the window at (partition, offset, scn) durable."""
+    async def persist(self, partition: int, offset: int, scn: int,
+                      position: object = None) -> None:
+        """Make the checkpoint of the window at (partition, offset, scn) durable
+        (`position`: where a bootstrap of the partition stands, None online)."""
         ...
 
     async def close(self) -> None:

@@ -7,20 +7,31 @@ server-side filter. A read returns whole stored records, so every window
 arrives whole: the runner never sees a window cut by the transport. Readers
 reconnect on their own (following reads retry forever); the link's
 `ConnectionWatch` turns a long outage into a notice.
+
+Bootstrap (log_bootstrap.py): a partition whose checkpoint is older than
+what the log holds switches to a bootstrap when the registration allows it
+(`bootstrap=True`), and fails loudly when it does not; a checkpoint saved
+during a bootstrap continues that bootstrap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 
+import grpc
+import grpc.aio
+
 from sdk import errors
+from sdk.bootstrap import BootstrapPosition
 from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
 from sdk.databus.connection import BrokerLink
 from sdk.databus.inbox import PieceItem
+from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
 from sdk.producer import _partitions_of as partitions_of
 from sdk.reader import Reader, Start
@@ -36,14 +47,17 @@ class LogWindows(BrokerLink):
     def __init__(self, broker: str, topic: str, *, name: str, config: DatabusConfig,
                  need_slots: bool, partitions: list[int] | None, start: Start,
                  key_filter: pb.KeyFilter | None, checkpoints: CheckpointStore | None,
-                 namespace: str) -> None:
+                 namespace: str, bootstrap: bool = False,
+                 sources: list[str] | None = None) -> None:
         super().__init__(broker, topic, name, config, need_slots)
         self.partitions = partitions
         self.start = start
         self.key_filter = key_filter
         self.checkpoints = checkpoints
         self.namespace = namespace
-        self.starts: dict[int, Start] = {}
+        self.bootstrap = bootstrap
+        self.sources = sources
+        self.starts: dict[int, Start | BootstrapStart] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
@@ -54,8 +68,9 @@ class LogWindows(BrokerLink):
         """
         self._connect()
         partitions = await self._partitions()
+        log_starts = await self._log_starts()
         for partition in partitions:
-            self.starts[partition] = await self._start_of(partition)
+            self.starts[partition] = await self._start_of(partition, log_starts[partition])
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read(p), name=f"keybus-databus-{self.name}-{p}")
                        for p in partitions]
@@ -71,16 +86,64 @@ class LogWindows(BrokerLink):
                              f"partitions 0..{count - 1}")
         return sorted(set(self.partitions))
 
-    async def _start_of(self, partition: int) -> Start:
+    @property
+    def channel(self) -> grpc.aio.Channel | None:
+        return self._channel
+
+    async def _log_starts(self) -> dict[int, int]:
+        """Each partition's earliest stored offset (to tell a checkpoint that fell off)."""
+        assert self._channel is not None
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=30)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        return {p.partition: p.start_offset for p in info.partitions}
+
+    async def _start_of(self, partition: int, log_start: int) -> Start | BootstrapStart:
+        """Where a partition begins: after its checkpoint, else the registration's start.
+
+        Raises:
+            OffsetOutOfRange: the checkpoint is older than the log and the
+                registration does not allow bootstrap.
+        """
+        checkpoint = None
         if self.checkpoints is not None:
             checkpoint = await self.checkpoints.get_checkpoint(self.namespace, self.topic,
                                                                self.name, partition)
-            if checkpoint is not None:
-                return {"scn": checkpoint.scn + 1}
-        return self.start
+        if checkpoint is None:
+            return BootstrapStart() if self.start == "bootstrap" else self.start
+        if checkpoint.bootstrap:  # a bootstrap was under way: go on with it
+            return BootstrapStart(BootstrapPosition.from_dict(json.loads(checkpoint.bootstrap)),
+                                  checkpoint.scn)
+        if checkpoint.offset + 1 >= log_start:
+            return {"scn": checkpoint.scn + 1}
+        if self.bootstrap:
+            _log.info("%s: partition %d's checkpoint (offset %d) is older than the log (from "
+                      "%d): bootstrapping", self.name, partition, checkpoint.offset, log_start)
+            return BootstrapStart()
+        raise errors.OffsetOutOfRange(
+            f"the checkpoint of {self.name} on {self.topic}/{partition} is at offset "
+            f"{checkpoint.offset}, but retention removed the log below offset {log_start}: "
+            "events are missing. Register with bootstrap=True to start from the compacted "
+            "view, or start over", grpc.StatusCode.OUT_OF_RANGE)
 
     async def _read(self, partition: int) -> None:
-        reader = Reader(self.broker, self.topic, partition, start=self.starts[partition],
+        start = self.starts[partition]
+        try:
+            if isinstance(start, BootstrapStart):
+                await read_bootstrap(self, partition, start)
+            else:
+                await self._read_log(partition, start)
+        except errors.KeybusError as e:
+            self.inbox.put_failure(e)
+        except Exception as e:  # a bug must end consumption loudly, not hang it
+            _log.exception("reading partition %d of %s failed", partition, self.topic)
+            self.inbox.put_failure(e)
+
+    async def _read_log(self, partition: int, start: Start) -> None:
+        """Follow the log; if retention outruns the reader, bootstrap (if allowed)."""
+        reader = Reader(self.broker, self.topic, partition, start=start,
                         key_filter=self.key_filter, follow=True,
                         bytes_max=self.config.reader_bytes_max, channel=self._channel)
         put = self.inbox.put
@@ -89,19 +152,24 @@ class LogWindows(BrokerLink):
             async for batch in reader:
                 for piece in record_pieces(batch.record, need_slots):
                     await put(PieceItem(piece, True))
-        except errors.KeybusError as e:
-            self.inbox.put_failure(e)
-        except Exception as e:  # a bug must end consumption loudly, not hang it
-            _log.exception("reading partition %d of %s failed", partition, self.topic)
-            self.inbox.put_failure(e)
+            return
+        except errors.OffsetOutOfRange:
+            if not self.bootstrap:
+                raise
+            _log.info("%s: partition %d fell behind retention: bootstrapping", self.name,
+                      partition)
         finally:
             await reader.close()
+        await read_bootstrap(self, partition, BootstrapStart())
 
-    async def persist(self, partition: int, offset: int, scn: int) -> None:
+    async def persist(self, partition: int, offset: int, scn: int,
+                      position: object = None) -> None:
         if self.checkpoints is None:
             return
+        bootstrap = (json.dumps(position.to_dict()) if isinstance(position, BootstrapPosition)
+                     else "")
         await self.checkpoints.update_checkpoint(Checkpoint(
-            self.namespace, self.topic, self.name, partition, offset, scn))
+            self.namespace, self.topic, self.name, partition, offset, scn, bootstrap=bootstrap))
 
     async def close(self) -> None:
         for task in self._tasks:

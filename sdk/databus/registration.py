@@ -19,7 +19,15 @@ from sdk.databus.config import DatabusConfig
 from sdk.databus.connection import now_ms
 from sdk.databus.errors import CheckpointFailed
 from sdk.databus.executor import GroupExecutor
-from sdk.databus.inbox import AbortItem, FailureItem, Item, NoticeItem, PieceItem, WindowSource
+from sdk.databus.inbox import (
+    AbortItem,
+    FailureItem,
+    Item,
+    MarkerItem,
+    NoticeItem,
+    PieceItem,
+    WindowSource,
+)
 from sdk.databus.runner import Finished, Persist, Phase, Sleep, Step, WindowRunner
 from sdk.databus.window import Segment
 
@@ -122,6 +130,8 @@ class DatabusRegistration:
             return runner.process_abort(now) if runner.phase is Phase.OPEN else None
         if type(item) is NoticeItem:
             return runner.process_report(item.error)
+        if type(item) is MarkerItem:
+            return runner.process_marker(item.name, now)
         assert isinstance(item, FailureItem)
         return runner.process_fail(item.error)
 
@@ -144,7 +154,7 @@ class DatabusRegistration:
 
     async def _persist(self, step: Persist) -> Exception | None:
         try:
-            await self.source.persist(step.partition, step.offset, step.scn)
+            await self.source.persist(step.partition, step.offset, step.scn, step.position)
         except Exception as e:  # any store failure is reported, the windows stay pending
             _log.warning("%s: checkpoint of partition %d at scn %d failed: %s", self.name,
                          step.partition, step.scn, e)

@@ -32,6 +32,12 @@ sets them):
 7. A clean stop checkpoints every pending partition (through
    on_checkpoint), then calls on_stop_consumption. So does a stop after
    exhausted retries or a failed read, after on_error.
+8. Bootstrap (bootstrap_callbacks.py): a marker input (`process_marker`)
+   calls on_start_bootstrap or on_end_bootstrap between windows; a failure
+   there is FATAL, as in on_start_consumption. A bootstrap piece is a
+   window presented with the bootstrap callbacks; its checkpoint calls
+   on_bootstrap_checkpoint and carries the piece's position (opaque here),
+   its rollback calls on_bootstrap_rollback.
 
 It must not know about asyncio, gRPC, the store, the clock (time is the
 `now_ms` argument) or how a call is made.
@@ -68,6 +74,7 @@ class Phase(Enum):
     PERSISTING = "persisting"  # the shell writes the checkpoint
     BACKING_OFF = "backing_off"  # the shell sleeps before a retry
     ROLLING_BACK = "rolling_back"  # on_rollback runs
+    ANNOUNCING = "announcing"  # on_start_bootstrap / on_end_bootstrap runs
     REPORTING = "reporting"  # on_error runs
     STOPPING = "stopping"  # on_stop_consumption runs
     STOPPED = "stopped"
@@ -83,6 +90,8 @@ TRANSITIONS: dict[tuple[Phase, str], frozenset[Phase]] = {
     (P.WAITING, "tick"): frozenset({P.WAITING, P.CHECKPOINTING}),
     (P.WAITING, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
     (P.WAITING, "report"): frozenset({P.REPORTING}),
+    (P.WAITING, "marker"): frozenset({P.ANNOUNCING}),
+    (P.ANNOUNCING, "result"): frozenset({P.WAITING, P.STOPPING}),
     (P.OPEN, "piece"): frozenset({P.RUNNING, P.OPEN, P.WAITING, P.CHECKPOINTING, P.REPORTING}),
     (P.OPEN, "abort"): frozenset({P.ROLLING_BACK}),
     (P.OPEN, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
@@ -106,11 +115,13 @@ class RunnerStateError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write a checkpoint: the window at `scn`, last offset `offset`, of `partition`."""
+    """Write a checkpoint: the window at `scn`, last offset `offset`, of `partition`
+    (`position`: a bootstrap's, from its last piece; None for an ordinary window)."""
 
     partition: int
     offset: int
     scn: int
+    position: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +158,18 @@ class WindowRunner:
         self._aborting = False
         # Checkpoints: partition -> (offset, scn) of its last done window not yet stored.
         self.pending: dict[int, tuple[int, int]] = {}
+        self.positions: dict[int, object] = {}  # partition -> bootstrap position of `pending`
         self._windows_since: dict[int, int] = {}
         self._checkpoint_ms: dict[int, int] = {}
         self._start_ms = 0
         self._target: Persist | None = None
         self._target_ends_window = False
-        self._undo: tuple[tuple[int, int] | None, int] = (None, 0)
+        self._undo: tuple[tuple[int, int] | None, int, object] = (None, 0, None)
         self._stopping = False
         self._flush_left: list[int] = []
         self._resume = Phase.WAITING
         self._error: Exception | None = None
+        self._announcing = ""
 
     # ------------------------------------------------------------ table
 
@@ -217,6 +230,11 @@ class WindowRunner:
             return None
         if phase is Phase.ROLLING_BACK:
             return self._after_rollback(result, now_ms)
+        if phase is Phase.ANNOUNCING:
+            if result.is_failure:
+                return self._stop_fatal(self._announcing)
+            self._move("result", Phase.WAITING)
+            return None
         if phase is Phase.REPORTING:
             return self._after_report(now_ms)
         self._move("result", Phase.STOPPED)
@@ -239,7 +257,14 @@ class WindowRunner:
     def process_slept(self, now_ms: int) -> Step:
         """The backoff before a retry is over: roll back."""
         self._move("slept", Phase.ROLLING_BACK)
-        return Segment((Call("on_rollback", (self._window_scn(),)),))
+        return Segment((Call(self._rollback_name(), (self._window_scn(),)),))
+
+    def process_marker(self, name: str, now_ms: int) -> Step:
+        """A partition starts or ends bootstrapping, between windows (rule 8)."""
+        assert name in ("on_start_bootstrap", "on_end_bootstrap"), name
+        self._move("marker", Phase.ANNOUNCING)
+        self._announcing = name
+        return Segment((Call(name),))
 
     def process_tick(self, now_ms: int) -> Step | None:
         """Time passed with no window: checkpoint a pending partition the policy says is due."""
@@ -247,7 +272,7 @@ class WindowRunner:
         for partition, (offset, scn) in sorted(self.pending.items()):
             elapsed = now_ms - self._checkpoint_ms.get(partition, self._start_ms)
             if 0 < self.config.checkpoint_interval_ms <= elapsed:
-                return self._checkpoint(Persist(partition, offset, scn), False, "tick")
+                return self._checkpoint(self._persist_of(partition, offset, scn), False, "tick")
         self._move("tick", Phase.WAITING)
         return None
 
@@ -255,7 +280,7 @@ class WindowRunner:
         """The transport restarted the open streamed window: roll it back (rule 6)."""
         self._move("abort", Phase.ROLLING_BACK)
         self._aborting = True
-        return Segment((Call("on_rollback", (self._window_scn(),)),))
+        return Segment((Call(self._rollback_name(), (self._window_scn(),)),))
 
     def process_report(self, error: Exception) -> Step:
         """Tell every member about an error that does not stop consumption."""
@@ -289,6 +314,12 @@ class WindowRunner:
         first = self._pieces[0]
         return Scn(first.scn, first.partition)
 
+    def _rollback_name(self) -> str:
+        return "on_bootstrap_rollback" if self._pieces[0].bootstrap else "on_rollback"
+
+    def _persist_of(self, partition: int, offset: int, scn: int) -> Persist:
+        return Persist(partition, offset, scn, self.positions.get(partition))
+
     def _next_segment(self, event: str, now_ms: int) -> Step | None:
         if self._plan:
             self._move(event, Phase.RUNNING)
@@ -310,8 +341,10 @@ class WindowRunner:
         """Rule 4: the window ended; record it and decide on a checkpoint."""
         last = self._pieces[-1]
         partition = last.partition
-        self._undo = (self.pending.get(partition), self._windows_since.get(partition, 0))
+        self._undo = (self.pending.get(partition), self._windows_since.get(partition, 0),
+                      self.positions.get(partition))
         self.pending[partition] = (last.offset_last, last.scn)
+        self.positions[partition] = last.position
         since = self._undo[1] + 1
         self._windows_since[partition] = since
         elapsed = now_ms - self._checkpoint_ms.get(partition, self._start_ms)
@@ -319,7 +352,8 @@ class WindowRunner:
         due = attempt is CHECKPOINT or (attempt is not SKIP_CHECKPOINT
                                         and self.config.checkpoint_due(since, elapsed))
         if due:
-            return self._checkpoint(Persist(partition, last.offset_last, last.scn), True, event)
+            return self._checkpoint(self._persist_of(partition, last.offset_last, last.scn),
+                                    True, event)
         self._reset_window()
         self._move(event, Phase.WAITING)
         return None
@@ -358,7 +392,8 @@ class WindowRunner:
         self._move(event, Phase.CHECKPOINTING)
         self._target = target
         self._target_ends_window = ends_window
-        return Segment((Call("on_checkpoint", (Scn(target.scn, target.partition),)),))
+        name = "on_checkpoint" if target.position is None else "on_bootstrap_checkpoint"
+        return Segment((Call(name, (Scn(target.scn, target.partition),)),))
 
     def _after_checkpoint_call(self, result: CallbackResult, now_ms: int) -> Step | None:
         if result is FATAL:
@@ -377,12 +412,13 @@ class WindowRunner:
 
     def _undo_window_done(self, partition: int) -> None:
         """The window is retried after all: it is not done (not pending) any more."""
-        pending, since = self._undo
+        pending, since, position = self._undo
         if pending is None:
             self.pending.pop(partition, None)
         else:
             self.pending[partition] = pending
         self._windows_since[partition] = since
+        self.positions[partition] = position
 
     def _continue(self, event: str, now_ms: int) -> Step | None:
         """After a checkpoint was written, skipped or failed: flush on, or wait."""
@@ -398,7 +434,7 @@ class WindowRunner:
             partition = self._flush_left.pop(0)
             if partition in self.pending:
                 offset, scn = self.pending[partition]
-                return self._checkpoint(Persist(partition, offset, scn), False, event)
+                return self._checkpoint(self._persist_of(partition, offset, scn), False, event)
         self._move(event, Phase.STOPPING)
         return Segment((Call("on_stop_consumption"),))
 

@@ -156,7 +156,8 @@ class ShareWindows(BrokerLink):
         """Whether part of a window waits in the assembler for the rest of it."""
         return self._assembler.holding()
 
-    async def persist(self, partition: int, offset: int, scn: int) -> None:
+    async def persist(self, partition: int, offset: int, scn: int,
+                      position: object = None) -> None:
         """Acknowledge every window of `partition` handed up to the one at `scn`: the
         runner presents windows in the order they were handed, so all are done."""
         consumer = self.consumer

@@ -37,10 +37,18 @@ from sdk.core.model import equal_splits
 # callback; onStartSource has a barrier before the invocation; onRollback has a barrier
 # after the completion". Start/stop consumption follow Databus's MultiConsumerCallback.
 BARRIER_BEFORE = frozenset({"on_start_window", "on_end_window", "on_checkpoint", "on_error",
-                            "on_end_source", "on_start_source", "on_stop_consumption"})
+                            "on_end_source", "on_start_source", "on_stop_consumption",
+                            # bootstrap (bootstrap_callbacks.py): as their stream twins
+                            "on_start_bootstrap_sequence", "on_end_bootstrap_sequence",
+                            "on_bootstrap_checkpoint", "on_end_bootstrap_source",
+                            "on_start_bootstrap_source", "on_start_bootstrap",
+                            "on_end_bootstrap"})
 BARRIER_AFTER = frozenset({"on_start_window", "on_end_window", "on_checkpoint", "on_error",
                            "on_end_source", "on_rollback", "on_start_consumption",
-                           "on_stop_consumption"})
+                           "on_stop_consumption",
+                           "on_start_bootstrap_sequence", "on_end_bootstrap_sequence",
+                           "on_bootstrap_checkpoint", "on_end_bootstrap_source",
+                           "on_bootstrap_rollback", "on_start_bootstrap", "on_end_bootstrap"})
 MEMBERS_MAX = 256
 
 
@@ -77,6 +85,10 @@ class WindowPiece:
             more than one member.
         payload: the shell's event columns, passed through to the calls.
         size_bytes: the piece's value bytes (for the window buffer's limit).
+        bootstrap: a bootstrap sequence (snapshot rows or a catch-up window):
+            presented with the bootstrap callbacks.
+        position: where a checkpoint after this piece resumes a bootstrap
+            (opaque here: the shell's); None for an ordinary window.
     """
 
     partition: int
@@ -88,6 +100,8 @@ class WindowPiece:
     slots: Sequence[int]
     payload: object
     size_bytes: int = 0
+    bootstrap: bool = False
+    position: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +121,19 @@ class EventsCall:
     slices: tuple[Sequence[int], ...]
 
     name = "on_event"
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapEventsCall(EventsCall):
+    """`on_bootstrap_event` for each position of `slices[m]`, made by member m."""
+
+    name = "on_bootstrap_event"
+
+
+# The callbacks of a window, and of a bootstrap sequence.
+_WINDOW_NAMES = ("on_start_window", "on_start_source", "on_end_source", "on_end_window")
+_SEQUENCE_NAMES = ("on_start_bootstrap_sequence", "on_start_bootstrap_source",
+                   "on_end_bootstrap_source", "on_end_bootstrap_sequence")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,16 +200,18 @@ def plan_piece(piece: WindowPiece, opens: bool, closes: bool, order: Sequence[st
     """The segments of one piece: start window (if it opens it), each source's
     start/events/end, end window (if it closes it)."""
     scn = Scn(piece.scn, piece.partition)
+    start, start_source, end_source, end = _SEQUENCE_NAMES if piece.bootstrap else _WINDOW_NAMES
+    events = BootstrapEventsCall if piece.bootstrap else EventsCall
     calls: list[Call | EventsCall] = []
     if opens:
-        calls.append(Call("on_start_window", (scn,)))
+        calls.append(Call(start, (scn,)))
     for source, schema, positions in group_by_source(piece, order):
-        calls.append(Call("on_start_source", (source, schema)))
-        calls.append(EventsCall(source, piece.payload,
-                                split_members(positions, piece.slots, owners, members_n)))
-        calls.append(Call("on_end_source", (source,)))
+        calls.append(Call(start_source, (source, schema)))
+        calls.append(events(source, piece.payload,
+                            split_members(positions, piece.slots, owners, members_n)))
+        calls.append(Call(end_source, (source,)))
     if closes:
-        calls.append(Call("on_end_window", (scn,)))
+        calls.append(Call(end, (scn,)))
     return cut_segments(calls)
 
 

@@ -30,7 +30,7 @@ def _ownership(record: pb.OwnershipRecord) -> PartitionOwnership:
 
 def _checkpoint(record: pb.CheckpointRecord) -> Checkpoint:
     return Checkpoint(record.namespace, record.topic, record.consumer_group, record.partition,
-                      record.offset, record.scn, record.epoch)
+                      record.offset, record.scn, record.epoch, record.bootstrap)
 
 
 def _lost_or_same(error: errors.KeybusError) -> errors.KeybusError:
@@ -116,7 +116,8 @@ class BrokerCheckpointStore(AdminClient):
         record = pb.CheckpointRecord(
             namespace=checkpoint.namespace, topic=checkpoint.topic,
             consumer_group=checkpoint.consumer_group, partition=checkpoint.partition,
-            offset=checkpoint.offset, scn=checkpoint.scn, epoch=checkpoint.epoch)
+            offset=checkpoint.offset, scn=checkpoint.scn, epoch=checkpoint.epoch,
+            bootstrap=checkpoint.bootstrap)
         try:
             await self._call("UpdateCheckpoint", pb.UpdateCheckpointRequest(checkpoint=record))
         except errors.KeybusError as e:

@@ -74,7 +74,7 @@ class FileCheckpointStore:
         if not all(isinstance(data.get(name), int) for name in _FIELDS):
             raise ValueError(f"checkpoint file {path} lacks integer fields {', '.join(_FIELDS)}")
         return Checkpoint(namespace, topic, consumer_group, partition,
-                          data["offset"], data["scn"], data["epoch"])
+                          data["offset"], data["scn"], data["epoch"], str(data.get("bootstrap", "")))
 
     def _write(self, checkpoint: Checkpoint) -> None:
         if checkpoint.partition < 0 or checkpoint.offset < 0 or checkpoint.scn < 0:
@@ -84,7 +84,10 @@ class FileCheckpointStore:
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / f"{checkpoint.partition}.json"
         temporary = directory / f".{checkpoint.partition}.json.tmp"
-        body = json.dumps({name: getattr(checkpoint, name) for name in _FIELDS})
+        fields = {name: getattr(checkpoint, name) for name in _FIELDS}
+        if checkpoint.bootstrap:
+            fields["bootstrap"] = checkpoint.bootstrap
+        body = json.dumps(fields)
         with open(temporary, "w") as file:
             file.write(body)
             file.flush()

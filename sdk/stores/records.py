@@ -52,6 +52,9 @@ class Checkpoint:
             at offset + 1).
         scn: that event's SCN (for a Databus consumer: the last whole window).
         epoch: the ownership epoch of the writer (0 = not fenced).
+        bootstrap: while a Databus consumer bootstraps this partition, where
+            the bootstrap stands (JSON of sdk.bootstrap.BootstrapPosition:
+            snapshot by key, catch-up by offset); "" = online (offset, scn).
     """
 
     namespace: str
@@ -61,3 +64,4 @@ class Checkpoint:
     offset: int
     scn: int
     epoch: int = 0
+    bootstrap: str = ""

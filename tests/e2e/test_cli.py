@@ -213,7 +213,7 @@ def test_help_is_whole_and_documents_exit_status() -> None:
     assert "Exit status: 0 done; 1 a call failed" in " ".join(root.split())
     commands = root[root.index("Commands:"):root.index("Exit status")]
     assert "..." not in commands and "read " in commands  # no command's summary cut
-    for group in ("topics", "subscriptions", "filters", "processors", "databus"):
+    for group in ("topics", "subscriptions", "filters", "processors", "databus", "acl"):
         listing = ok(keybus(None, group, "--help"))
         assert "..." not in listing[listing.index("Commands:"):], listing
     bare = keybus(None, "topics")  # a group alone: what it offers, as usage (exit 2)

@@ -26,9 +26,11 @@ def free_port() -> int:
 class BrokerProcess:
     """One broker subprocess; `address` is "127.0.0.1:PORT"."""
 
-    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.prefix = list(prefix)  # e.g. strace and its options: the broker runs under it
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.broker.log"
@@ -43,7 +45,7 @@ class BrokerProcess:
         ready = self.data_dir.parent / f"{self.data_dir.name}.ready"
         ready.unlink(missing_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        command = [sys.executable, "-m", "broker", "--data-dir", str(self.data_dir),
+        command = [*self.prefix, sys.executable, "-m", "broker", "--data-dir", str(self.data_dir),
                    "--host", "127.0.0.1", "--port", str(self.port), "--ready-file", str(ready),
                    *self.extra_args]
         began = time.monotonic()

@@ -88,6 +88,88 @@ STICKY: KeySharedMode.ValueType  # 1
 CONSISTENT: KeySharedMode.ValueType  # 2
 Global___KeySharedMode: _TypeAlias = KeySharedMode  # noqa: Y015
 
+class _ViewPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ViewPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ViewPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VIEW_DEFAULT: _ViewPolicy.ValueType  # 0
+    """the broker's view_default setting"""
+    VIEW_ON: _ViewPolicy.ValueType  # 1
+    VIEW_OFF: _ViewPolicy.ValueType  # 2
+
+class ViewPolicy(_ViewPolicy, metaclass=_ViewPolicyEnumTypeWrapper):
+    """---------------------------------------------------------------- compacted view and bootstrap
+    A partition's compacted view holds the latest event per (source, primary
+    key), a DELETE as a tombstone for delete_retention_ms. It is maintained in
+    the background from the stored log; retention never trims the log past
+    what the view holds. Bootstrap streams one partition as a snapshot of the
+    view taken at one point (every event below snapshot_offset), then the
+    catch-up from the log at snapshot_offset, then, with follow, the live log
+    (Databus's bootstrap snapshot, catch-up and online consumption).
+    """
+
+VIEW_DEFAULT: ViewPolicy.ValueType  # 0
+"""the broker's view_default setting"""
+VIEW_ON: ViewPolicy.ValueType  # 1
+VIEW_OFF: ViewPolicy.ValueType  # 2
+Global___ViewPolicy: _TypeAlias = ViewPolicy  # noqa: Y015
+
+class _BootstrapPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BootstrapPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BootstrapPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SNAPSHOT: _BootstrapPhase.ValueType  # 0
+    """latest event per key, in (source, key) order"""
+    CATCHUP: _BootstrapPhase.ValueType  # 1
+    """the log from snapshot_offset up to target_offset"""
+    ONLINE: _BootstrapPhase.ValueType  # 2
+    """the log from target_offset on (only with follow)"""
+
+class BootstrapPhase(_BootstrapPhase, metaclass=_BootstrapPhaseEnumTypeWrapper): ...
+
+SNAPSHOT: BootstrapPhase.ValueType  # 0
+"""latest event per key, in (source, key) order"""
+CATCHUP: BootstrapPhase.ValueType  # 1
+"""the log from snapshot_offset up to target_offset"""
+ONLINE: BootstrapPhase.ValueType  # 2
+"""the log from target_offset on (only with follow)"""
+Global___BootstrapPhase: _TypeAlias = BootstrapPhase  # noqa: Y015
+
+class _Permission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PermissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Permission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PERMISSION_UNSPECIFIED: _Permission.ValueType  # 0
+    PERMISSION_PRODUCE: _Permission.ValueType  # 1
+    """Produce, InitProducer"""
+    PERMISSION_CONSUME: _Permission.ValueType  # 2
+    """Read, Subscribe, describing subscriptions"""
+    PERMISSION_ADMIN: _Permission.ValueType  # 3
+    """create, delete, seek, describe"""
+
+class Permission(_Permission, metaclass=_PermissionEnumTypeWrapper):
+    """---------------------------------------------------------------- access control
+    Permissions per principal on topics (docs/security.md). A grant names a
+    topic exactly, a prefix ending in `*` (`orders.*` covers every topic whose
+    name starts with `orders.`), or `*` for every topic. Changed by
+    superusers only; enforced when the broker runs with authentication on.
+    """
+
+PERMISSION_UNSPECIFIED: Permission.ValueType  # 0
+PERMISSION_PRODUCE: Permission.ValueType  # 1
+"""Produce, InitProducer"""
+PERMISSION_CONSUME: Permission.ValueType  # 2
+"""Read, Subscribe, describing subscriptions"""
+PERMISSION_ADMIN: Permission.ValueType  # 3
+"""create, delete, seek, describe"""
+Global___Permission: _TypeAlias = Permission  # noqa: Y015
+
 @_typing.final
 class Headers(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -231,6 +313,8 @@ class Record(_message.Message):
     PUBLISH_TIME_MS_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    SCNS_FIELD_NUMBER: _builtins.int
+    PUBLISH_TIMES_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     base_offset: _builtins.int
@@ -246,6 +330,15 @@ class Record(_message.Message):
         record through (filtered events never leave the broker).
         """
 
+    @_builtins.property
+    def scns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Compacted view and bootstrap: a snapshot gathers events from many stored
+        records, so it carries each event's original SCN and publish time (with
+        `offsets`, its original offset). Absent in log reads.
+        """
+
+    @_builtins.property
+    def publish_times_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -257,10 +350,12 @@ class Record(_message.Message):
         publish_time_ms: _builtins.int = ...,
         batch: Global___EventBatch | None = ...,
         offsets: _abc.Iterable[_builtins.int] | None = ...,
+        scns: _abc.Iterable[_builtins.int] | None = ...,
+        publish_times_ms: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch", b"batch", "offsets", b"offsets", "partition", b"partition", "publish_time_ms", b"publish_time_ms", "scn_first", b"scn_first", "topic", b"topic", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch", b"batch", "offsets", b"offsets", "partition", b"partition", "publish_time_ms", b"publish_time_ms", "publish_times_ms", b"publish_times_ms", "scn_first", b"scn_first", "scns", b"scns", "topic", b"topic", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -634,21 +729,38 @@ class TopicConfig(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     RETENTION_MS_FIELD_NUMBER: _builtins.int
     RETENTION_BYTES_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    COMPACTED_FIELD_NUMBER: _builtins.int
+    DELETE_RETENTION_MS_FIELD_NUMBER: _builtins.int
     partitions: _builtins.int
     retention_ms: _builtins.int
     """0 = keep forever"""
     retention_bytes: _builtins.int
     """per partition; 0 = no size limit"""
+    view: Global___ViewPolicy.ValueType
+    """Compacted view and bootstrap (see the bootstrap section below).
+    keep a compacted view per (partition, source)
+    """
+    compacted: _builtins.bool
+    """Kafka's cleanup.policy=compact: retention rewrites old records keeping
+    at least the latest event per key (and tombstones for delete_retention_ms)
+    instead of deleting them. Needs the view.
+    """
+    delete_retention_ms: _builtins.int
+    """tombstones kept in the view; 0 = broker default"""
     def __init__(
         self,
         *,
         partitions: _builtins.int = ...,
         retention_ms: _builtins.int = ...,
         retention_bytes: _builtins.int = ...,
+        view: Global___ViewPolicy.ValueType = ...,
+        compacted: _builtins.bool = ...,
+        delete_retention_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "delete_retention_ms", b"delete_retention_ms", "partitions", b"partitions", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -686,6 +798,11 @@ class PartitionInfo(_message.Message):
     END_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_SCN_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
+    VIEW_OFFSET_FIELD_NUMBER: _builtins.int
+    VIEW_SCN_FIELD_NUMBER: _builtins.int
+    VIEW_KEYS_FIELD_NUMBER: _builtins.int
+    VIEW_BYTES_FIELD_NUMBER: _builtins.int
+    VIEW_TOMBSTONES_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     start_offset: _builtins.int
     """earliest offset still stored"""
@@ -693,6 +810,14 @@ class PartitionInfo(_message.Message):
     """next offset to be written"""
     last_scn: _builtins.int
     bytes: _builtins.int
+    view_offset: _builtins.int
+    """Compacted view: it holds every event below view_offset (complete up to
+    view_scn); view_keys keys (tombstones included) in view_bytes bytes.
+    """
+    view_scn: _builtins.int
+    view_keys: _builtins.int
+    view_bytes: _builtins.int
+    view_tombstones: _builtins.int
     def __init__(
         self,
         *,
@@ -701,10 +826,15 @@ class PartitionInfo(_message.Message):
         end_offset: _builtins.int = ...,
         last_scn: _builtins.int = ...,
         bytes: _builtins.int = ...,
+        view_offset: _builtins.int = ...,
+        view_scn: _builtins.int = ...,
+        view_keys: _builtins.int = ...,
+        view_bytes: _builtins.int = ...,
+        view_tombstones: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "end_offset", b"end_offset", "last_scn", b"last_scn", "partition", b"partition", "start_offset", b"start_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "end_offset", b"end_offset", "last_scn", b"last_scn", "partition", b"partition", "start_offset", b"start_offset", "view_bytes", b"view_bytes", "view_keys", b"view_keys", "view_offset", b"view_offset", "view_scn", b"view_scn", "view_tombstones", b"view_tombstones"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1524,6 +1654,411 @@ class DeleteSubscriptionResponse(_message.Message):
 Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
 
 @_typing.final
+class BootstrapResume(_message.Message):
+    """Where an interrupted bootstrap stopped, to continue without starting over.
+    SNAPSHOT: after the last (source, key) delivered of the snapshot taken at
+    snapshot_offset (has_source false: nothing delivered yet, start at the
+    first source; has_key false: start at the first key of `source`).
+    CATCHUP/ONLINE: at next_offset of the log; the catch-up ends at target_offset.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_OFFSET_FIELD_NUMBER: _builtins.int
+    HAS_SOURCE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    HAS_KEY_FIELD_NUMBER: _builtins.int
+    KEY_INT_FIELD_NUMBER: _builtins.int
+    KEY_STRING_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    TARGET_OFFSET_FIELD_NUMBER: _builtins.int
+    phase: Global___BootstrapPhase.ValueType
+    snapshot_offset: _builtins.int
+    has_source: _builtins.bool
+    source: _builtins.str
+    has_key: _builtins.bool
+    key_int: _builtins.int
+    key_string: _builtins.str
+    """non-empty: the key is this string"""
+    next_offset: _builtins.int
+    target_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        phase: Global___BootstrapPhase.ValueType = ...,
+        snapshot_offset: _builtins.int = ...,
+        has_source: _builtins.bool = ...,
+        source: _builtins.str = ...,
+        has_key: _builtins.bool = ...,
+        key_int: _builtins.int = ...,
+        key_string: _builtins.str = ...,
+        next_offset: _builtins.int = ...,
+        target_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_key", b"has_key", "has_source", b"has_source", "key_int", b"key_int", "key_string", b"key_string", "next_offset", b"next_offset", "phase", b"phase", "snapshot_offset", b"snapshot_offset", "source", b"source", "target_offset", b"target_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BootstrapResume: _TypeAlias = BootstrapResume  # noqa: Y015
+
+@_typing.final
+class BootstrapRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    HASH_RANGES_FIELD_NUMBER: _builtins.int
+    EVENTS_MAX_FIELD_NUMBER: _builtins.int
+    BYTES_MAX_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    INCLUDE_TOMBSTONES_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
+    STOP_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    events_max: _builtins.int
+    """per response message; 0 = broker default"""
+    bytes_max: _builtins.int
+    follow: _builtins.bool
+    """true: after the catch-up, continue as a follow read (ONLINE); false:
+    end once the catch-up reaches target_offset.
+    """
+    include_tombstones: _builtins.bool
+    """true: the snapshot carries tombstones (DELETE events younger than
+    delete_retention_ms), for a consumer that already holds state.
+    """
+    stop_offset: _builtins.int
+    """Exclusive end offset of the catch-up/online log read (0 = none)."""
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these sources, streamed in this order (empty = every source, by name)."""
+
+    @_builtins.property
+    def filter(self) -> Global___KeyFilter:
+        """Applied in the broker to the snapshot and to the log, as on a Read."""
+
+    @_builtins.property
+    def hash_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]: ...
+    @_builtins.property
+    def resume(self) -> Global___BootstrapResume:
+        """Set: continue an interrupted bootstrap (a SNAPSHOT resume without a
+        source takes the snapshot as of snapshot_offset: events below it only).
+        """
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        sources: _abc.Iterable[_builtins.str] | None = ...,
+        filter: Global___KeyFilter | None = ...,
+        hash_ranges: _abc.Iterable[Global___HashRange] | None = ...,
+        events_max: _builtins.int = ...,
+        bytes_max: _builtins.int = ...,
+        follow: _builtins.bool = ...,
+        include_tombstones: _builtins.bool = ...,
+        resume: Global___BootstrapResume | None = ...,
+        stop_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "resume", b"resume"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BootstrapRequest: _TypeAlias = BootstrapRequest  # noqa: Y015
+
+@_typing.final
+class BootstrapMarker(_message.Message):
+    """Sent at the start of each phase."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_OFFSET_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_SCN_FIELD_NUMBER: _builtins.int
+    TARGET_OFFSET_FIELD_NUMBER: _builtins.int
+    CONSISTENT_OFFSET_FIELD_NUMBER: _builtins.int
+    phase: Global___BootstrapPhase.ValueType
+    snapshot_offset: _builtins.int
+    """The snapshot holds every event below this offset; the catch-up starts here."""
+    snapshot_scn: _builtins.int
+    """the view is complete up to this SCN"""
+    target_offset: _builtins.int
+    """CATCHUP and ONLINE: the catch-up ends (exclusive) and ONLINE begins here."""
+    consistent_offset: _builtins.int
+    """The applied state is consistent (one point of the log) once the stream
+    has passed this offset: snapshot_offset for a snapshot read in one go,
+    later for a resumed one (keys changed meanwhile come in the catch-up).
+    """
+    def __init__(
+        self,
+        *,
+        phase: Global___BootstrapPhase.ValueType = ...,
+        snapshot_offset: _builtins.int = ...,
+        snapshot_scn: _builtins.int = ...,
+        target_offset: _builtins.int = ...,
+        consistent_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistent_offset", b"consistent_offset", "phase", b"phase", "snapshot_offset", b"snapshot_offset", "snapshot_scn", b"snapshot_scn", "target_offset", b"target_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BootstrapMarker: _TypeAlias = BootstrapMarker  # noqa: Y015
+
+@_typing.final
+class BootstrapResponse(_message.Message):
+    """Fields 1..3 are those of ReadResponse (records, next_offset, end_offset)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    MARKER_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
+    next_offset: _builtins.int
+    """CATCHUP/ONLINE: the next log offset to read"""
+    end_offset: _builtins.int
+    phase: Global___BootstrapPhase.ValueType
+    """the phase these records belong to"""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
+    @_builtins.property
+    def marker(self) -> Global___BootstrapMarker:
+        """set on the first message of a phase"""
+
+    @_builtins.property
+    def resume(self) -> Global___BootstrapResume:
+        """where to resume after this message"""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___Record] | None = ...,
+        next_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        marker: Global___BootstrapMarker | None = ...,
+        phase: Global___BootstrapPhase.ValueType = ...,
+        resume: Global___BootstrapResume | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["marker", b"marker", "resume", b"resume"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "marker", b"marker", "next_offset", b"next_offset", "phase", b"phase", "records", b"records", "resume", b"resume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BootstrapResponse: _TypeAlias = BootstrapResponse  # noqa: Y015
+
+@_typing.final
+class AclEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    topic: _builtins.str
+    """a topic name, a prefix ending in `*`, or `*`"""
+    permission: Global___Permission.ValueType
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        permission: Global___Permission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission", "principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclEntry: _TypeAlias = AclEntry  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsRequest: _TypeAlias = GrantPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class GrantPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_FIELD_NUMBER: _builtins.int
+    added: _builtins.int
+    """entries that were not there before"""
+    def __init__(
+        self,
+        *,
+        added: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionsResponse: _TypeAlias = GrantPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsRequest: _TypeAlias = RevokePermissionsRequest  # noqa: Y015
+
+@_typing.final
+class RevokePermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """entries that were there"""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionsResponse: _TypeAlias = RevokePermissionsResponse  # noqa: Y015
+
+@_typing.final
+class ListPermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty = every principal"""
+    topic: _builtins.str
+    """empty = every topic; else the grants that cover it"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsRequest: _TypeAlias = ListPermissionsRequest  # noqa: Y015
+
+@_typing.final
+class ListPermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    ENFORCED_FIELD_NUMBER: _builtins.int
+    SUPERUSERS_FIELD_NUMBER: _builtins.int
+    enforced: _builtins.bool
+    """false: authentication is off on this broker"""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    @_builtins.property
+    def superusers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AclEntry] | None = ...,
+        enforced: _builtins.bool = ...,
+        superusers: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforced", b"enforced", "entries", b"entries", "superusers", b"superusers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPermissionsResponse: _TypeAlias = ListPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SUPERUSER_FIELD_NUMBER: _builtins.int
+    TLS_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """empty when authentication is off"""
+    superuser: _builtins.bool
+    tls: _builtins.bool
+    """the connection is TLS"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        superuser: _builtins.bool = ...,
+        tls: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "superuser", b"superuser", "tls", b"tls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
+
+@_typing.final
 class OwnershipRecord(_message.Message):
     """---------------------------------------------------------------- event processor stores
     The two stores of event processors (docs/event-processor.md), kept apart as
@@ -1723,6 +2258,7 @@ class CheckpointRecord(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     SCN_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    BOOTSTRAP_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     topic: _builtins.str
     consumer_group: _builtins.str
@@ -1732,6 +2268,10 @@ class CheckpointRecord(_message.Message):
     scn: _builtins.int
     epoch: _builtins.int
     """the writer's ownership epoch; 0 = unfenced"""
+    bootstrap: _builtins.str
+    """Compacted view and bootstrap: while the partition bootstraps, where the
+    bootstrap stands (JSON of the SDK's BootstrapPosition); "" = online.
+    """
     def __init__(
         self,
         *,
@@ -1742,10 +2282,11 @@ class CheckpointRecord(_message.Message):
         offset: _builtins.int = ...,
         scn: _builtins.int = ...,
         epoch: _builtins.int = ...,
+        bootstrap: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap", b"bootstrap", "consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

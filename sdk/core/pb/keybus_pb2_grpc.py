@@ -96,6 +96,31 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.Bootstrap = channel.unary_stream(
+                '/keybus.v1.Keybus/Bootstrap',
+                request_serializer=keybus__pb2.BootstrapRequest.SerializeToString,
+                response_deserializer=keybus__pb2.BootstrapResponse.FromString,
+                _registered_method=True)
+        self.GrantPermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/GrantPermissions',
+                request_serializer=keybus__pb2.GrantPermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.GrantPermissionsResponse.FromString,
+                _registered_method=True)
+        self.RevokePermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/RevokePermissions',
+                request_serializer=keybus__pb2.RevokePermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.RevokePermissionsResponse.FromString,
+                _registered_method=True)
+        self.ListPermissions = channel.unary_unary(
+                '/keybus.v1.Keybus/ListPermissions',
+                request_serializer=keybus__pb2.ListPermissionsRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ListPermissionsResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/keybus.v1.Keybus/WhoAmI',
+                request_serializer=keybus__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=keybus__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
         self.ListOwnership = channel.unary_unary(
                 '/keybus.v1.Keybus/ListOwnership',
                 request_serializer=keybus__pb2.ListOwnershipRequest.SerializeToString,
@@ -202,6 +227,38 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Bootstrap(self, request, context):
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantPermissions(self, request, context):
+        """Access control (superusers only, except WhoAmI).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokePermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListOwnership(self, request, context):
         """Event processor stores: ownership (compare-and-set) and checkpoints.
         """
@@ -295,6 +352,31 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'Bootstrap': grpc.unary_stream_rpc_method_handler(
+                    servicer.Bootstrap,
+                    request_deserializer=keybus__pb2.BootstrapRequest.FromString,
+                    response_serializer=keybus__pb2.BootstrapResponse.SerializeToString,
+            ),
+            'GrantPermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantPermissions,
+                    request_deserializer=keybus__pb2.GrantPermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.GrantPermissionsResponse.SerializeToString,
+            ),
+            'RevokePermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokePermissions,
+                    request_deserializer=keybus__pb2.RevokePermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.RevokePermissionsResponse.SerializeToString,
+            ),
+            'ListPermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPermissions,
+                    request_deserializer=keybus__pb2.ListPermissionsRequest.FromString,
+                    response_serializer=keybus__pb2.ListPermissionsResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=keybus__pb2.WhoAmIRequest.FromString,
+                    response_serializer=keybus__pb2.WhoAmIResponse.SerializeToString,
             ),
             'ListOwnership': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOwnership,
@@ -648,6 +730,141 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteSubscription',
             keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
             keybus__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Bootstrap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/keybus.v1.Keybus/Bootstrap',
+            keybus__pb2.BootstrapRequest.SerializeToString,
+            keybus__pb2.BootstrapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantPermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/GrantPermissions',
+            keybus__pb2.GrantPermissionsRequest.SerializeToString,
+            keybus__pb2.GrantPermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokePermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/RevokePermissions',
+            keybus__pb2.RevokePermissionsRequest.SerializeToString,
+            keybus__pb2.RevokePermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/ListPermissions',
+            keybus__pb2.ListPermissionsRequest.SerializeToString,
+            keybus__pb2.ListPermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/WhoAmI',
+            keybus__pb2.WhoAmIRequest.SerializeToString,
+            keybus__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,13 @@ class KeybusStub:
     DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     SeekSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     DeleteSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]
+    Bootstrap: _grpc.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
+    GrantPermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]
+    """Access control (superusers only, except WhoAmI)."""
+    RevokePermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]
+    ListPermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListPermissionsRequest, _keybus_pb2.ListPermissionsResponse]
+    WhoAmI: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.WhoAmIRequest, _keybus_pb2.WhoAmIResponse]
     ListOwnership: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListOwnershipRequest, _keybus_pb2.ListOwnershipResponse]
     """Event processor stores: ownership (compare-and-set) and checkpoints."""
     ClaimOwnership: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ClaimOwnershipRequest, _keybus_pb2.ClaimOwnershipResponse]
@@ -88,6 +95,13 @@ class KeybusAsyncStub(KeybusStub):
     DescribeSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     SeekSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     DeleteSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]  # type: ignore[assignment]
+    Bootstrap: _aio.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]  # type: ignore[assignment]
+    """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
+    GrantPermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]  # type: ignore[assignment]
+    """Access control (superusers only, except WhoAmI)."""
+    RevokePermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.RevokePermissionsRequest, _keybus_pb2.RevokePermissionsResponse]  # type: ignore[assignment]
+    ListPermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListPermissionsRequest, _keybus_pb2.ListPermissionsResponse]  # type: ignore[assignment]
+    WhoAmI: _aio.UnaryUnaryMultiCallable[_keybus_pb2.WhoAmIRequest, _keybus_pb2.WhoAmIResponse]  # type: ignore[assignment]
     ListOwnership: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListOwnershipRequest, _keybus_pb2.ListOwnershipResponse]  # type: ignore[assignment]
     """Event processor stores: ownership (compare-and-set) and checkpoints."""
     ClaimOwnership: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ClaimOwnershipRequest, _keybus_pb2.ClaimOwnershipResponse]  # type: ignore[assignment]
@@ -184,6 +198,43 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.DeleteSubscriptionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.DeleteSubscriptionResponse, _abc.Awaitable[_keybus_pb2.DeleteSubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Bootstrap(
+        self,
+        request: _keybus_pb2.BootstrapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_keybus_pb2.BootstrapResponse], _abc.AsyncIterator[_keybus_pb2.BootstrapResponse]]:
+        """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
+
+    @_abc_1.abstractmethod
+    def GrantPermissions(
+        self,
+        request: _keybus_pb2.GrantPermissionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.GrantPermissionsResponse, _abc.Awaitable[_keybus_pb2.GrantPermissionsResponse]]:
+        """Access control (superusers only, except WhoAmI)."""
+
+    @_abc_1.abstractmethod
+    def RevokePermissions(
+        self,
+        request: _keybus_pb2.RevokePermissionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.RevokePermissionsResponse, _abc.Awaitable[_keybus_pb2.RevokePermissionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListPermissions(
+        self,
+        request: _keybus_pb2.ListPermissionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ListPermissionsResponse, _abc.Awaitable[_keybus_pb2.ListPermissionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WhoAmI(
+        self,
+        request: _keybus_pb2.WhoAmIRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.WhoAmIResponse, _abc.Awaitable[_keybus_pb2.WhoAmIResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListOwnership(

@@ -1,0 +1,96 @@
+"""Bootstrap: stream a partition's compacted view, then its log (broker/view).
+
+The servicer checks the request and builds the specs; `BootstrapStream`
+runs the phases. Responses are assembled as bytes (stored records go out
+untouched in the catch-up), so the method has its own generic handler with
+an identity serializer, registered beside the service's other methods.
+Permission (security): reading the topic, as Read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+import grpc
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.filtering import compile_selector
+from broker.read_path import ReadSpec
+from broker.rpc.read_servicer import hash_mask, read_limit
+from broker.rpc.service import SERVICE
+from broker.rpc.status import streaming
+from broker.topics import TopicRegistry
+from broker.view import codec
+from broker.view.bootstrap import BootstrapStream, source_selector
+from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
+from sdk.core.filters import KeyFilterSpec
+from sdk.core.pb import keybus_pb2 as pb
+
+
+def check_sources(sources: list[str]) -> tuple[str, ...]:
+    if len(set(sources)) != len(sources):
+        twice = sorted({s for s in sources if sources.count(s) > 1})
+        raise BrokerError("bootstrap_sources_invalid",
+                          detail=f"{twice} named more than once; name each source once, in "
+                                 "the order to stream them")
+    for source in sources:
+        if len(source.encode()) > codec.SOURCE_BYTES_MAX:
+            raise BrokerError("bootstrap_sources_invalid",
+                              detail=f"a source name of {len(source.encode())} bytes is over "
+                                     f"the limit of {codec.SOURCE_BYTES_MAX}")
+    return tuple(sources)
+
+
+class BootstrapServicer:
+    def __init__(self, registry: TopicRegistry, settings: Settings,
+                 config_filters: Mapping[str, KeyFilterSpec]) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.config_filters = config_filters
+        self._active = 0
+
+    @streaming
+    async def Bootstrap(self, request: pb.BootstrapRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        stream = self._stream(request)
+        if self._active >= self.settings.bootstrap_streams_max:
+            raise BrokerError("too_many_bootstraps", max=self.settings.bootstrap_streams_max)
+        self._active += 1
+        try:
+            async for message in stream.run():
+                yield message
+        finally:
+            self._active -= 1
+
+    def _stream(self, request: pb.BootstrapRequest) -> BootstrapStream:
+        partition = self.registry.partition(request.topic, request.partition)
+        view = self.registry.views.of(request.topic, request.partition)
+        sources = check_sources(list(request.sources))
+        selector = compile_selector(request.filter, self.config_filters)
+        mask = hash_mask(list(request.hash_ranges))
+        events_max = read_limit("events_max", request.events_max, self.settings.read_events_max)
+        bytes_max = read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max)
+        topic_id = partition.meta.topic_id
+        snapshot = SnapshotSpec(request.topic, topic_id, partition.index, sources, mask, selector,
+                                request.include_tombstones, events_max, bytes_max)
+        read = ReadSpec(topic_id, partition.index, request.stop_offset or None, events_max,
+                        bytes_max, mask,
+                        source_selector(frozenset(sources), selector) if sources else selector)
+        views = self.registry.views.views
+
+        def open_cursor(position: Position, snapshot_offset: int | None) -> SnapshotCursor:
+            return SnapshotCursor(views, snapshot, position, snapshot_offset)
+
+        return BootstrapStream(partition, view, snapshot, read, request, open_cursor)
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def bootstrap_handler(servicer: BootstrapServicer) -> grpc.GenericRpcHandler:
+    """The Bootstrap method of the Keybus service (responses are bytes)."""
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Bootstrap": grpc.unary_stream_rpc_method_handler(
+            servicer.Bootstrap, pb.BootstrapRequest.FromString, _identity)})

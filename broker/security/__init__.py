@@ -1,0 +1,1 @@
+"""Security: TLS material, authentication providers, permissions and the ACL store."""

@@ -1,0 +1,257 @@
+"""Who may do what: grants, topic patterns and the rule of every RPC. Pure.
+
+Rules:
+1. A grant gives one principal one permission (produce, consume, admin) on
+   a topic pattern: an exact name, a prefix ending in `*` (`orders.*` covers
+   `orders.eu` but not `orders`), or `*` for every topic.
+2. Superusers hold every permission, including changing grants.
+3. Every RPC has one line in `RULES`: the permissions that allow it (any of
+   them) and where its topic is in the request. An RPC without a line is
+   refused to everyone but superusers, so a new RPC is never open by
+   accident. Describing a topic is allowed by any permission on it (as
+   Kafka's Read and Write imply Describe): a producer must learn the
+   partition count, a Spark reader the offsets.
+4. A decision names the principal, the topic and the permission missing.
+
+It knows nothing about gRPC, storage or how a principal was authenticated.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+TOPIC_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class Permission(enum.IntEnum):
+    """Values equal the wire enum `keybus.v1.Permission`."""
+
+    PRODUCE = 1
+    CONSUME = 2
+    ADMIN = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class GrantError(ValueError):
+    """A grant that cannot be stored; the message says what is allowed."""
+
+
+def check_pattern(pattern: str, name_bytes_max: int = 249) -> str:
+    """Return a valid topic pattern or raise GrantError naming what is allowed."""
+    body = pattern[:-1] if pattern.endswith("*") else pattern
+    if not pattern or len(pattern) > name_bytes_max or not set(body) <= TOPIC_PATTERN_CHARS:
+        raise GrantError(f"topic pattern {pattern!r} is invalid; allowed: a topic name, a prefix "
+                         "ending in * (e.g. orders.*), or * for every topic")
+    return pattern
+
+
+def pattern_covers(pattern: str, topic: str) -> bool:
+    """Whether a grant's topic pattern covers `topic` (rule 1)."""
+    if pattern.endswith("*"):
+        return topic.startswith(pattern[:-1])
+    return pattern == topic
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Grant:
+    principal: str
+    topic: str  # pattern
+    permission: Permission
+
+
+def check_grant(grant: Grant) -> Grant:
+    if not grant.principal or len(grant.principal) > 1024:
+        raise GrantError("principal is empty or over 1024 characters; name who the grant is for")
+    if grant.permission not in tuple(Permission):
+        raise GrantError(f"permission {grant.permission!r} is invalid; allowed: produce, "
+                         "consume, admin")
+    check_pattern(grant.topic)
+    return grant
+
+
+@dataclass
+class AccessTable:
+    """The grants in memory, indexed by principal, with a decision cache.
+
+    The cache is cleared on every change, so a revoke takes effect on the
+    next call (a stream already open keeps the right it was opened with,
+    except Produce, which is checked per request).
+    """
+
+    superusers: frozenset[str] = frozenset()
+    _by_principal: dict[str, set[Grant]] = field(default_factory=dict)
+    _decisions: dict[tuple[str, str, Permission], bool] = field(default_factory=dict)
+
+    def replace(self, grants: Iterable[Grant]) -> None:
+        self._by_principal.clear()
+        for grant in grants:
+            self._by_principal.setdefault(grant.principal, set()).add(grant)
+        self._decisions.clear()
+
+    def add(self, grant: Grant) -> bool:
+        grants = self._by_principal.setdefault(grant.principal, set())
+        added = grant not in grants
+        grants.add(grant)
+        self._decisions.clear()
+        return added
+
+    def remove(self, grant: Grant) -> bool:
+        grants = self._by_principal.get(grant.principal, set())
+        removed = grant in grants
+        grants.discard(grant)
+        self._decisions.clear()
+        return removed
+
+    def grants(self, principal: str = "", topic: str = "") -> list[Grant]:
+        """Grants of `principal` (all when empty) that cover `topic` (all when empty)."""
+        pools = ([self._by_principal.get(principal, set())] if principal
+                 else list(self._by_principal.values()))
+        return sorted(g for pool in pools for g in pool
+                      if not topic or pattern_covers(g.topic, topic))
+
+    def is_superuser(self, principal: str) -> bool:
+        return principal in self.superusers
+
+    def allows(self, principal: str, topic: str, permission: Permission) -> bool:
+        if principal in self.superusers:
+            return True
+        key = (principal, topic, permission)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) > 100_000:
+                self._decisions.clear()
+            decision = any(g.permission == permission and pattern_covers(g.topic, topic)
+                           for g in self._by_principal.get(principal, ()))
+            self._decisions[key] = decision
+        return decision
+
+    def allows_any(self, principal: str, topic: str, permissions: Iterable[Permission]) -> bool:
+        return any(self.allows(principal, topic, p) for p in permissions)
+
+    def visible(self, principal: str, topic: str) -> bool:
+        """Whether the principal holds any permission on the topic (ListTopics shows it)."""
+        return self.allows_any(principal, topic, Permission)
+
+
+# ---------------------------------------------------------------- rules per RPC
+
+TopicsOf = Callable[[Any], list[str]]
+
+
+def field_topic(path: str) -> TopicsOf:
+    """Topics of a request at a dotted field path, e.g. "topic" or "open.topic"."""
+    names = path.split(".")
+
+    def topics(request: Any) -> list[str]:
+        value = request
+        for name in names:
+            value = getattr(value, name)
+        return [value]
+    return topics
+
+
+def subscribe_topics(request: Any) -> list[str]:
+    """Subscribe: the `open` message names the topic; later messages act on the
+    stream opened with it (permits, acks, nacks need no check of their own)."""
+    return [request.open.topic] if request.WhichOneof("body") == "open" else []
+
+
+def dead_letter_topic(request: Any) -> list[tuple[str, frozenset[Permission]]]:
+    """A dead letter topic is written by the broker for the consumer: opening a
+    subscription with one needs the produce permission on it."""
+    if request.WhichOneof("body") == "open" and request.open.dead_letter_topic:
+        return [(request.open.dead_letter_topic, frozenset({Permission.PRODUCE}))]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What an RPC needs. permissions: any of them, on every topic the request
+    names; none = only authentication (e.g. WhoAmI, ListTopics, whose answer
+    is filtered to what the caller may see). superuser: superusers only."""
+
+    permissions: frozenset[Permission] = frozenset()
+    topics: TopicsOf | None = None
+    superuser: bool = False
+    # Other topics a request names that need a permission of their own.
+    also: Callable[[Any], list[tuple[str, frozenset[Permission]]]] | None = None
+
+
+def _needs(*permissions: Permission, topic: str | TopicsOf = "topic") -> Rule:
+    topics = field_topic(topic) if isinstance(topic, str) else topic
+    return Rule(frozenset(permissions), topics)
+
+
+ANY = tuple(Permission)
+SUPERUSER = Rule(superuser=True)
+AUTHENTICATED = Rule()
+
+# One line per RPC (method name as in `service Keybus`). No line: superusers only.
+RULES: dict[str, Rule] = {
+    "Produce": _needs(Permission.PRODUCE),
+    "InitProducer": _needs(Permission.PRODUCE),
+    "Read": _needs(Permission.CONSUME),
+    "Subscribe": Rule(frozenset({Permission.CONSUME}), subscribe_topics, also=dead_letter_topic),
+    "CreateTopic": _needs(Permission.ADMIN),
+    "ListTopics": AUTHENTICATED,
+    "DescribeTopic": _needs(*ANY),
+    "DeleteTopic": _needs(Permission.ADMIN),
+    "ListSubscriptions": _needs(Permission.CONSUME, Permission.ADMIN),
+    "DescribeSubscription": _needs(Permission.CONSUME, Permission.ADMIN),
+    "SeekSubscription": _needs(Permission.ADMIN),
+    "DeleteSubscription": _needs(Permission.ADMIN),
+    "GrantPermissions": SUPERUSER,
+    "RevokePermissions": SUPERUSER,
+    "ListPermissions": SUPERUSER,
+    "WhoAmI": AUTHENTICATED,
+    # Event processor stores: a processor is a consumer of the topic.
+    "ListOwnership": _needs(Permission.CONSUME),
+    "ClaimOwnership": _needs(Permission.CONSUME),
+    "ListCheckpoints": _needs(Permission.CONSUME),
+    "UpdateCheckpoint": _needs(Permission.CONSUME, topic="checkpoint.topic"),
+    "FenceCheckpoints": _needs(Permission.CONSUME),
+    # Compacted view and bootstrap: a snapshot then the log, read as Read reads.
+    "Bootstrap": _needs(Permission.CONSUME),
+}
+
+
+def rule_for(method: str) -> Rule:
+    """The rule of an RPC by name; an RPC without a line is for superusers only."""
+    return RULES.get(method, SUPERUSER)
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    """Why a call is refused: PERMISSION_DENIED naming principal, topic and permission."""
+
+    principal: str
+    topic: str
+    needed: str
+
+    def message(self, method: str) -> str:
+        where = f" on topic {self.topic!r}" if self.topic else ""
+        return (f"principal {self.principal!r} lacks the {self.needed} permission{where} "
+                f"needed for {method}; a superuser grants it (keybus acl grant)")
+
+
+def decide(table: AccessTable, principal: str, rule: Rule, request: Any) -> Denial | None:
+    """None when `principal` may make this request under `rule`, else why not."""
+    if table.is_superuser(principal):
+        return None
+    if rule.superuser:
+        return Denial(principal, "", "superuser")
+    if rule.topics is None:
+        return None
+    checks = [(topic, rule.permissions) for topic in rule.topics(request)]
+    checks += rule.also(request) if rule.also is not None else []
+    for topic, permissions in checks:
+        if not table.allows_any(principal, topic, permissions):
+            needed = " or ".join(p.label for p in sorted(permissions))
+            return Denial(principal, topic, needed)
+    return None

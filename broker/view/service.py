@@ -1,0 +1,229 @@
+"""The compacted views of a broker: one maintainer task per partition with a view.
+
+A maintainer follows its partition's stored log (the durable end offset, so
+a leader and a follower that appends replicated records work the same way)
+and folds what it has not seen into the view, one bounded pass at a time on
+a worker thread, then waits for more. The produce path never waits for it:
+the view lags the log, and the lag is a metric (`keybus_view_lag_events`)
+and a column of `keybus topics describe`.
+
+It also holds the partition's retention floor: retention never removes a
+record the view has not folded in, nor one an active bootstrap still has to
+read (a pin), so a snapshot plus its catch-up always covers the whole log.
+Runs on the event loop; blocking work goes to worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.log.rocks_store import RocksStore
+from broker.metrics import VIEW_ERRORS, VIEW_FOLDED_EVENTS, VIEW_LAG_EVENTS
+from broker.partition import Partition, TopicMeta
+from broker.view.codec import ViewState
+from broker.view.compaction import Compactor
+from broker.view.store import ViewStore
+from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.view")
+ERROR_BACKOFF_S = 1.0
+
+
+class PartitionView:
+    """One partition's view: its state, its maintainer task and its pins."""
+
+    def __init__(self, views: ViewStore, partition: Partition, settings: Settings) -> None:
+        self.views = views
+        self.partition = partition
+        self.settings = settings
+        meta = partition.meta
+        self.state: ViewState = views.state(meta.topic_id, partition.index)
+        self.delete_retention_ms = meta.delete_retention_ms or settings.delete_retention_ms
+        self._pins: dict[int, int] = {}
+        self._pin_ids = 0
+        self._task: asyncio.Task[None] | None = None
+        self._pass: asyncio.Future[ViewState] | None = None  # the pass on a worker thread
+        self._swept_ms = 0
+        self._changed = asyncio.Event()  # set after every pass (bootstraps wait on it)
+
+    # ------------------------------------------------------------ retention floor and pins
+
+    def floor(self) -> int:
+        """Retention keeps every record starting at or after this offset."""
+        return min([self.state.offset_next, *self._pins.values()])
+
+    def pin(self, offset: int) -> int:
+        """Keep the log from `offset` on until unpinned; returns the pin's id."""
+        self._pin_ids += 1
+        self._pins[self._pin_ids] = offset
+        return self._pin_ids
+
+    def move_pin(self, pin_id: int, offset: int) -> None:
+        if pin_id in self._pins:
+            self._pins[pin_id] = max(self._pins[pin_id], offset)
+
+    def unpin(self, pin_id: int) -> None:
+        self._pins.pop(pin_id, None)
+
+    # ------------------------------------------------------------ maintenance
+
+    def start(self) -> None:
+        meta = self.partition.meta
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"view {meta.name}/{self.partition.index}")
+
+    async def stop(self) -> None:
+        """Stop the maintainer; a pass already on a worker thread finishes first
+        (the store may be closed right after)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._pass is not None:
+            await asyncio.wait([self._pass])
+        with contextlib.suppress(KeyError):  # no pass ran: never labelled
+            VIEW_LAG_EVENTS.remove(self.partition.meta.name, str(self.partition.index))
+
+    async def _run(self) -> None:
+        interval_s = self.settings.view_sweep_interval_ms / 1000
+        while True:
+            try:
+                if self.state.offset_next < self.partition.end_offset:
+                    await self._linger()
+                    await self._fold()
+                    continue
+                if self._sweep_due():
+                    await self._sweep()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.partition.wait_for_data(self.state.offset_next),
+                                           interval_s)
+            except BrokerError:  # the partition closed (topic deleted, broker stopping)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                VIEW_ERRORS.labels(self.partition.meta.name).inc()
+                log.exception("view of %s/%d: maintenance pass failed; retrying",
+                              self.partition.meta.name, self.partition.index)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+
+    async def _fold(self) -> None:
+        meta, index = self.partition.meta, self.partition.index
+        before = self.state.offset_next
+        self.state = await self._on_thread(self.views.fold_pass, meta.topic_id, index,
+                                           self.partition.end_offset,
+                                           self.settings.view_pass_events_max)
+        VIEW_FOLDED_EVENTS.labels(meta.name).inc(self.state.offset_next - before)
+        VIEW_LAG_EVENTS.labels(meta.name, str(index)).set(
+            max(0, self.partition.end_offset - self.state.offset_next))
+        self._signal()
+
+    async def _linger(self) -> None:
+        """Wait until a full pass is in the log, or view_linger_ms: a pass over
+        more events writes each hot key once for all of them."""
+        full = self.state.offset_next + self.settings.view_pass_events_max
+        if self.partition.end_offset < full and self.settings.view_linger_ms:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.partition.wait_for_data(full - 1),
+                                       self.settings.view_linger_ms / 1000)
+
+    def _sweep_due(self) -> bool:
+        return now_ms() - self._swept_ms >= self.settings.view_sweep_interval_ms
+
+    async def _sweep(self) -> None:
+        meta = self.partition.meta
+        self._swept_ms = now_ms()
+        self.state = await self._on_thread(
+            self.views.sweep, meta.topic_id, self.partition.index,
+            self._swept_ms - self.delete_retention_ms, self.settings.view_sweep_entries_max)
+        self._signal()
+
+    async def _on_thread(self, work: Callable[..., ViewState], *args: int) -> ViewState:
+        """Run a pass on a worker thread; `stop` waits for it even when cancelled."""
+        self._pass = asyncio.ensure_future(asyncio.to_thread(work, *args))
+        try:
+            return await asyncio.shield(self._pass)
+        finally:
+            if self._pass.done():
+                self._pass = None
+
+    def _signal(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_for(self, offset: int, timeout_s: float) -> bool:
+        """Wait until the view holds every event below `offset`; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.state.offset_next < offset:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+        return True
+
+    def fill(self, info: pb.PartitionInfo) -> None:
+        state = self.state
+        info.view_offset = state.offset_next
+        info.view_scn = state.scn
+        info.view_keys = state.keys
+        info.view_bytes = state.entry_bytes
+        info.view_tombstones = state.tombstones
+
+
+class ViewService:
+    """Every partition view of the broker, by topic."""
+
+    def __init__(self, store: RocksStore, settings: Settings) -> None:
+        self.views = ViewStore(store)
+        self.settings = settings
+        self._topics: dict[str, list[PartitionView]] = {}
+
+    def start(self, meta: TopicMeta, partitions: list[Partition]) -> None:
+        """Start the maintainers of a topic that keeps a view; wire retention to them."""
+        if not meta.view:
+            return
+        views = []
+        for partition in partitions:
+            view = PartitionView(self.views, partition, self.settings)
+            partition.retention_floor = view.floor
+            if meta.compacted:
+                compactor = Compactor(self.views, partition, view, self.settings)
+                partition.compact_head = compactor.compact
+            view.start()
+            views.append(view)
+        self._topics[meta.name] = views
+
+    async def stop(self, topic: str) -> None:
+        for view in self._topics.pop(topic, []):
+            await view.stop()
+
+    async def close(self) -> None:
+        for topic in list(self._topics):
+            await self.stop(topic)
+
+    def of(self, topic: str, index: int) -> PartitionView:
+        """The view of a partition (the caller checked the topic exists).
+
+        Raises:
+            BrokerError: the topic keeps no view.
+        """
+        views = self._topics.get(topic)
+        if views is None:
+            raise BrokerError("view_off", topic=topic)
+        return views[index]
+
+    def fill(self, topic: str, infos: list[pb.PartitionInfo]) -> None:
+        for view, info in zip(self._topics.get(topic, []), infos, strict=False):
+            view.fill(info)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

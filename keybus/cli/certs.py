@@ -1,0 +1,55 @@
+"""`keybus certs`: a private CA and certificates for local TLS and mTLS.
+
+One command makes the secure set-up as short as the open one:
+
+    keybus certs --dir ./keybus-certs --client alice
+    keybus broker --tls-cert-file keybus-certs/server.pem --tls-key-file keybus-certs/server.key
+
+An existing CA in the directory is reused, so clients added later chain to
+the same CA. For local use and tests only: production certificates come
+from the organisation's CA (docs/security.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from broker.security import certs
+
+
+@click.command("certs")
+@click.option("--dir", "directory", default="./keybus-certs", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="Where to write the files.")
+@click.option("--server-name", "server_names", multiple=True,
+              default=("localhost", "127.0.0.1", "::1"), show_default=True,
+              help="A DNS name or IP address of the broker (repeat for several).")
+@click.option("--client", "clients", multiple=True,
+              help="Make a client certificate with this principal as its common name (repeat).")
+@click.option("--days", default=certs.VALID_DAYS_DEFAULT, show_default=True,
+              type=click.IntRange(1, 3650), help="Validity of new certificates.")
+def certs_command(directory: Path, server_names: tuple[str, ...], clients: tuple[str, ...],
+                  days: int) -> None:
+    """Make a CA (ca.pem), a broker certificate (server.pem/.key) and client certificates."""
+    ca = certs.load_ca(directory)
+    if ca is None:
+        ca = certs.make_ca(valid_days=days)
+        certs.write_pair(directory, "ca", ca)
+        click.echo(f"made CA {directory / 'ca.pem'} (keep ca.key private)")
+    else:
+        click.echo(f"reusing CA {directory / 'ca.pem'}")
+    server = certs.issue(ca, server_names[0], server_names=server_names, valid_days=days)
+    cert_path, key_path = certs.write_pair(directory, "server", server)
+    click.echo(f"broker: --tls-cert-file {cert_path} --tls-key-file {key_path} "
+               f"(names: {', '.join(server_names)})")
+    for principal in clients:
+        cert_path, key_path = certs.write_pair(directory, f"client-{principal}",
+                                               certs.issue(ca, principal, valid_days=days))
+        click.echo(f"client {principal}: --tls-cert {cert_path} --tls-key {key_path}")
+    click.echo(f"clients verify the broker with --tls-ca {directory / 'ca.pem'}; for mTLS start "
+               f"the broker with --tls-client-ca-file {directory / 'ca.pem'}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(certs_command)

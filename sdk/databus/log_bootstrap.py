@@ -1,0 +1,129 @@
+"""A partition's bootstrap as window pieces: snapshot, catch-up, then the live log.
+
+`LogWindows` switches a partition here when its checkpoint is older than
+what the log still holds (the Reader's OUT_OF_RANGE, or a checkpoint below
+the partition's start offset), when the registration allows bootstrap, or
+when its checkpoint says a bootstrap was under way. One following Reader
+with start="bootstrap" (sdk/bootstrap.py) brings:
+
+* the snapshot: each record (rows of one source, in key order, deleted keys
+  as DELETE events, with their original offset and SCN) is one bootstrap
+  sequence, at the snapshot's SCN, whose checkpoint records the snapshot's
+  position by key;
+* the catch-up: the log's windows as bootstrap sequences, whose checkpoints
+  record the catch-up's position by offset;
+* after the ONLINE marker, ordinary windows (ordinary checkpoints).
+
+on_start_bootstrap comes first (also when a saved bootstrap is resumed),
+on_end_bootstrap at the ONLINE marker. Databus's checkpoint modes are the
+three phases of `BootstrapPosition`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sdk import errors
+from sdk.bootstrap import CATCHUP, SNAPSHOT, BootstrapPosition
+from sdk.core.columns import batch_slots
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.databus.event import EventColumns
+from sdk.databus.inbox import MarkerItem, PieceItem
+from sdk.databus.pieces import record_pieces
+from sdk.databus.window import WindowPiece
+from sdk.reader import ReadBatch, Reader
+
+if TYPE_CHECKING:
+    from sdk.databus.log_windows import LogWindows
+
+_log = logging.getLogger("keybus.databus")
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapStart:
+    """Start a partition with a bootstrap: a new one (position None) or a saved one."""
+
+    position: BootstrapPosition | None = None
+    snapshot_scn: int = 0  # the saved snapshot's SCN (a new one's comes in its marker)
+
+
+def snapshot_piece(record: pb.Record, need_slots: bool, snapshot_scn: int,
+                   position: BootstrapPosition) -> WindowPiece:
+    """Snapshot rows (one record, one source) as one bootstrap sequence.
+
+    Its checkpoint offset is the one before the snapshot's point (the last
+    event the snapshot covers); its position says which key comes next.
+    """
+    batch = record.batch
+    count = batch.count
+    return WindowPiece(record.partition, snapshot_scn, max(position.snapshot_offset - 1, 0),
+                       range(count), batch.sources, batch.schemas,
+                       batch_slots(batch) if need_slots else (), EventColumns(record),
+                       sum(map(len, batch.values)), bootstrap=True, position=position)
+
+
+def catchup_pieces(record: pb.Record, need_slots: bool,
+                   after: BootstrapPosition) -> list[WindowPiece]:
+    """A catch-up record's windows as bootstrap sequences; each one's position
+    resumes the catch-up after it."""
+    return [dataclasses.replace(piece, bootstrap=True, position=BootstrapPosition(
+        CATCHUP, after.snapshot_offset, None, None, piece.offset_last + 1, after.target_offset))
+        for piece in record_pieces(record, need_slots)]
+
+
+def pieces_of(batch: ReadBatch, need_slots: bool, snapshot_scn: int,
+              after: BootstrapPosition | None) -> list[WindowPiece]:
+    """The pieces of one batch of a bootstrap read, by its phase."""
+    if batch.phase == SNAPSHOT:
+        assert after is not None
+        return [snapshot_piece(batch.record, need_slots, snapshot_scn, after)]
+    if batch.phase == CATCHUP:
+        assert after is not None
+        return catchup_pieces(batch.record, need_slots, after)
+    return record_pieces(batch.record, need_slots)
+
+
+async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
+    """Put a partition's bootstrap, then its live windows, into the source's inbox.
+
+    Raises:
+        KeybusError: the read failed for good (the caller reports it).
+    """
+    put = source.inbox.put
+    await put(MarkerItem("on_start_bootstrap"))
+    position, snapshot_scn = start.position, start.snapshot_scn
+    while True:
+        try:
+            await _follow(source, partition, position, snapshot_scn)
+            return
+        except errors.OffsetOutOfRange as e:
+            if position is None:
+                raise
+            _log.warning("%s: the saved bootstrap of partition %d cannot go on (%s); "
+                         "starting a new snapshot", source.name, partition, e.message)
+            position, snapshot_scn = None, 0
+
+
+async def _follow(source: LogWindows, partition: int, position: BootstrapPosition | None,
+                  snapshot_scn: int) -> None:
+    reader = Reader(source.broker, source.topic, partition, start=position or "bootstrap",
+                    key_filter=source.key_filter, follow=True, include_tombstones=True,
+                    sources=source.sources, bytes_max=source.config.reader_bytes_max,
+                    channel=source.channel)
+    put = source.inbox.put
+    try:
+        async for batch in reader:
+            marker = batch.marker
+            if marker is not None:
+                if marker.phase == SNAPSHOT:
+                    snapshot_scn = marker.snapshot_scn
+                elif marker.phase == "online":
+                    await put(MarkerItem("on_end_bootstrap"))
+                continue
+            for piece in pieces_of(batch, source.need_slots, snapshot_scn, reader.position):
+                await put(PieceItem(piece, True))
+    finally:
+        await reader.close()

@@ -1,0 +1,103 @@
+"""A server-streaming gRPC call that opens itself again after a failure worth a retry.
+
+Readers (log reads and bootstraps) keep their position themselves and build
+the request for each attempt, so a reopened call continues where the last
+one stopped. How long to retry and what to tell is the link rule of
+sdk/reconnect.py: a broker never reached fails within connect_timeout_ms; a
+lost one is told through `on_connection_change` and retried for
+retry_timeout_ms (following: forever by default), then the error is raised
+as a KeybusError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sdk import errors
+from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
+
+# Stream failures worth a reconnect (a restarting broker shows as these).
+RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
+                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+class RetryingCall:
+    """Messages of a call opened by `open_call()`, reopened after retriable failures.
+
+    Args:
+        open_call: starts the call (builds the request for this attempt).
+        follow: the default retry_timeout_ms is forever (else 30000).
+        retry_timeout_ms: how long a lost broker is retried (None: by follow;
+            0 = forever).
+        backoff_ms, backoff_max_ms: as Reader's.
+        connect_timeout_ms: how long a broker never reached is tried (0 = forever).
+        broker: the address, for the messages.
+        on_connection_change: told (False, message) when the broker is lost,
+            (True, message) when it is back; may be a coroutine function.
+    """
+
+    def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int | None,
+                 backoff_ms: int, backoff_max_ms: int, *, connect_timeout_ms: int = 5_000,
+                 broker: str = "the broker",
+                 on_connection_change: ConnectionCallback | None = None) -> None:
+        self._open = open_call
+        if retry_timeout_ms is None:
+            retry_timeout_ms = 0 if follow else 30_000
+        self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms, backoff_ms,
+                                              backoff_max_ms))
+        self._on_connection_change = on_connection_change
+        self._call: Any = None
+        self.reconnects = 0  # calls opened again after a failure
+
+    async def read(self) -> Any:
+        """The next message; None when the call ended normally.
+
+        Raises:
+            KeybusError: a failure not worth a retry, or retries ran out.
+        """
+        while True:
+            try:
+                if self._call is None:
+                    self._call = self._open()
+                message = await self._call.read()
+            except grpc.RpcError as e:
+                self._call = None
+                if e.code() not in RETRIABLE_CODES:
+                    raise errors.from_rpc_error(e, self._link.broker) from None
+                reason, never_reached = failure_of(e)
+                delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
+                if note is not None:
+                    await self._report(False, note)
+                self.reconnects += 1
+                await asyncio.sleep(delay_ms / 1000)
+                continue
+            if self._link.lost or not self._link.ever_connected:
+                note = self._link.process_connected(_now_ms())
+                if note is not None:
+                    await self._report(True, note)
+            if message is grpc.aio.EOF:
+                self._call = None
+                return None
+            return message
+
+    async def _report(self, connected: bool, message: str) -> None:
+        if self._on_connection_change is not None:
+            result = self._on_connection_change(connected, message)
+            if inspect.isawaitable(result):
+                await result
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -1,0 +1,138 @@
+"""How an SDK client proves who it is and checks whom it talks to.
+
+`ClientSecurity` holds a CA bundle (TLS: the broker's certificate must chain
+to it), an optional client certificate and key (mTLS) and an optional bearer
+token (a static token or a JWT; from a string or a file read at each
+connect, so a rotated file is picked up). Every SDK client takes one as
+`security=`; without one the client uses the ambient default (`use()`, set
+by the CLI from its options), else plain text.
+
+A token is sent only where it cannot be read on the way: over TLS, or in
+plain text to a loopback address (gRPC's local credentials check that);
+anything else is refused before connecting.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import os
+from dataclasses import dataclass
+
+import grpc
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """TLS and credentials for connecting to a broker. Picklable (Spark).
+
+    Args:
+        ca_file: PEM bundle of the CA(s) to verify the broker with; set = TLS.
+        cert_file, key_file: the client certificate and its key (mTLS), PEM.
+        token: a bearer token (static or JWT).
+        token_file: a file holding the token (read at each connect).
+        server_name: the name to check in the broker's certificate when it
+            differs from the host of the address (e.g. connecting by IP).
+        tls: TLS with the system's CA roots when ca_file is not given.
+    """
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    token: str = ""
+    token_file: str = ""
+    server_name: str = ""
+    tls: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("a client certificate needs its key: give cert_file and key_file "
+                             "together")
+        if self.token and self.token_file:
+            raise ValueError("give token or token_file, not both")
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(self.tls or self.ca_file or self.cert_file)
+
+    def bearer_token(self) -> str:
+        """The token to send ('' for none), reading token_file now if set."""
+        if self.token_file:
+            try:
+                with open(self.token_file) as f:
+                    return f.read().strip()
+            except OSError as e:
+                raise ValueError(f"token file {self.token_file}: {e.strerror}") from None
+        return self.token
+
+    def channel_credentials(self, host: str) -> grpc.ChannelCredentials | None:
+        """The channel's credentials (None: plain text without a token).
+
+        Raises:
+            ValueError: a file cannot be read, or a token would travel in
+                plain text to a host that is not a loopback address.
+        """
+        token = self.bearer_token()
+        if self.uses_tls:
+            transport = grpc.ssl_channel_credentials(
+                _read(self.ca_file, "ca_file") if self.ca_file else None,
+                _read(self.key_file, "key_file") if self.key_file else None,
+                _read(self.cert_file, "cert_file") if self.cert_file else None)
+        elif token:
+            if not is_loopback(host):
+                raise ValueError(f"refusing to send a token in plain text to {host}: give a CA "
+                                 "file (TLS), or connect to a loopback address")
+            transport = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        else:
+            return None
+        if not token:
+            return transport
+        return grpc.composite_channel_credentials(
+            transport, grpc.access_token_call_credentials(token))
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> ClientSecurity | None:
+        """From KEYBUS_TLS_CA, KEYBUS_TLS_CERT, KEYBUS_TLS_KEY, KEYBUS_TOKEN,
+        KEYBUS_TOKEN_FILE and KEYBUS_TLS_SERVER_NAME; None when none is set."""
+        env = os.environ if environ is None else environ
+        security = cls(ca_file=env.get("KEYBUS_TLS_CA", ""),
+                       cert_file=env.get("KEYBUS_TLS_CERT", ""),
+                       key_file=env.get("KEYBUS_TLS_KEY", ""), token=env.get("KEYBUS_TOKEN", ""),
+                       token_file=env.get("KEYBUS_TOKEN_FILE", ""),
+                       server_name=env.get("KEYBUS_TLS_SERVER_NAME", ""))
+        return None if security == cls() else security
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{what} {path}: {e.strerror}") from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_ambient: contextvars.ContextVar[ClientSecurity | None] = contextvars.ContextVar(
+    "keybus_client_security", default=None)
+
+
+def use(security: ClientSecurity | None) -> None:
+    """Make `security` the default of clients created later in this context
+    (the CLI sets it once from its options)."""
+    _ambient.set(security)
+
+
+def resolve(security: ClientSecurity | None) -> ClientSecurity | None:
+    """The security a client uses: its own, else the ambient default."""
+    return security if security is not None else _ambient.get()

@@ -1,0 +1,96 @@
+"""startingOffsets=snapshot: read a topic's compacted view, then (streaming) its log.
+
+* Batch: one input partition per (topic partition, hash range group); each
+  reads a snapshot of its partition's view (the latest event per key, no
+  tombstones), filtered in the broker by its ranges and the `filter` option.
+  Each topic partition's rows are the view at one point.
+* Streaming: the query's initial offset is each partition's view offset P
+  (asked on the driver), marked as a snapshot start. The first micro-batch
+  reads the snapshot as of P (every key's latest event below P) and the log
+  from P to the batch's end; later batches read the log as usual. The
+  snapshot holds events below P and the log events from P, so no event is
+  read twice or skipped between them (a key changed after P comes from the
+  log with its newer value).
+
+Spark glue lives in source.py; this module holds the offsets marker (pure)
+and the task-side read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sdk import errors
+from sdk.bootstrap import BootstrapPosition
+from sdk.core.model import HashRange, TopicPartition
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.security import ClientSecurity
+from sdk.sync import SyncReader
+from spark_connector._client import BrokerCallError, call_failure, topic_infos
+
+SNAPSHOT_KEY = "$snapshot"  # never a topic name (topics are [A-Za-z0-9._-]+)
+SNAPSHOT_MARK = {"start": 1}
+
+
+def mark_snapshot(offsets: dict[str, Any]) -> dict[str, Any]:
+    """Offsets JSON that says: the batch starting here reads the snapshot first."""
+    return {**offsets, SNAPSHOT_KEY: dict(SNAPSHOT_MARK)}
+
+
+def split_snapshot_mark(offsets: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """(offsets without the mark, whether it was there)."""
+    plain = {k: v for k, v in offsets.items() if k != SNAPSHOT_KEY}
+    return plain, SNAPSHOT_KEY in offsets
+
+
+def snapshot_records(broker: str, topic: str, partition: int,
+                     ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
+                     events_max: int, snapshot_offset: int | None,
+                     stop: int | None, security: ClientSecurity | None = None
+                     ) -> Iterator[pb.Record]:
+    """The records of a snapshot read, then (with `stop`) the log up to `stop`.
+
+    Args:
+        snapshot_offset: None: a new snapshot, and nothing after it (batch).
+            An offset: the snapshot as of it (streaming), then the log from
+            it up to `stop` (exclusive).
+    Raises:
+        BrokerCallError: the read failed (out_of_range: the log the snapshot
+            needs was removed by retention).
+    """
+    start: str | BootstrapPosition = "bootstrap"
+    if snapshot_offset is not None:
+        start = BootstrapPosition("snapshot", snapshot_offset)
+    log_wanted = snapshot_offset is not None and stop is not None and stop > snapshot_offset
+    try:
+        with SyncReader(broker, topic, partition, start=start, hash_ranges=ranges,
+                        key_filter=key_filter, events_max=events_max,
+                        include_tombstones=False, stop_offset=stop if log_wanted else None,
+                        security=security) as reader:
+            for batch in reader:
+                if batch.phase != "snapshot" and not log_wanted:
+                    return
+                if batch.marker is None and batch.count:
+                    yield batch.record
+    except errors.KeybusError as e:
+        raise call_failure(f"Bootstrap({topic!r}/{partition})", broker, e) from None
+
+
+def view_offsets(broker: str, topics: Sequence[str],
+                 security: ClientSecurity | None = None) -> dict[TopicPartition, int]:
+    """Each partition's view offset (the view holds every event below it).
+
+    Raises:
+        BrokerCallError: a topic keeps no compacted view, does not exist, or
+            the broker cannot be reached.
+    """
+    out: dict[TopicPartition, int] = {}
+    for topic, info in topic_infos(broker, topics, security).items():
+        if info.config.view != pb.VIEW_ON:
+            raise BrokerCallError(f"startingOffsets=snapshot: topic {topic!r} keeps no "
+                                  "compacted view; create it with view on (keybus topics "
+                                  f"create {topic} --view)")
+        for p in info.partitions:
+            out[TopicPartition(topic, p.partition)] = p.view_offset
+    return out

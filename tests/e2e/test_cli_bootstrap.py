@@ -1,0 +1,64 @@
+"""`keybus bootstrap` and the view columns of `keybus topics describe`.
+
+Goal: the command prints the snapshot (latest event per key, deleted keys
+absent unless --tombstones), then the catch-up, with a marker line per
+phase, filtered by --source and --filter; describe shows the view's SCN,
+lag, keys and bytes; a topic without a view gets one clear error line.
+Method: `python -m keybus` subprocesses against the shared broker process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.e2e.test_cli import keybus, ok
+from tests.support.bootstrap_model import wait_for_partition
+from tests.support.broker_process import BrokerProcess
+
+
+def _lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _wait_view(broker: BrokerProcess, topic: str, end: int) -> None:
+    asyncio.run(wait_for_partition(broker.address, topic, lambda p: p.view_offset == end,
+                                   "the view"))
+
+
+def test_bootstrap_prints_the_state_then_the_catch_up(shared_broker: BrokerProcess) -> None:
+    ok(keybus(shared_broker, "topics", "create", "cli-state", "--view"))
+    events = [{"key": k, "value": f"v{k}", "source": "orders"} for k in range(6)]
+    events += [{"key": 1, "value": "again", "source": "orders"},
+               {"key": 2, "value": "", "source": "orders", "opcode": 1},
+               {"key": 9, "value": "acct", "source": "accounts"}]
+    ok(keybus(shared_broker, "produce", "cli-state", "--partition", "0",
+              stdin="\n".join(json.dumps(e) for e in events)))
+    _wait_view(shared_broker, "cli-state", 9)
+    described = json.loads(ok(keybus(shared_broker, "topics", "describe", "cli-state", "--json")))
+    info = described["partition_info"][0]
+    assert (info["view_keys"], info["view_tombstones"]) == (7, 1)  # type: ignore[index]
+    assert "view keys" in ok(keybus(shared_broker, "topics", "describe", "cli-state"))
+
+    out = _lines(ok(keybus(shared_broker, "bootstrap", "cli-state", "--no-follow", "--json")))
+    assert [line["marker"] for line in out if "marker" in line] == ["snapshot", "catchup"]
+    snapshot = [(e["source"], e["key"], e["value"], e["offset"]) for e in out
+                if e.get("phase") == "snapshot"]
+    assert snapshot == [("accounts", 9, "acct", 8), ("orders", 0, "v0", 0),
+                        ("orders", 1, "again", 6), ("orders", 3, "v3", 3),
+                        ("orders", 4, "v4", 4), ("orders", 5, "v5", 5)]
+    filtered = _lines(ok(keybus(shared_broker, "bootstrap", "cli-state", "--no-follow", "--json",
+                                "--source", "orders", "--filter", "mod:2:[0]", "--tombstones")))
+    assert [(e["key"], e["opcode"]) for e in filtered if "phase" in e] == [
+        (0, "UPSERT"), (2, "DELETE"), (4, "UPSERT")]
+    text = ok(keybus(shared_broker, "bootstrap", "cli-state", "--max", "2"))  # follows: --max ends it
+    assert text.splitlines()[0].startswith("# snapshot of cli-state/0")
+    assert len(text.splitlines()) == 3
+
+
+def test_bootstrap_of_a_topic_without_view_is_one_error_line(shared_broker: BrokerProcess) -> None:
+    ok(keybus(shared_broker, "topics", "create", "cli-no-view", "--no-view"))
+    result = keybus(shared_broker, "bootstrap", "cli-no-view", "--no-follow")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "keeps no compacted view" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -1,0 +1,152 @@
+"""The SDK, the CLI and the Spark connector over TLS with a token.
+
+Goal: every client a user has works end to end against a broker with TLS,
+authentication and permissions on, given a CA bundle and a token (or a JWT,
+or the environment), and is refused with one clear message without them.
+Method: one broker process with TLS, static tokens and JWT keys; the SDK
+Producer/Consumer/Reader/Admin in this process, `python -m keybus` as a
+subprocess, and a local[2] SparkSession writing and reading a topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sdk import errors
+from sdk.access_admin import AccessAdmin
+from sdk.admin import Admin
+from sdk.consumer import Consumer
+from sdk.producer import Producer
+from sdk.reader import Reader
+from sdk.security import ClientSecurity
+from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.security import SUPERUSER, TOKENS, SecureSetup
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
+    return SecureSetup.make(tmp_path_factory.mktemp("tls-clients"))
+
+
+@pytest.fixture(scope="module")
+def secure_broker(setup: SecureSetup, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("secure-clients") / "data",
+                            *setup.broker_args())
+    process.start()
+
+    async def grant() -> None:
+        async with AccessAdmin(process.address, security=setup.security(SUPERUSER)) as admin:
+            await admin.grant("alice", "tls.*", ["produce", "consume", "admin"])
+    asyncio.run(grant())
+    yield process
+    process.stop()
+
+
+def test_sdk_end_to_end_over_tls_with_tokens(secure_broker: BrokerProcess,
+                                             setup: SecureSetup) -> None:
+    alice = setup.security(token=setup.rs256("alice"))  # a JWT, RS256
+
+    async def go() -> None:
+        async with Admin(secure_broker.address, security=alice) as admin:
+            await admin.create_topic("tls.sdk")
+        consumer = await Consumer.subscribe(secure_broker.address, "tls.sdk", "s",
+                                            type="key_shared", initial_position="earliest",
+                                            security=alice)
+        async with await Producer.create(secure_broker.address, "tls.sdk",
+                                         security=alice) as producer:
+            for key in range(20):
+                await producer.send(key, b"v%d" % key)
+            await producer.flush()
+        received: list[int | str] = []
+        while len(received) < 20:
+            message = await consumer.receive(10)
+            received.append(message.event.key)
+            consumer.ack(message)
+        await consumer.close()
+        assert sorted(received) == list(range(20))
+        async with Reader(secure_broker.address, "tls.sdk", stop_offset=20,
+                          security=alice) as reader:
+            assert sum([batch.count async for batch in reader]) == 20
+        # Without credentials, or with bob's (no grants): clear errors.
+        async with Admin(secure_broker.address,
+                         security=ClientSecurity(ca_file=setup.path("ca.pem"))) as admin:
+            with pytest.raises(errors.Unauthenticated):
+                await admin.describe_topic("tls.sdk")
+        with pytest.raises(errors.PermissionDenied, match="'bob' lacks the produce or"):
+            await Producer.create(secure_broker.address, "tls.sdk",
+                                  security=setup.security("bob"))
+    asyncio.run(go())
+
+
+def keybus(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    for name in ("KEYBUS_TOKEN", "KEYBUS_TLS_CA", "KEYBUS_BROKER"):
+        if name not in (env or {}):
+            full_env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "keybus", *args], capture_output=True,
+                          text=True, timeout=60, env=full_env, cwd=REPO)
+
+
+def test_cli_end_to_end_over_tls_with_token(secure_broker: BrokerProcess,
+                                            setup: SecureSetup) -> None:
+    tls = ["--broker", secure_broker.address, "--tls-ca", setup.path("ca.pem")]
+    alice = [*tls, "--token", TOKENS["alice"]]
+    created = keybus("topics", "create", "tls.cli", *alice)
+    assert created.returncode == 0, created.stderr
+    produced = keybus("produce", "tls.cli", "--key", "7", "--value", "hi", *alice)
+    assert produced.returncode == 0, produced.stderr
+    # The environment works as well as flags (the token never on the command line).
+    env = {"KEYBUS_BROKER": secure_broker.address, "KEYBUS_TLS_CA": setup.path("ca.pem"),
+           "KEYBUS_TOKEN": setup.hs256("alice")}
+    read = keybus("read", "tls.cli", "--json", env=env)
+    assert read.returncode == 0, read.stderr
+    assert [(e["key"], e["value"]) for e in map(json.loads, read.stdout.splitlines())] == [(7, "hi")]
+    whoami = keybus("acl", "whoami", "--json", env=env)
+    assert json.loads(whoami.stdout) == {"principal": "alice", "superuser": False, "tls": True}
+    granted = keybus("acl", "grant", "bob", "tls.cli", "consume", *tls, "--token", TOKENS[SUPERUSER])
+    assert granted.returncode == 0, granted.stderr
+    listed = json.loads(keybus("acl", "list", "--principal", "bob", "--json", *tls,
+                               "--token", TOKENS[SUPERUSER]).stdout)
+    assert listed["enforced"] and {"principal": "bob", "topic": "tls.cli",
+                                   "permission": "consume"} in listed["grants"]
+    for args, expected in (
+            ((*tls, "--token", TOKENS["bob"]), "'bob' lacks the produce permission"),
+            (tls, "no credentials"),
+            # plain text to a TLS port
+            (("--broker", secure_broker.address, "--token", TOKENS["alice"]),
+             "it closed the connection at once — does it want TLS (--tls-ca)")):
+        refused = keybus("produce", "tls.cli", "--key", "1", "--value", "x", *args)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert refused.stderr.startswith("keybus: error:") and expected in refused.stderr, \
+            refused.stderr
+
+
+@pytest.mark.spark
+def test_spark_write_and_read_over_tls_with_token(spark: Any, secure_broker: BrokerProcess,
+                                                  setup: SecureSetup, tmp_path: Any) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKENS["alice"])
+
+    async def create() -> None:
+        async with Admin(secure_broker.address, security=setup.security("alice")) as admin:
+            await admin.create_topic("tls.spark", partitions=2)
+    asyncio.run(create())
+    options = {"broker": secure_broker.address, "topic": "tls.spark",
+               "tlsCaFile": setup.path("ca.pem"), "tokenFile": str(token_file)}
+    rows = [(i, b"value-%d" % i) for i in range(100)]
+    spark.createDataFrame(rows, "key_long long, value binary").write.format("keybus") \
+        .options(**options).mode("append").save()
+    read = spark.read.format("keybus").options(**options).load()
+    assert sorted((r.key_long, bytes(r.value)) for r in read.collect()) == rows
+    with pytest.raises(Exception, match=r"UNAUTHENTICATED|no credentials"):
+        spark.read.format("keybus").option("broker", secure_broker.address) \
+            .option("topic", "tls.spark").option("tlsCaFile", setup.path("ca.pem")).load().collect()

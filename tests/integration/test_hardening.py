@@ -1,0 +1,132 @@
+"""Clean refusals at the wire: the three defects of issue 14, each fixed.
+
+Goal: (1) request bytes that are not the method's protobuf message get
+INVALID_ARGUMENT on every method (they got UNKNOWN with a Python exception
+name); (2) a request over request_bytes_max (32 MiB) gets RESOURCE_EXHAUSTED
+naming the limit and the size, and the Produce stream stays open for the
+next request (a 34 MiB request was stored); (3) the broker verifies the
+slots column against the ordering keys and refuses a mismatch (wrong slots
+were stored and broke per-key order), fills it in when absent, and refuses
+a producer id InitProducer never gave.
+Method: a real broker process with its default limits; raw bytes and
+messages over sync gRPC; every refusal read back to show nothing was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from sdk.core.hashing import slot_of, slots_of
+from sdk.core.pb import keybus_pb2 as pb
+from tests.support.broker_process import BrokerProcess
+from tests.support.wire import create_topic, int_batch, produce, read_all, stub
+
+METHODS = pb.DESCRIPTOR.services_by_name["Keybus"].methods_by_name
+# Not a protobuf message: field 1 as a length-delimited value longer than the data.
+GARBAGE = b"\x0a\xff\xff\xff\x0f\x01\x02"
+REQUEST_BYTES_MAX = 32 << 20
+
+
+def raw_call(address: str, method: str, payload: bytes) -> grpc.RpcError:
+    """Send raw bytes to a method; return the error it ends with."""
+    channel = grpc.insecure_channel(address)
+    descriptor = METHODS[method]
+    path = f"/keybus.v1.Keybus/{method}"
+    try:
+        if descriptor.client_streaming:
+            call = channel.stream_stream(path)(iter([payload]), timeout=10)
+            responses = list(call)
+            raise AssertionError(f"{method} answered {responses!r}")
+        if descriptor.server_streaming:
+            list(channel.unary_stream(path)(payload, timeout=10))
+        else:
+            channel.unary_unary(path)(payload, timeout=10)
+    except grpc.RpcError as e:
+        return e
+    finally:
+        channel.close()
+    raise AssertionError(f"{method} accepted undecodable bytes")
+
+
+@pytest.mark.parametrize("method", sorted(set(METHODS) - {"Produce"}))
+def test_undecodable_request_is_invalid_argument_on_every_method(
+        shared_broker: BrokerProcess, method: str) -> None:
+    error = raw_call(shared_broker.address, method, GARBAGE)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    name = METHODS[method].input_type.name
+    assert f"not a valid keybus.v1.{name}" in error.details()
+
+
+def _stream(requests: list[bytes]) -> Iterator[bytes]:
+    yield from requests
+
+
+def test_produce_answers_undecodable_and_oversize_requests_in_the_open_stream(
+        shared_broker: BrokerProcess) -> None:
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-size")
+    value = b"x" * ((1 << 20) - 1024)  # each event under event_bytes_max
+    big = pb.ProduceRequest(topic="hardening-size", request_id=7, batch=pb.EventBatch(
+        count=34, key_ints=list(range(34)), values=[value] * 34))
+    small = pb.ProduceRequest(topic="hardening-size", request_id=8, batch=int_batch([1, 2]))
+    big_bytes = big.SerializeToString()
+    assert REQUEST_BYTES_MAX < len(big_bytes) < 2 * REQUEST_BYTES_MAX
+    channel = grpc.insecure_channel(shared_broker.address)
+    produce_raw = channel.stream_stream("/keybus.v1.Keybus/Produce",
+                                        response_deserializer=pb.ProduceResponse.FromString)
+    answers = list(produce_raw(_stream([GARBAGE, big_bytes, small.SerializeToString()]), timeout=60))
+    garbage, too_big, ok = answers
+    assert garbage.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "not a valid keybus.v1.ProduceRequest" in garbage.error_message
+    assert too_big.error_code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert too_big.request_id == 7
+    assert str(len(big_bytes)) in too_big.error_message
+    assert str(REQUEST_BYTES_MAX) in too_big.error_message
+    assert ok.error_code == 0 and ok.request_id == 8 and ok.base_offset == 0  # stream stayed open
+    assert [r.batch.count for r in read_all(client, "hardening-size")] == [2]
+
+
+def test_wrong_slots_refused_absent_slots_filled_in(shared_broker: BrokerProcess) -> None:
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-slots")
+    keys = [10, 11, 12]
+    wrong = list(slots_of(keys))
+    wrong[1] = (wrong[1] + 1) % 65536
+    refused, broadcast, ordering, good, absent = produce(client, [
+        pb.ProduceRequest(topic="hardening-slots", batch=pb.EventBatch(
+            count=3, key_ints=keys, slots=wrong, values=[b"a", b"b", b"c"])),
+        pb.ProduceRequest(topic="hardening-slots", batch=pb.EventBatch(
+            count=3, key_ints=keys, slots=[slot_of(10)], values=[b"a", b"b", b"c"])),
+        pb.ProduceRequest(topic="hardening-slots", batch=pb.EventBatch(
+            count=2, key_ints=[1, 2], ordering_keys=["user-7"], slots=slots_of([1, 2]),
+            values=[b"a", b"b"])),
+        pb.ProduceRequest(topic="hardening-slots", batch=int_batch(keys)),
+        pb.ProduceRequest(topic="hardening-slots", batch=pb.EventBatch(
+            count=2, key_strings=["k1", "k2"], values=[b"a", b"b"])),
+    ])
+    for answer, index in ((refused, 1), (broadcast, 1), (ordering, 0)):
+        assert answer.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert f"batch.slots: event {index} has slot" in answer.error_message
+    assert "'user-7'" in ordering.error_message  # the key that was hashed is named
+    assert good.error_code == 0 and absent.error_code == 0
+    records = read_all(client, "hardening-slots")
+    assert [r.batch.count for r in records] == [3, 2]  # nothing of the refused ones
+    assert list(records[1].batch.slots) == slots_of(["k1", "k2"])
+
+
+def test_producer_id_never_issued_is_refused(shared_broker: BrokerProcess) -> None:
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-ids")
+    issued = client.InitProducer(pb.InitProducerRequest(topic="hardening-ids")).producer_id
+    forged, chosen, own = produce(client, [
+        pb.ProduceRequest(topic="hardening-ids", batch=int_batch([1]), producer_id=issued + 1000),
+        pb.ProduceRequest(topic="hardening-ids", batch=int_batch([2]), producer_id=(1 << 63) + 5),
+        pb.ProduceRequest(topic="hardening-ids", batch=int_batch([3]), producer_id=issued),
+    ])
+    assert forged.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "never given by InitProducer" in forged.error_message
+    assert chosen.error_code == 0 and own.error_code == 0
+    assert [r.batch.key_ints[0] for r in read_all(client, "hardening-ids")] == [2, 3]
