@@ -228,6 +228,13 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         sys.exit(EXIT_INTERRUPTED)
 
 
+def emit(line: str) -> None:
+    """One line of output through sys.stdout, so that while a progress bar is
+    drawn (rich redirects sys.stdout) the line goes above it. click.echo may
+    write to the stream's buffer underneath and leave bits of the bar behind."""
+    sys.stdout.write(line + "\n")
+
+
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, default=str))
 

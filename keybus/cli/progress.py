@@ -25,6 +25,9 @@ from keybus.cli.common import is_terminal
 
 # Below this many events the work is over before a bar would help.
 EVENTS_MIN = 10_000
+# Short of the line: a bar line as wide as the terminal leaves the cursor in the
+# last column, and a terminal then keeps bits of it in the scrollback.
+BAR_CELLS = 24
 
 
 @contextlib.contextmanager
@@ -44,8 +47,8 @@ def progress(description: str, total: int | None,
         return
     columns = ([SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
                if total is None else
-               [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeRemainingColumn()])
+               [TextColumn("{task.description}"), BarColumn(bar_width=BAR_CELLS),
+                MofNCompleteColumn(), TimeRemainingColumn()])
     with Progress(*columns, console=Console(), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

@@ -19,6 +19,7 @@ from keybus.cli.common import (
     START,
     Connection,
     connection_options,
+    emit,
     json_option,
     note,
     run,
@@ -98,7 +99,7 @@ async def read_events(conn: Connection, topic: str, partitions: Sequence[int] | 
                     break
                 for event in batch.events()[:None if events_max is None
                                             else events_max - printed]:
-                    click.echo(json.dumps(event.to_dict()) if as_json else event_line(topic, event))
+                    emit(json.dumps(event.to_dict()) if as_json else event_line(topic, event))
                     printed += 1
                 advance(batch.count)
     return printed

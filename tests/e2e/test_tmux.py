@@ -84,14 +84,19 @@ def test_main_flows_at_80_columns(terminal: tuple[Tmux, BrokerProcess], tmp_path
     # Long work in the terminal shows rich's bar while it runs (transient); in a pipe, none.
     events = tmp_path / "events.jsonl"
     events.write_text("".join(json.dumps({"key": k, "value": "v"}) + "\n" for k in range(12_000)))
-    for command, bar in (("keybus produce tm-orders < events.jsonl", "producing to tm-orders"),
-                         ("keybus read tm-orders", "reading tm-orders")):
+    for n, (command, bar) in enumerate((
+            ("keybus produce tm-orders < events.jsonl", "producing to tm-orders"),
+            ("keybus read tm-orders", "reading tm-orders"))):
         tmux.clear()
-        tmux.send(f"{command}; echo @@done")
-        screen = tmux.wait_for(bar, 120)
-        assert "━" in screen.split(bar, 1)[1].splitlines()[0], screen[-500:]
-        screen = tmux.wait_for("\n@@done", 180)
-        assert bar not in screen.split("\n@@done")[0].splitlines()[-1]
+        sent = tmp_path / f"sent-{n}.bin"
+        tmux.record(sent)
+        tmux.send(f"{command}; echo @@done{n}")
+        screen = tmux.wait_for(f"\n@@done{n}", 180)
+        tmux.stop_recording()
+        raw = sent.read_bytes().decode(errors="replace")
+        assert bar in raw and "━" in raw.split(bar, 1)[1][:400], raw[-500:]  # the bar was drawn
+        left = [line for line in screen.splitlines() if bar in line]
+        assert not left, left  # and is gone, scrollback too (transient)
     code, lines = tmux.run("keybus read tm-orders | tail -1")
     assert code == 0 and lines[0].startswith("tm-orders/") and "reading" not in "".join(lines)
 

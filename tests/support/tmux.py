@@ -9,6 +9,7 @@ touches another tmux.
 from __future__ import annotations
 
 import itertools
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -83,6 +84,14 @@ class Tmux:
         first = next(i for i, row in enumerate(rows) if row.startswith("$ ") and marker in row)
         last = next(i for i, row in enumerate(rows) if row.startswith(f"{marker} rc="))
         return int(rows[last].split("rc=")[1]), rows[first + 1:last]
+
+    def record(self, path: Path) -> None:
+        """Copy every byte the pane is sent to `path` (a live bar included, which
+        a screen capture can miss when the work is quick) until stop_recording()."""
+        self._tmux("pipe-pane", "-t", "t", f"cat >> {shlex.quote(str(path))}")
+
+    def stop_recording(self) -> None:
+        self._tmux("pipe-pane", "-t", "t")
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True,
