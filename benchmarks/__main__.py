@@ -7,6 +7,9 @@ Every run starts its own broker on 127.0.0.1 with a temp data dir.
 counts a Keybus topic in Spark against a bare Python data source and prints
 JSON (see benchmarks/spark_read.py; needs pyspark and Java).
 
+`python -m benchmarks cluster [--events N] [--kills K]` measures replication
+(acks=leader/1/2) and failover time with 3 brokers and ZooKeeper (see
+benchmarks/cluster.py).
 `python -m benchmarks bootstrap [options]` measures the compacted view (produce
 with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstrap.py).
 
@@ -74,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["cluster"]:
+        from benchmarks import cluster  # 3 brokers and ZooKeeper (Debian's zookeeper package)
+
+        return cluster.main(arguments[1:])
     if arguments[:1] == ["bootstrap"]:
         from benchmarks import bootstrap  # compacted view and snapshot figures
 

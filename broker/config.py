@@ -101,6 +101,41 @@ class Settings:
     serversidefilter: dict[str, str] = field(default_factory=dict, metadata={
         "help": "Per-source server-side filters, as Databus's serversidefilter.* keys (config "
                 "file only)."})
+    # Relay chaining and leader election (docs/cluster.md; checked by broker/relay/settings.py).
+    broker_id: str = setting("", "This broker's name in a cluster (empty: its advertised "
+                             "address).")
+    advertised_address: str = setting("", "HOST:PORT other brokers and clients reach this broker "
+                                      "on (empty: host:port).")
+    zookeeper: str = setting("", "ZooKeeper connect string HOST:PORT[,HOST:PORT] for topics "
+                             "with election = \"zookeeper\" (empty: no election).")
+    zookeeper_root: str = setting("/keybus", "The znode every Keybus broker of this cluster "
+                                  "lives under.")
+    zookeeper_session_timeout_ms: int = setting(4_000, "ZooKeeper session timeout: a dead leader "
+                                                "is noticed after this long.")
+    relay_retry_backoff_ms: int = setting(100, "A follower's first retry delay after losing its "
+                                          "upstream; it doubles up to "
+                                          "--relay-retry-backoff-max-ms.")
+    relay_retry_backoff_max_ms: int = setting(60_000, "Longest retry delay of a follower (the "
+                                              "seed's one minute).")
+    relay_sync_interval_ms: int = setting(1_000, "How often a follower copies subscription "
+                                          "cursors and topic lists from its upstream.")
+    acks_timeout_ms: int = setting(30_000, "A produce waiting for its copies on followers "
+                                   "(acks = N) fails with UNAVAILABLE after this long.")
+    leader_handover_timeout_ms: int = setting(3_000, "How long a stopping leader waits for its "
+                                              "followers to report their whole log.")
+    relay_tls_ca_file: str = setting("", "Relay: CA bundle (PEM) that upstream brokers' TLS "
+                                     "certificates are checked against (empty: plaintext).")
+    relay_tls_cert_file: str = setting("", "Relay: this broker's client certificate (PEM) for "
+                                       "upstreams that require mTLS.")
+    relay_tls_key_file: str = setting("", "Relay: the private key (PEM) of "
+                                      "--relay-tls-cert-file.")
+    relay_token_file: str = setting("", "Relay: file holding the token sent to upstreams; its "
+                                    "principal needs consume and admin on chained topics.")
+    # Per topic (or "*" for every other topic): upstream, leader, election, acks.
+    replication: dict[str, dict[str, str]] = field(default_factory=dict, metadata={
+        "help": "Per-topic replication as [replication.TOPIC] tables (\"*\" = every other "
+                "topic) with upstream, leader, election and acks (config file only; "
+                "docs/cluster.md)."})
     # Compacted view and bootstrap (topic settings override the defaults).
     view_default: bool = setting(True, "A topic created without a view policy keeps a "
                                  "compacted view.")
@@ -242,6 +277,8 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
         for key, raw in data.items():
             if key == "serversidefilter" and isinstance(raw, Mapping):
                 filters.update(_flatten_filters(raw))
+            elif key == "replication":
+                values["replication"] = replication_table(raw)
             elif key.startswith("serversidefilter."):
                 filters[key] = str(raw)
             elif key not in _FIELDS:
@@ -253,14 +290,42 @@ def load_settings(config_path: str | None = None, env: Mapping[str, str] | None 
             values["serversidefilter"] = filters
     for name in _FIELDS:
         env_value = (env if env is not None else os.environ).get(f"KEYBUS_{name.upper()}")
-        if env_value is not None and name != "serversidefilter":
+        if env_value is not None and not _FIELDS[name].type.startswith("dict"):
             values[name] = _coerce(name, env_value)
     for name, raw in (overrides or {}).items():
         if raw is not None:
             values[name] = _coerce(name, raw)
     settings = Settings(**values)
     check_filters(settings, config_path)
+    check_replication(settings, config_path)
     return settings
+
+
+PORT_UNBOUND = 65535  # stands for port 0 (any free port) while settings are only checked
+
+
+def replication_table(raw: Any) -> dict[str, dict[str, str]]:
+    """The `[replication.TOPIC]` tables as plain strings (checked later)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("replication must hold one table per topic, e.g. [replication.orders] "
+                          "with election = \"zookeeper\"")
+    table: dict[str, dict[str, str]] = {}
+    for topic, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"replication.{topic} must be a table, e.g. "
+                              f"[replication.{topic}] with election = \"zookeeper\"")
+        table[topic] = {key: str(value) for key, value in entry.items()}
+    return table
+
+
+def check_replication(settings: Settings, config_path: str | None) -> None:
+    """Refuse a bad relay setting, naming it (broker/relay/settings.py)."""
+    from broker.relay.settings import ReplicationError, relay_settings
+
+    try:
+        relay_settings(settings, settings.port or PORT_UNBOUND)  # port 0: bound at start
+    except ReplicationError as e:
+        raise ConfigError(f"{config_path or 'config'}: {e}") from None
 
 
 def check_filters(settings: Settings, config_path: str | None) -> None:

@@ -150,6 +150,25 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "(force=True in the SDK), which ends their streams"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
+        # ------------------------------------------------------------ relay chaining, election
+        ErrorKind("not_leader", grpc.StatusCode.FAILED_PRECONDITION,
+                  "broker {broker} is not the leader of topic {topic!r}; the leader is {leader}. "
+                  "Produce there, or give the SDK every broker (\"h1:6650,h2:6650,h3:6650\") "
+                  "and it follows the leader"),
+        ErrorKind("leader_unknown", grpc.StatusCode.UNAVAILABLE,
+                  "topic {topic!r} has no leader right now ({detail}); retry shortly"),
+        ErrorKind("leadership_unconfirmed", grpc.StatusCode.UNAVAILABLE,
+                  "broker {broker} lost its ZooKeeper connection and cannot confirm that it still "
+                  "leads topic {topic!r}; nothing is acknowledged until it can (retry)"),
+        ErrorKind("leadership_lost", grpc.StatusCode.UNAVAILABLE,
+                  "broker {broker} stopped leading topic {topic!r} before the events up to "
+                  "offset {offset} were acknowledged; they may or may not survive: retry "
+                  "(an idempotent producer stores nothing twice)"),
+        ErrorKind("acks_timeout", grpc.StatusCode.UNAVAILABLE,
+                  "{have} of the {copies} follower copies of {topic!r}/{partition} up to offset "
+                  "{offset} arrived within acks_timeout_ms={timeout}; the events are on the "
+                  "leader and a retry is answered once they are copied"),
+        ErrorKind("replica_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
         # ------------------------------------------------------------ compacted view, bootstrap
         ErrorKind("view_off", grpc.StatusCode.FAILED_PRECONDITION,
                   "topic {topic!r} keeps no compacted view, so it cannot bootstrap; create "

@@ -28,7 +28,8 @@ from click.core import ParameterSource
 from broker.config import ConfigError, Settings, load_settings
 from broker.server import StartError, serve
 
-FILE_ONLY = ("serversidefilter",)  # tables, not flags: set in the --config file
+# Tables, not flags: set in the --config file (named in the command's description).
+FILE_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if str(f.type).startswith("dict"))
 TYPES: dict[str, Any] = {"int": click.INT, "str": click.STRING}
 
 
@@ -75,7 +76,8 @@ def _run(ctx: click.Context, /, config: str | None, ready_file: str | None, log_
 
     Every setting below can also be set in the --config TOML file (keys are
     the setting names: data_dir = "/var/lib/keybus") or as KEYBUS_<NAME>.
-    Server-side filters per source (serversidefilter.*) are set in the file.
+    Server-side filters per source (serversidefilter.*) and per-topic
+    replication ([replication.TOPIC] tables, docs/cluster.md) are set in the file.
     """
     try:
         settings = load_settings(config, overrides=_given(ctx, values))

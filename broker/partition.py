@@ -5,7 +5,9 @@ SCN clock, producer state and partition size need no locks (runs on the
 partition task). Produce requests that queue up while a write is in flight
 are written together in one WriteBatch with one fsync (group commit).
 Readers never go through the queue: they read RocksDB on worker threads and
-wait on `wait_for_data` to follow the tail.
+wait on `wait_for_data` to follow the tail. A follower's relay appends and
+truncations (broker/relay/replica_log.py) run on the same task through
+`run_on_task`, in queue order with everything else.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import takewhile
+from typing import Any
 
 from broker.config import Settings
 from broker.derived import settle_slots
@@ -68,6 +71,15 @@ class _Trim:
     future: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+@dataclass(slots=True)
+class _OnTask:
+    """Work another module runs on the partition task (relay appends, truncation)."""
+
+    work: Callable[[Partition], Awaitable[Any]]
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    size: int = 0
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -96,7 +108,11 @@ class Partition:
         self.start_offset = tail.start_offset
         self.bytes = tail.bytes
         self.producers = ProducerTable(PRODUCER_RESULTS_KEPT, settings.producer_ids_max)
-        self._queue: asyncio.Queue[_Produce | _Trim] = asyncio.Queue(
+        # Relay chaining: the epoch new records are appended under, and a check
+        # that refuses produce on a broker that does not lead the topic.
+        self.leader_epoch = 0
+        self.write_guard: Callable[[], None] | None = None
+        self._queue: asyncio.Queue[_Produce | _Trim | _OnTask] = asyncio.Queue(
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
         self._closed = False
@@ -144,6 +160,8 @@ class Partition:
         """
         if self._closed:
             raise self._closed_error()
+        if self.write_guard is not None:
+            self.write_guard()
         try:
             validate_batch(request.batch, self.settings.event_bytes_max,
                            self.settings.batch_events_max)
@@ -167,8 +185,10 @@ class Partition:
             for command in group:
                 if isinstance(command, _Trim):
                     await self._trim(command)
+                elif isinstance(command, _OnTask):
+                    await self._on_task(command)
 
-    async def _next_group(self) -> list[_Produce | _Trim]:
+    async def _next_group(self) -> list[_Produce | _Trim | _OnTask]:
         """The first waiting command plus whatever else is queued, within limits."""
         group = [await self._queue.get()]
         size = 0
@@ -243,7 +263,9 @@ class Partition:
         result = decision.result
         record = pb.Record(topic=self.meta.name, partition=self.index,
                            base_offset=result.base_offset, scn_first=result.scn_first,
-                           window=result.window, publish_time_ms=result.publish_time_ms)
+                           window=result.window, publish_time_ms=result.publish_time_ms,
+                           producer_id=request.producer_id, sequence=request.sequence,
+                           leader_epoch=self.leader_epoch)
         record.batch.CopyFrom(request.batch)  # slots verified or filled in by submit()
         value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
                                     result.count, result.scn_first, result.window)
@@ -274,6 +296,39 @@ class Partition:
         if self._deleted:
             return BrokerError("topic_deleted", topic=self.meta.name)
         return BrokerError("shutting_down")
+
+    # ------------------------------------------------------------ relay hooks
+
+    def run_on_task(self, work: Callable[[Partition], Awaitable[Any]]) -> asyncio.Future[Any]:
+        """Queue `work(self)` to run on the partition task, behind queued produces.
+
+        Raises:
+            BrokerError: the partition is closed or its queue is full.
+        """
+        if self._closed:
+            raise self._closed_error()
+        command = _OnTask(work)
+        try:
+            self._queue.put_nowait(command)
+        except asyncio.QueueFull:
+            raise BrokerError("queue_full", what=f"partition {self.meta.name}/{self.index}",
+                              max=self.settings.partition_queue_requests_max) from None
+        return command.future
+
+    async def _on_task(self, command: _OnTask) -> None:
+        try:
+            result = await command.work(self)
+        except Exception as e:
+            if not command.future.done():
+                command.future.set_exception(e)
+            return
+        if not command.future.done():
+            command.future.set_result(result)
+
+    def publish(self) -> None:
+        """Make what the clock holds (durable) visible to readers and wake them."""
+        self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
+        self._wake_readers()
 
     def _wake_readers(self) -> None:
         event, self._appended = self._appended, asyncio.Event()

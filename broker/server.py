@@ -19,9 +19,12 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from broker.config import Settings
+from broker.config import PORT_UNBOUND, Settings
 from broker.log.rocks_store import RocksStore
 from broker.processor_stores.service import ProcessorStores
+from broker.relay.node import RelayNode
+from broker.relay.servicer import RelayServicer, relay_handler
+from broker.relay.settings import relay_settings
 from broker.rpc.acl_servicer import AclServicer
 from broker.rpc.admin_servicer import AdminServicer
 from broker.rpc.auth import AuthInterceptor
@@ -71,19 +74,25 @@ class Broker:
     subscriptions: SubscriptionManager
     server: grpc.aio.Server
     port: int
+    relay: RelayNode | None = None
     _retention: asyncio.Task[None] | None = None
     processor_stores: ProcessorStores | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
-        """Refuse new calls, end the streams, then close partitions and the store.
+        """Hand leadership over, refuse new calls, end the streams, then close
+        partitions and the store.
 
-        The server stops taking calls first: a consumer whose stream ends
-        reconnects at once, and had it reached the subscriptions being closed
-        it would have reopened its subscription (rewriting its cursor) and
-        left a dispatcher running past the partitions it reads.
+        Relay first, while the server still serves: followers read the tail
+        and report their positions for the handover. Then the server stops
+        taking calls before the subscriptions close: a consumer whose stream
+        ends reconnects at once, and had it reached the subscriptions being
+        closed it would have reopened its subscription (rewriting its cursor)
+        and left a dispatcher running past the partitions it reads.
         """
         if self._retention is not None:
             self._retention.cancel()
+        if self.relay is not None:  # hand leadership over while followers can still report
+            await self.relay.stop()
         stopping = asyncio.ensure_future(self.server.stop(grace_s))
         await asyncio.sleep(0)  # the server refuses new calls from here on
         await self.subscriptions.close()
@@ -127,13 +136,14 @@ async def start_broker(settings: Settings) -> Broker:
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
     ])
+    relay = RelayNode(registry, subscriptions, relay_settings(settings, settings.port or PORT_UNBOUND))
     server.add_generic_rpc_handlers((generic_handler(
-        ProduceServicer(registry, store, settings.produce_in_flight_max),
+        ProduceServicer(registry, store, settings.produce_in_flight_max, relay),
         ReadServicer(registry, settings, config_filters),
         AdminServicer(registry),
         SubscribeServicer(subscriptions),
         SubscriptionAdminServicer(subscriptions),
-        AclServicer(acls, security.auth_enabled(settings))),))
+        AclServicer(acls, security.auth_enabled(settings))), relay_handler(RelayServicer(relay))))
     server.add_generic_rpc_handlers((bootstrap_handler(
         BootstrapServicer(registry, settings, config_filters)),))
     processor_stores = ProcessorStores(store, registry, settings)
@@ -152,10 +162,12 @@ async def start_broker(settings: Settings) -> Broker:
         await registry.close()
         store.close()
         raise PortInUse(port_in_use(settings.host, settings.port))
+    relay.attach(relay_settings(settings, port))  # the advertised address needs the bound port
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    broker = Broker(settings, store, registry, subscriptions, server, port,
+    await relay.start()
+    broker = Broker(settings, store, registry, subscriptions, server, port, relay,
                     processor_stores=processor_stores)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker

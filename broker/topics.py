@@ -36,6 +36,8 @@ class TopicRegistry:
         self.slot_cache = SlotCache()  # one for every partition: bounded once (derived.py)
         # Called with a topic's name once it is deleted (e.g. its subscriptions go).
         self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
+        # Called with a topic's partitions once they run, loaded or created (relay roles).
+        self.start_listeners: list[Callable[[TopicMeta, list[Partition]], None]] = []
         self.views = ViewService(store, settings)  # compacted views (broker/view)
 
     async def open(self) -> None:
@@ -52,6 +54,8 @@ class TopicRegistry:
             partition.start()
             partitions.append(partition)
         self._topics[meta.name] = (meta, partitions)
+        for listener in self.start_listeners:
+            listener(meta, partitions)
         self.views.start(meta, partitions)
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ import grpc.aio
 
 from sdk import errors
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import Event, record_events
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
@@ -244,8 +245,14 @@ class Consumer:
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
-        self._channel = channel or open_channel(broker, security)
-        self._stub = stub_of(self._channel)
+        # Several brokers ("h1:6650,h2:6650"): subscribe on the topic's leader, follow it.
+        # Finding it takes up to connect_timeout_ms (a reconnect retries after that).
+        self._leader = LeaderChannel(broker, topic, config.connect_timeout_ms or FIND_TIMEOUT_MS,
+                                     security) \
+            if channel is None and is_cluster(broker) else None
+        self._channel = channel if channel is not None or self._leader \
+            else open_channel(broker, security)
+        self._stub = stub_of(self._channel) if self._channel is not None else None
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
         self._on_connection_change = on_connection_change
@@ -278,7 +285,9 @@ class Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
 
         Args:
-            broker: "host:port". topic: an existing topic.
+            broker: "host:port", or several ("h1:6650,h2:6650,h3:6650"): the
+                consumer then subscribes on the topic's leader and follows it
+                across failovers. topic: an existing topic.
             subscription: the subscription's name.
             config / options: ConsumerConfig, or its fields as keywords.
             on_range_change: called (partition, ranges) when this consumer's
@@ -459,6 +468,9 @@ class Consumer:
         """Open a stream (retrying while the broker is away) and grant the initial permits."""
         retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
         while True:
+            if self._leader is not None and not await self._find_leader(reconnecting):
+                continue
+            assert self._stub is not None
             stream = SubscribeStream(self._stub, self._open)
             try:
                 opened = await stream.open()
@@ -482,6 +494,20 @@ class Consumer:
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
         self._flush_wanted.set()
+
+    async def _find_leader(self, reconnecting: bool) -> bool:
+        """Point the stub at the topic's leader; False (after waiting, as for a
+        lost broker: reported, bounded by retry_timeout_ms) while none is known
+        and the consumer is reconnecting."""
+        assert self._leader is not None
+        try:
+            self._stub = await self._leader.connect()
+        except errors.KeybusError as e:
+            if not reconnecting or not self.config.reconnect:
+                raise
+            await self._wait_to_retry(str(e), never_reached=False)
+            return False
+        return True
 
     async def _receive_loop(self) -> None:
         try:
@@ -513,7 +539,9 @@ class Consumer:
         Raises:
             Unavailable: past connect_timeout_ms or retry_timeout_ms.
         """
-        reason, never_reached = failure_of(error)
+        await self._wait_to_retry(*failure_of(error))
+
+    async def _wait_to_retry(self, reason: str, never_reached: bool) -> None:
         delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
         if message is not None:
             self._callback(self._on_connection_change, False, message)
@@ -629,7 +657,9 @@ class Consumer:
         await self._close_channel()
 
     async def _close_channel(self) -> None:
-        if self._owns_channel:
+        if self._leader is not None:
+            await self._leader.close()
+        elif self._owns_channel and self._channel is not None:
             await self._channel.close()
 
     async def __aenter__(self) -> Consumer:

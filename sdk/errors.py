@@ -8,6 +8,8 @@ grpc.RpcError; `from_code` maps the error fields of a ProduceResponse.
 
 from __future__ import annotations
 
+import re
+
 import grpc
 
 # google.rpc.Code numbers (equal to grpc.StatusCode values).
@@ -98,6 +100,16 @@ class SequenceError(FailedPrecondition):
         return "gap"
 
 
+class NotLeader(FailedPrecondition):
+    """The broker does not lead the topic (relay chaining); `leader` is the
+    leader's address from the broker's message ("" when not given)."""
+
+    @property
+    def leader(self) -> str:
+        match = re.search(r"the leader is (\S+?)\.?(?:\s|$)", self.message)
+        return match[1] if match else ""
+
+
 class ScnNotIncreasing(FailedPrecondition):
     """A producer-supplied SCN is not above the partition's last SCN; the
     window was not stored and is not retried."""
@@ -171,6 +183,8 @@ def from_code(code: int, message: str) -> KeybusError:
     if code == NOT_FOUND and "topic" in lowered:
         return TopicNotFound(message, code)
     if code == FAILED_PRECONDITION:
+        if "is not the leader of topic" in lowered:
+            return NotLeader(message, code)
         if "sequence" in lowered:
             return SequenceError(message, code)
         if "scn" in lowered:

@@ -42,6 +42,7 @@ from sdk.accumulator import (
     window_columns,
 )
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import LeaderChannel, is_cluster
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
@@ -229,11 +230,12 @@ class Producer:
 
     def __init__(self, channel: grpc.aio.Channel, stub: pb_grpc.KeybusAsyncStub, topic: str,
                  partitions: int, config: ProducerConfig, threaded: bool = False,
-                 producer_id: int | None = None) -> None:
+                 producer_id: int | None = None, leader: LeaderChannel | None = None) -> None:
         self.topic = topic
         self.partitions = partitions
         self.config = config
         self._channel = channel
+        self._leader = leader  # several brokers: the channel follows the topic's leader
         self._loop = asyncio.get_running_loop()
         # Threaded (the SyncProducer's face): other threads append under the
         # lock, so batch tokens are concurrent futures and every accumulator
@@ -253,7 +255,7 @@ class Producer:
             retry_backoff_ms=config.retry_backoff_ms,
             retry_backoff_max_ms=config.retry_backoff_max_ms,
             request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done,
-            producer_id=producer_id)
+            producer_id=producer_id, relocate=leader.connect if leader is not None else None)
         self._wakeup = asyncio.Event()  # the linger task should look again
         self._room = asyncio.Event()  # buffer room was given back
         self._linger_task: asyncio.Task[None] | None = None
@@ -267,7 +269,9 @@ class Producer:
         """Connect, look the topic up, get a producer id and start sending.
 
         Args:
-            broker: "host:port" (port defaults to 6650).
+            broker: "host:port" (port defaults to 6650), or several brokers
+                "h1:6650,h2:6650,h3:6650": the producer finds the topic's
+                leader and follows it across failovers (sdk/cluster.py).
             topic: an existing topic.
             config: settings; or pass ProducerConfig fields as keywords
                 (linger_ms=5, batch_events_max=1000, batch_bytes_max=1<<20,
@@ -303,15 +307,30 @@ class Producer:
             if not config.idempotent:
                 raise ValueError("producer_id needs idempotent=True: without sequences a "
                                  "chosen id deduplicates nothing")
-        channel = open_channel(broker, security)
-        try:
-            stub = stub_of(channel)
-            partitions = await _partitions_of(stub, topic, config.request_timeout_ms, broker)
-            producer = cls(channel, stub, topic, partitions, config, threaded, producer_id)
-            await producer._sender.start()
-        except BaseException:
-            await channel.close()
-            raise
+        leader = LeaderChannel(broker, topic, config.request_timeout_ms, security) \
+            if is_cluster(broker) else None
+        deadline = time.monotonic() + config.request_timeout_ms / 1000
+        while True:
+            if leader is not None:  # several brokers: ask the leader (again, if it moved)
+                await leader.connect()
+            channel = leader.channel if leader is not None and leader.channel \
+                else open_channel(broker, security)
+            try:
+                stub = stub_of(channel)
+                partitions = await _partitions_of(stub, topic, config.request_timeout_ms,
+                                                  leader.address if leader else broker)
+                producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
+                               leader)
+                await producer._sender.start()
+                break
+            except (errors.Unavailable, errors.NotLeader):
+                if leader is None or time.monotonic() >= deadline:
+                    await (leader.close() if leader is not None else channel.close())
+                    raise
+                await asyncio.sleep(config.retry_backoff_ms / 1000)  # a failover under way
+            except BaseException:
+                await (leader.close() if leader is not None else channel.close())
+                raise
         producer._linger_task = asyncio.create_task(producer._linger_loop(),
                                                     name=f"keybus-linger-{topic}")
         return producer
@@ -564,7 +583,7 @@ class Producer:
         if self._room_changed is not None:
             with self._room_changed:
                 self._room_changed.notify_all()
-        await self._channel.close()
+        await (self._leader.close() if self._leader is not None else self._channel.close())
 
     def send_threadsafe(self, key: int | str, value: bytes, ordering_key: str | int | None,
                         partition: int | None, source: str, opcode: int, schema: str,

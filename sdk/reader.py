@@ -11,6 +11,7 @@ through this class; `TopicReader` (topic_reader.py) merges one per partition.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -19,8 +20,10 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
+from sdk import errors
 from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
+from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
@@ -30,6 +33,9 @@ from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
 
 Start = str | int | Mapping[str, int] | BootstrapPosition
+# A start past the log end after a failover (the new leader lacks never-acknowledged events).
+_TRUNCATED_CODES = {errors.OUT_OF_RANGE}
+_log = logging.getLogger("keybus.reader")
 
 
 class _ToProto(Protocol):
@@ -103,7 +109,9 @@ class Reader:
     """Async iterator of ReadBatch over one partition.
 
     Args:
-        broker: "host:port" (ignored when `channel` is given).
+        broker: "host:port" (ignored when `channel` is given), or several
+            ("h1:6650,h2:6650,h3:6650"): read from the topic's leader and
+            follow it across failovers.
         topic, partition: what to read.
         start: "earliest" (default), "latest", an offset (int), {"scn": n}
             (the first event whose SCN is >= n), or "bootstrap": the
@@ -188,8 +196,14 @@ class Reader:
         self._backoff_max_ms = retry_backoff_max_ms
         self._channel = channel
         self._owns_channel = channel is None
+        # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
+        # Finding it takes up to connect_timeout_ms (RetryingCall retries after that).
+        self._leader = LeaderChannel(broker, topic, connect_timeout_ms or FIND_TIMEOUT_MS,
+                                     security) \
+            if channel is None and is_cluster(broker) else None
         self._stream = RetryingCall(self._open_call, follow, retry_timeout_ms, retry_backoff_ms,
-                                    retry_backoff_max_ms, **link)
+                                    retry_backoff_max_ms, **link,
+                                    prepare=self._find_leader if self._leader else None)
         self._records: deque[pb.Record] = deque()
         self._response_next = 0
         self._next_offset: int | None = None
@@ -250,6 +264,15 @@ class Reader:
         self._advance(self._response_next if not self._records else batch.next_offset)
         return batch
 
+    def drain_buffered(self) -> list[ReadBatch]:
+        """The batches already received and not yet taken, without waiting (a relay
+        follower stores them together in one write)."""
+        batches = [ReadBatch(record) for record in self._records]
+        self._records.clear()
+        if batches:
+            self._advance(self._response_next)
+        return batches
+
     def _advance(self, offset: int) -> None:
         if self._next_offset is None or offset > self._next_offset:
             self._next_offset = offset
@@ -270,9 +293,41 @@ class Reader:
 
     async def _next_response(self) -> pb.ReadResponse | None:
         """The next response, reconnecting on failures worth a retry; None at the end."""
-        response = await self._stream.read()
-        assert response is None or isinstance(response, pb.ReadResponse)
-        return response
+        while True:
+            try:
+                response = await self._stream.read()
+            except errors.KeybusError as e:
+                if e.code in _TRUNCATED_CODES and await self._rewind_to_leader_end():
+                    continue
+                raise
+            assert response is None or isinstance(response, pb.ReadResponse)
+            return response
+
+    async def _find_leader(self) -> None:
+        """Several brokers: (re)open the channel on the topic's current leader."""
+        assert self._leader is not None
+        await self._leader.connect()
+        self._channel = self._leader.channel
+
+    async def _rewind_to_leader_end(self) -> bool:
+        """Several brokers, after a failover: if the new leader's log ends before our
+        next offset (we read events of the old leader that were never acknowledged
+        and are gone), go on from its end: events may come again, none is skipped."""
+        if self._leader is None or self._channel is None or self._next_offset is None:
+            return False
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
+        except grpc.RpcError:
+            return False
+        ends = [p.end_offset for p in info.partitions if p.partition == self.partition]
+        if not ends or ends[0] >= self._next_offset:
+            return False
+        _log.warning("topic %s/%d: the leader's log ends at %d, before offset %d read from the "
+                     "previous leader; reading on from %d", self.topic, self.partition, ends[0],
+                     self._next_offset, ends[0])
+        self._next_offset = ends[0]
+        return True
 
     def _open_call(self) -> Any:
         if self._channel is None:
@@ -285,7 +340,10 @@ class Reader:
         self._stream.cancel()
         if self._bootstrap is not None:
             self._bootstrap.cancel()
-        if self._owns_channel and self._channel is not None:
+        if self._leader is not None:
+            await self._leader.close()
+            self._channel = None
+        elif self._owns_channel and self._channel is not None:
             await self._channel.close()
             self._channel = None
 

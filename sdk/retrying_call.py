@@ -6,7 +6,9 @@ one stopped. How long to retry and what to tell is the link rule of
 sdk/reconnect.py: a broker never reached fails within connect_timeout_ms; a
 lost one is told through `on_connection_change` and retried for
 retry_timeout_ms (following: forever by default), then the error is raised
-as a KeybusError.
+as a KeybusError. With several brokers, `prepare` finds the topic's leader
+before each attempt (sdk/cluster.py); its Unavailable counts as a failed
+attempt.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -41,13 +43,19 @@ class RetryingCall:
         broker: the address, for the messages.
         on_connection_change: told (False, message) when the broker is lost,
             (True, message) when it is back; may be a coroutine function.
+        prepare: awaited before each open (several brokers: find the leader,
+            within about connect_timeout_ms); its Unavailable before the first
+            connection is raised (it has already waited), later it is
+            retried and reported like a broken call.
     """
 
     def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int | None,
                  backoff_ms: int, backoff_max_ms: int, *, connect_timeout_ms: int = 5_000,
                  broker: str = "the broker",
-                 on_connection_change: ConnectionCallback | None = None) -> None:
+                 on_connection_change: ConnectionCallback | None = None,
+                 prepare: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open = open_call
+        self._prepare = prepare
         if retry_timeout_ms is None:
             retry_timeout_ms = 0 if follow else 30_000
         self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms, backoff_ms,
@@ -65,13 +73,13 @@ class RetryingCall:
         while True:
             try:
                 if self._call is None:
+                    if self._prepare is not None:
+                        await self._prepare()
                     self._call = self._open()
                 message = await self._call.read()
-            except grpc.RpcError as e:
+            except (grpc.RpcError, errors.Unavailable) as e:
                 self._call = None
-                if e.code() not in RETRIABLE_CODES:
-                    raise errors.from_rpc_error(e, self._link.broker) from None
-                reason, never_reached = failure_of(e)
+                reason, never_reached = self._failure(e)
                 delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
                 if note is not None:
                     await self._report(False, note)
@@ -86,6 +94,16 @@ class RetryingCall:
                 self._call = None
                 return None
             return message
+
+    def _failure(self, error: grpc.RpcError | errors.Unavailable) -> tuple[str, bool]:
+        """(reason, never reached) of a failure worth a retry; raises the others."""
+        if isinstance(error, errors.Unavailable):  # from prepare: no leader found
+            if not self._link.ever_connected and self._link.policy.connect_timeout_ms:
+                raise error
+            return str(error), not self._link.ever_connected
+        if error.code() not in RETRIABLE_CODES:
+            raise errors.from_rpc_error(error, self._link.broker) from None
+        return failure_of(error)
 
     async def _report(self, connected: bool, message: str) -> None:
         if self._on_connection_change is not None:

@@ -38,7 +38,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,8 +138,11 @@ Outcome = tuple[ProducerBatch, "BatchResult | BaseException"]
 class SendQueue:
     """Pure bookkeeping of unsent, in-flight and held batches (see module rules)."""
 
-    def __init__(self, topic: str, partitions: int, idempotent: bool) -> None:
+    def __init__(self, topic: str, partitions: int, idempotent: bool,
+                 redirects: bool = False) -> None:
         self.topic = topic
+        # Several brokers (sdk/cluster.py): "not the leader" means find the leader and re-send.
+        self.redirects = redirects
         self.partitions = partitions
         self.idempotent = idempotent
         self.producer_id = 0
@@ -203,7 +206,7 @@ class SendQueue:
         if not response.error_code:
             outcome: list[Outcome] = [(batch, _result_of(self.topic, batch, response))]
             return outcome + self._release_hold(batch.partition)
-        if _retriable(response):
+        if _retriable(response, self.redirects):
             # The broker cannot take it now: re-send after a reconnect and backoff.
             self._hold(batch.partition)
             self.held[batch.partition].append(batch)
@@ -304,10 +307,13 @@ class SendQueue:
         return [(b, error) for b in doomed]
 
 
-def _retriable(response: pb.ProduceResponse) -> bool:
+def _retriable(response: pb.ProduceResponse, redirects: bool = False) -> bool:
     """Per-request refusals that a later re-send can fix: the broker is
-    shutting down or had a storage error, or a queue of it is full."""
+    shutting down or had a storage error, or a queue of it is full; with
+    several brokers also "not the leader" (the re-send goes to the leader)."""
     code = response.error_code
+    if redirects and code == errors.FAILED_PRECONDITION:
+        return isinstance(errors.from_code(code, response.error_message), errors.NotLeader)
     return code == errors.UNAVAILABLE or (
         code == errors.RESOURCE_EXHAUSTED and "retry" in response.error_message.lower())
 
@@ -365,13 +371,16 @@ class Sender:
                  idempotent: bool = True, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1_000, request_timeout_ms: int = 30_000,
                  on_done: Callable[[ProducerBatch], None] | None = None,
-                 producer_id: int | None = None) -> None:
+                 producer_id: int | None = None,
+                 relocate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub]] | None = None) -> None:
         assert in_flight_max >= 1 and delivery_timeout_ms >= 1
         assert producer_id is None or (idempotent and producer_id >= PRODUCER_ID_CHOSEN_BIT)
         self._chosen_producer_id = producer_id
         self._stub = stub
         self.topic = topic
-        self.queue = SendQueue(topic, partitions, idempotent)
+        # Several brokers: after a failure, find the leader again (sdk/cluster.py).
+        self._relocate = relocate
+        self.queue = SendQueue(topic, partitions, idempotent, redirects=relocate is not None)
         self.in_flight_max = in_flight_max
         self.delivery_timeout_ms = delivery_timeout_ms
         self._backoff_first_ms = retry_backoff_ms
@@ -474,7 +483,17 @@ class Sender:
             if self._answered:
                 backoff_ms = self._backoff_first_ms
             await asyncio.sleep(backoff_ms / 1000)
+            await self._find_leader()
             backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
+
+    async def _find_leader(self) -> None:
+        """Several brokers: point the stub at the current leader (it may have moved)."""
+        if self._relocate is None:
+            return
+        try:
+            self._stub = await self._relocate()
+        except errors.KeybusError as e:
+            _log.info("topic %r: no leader found yet (%s); retrying", self.topic, e)
 
     async def _try_reinit(self) -> bool:
         try:

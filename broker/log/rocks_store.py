@@ -215,6 +215,40 @@ class RocksStore:
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
         self._db.write(batch, self._write_options)
 
+    # ------------------------------------------------------------ relay: truncation
+
+    def producer_states(self, topic_id: int, partition: int) -> dict[int, bytes]:
+        """Every stored producer state of a partition (truncation rewrites them)."""
+        prefix = codec.prefix(topic_id, partition)
+        it = self._views["producers"].iter()
+        it.seek(prefix)
+        states: dict[int, bytes] = {}
+        while it.valid() and it.key().startswith(prefix):
+            states[codec.offset_of_key(it.key())] = bytes(it.value())
+            it.next()
+        return states
+
+    def truncate(self, topic_id: int, partition: int, offset: int, scn_stop: int,
+                 producer_states: dict[int, bytes | None], start_offset: int, size: int) -> None:
+        """Delete the records from `offset` on and SCN index entries from `scn_stop` on,
+        rewrite producer states (None deletes one), in one synced WriteBatch: a
+        follower dropping a tail its leader does not have."""
+        batch = self._batch()
+        stop = codec.prefix(topic_id, partition + 1)
+        batch.delete_range(codec.log_key(topic_id, partition, offset), stop, self._cf["log"])
+        batch.delete_range(codec.log_key(topic_id, partition, scn_stop), stop,
+                           self._cf["scn_index"])
+        producers = self._cf["producers"]
+        for producer_id, state in producer_states.items():
+            key = codec.log_key(topic_id, partition, producer_id)
+            if state is None:
+                batch.delete(key, producers)
+            else:
+                batch.put(key, state, producers)
+        batch.put(codec.prefix(topic_id, partition),
+                  codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
+        self._db.write(batch, self._sync_options)
+
     # ------------------------------------------------------------ subscriptions
 
     def load_subscriptions(self, topic_id: int) -> list[dict[str, Any]]:

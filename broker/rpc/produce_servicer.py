@@ -19,6 +19,7 @@ import grpc
 
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
+from broker.relay.node import RelayNode
 from broker.rpc.guard import Refused
 from broker.rpc.status import refuse_unknown_fields, unary
 from broker.topics import TopicRegistry
@@ -26,14 +27,19 @@ from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.produce")
 CHOSEN_ID_MIN = 1 << 63  # ids with the high bit set are chosen by clients (proto)
+# An InitProducer id carries its leader epoch above this bit (relay chaining), so
+# two leaders of a topic never hand out the same id.
+PRODUCER_ID_EPOCH_SHIFT = 40
 _Pending = tuple["pb.ProduceRequest | Refused", "asyncio.Future[pb.ProduceResponse] | BrokerError"]
 
 
 class ProduceServicer:
-    def __init__(self, registry: TopicRegistry, store: RocksStore, in_flight_max: int) -> None:
+    def __init__(self, registry: TopicRegistry, store: RocksStore, in_flight_max: int,
+                 relay: RelayNode | None = None) -> None:
         self.registry = registry
         self.store = store
         self.in_flight_max = in_flight_max
+        self.relay = relay  # relay chaining: acks after n copies, leadership checks
         # Ids below 2^63 come from InitProducer: one it never gave is refused, so a
         # client cannot write under (and advance the sequences of) another's id.
         self.issued_id_max = store.peek_id("next_producer_id")
@@ -64,11 +70,25 @@ class ProduceServicer:
             return request.error
         try:
             refuse_unknown_fields(request)
-            if self.issued_id_max < request.producer_id < CHOSEN_ID_MIN:
+            partition = self.registry.partition(request.topic, request.partition)
+            if self.relay is not None:  # a follower says who leads before anything else
+                self.relay.check_writable(request.topic)
+            if not self._issued(request.producer_id, partition.leader_epoch):
                 raise BrokerError("producer_not_issued", producer_id=request.producer_id)
-            return self.registry.partition(request.topic, request.partition).submit(request)
+            return partition.submit(request)
         except BrokerError as e:
             return e
+
+    def _issued(self, producer_id: int, leader_epoch: int) -> bool:
+        """A chosen id, one this broker's InitProducer gave, or one an earlier leader
+        of the topic gave (its state travels with the log; relay chaining)."""
+        if producer_id == 0 or producer_id >= CHOSEN_ID_MIN:
+            return True
+        epoch = producer_id >> PRODUCER_ID_EPOCH_SHIFT
+        if epoch < leader_epoch:
+            return True
+        counter = producer_id & ((1 << PRODUCER_ID_EPOCH_SHIFT) - 1)
+        return epoch == leader_epoch and counter <= self.issued_id_max
 
     async def _answer(self, request: pb.ProduceRequest | Refused,
                       outcome: asyncio.Future[pb.ProduceResponse] | BrokerError
@@ -78,7 +98,11 @@ class ProduceServicer:
             request = parsed if isinstance(parsed, pb.ProduceRequest) else pb.ProduceRequest()
         if not isinstance(outcome, BrokerError):
             try:
-                return await outcome
+                response = await outcome
+                if self.relay is not None:
+                    await self.relay.acknowledged(request.topic, request.partition,
+                                                  response.base_offset + response.count)
+                return response
             except BrokerError as e:
                 outcome = e
             except Exception as e:  # storage failure: tell the client, keep serving
@@ -96,7 +120,12 @@ class ProduceServicer:
     async def InitProducer(self, request: pb.InitProducerRequest,
                            context: grpc.aio.ServicerContext) -> pb.InitProducerResponse:
         partitions = self.registry.meta(request.topic).partitions
+        epoch = 0
+        if self.relay is not None:  # ids of different leaders of a topic never collide
+            self.relay.check_writable(request.topic)
+            epoch = self.registry.partitions(request.topic)[0].leader_epoch
         producer_id = await asyncio.to_thread(self.store.next_id, "next_producer_id")
         self.issued_id_max = max(self.issued_id_max, producer_id)
+        producer_id |= epoch << PRODUCER_ID_EPOCH_SHIFT
         return pb.InitProducerResponse(producer_id=producer_id,
                                        next_sequences=[0] * partitions)

@@ -216,6 +216,11 @@ RULES: dict[str, Rule] = {
     "ListCheckpoints": _needs(Permission.CONSUME),
     "UpdateCheckpoint": _needs(Permission.CONSUME, topic="checkpoint.topic"),
     "FenceCheckpoints": _needs(Permission.CONSUME),
+    # Relay chaining: who leads a topic (any right on it); a follower's handshake reads
+    # the log (consume); its position reports release acknowledgements (admin).
+    "DescribeCluster": _needs(*ANY),
+    "EpochEnd": _needs(Permission.CONSUME),
+    "ReportReplicaPositions": _needs(Permission.ADMIN),
     # Compacted view and bootstrap: a snapshot then the log, read as Read reads.
     "Bootstrap": _needs(Permission.CONSUME),
 }

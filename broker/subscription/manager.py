@@ -396,6 +396,19 @@ class SubscriptionManager:
             with contextlib.suppress(KeyError):
                 gauge.remove(topic, name)
 
+    async def ensure(self, request: pb.SubscribeOpen, created_ms: int) -> bool:
+        """Create the subscription an `open` describes if it is missing, with no
+        consumer; True when created. Relay followers mirror their upstream's
+        subscriptions with it (broker/relay/cursor_sync.py)."""
+        meta = self.registry.meta(request.topic)
+        asked = SubscriptionSpec.of_open(request, created_ms)
+        self._check_open(request, asked)
+        async with self._create_lock:
+            if request.subscription in self._topics.get(meta.name, {}):
+                return False
+            await self._create(asked, meta, request.initial_position)
+        return True
+
     # ------------------------------------------------------------ metrics
 
     async def _metrics_loop(self) -> None:

@@ -15,7 +15,7 @@ import click
 import grpc
 
 from broker.main import command as broker_command
-from keybus.cli import acl, bootstrap, certs, databus, processors
+from keybus.cli import acl, bootstrap, certs, cluster, databus, processors
 from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Group
 from keybus.cli.consume import consume
 from keybus.cli.demo import demo
@@ -72,6 +72,7 @@ acl.register(cli)
 certs.register(cli)
 processors.register(cli)
 databus.register(cli)
+cluster.register(cli)
 
 
 def main(args: list[str] | None = None) -> None:

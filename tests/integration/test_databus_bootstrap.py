@@ -174,7 +174,15 @@ def test_consumer_behind_retention_bootstraps_to_the_same_state(tmp_path: Path) 
     assert late.calls["bootstrap_event"] > 0
     phases = [json.loads(c.bootstrap)["phase"] if c.bootstrap else "online"
               for c in store.written]
-    assert "snapshot" in phases and "catchup" in phases, Counter(phases)
+    assert "snapshot" in phases, Counter(phases)
+    # Whether a catch-up checkpoint is written depends on how far the view lagged
+    # when the snapshot was taken; the order of the phases does not.
+    rank = {"snapshot": 0, "catchup": 1, "online": 2}
+    for partition in range(PARTITIONS):
+        mine = [phase for c, phase in zip(store.written, phases, strict=True)
+                if c.partition == partition]
+        since = mine[mine.index("snapshot"):] if "snapshot" in mine else []
+        assert [rank[p] for p in since] == sorted(rank[p] for p in since), mine
     snapshot_marks = [json.loads(c.bootstrap) for c in store.written
                       if c.bootstrap and json.loads(c.bootstrap)["phase"] == "snapshot"]
     assert all(m["source"] is not None and m["key"] is not None for m in snapshot_marks)

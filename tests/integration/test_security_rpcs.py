@@ -153,6 +153,11 @@ RPCS: dict[str, tuple[Call, str]] = {
         checkpoint=pb.CheckpointRecord(**GROUP, partition=0, offset=1)), timeout=10), "alice"),
     "FenceCheckpoints": (lambda s, r: s.FenceCheckpoints(pb.FenceCheckpointsRequest(
         **GROUP, partition=0, epoch=5, owner_id="p1"), timeout=10), "alice"),
+    "DescribeCluster": (lambda s, r: s.DescribeCluster(pb.DescribeClusterRequest(topic=TOPIC),
+                                                       timeout=10), "alice"),
+    "EpochEnd": (lambda s, r: s.EpochEnd(pb.EpochEndRequest(topic=TOPIC), timeout=10), "alice"),
+    "ReportReplicaPositions": (lambda s, r: list(s.ReportReplicaPositions(iter([pb.ReplicaPosition(
+        topic=TOPIC, broker_id="follower")]), timeout=10)), "carol"),
     "Bootstrap": (lambda s, r: list(s.Bootstrap(pb.BootstrapRequest(topic=TOPIC), timeout=10)),
                   "alice"),
 }

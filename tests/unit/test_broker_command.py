@@ -34,7 +34,7 @@ def test_every_setting_flag_shows_its_help_default_and_env() -> None:
     text = "".join(help_text().split())  # without spaces: click wraps long words at hyphens
     for f in dataclasses.fields(Settings):
         if f.name in broker_main.FILE_ONLY:
-            assert "serversidefilter" in text  # named in the command's description
+            assert f.name in text  # named in the command's description
             continue
         flag = "--" + f.name.replace("_", "-")
         assert flag in text, flag

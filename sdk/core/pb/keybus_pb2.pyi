@@ -315,12 +315,23 @@ class Record(_message.Message):
     OFFSETS_FIELD_NUMBER: _builtins.int
     SCNS_FIELD_NUMBER: _builtins.int
     PUBLISH_TIMES_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     base_offset: _builtins.int
     scn_first: _builtins.int
     window: _builtins.bool
     publish_time_ms: _builtins.int
+    producer_id: _builtins.int
+    """Relay chaining (see its section below): who produced the record and the
+    leader epoch it was appended under, so a follower carries producer state
+    along and a broker that lost leadership finds where its log diverged.
+    0 = no idempotent producer / no elected leader.
+    """
+    sequence: _builtins.int
+    leader_epoch: _builtins.int
     @_builtins.property
     def batch(self) -> Global___EventBatch: ...
     @_builtins.property
@@ -352,10 +363,13 @@ class Record(_message.Message):
         offsets: _abc.Iterable[_builtins.int] | None = ...,
         scns: _abc.Iterable[_builtins.int] | None = ...,
         publish_times_ms: _abc.Iterable[_builtins.int] | None = ...,
+        producer_id: _builtins.int = ...,
+        sequence: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch", b"batch", "offsets", b"offsets", "partition", b"partition", "publish_time_ms", b"publish_time_ms", "publish_times_ms", b"publish_times_ms", "scn_first", b"scn_first", "scns", b"scns", "topic", b"topic", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch", b"batch", "leader_epoch", b"leader_epoch", "offsets", b"offsets", "partition", b"partition", "producer_id", b"producer_id", "publish_time_ms", b"publish_time_ms", "publish_times_ms", b"publish_times_ms", "scn_first", b"scn_first", "scns", b"scns", "sequence", b"sequence", "topic", b"topic", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1652,6 +1666,321 @@ class DeleteSubscriptionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSubscriptionResponse: _TypeAlias = DeleteSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class EpochEndRequest(_message.Message):
+    """---------------------------------------------------------------- relay chaining and leader election
+    A broker leads a topic or chains it from an upstream broker (static
+    configuration or ZooKeeper election). Followers copy whole records with
+    their offsets and SCNs, report what they hold durably, and ask the leader
+    where their log stops agreeing with its log (leader epochs, as Kafka's
+    OffsetsForLeaderEpoch).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    leader_epoch: _builtins.int
+    """The leader epoch of the asking follower's last record."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpochEndRequest: _TypeAlias = EpochEndRequest  # noqa: Y015
+
+@_typing.final
+class EpochEndResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    end_offset: _builtins.int
+    """The first offset of the first epoch after `leader_epoch` in this
+    broker's log, or its log end when there is none: the follower keeps
+    offsets below it and drops the rest (never acknowledged).
+    """
+    leader_epoch: _builtins.int
+    """The epoch this broker leads (0 = static or not elected)."""
+    def __init__(
+        self,
+        *,
+        end_offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "leader_epoch", b"leader_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpochEndResponse: _TypeAlias = EpochEndResponse  # noqa: Y015
+
+@_typing.final
+class ReplicaPosition(_message.Message):
+    """A follower's durable position on one partition, streamed to its upstream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    broker_id: _builtins.str
+    address: _builtins.str
+    end_offset: _builtins.int
+    """every offset below is durable on the follower"""
+    leader_epoch: _builtins.int
+    """the epoch of the leader it follows"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        broker_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        end_offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "leader_epoch", b"leader_epoch", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaPosition: _TypeAlias = ReplicaPosition  # noqa: Y015
+
+@_typing.final
+class ReplicaPositionAck(_message.Message):
+    """The answer to each ReplicaPosition (so a stream is never silent)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    positions: _builtins.int
+    """positions taken from this stream so far"""
+    def __init__(
+        self,
+        *,
+        positions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaPositionAck: _TypeAlias = ReplicaPositionAck  # noqa: Y015
+
+@_typing.final
+class DescribeClusterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """empty = every topic"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeClusterRequest: _TypeAlias = DescribeClusterRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaInfo(_message.Message):
+    """A follower as its leader sees it (from its last ReplicaPosition)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_EVENTS_FIELD_NUMBER: _builtins.int
+    LAST_REPORT_MS_AGO_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.str
+    address: _builtins.str
+    partition: _builtins.int
+    end_offset: _builtins.int
+    lag_events: _builtins.int
+    last_report_ms_ago: _builtins.int
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        lag_events: _builtins.int = ...,
+        last_report_ms_ago: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "lag_events", b"lag_events", "last_report_ms_ago", b"last_report_ms_ago", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaInfo: _TypeAlias = ReplicaInfo  # noqa: Y015
+
+@_typing.final
+class PartitionRelayInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    UPSTREAM_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_EVENTS_FIELD_NUMBER: _builtins.int
+    LAG_MS_FIELD_NUMBER: _builtins.int
+    UPSTREAM_READ_MS_AGO_FIELD_NUMBER: _builtins.int
+    LAST_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    end_offset: _builtins.int
+    upstream_end_offset: _builtins.int
+    """as last seen from the upstream (followers)"""
+    lag_events: _builtins.int
+    lag_ms: _builtins.int
+    """age of the oldest record not yet copied"""
+    upstream_read_ms_ago: _builtins.int
+    """-1 = never read"""
+    last_leader_epoch: _builtins.int
+    """epoch of the last record"""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        upstream_end_offset: _builtins.int = ...,
+        lag_events: _builtins.int = ...,
+        lag_ms: _builtins.int = ...,
+        upstream_read_ms_ago: _builtins.int = ...,
+        last_leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionRelayInfo: _TypeAlias = PartitionRelayInfo  # noqa: Y015
+
+@_typing.final
+class TopicRoleInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    WRITABLE_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    UPSTREAM_FIELD_NUMBER: _builtins.int
+    ELECTION_FIELD_NUMBER: _builtins.int
+    ACKS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    FOLLOWERS_FIELD_NUMBER: _builtins.int
+    LEADER_CHANGES_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    role: _builtins.str
+    """leader, follower, candidate, standalone"""
+    writable: _builtins.bool
+    """accepts produce now"""
+    leader: _builtins.str
+    """the leader's address ("" = not known)"""
+    leader_epoch: _builtins.int
+    upstream: _builtins.str
+    """followers: the broker they copy from"""
+    election: _builtins.str
+    """none, static, zookeeper"""
+    acks: _builtins.int
+    """followers that must hold an event before it is acknowledged"""
+    leader_changes: _builtins.int
+    detail: _builtins.str
+    """why not writable, in words"""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRelayInfo]: ...
+    @_builtins.property
+    def followers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaInfo]:
+        """on the leader"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        role: _builtins.str = ...,
+        writable: _builtins.bool = ...,
+        leader: _builtins.str = ...,
+        leader_epoch: _builtins.int = ...,
+        upstream: _builtins.str = ...,
+        election: _builtins.str = ...,
+        acks: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___PartitionRelayInfo] | None = ...,
+        followers: _abc.Iterable[Global___ReplicaInfo] | None = ...,
+        leader_changes: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "detail", b"detail", "election", b"election", "followers", b"followers", "leader", b"leader", "leader_changes", b"leader_changes", "leader_epoch", b"leader_epoch", "partitions", b"partitions", "role", b"role", "topic", b"topic", "upstream", b"upstream", "writable", b"writable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicRoleInfo: _TypeAlias = TopicRoleInfo  # noqa: Y015
+
+@_typing.final
+class ClusterInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    ZOOKEEPER_FIELD_NUMBER: _builtins.int
+    ZOOKEEPER_STATE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.str
+    address: _builtins.str
+    zookeeper: _builtins.str
+    """connect string ("" = none)"""
+    zookeeper_state: _builtins.str
+    """CONNECTED, SUSPENDED, LOST, NONE"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicRoleInfo]: ...
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        zookeeper: _builtins.str = ...,
+        zookeeper_state: _builtins.str = ...,
+        topics: _abc.Iterable[Global___TopicRoleInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "topics", b"topics", "zookeeper", b"zookeeper", "zookeeper_state", b"zookeeper_state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterInfo: _TypeAlias = ClusterInfo  # noqa: Y015
 
 @_typing.final
 class BootstrapResume(_message.Message):

@@ -96,6 +96,21 @@ class KeybusStub:
                 request_serializer=keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
                 response_deserializer=keybus__pb2.DeleteSubscriptionResponse.FromString,
                 _registered_method=True)
+        self.DescribeCluster = channel.unary_unary(
+                '/keybus.v1.Keybus/DescribeCluster',
+                request_serializer=keybus__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=keybus__pb2.ClusterInfo.FromString,
+                _registered_method=True)
+        self.EpochEnd = channel.unary_unary(
+                '/keybus.v1.Keybus/EpochEnd',
+                request_serializer=keybus__pb2.EpochEndRequest.SerializeToString,
+                response_deserializer=keybus__pb2.EpochEndResponse.FromString,
+                _registered_method=True)
+        self.ReportReplicaPositions = channel.stream_stream(
+                '/keybus.v1.Keybus/ReportReplicaPositions',
+                request_serializer=keybus__pb2.ReplicaPosition.SerializeToString,
+                response_deserializer=keybus__pb2.ReplicaPositionAck.FromString,
+                _registered_method=True)
         self.Bootstrap = channel.unary_stream(
                 '/keybus.v1.Keybus/Bootstrap',
                 request_serializer=keybus__pb2.BootstrapRequest.SerializeToString,
@@ -227,6 +242,25 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeCluster(self, request, context):
+        """Relay chaining and leader election.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EpochEnd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportReplicaPositions(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Bootstrap(self, request, context):
         """Compacted view and bootstrap: snapshot, catch-up, then (follow) online.
         """
@@ -352,6 +386,21 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.DeleteSubscription,
                     request_deserializer=keybus__pb2.DeleteSubscriptionRequest.FromString,
                     response_serializer=keybus__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'DescribeCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCluster,
+                    request_deserializer=keybus__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=keybus__pb2.ClusterInfo.SerializeToString,
+            ),
+            'EpochEnd': grpc.unary_unary_rpc_method_handler(
+                    servicer.EpochEnd,
+                    request_deserializer=keybus__pb2.EpochEndRequest.FromString,
+                    response_serializer=keybus__pb2.EpochEndResponse.SerializeToString,
+            ),
+            'ReportReplicaPositions': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReportReplicaPositions,
+                    request_deserializer=keybus__pb2.ReplicaPosition.FromString,
+                    response_serializer=keybus__pb2.ReplicaPositionAck.SerializeToString,
             ),
             'Bootstrap': grpc.unary_stream_rpc_method_handler(
                     servicer.Bootstrap,
@@ -730,6 +779,87 @@ class Keybus:
             '/keybus.v1.Keybus/DeleteSubscription',
             keybus__pb2.DeleteSubscriptionRequest.SerializeToString,
             keybus__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/DescribeCluster',
+            keybus__pb2.DescribeClusterRequest.SerializeToString,
+            keybus__pb2.ClusterInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EpochEnd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/EpochEnd',
+            keybus__pb2.EpochEndRequest.SerializeToString,
+            keybus__pb2.EpochEndResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportReplicaPositions(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/keybus.v1.Keybus/ReportReplicaPositions',
+            keybus__pb2.ReplicaPosition.SerializeToString,
+            keybus__pb2.ReplicaPositionAck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,10 @@ class KeybusStub:
     DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     SeekSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]
     DeleteSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]
+    DescribeCluster: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.DescribeClusterRequest, _keybus_pb2.ClusterInfo]
+    """Relay chaining and leader election."""
+    EpochEnd: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]
+    ReportReplicaPositions: _grpc.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]
     Bootstrap: _grpc.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]
     """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
     GrantPermissions: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]
@@ -95,6 +99,10 @@ class KeybusAsyncStub(KeybusStub):
     DescribeSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     SeekSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.SeekSubscriptionRequest, _keybus_pb2.SubscriptionInfo]  # type: ignore[assignment]
     DeleteSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DeleteSubscriptionRequest, _keybus_pb2.DeleteSubscriptionResponse]  # type: ignore[assignment]
+    DescribeCluster: _aio.UnaryUnaryMultiCallable[_keybus_pb2.DescribeClusterRequest, _keybus_pb2.ClusterInfo]  # type: ignore[assignment]
+    """Relay chaining and leader election."""
+    EpochEnd: _aio.UnaryUnaryMultiCallable[_keybus_pb2.EpochEndRequest, _keybus_pb2.EpochEndResponse]  # type: ignore[assignment]
+    ReportReplicaPositions: _aio.StreamStreamMultiCallable[_keybus_pb2.ReplicaPosition, _keybus_pb2.ReplicaPositionAck]  # type: ignore[assignment]
     Bootstrap: _aio.UnaryStreamMultiCallable[_keybus_pb2.BootstrapRequest, _keybus_pb2.BootstrapResponse]  # type: ignore[assignment]
     """Compacted view and bootstrap: snapshot, catch-up, then (follow) online."""
     GrantPermissions: _aio.UnaryUnaryMultiCallable[_keybus_pb2.GrantPermissionsRequest, _keybus_pb2.GrantPermissionsResponse]  # type: ignore[assignment]
@@ -198,6 +206,28 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.DeleteSubscriptionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.DeleteSubscriptionResponse, _abc.Awaitable[_keybus_pb2.DeleteSubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeCluster(
+        self,
+        request: _keybus_pb2.DescribeClusterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.ClusterInfo, _abc.Awaitable[_keybus_pb2.ClusterInfo]]:
+        """Relay chaining and leader election."""
+
+    @_abc_1.abstractmethod
+    def EpochEnd(
+        self,
+        request: _keybus_pb2.EpochEndRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.EpochEndResponse, _abc.Awaitable[_keybus_pb2.EpochEndResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReportReplicaPositions(
+        self,
+        request_iterator: _MaybeAsyncIterator[_keybus_pb2.ReplicaPosition],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_keybus_pb2.ReplicaPositionAck], _abc.AsyncIterator[_keybus_pb2.ReplicaPositionAck]]: ...
 
     @_abc_1.abstractmethod
     def Bootstrap(

@@ -1,0 +1,1 @@
+"""Relay chaining and leader election: brokers that follow brokers (docs/cluster.md)."""

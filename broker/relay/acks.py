@@ -1,0 +1,69 @@
+"""Acknowledged after n copies: which waiting produces the followers' positions release. Pure.
+
+Rules:
+1. A follower's position is the end of what it holds durably on one
+   partition, reported for one leader epoch; positions only move forward
+   within an epoch (a stale report is ignored), and a new epoch starts from
+   nothing (the shell makes a new tracker).
+2. An event whose end offset is E is acknowledged once `copies` followers
+   report a position >= E: the `copies`-th highest position is the
+   acknowledged end. With copies = 0 everything is acknowledged at once.
+3. Waiters are released in end-offset order, whole (a window is one record,
+   so one waiter).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class AckTracker(Generic[T]):
+    """Followers' positions and the produces waiting on them (one partition)."""
+
+    def __init__(self, copies: int) -> None:
+        assert copies >= 0
+        self.copies = copies
+        self.positions: dict[str, int] = {}
+        self._waiting: list[tuple[int, int, T]] = []
+        self._order = itertools.count()
+
+    def acked_end(self) -> int | None:
+        """Offsets below this are held by `copies` followers (None = no limit)."""
+        if self.copies == 0:
+            return None
+        if len(self.positions) < self.copies:
+            return 0
+        return heapq.nlargest(self.copies, self.positions.values())[-1]
+
+    def add(self, end_offset: int, token: T) -> bool:
+        """Wait for copies of everything below end_offset; True when they exist already."""
+        acked = self.acked_end()
+        if acked is None or end_offset <= acked:
+            return True
+        heapq.heappush(self._waiting, (end_offset, next(self._order), token))
+        return False
+
+    def process_position(self, follower: str, end_offset: int) -> list[T]:
+        """A follower's report; returns the waiters it releases (rule 1-3)."""
+        if end_offset <= self.positions.get(follower, -1):
+            return []
+        self.positions[follower] = end_offset
+        acked = self.acked_end()
+        released: list[T] = []
+        while self._waiting and (acked is None or self._waiting[0][0] <= acked):
+            released.append(heapq.heappop(self._waiting)[2])
+        return released
+
+    def drain(self) -> list[T]:
+        """Every waiter, e.g. to fail them when leadership ends."""
+        waiting = [token for _, _, token in sorted(self._waiting)]
+        self._waiting.clear()
+        return waiting
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)

@@ -1,0 +1,78 @@
+"""`DescribeCluster`'s answer: this broker's view of every replicated topic.
+
+Runs on the event loop; reads only in-memory state (roles, copy states,
+followers' reports, partition offsets).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.errors import BrokerError
+from broker.relay.follower import wall_ms
+from sdk.core.pb import keybus_pb2 as pb
+
+if TYPE_CHECKING:
+    from broker.relay.node import RelayNode, TopicRole
+
+
+def cluster_info(node: RelayNode, topics: list[str], session_state: str) -> pb.ClusterInfo:
+    relay = node.relay
+    info = pb.ClusterInfo(broker_id=relay.broker_id, address=relay.address,
+                          zookeeper=relay.zookeeper, zookeeper_state=session_state)
+    for topic in topics:
+        role = node.roles.get(topic)
+        try:
+            partitions = node.registry.partitions(topic)
+        except BrokerError:
+            if role is None:
+                raise
+            partitions = []
+        info.topics.append(topic_info(topic, role, partitions, relay.address))
+    return info
+
+
+def topic_info(topic: str, role: TopicRole | None, partitions: list, address: str  # type: ignore[type-arg]
+               ) -> pb.TopicRoleInfo:
+    now = wall_ms()
+    if role is None:
+        result = pb.TopicRoleInfo(topic=topic, role="standalone", writable=True, leader=address,
+                                  election="none")
+    else:
+        writable = role.role == "leader" and role.confirmed and not role.stopping
+        result = pb.TopicRoleInfo(
+            topic=topic, role=role.role, writable=writable, leader=role.leader,
+            leader_epoch=role.epoch, election=role.replication.election,
+            upstream=role.follower.upstream if role.follower else "",
+            acks=role.replication.acks, leader_changes=role.leader_changes,
+            detail="" if writable else _detail(role))
+    copies = role.follower.states if role is not None and role.follower else {}
+    for partition in partitions:
+        state = copies.get(partition.index)
+        entry = pb.PartitionRelayInfo(partition=partition.index, end_offset=partition.end_offset,
+                                      upstream_read_ms_ago=-1)
+        if state is not None:
+            entry.upstream_end_offset = state.upstream_end
+            entry.lag_events = max(state.upstream_end - partition.end_offset, 0)
+            entry.lag_ms = 0 if not entry.lag_events or not state.caught_up_ms else \
+                now - state.caught_up_ms
+            entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
+        result.partitions.append(entry)
+    if role is not None and role.role == "leader":
+        ends = {p.index: p.end_offset for p in partitions}
+        for (broker, index), (follower_address, end, reported_ms) in sorted(role.reports.items()):
+            result.followers.append(pb.ReplicaInfo(
+                broker_id=broker, address=follower_address, partition=index, end_offset=end,
+                lag_events=max(ends.get(index, end) - end, 0),
+                last_report_ms_ago=now - reported_ms))
+    return result
+
+
+def _detail(role: TopicRole) -> str:
+    if role.role == "leader" and role.stopping:
+        return "the leader is stopping"
+    if role.role == "leader":
+        return "leadership unconfirmed: ZooKeeper unreachable"
+    if role.role == "follower":
+        return f"a follower; the leader is {role.leader}"
+    return role.detail

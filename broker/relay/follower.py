@@ -1,0 +1,272 @@
+"""Chaining: copy a topic from an upstream broker, partition by partition.
+
+One `TopicFollower` per chained topic: a copy task per partition, a position
+reporter and a cursor sync loop, on one channel to the upstream. A copy task
+(the seed's "consumer that writes to the event buffer"):
+
+1. Handshake: ask the upstream where its log stops agreeing with ours
+   (`EpochEnd` for the epoch of our last record) and drop what lies past it
+   (events the leader never had, so never acknowledged); it is logged.
+2. Read the upstream through the SDK `Reader` from our log end (from the
+   beginning of its retained log when ours is empty), following its tail,
+   and store each response's whole records in one write
+   (`replica_log.replicate`): same offsets, SCNs, producer state.
+3. Report the new durable end to the upstream (acks = n).
+
+A failure of any step is logged and retried from 1 after a capped,
+doubling backoff (`relay_retry_backoff_ms` .. `relay_retry_backoff_max_ms`,
+the seed's one minute); retries never stop. With `stop_offsets` (an elected
+leader catching up from a peer) a partition's copy ends there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from broker.errors import BrokerError
+from broker.log.codec import CorruptRecord
+from broker.partition import Partition
+from broker.relay import replica_log
+from broker.relay.backoff import Backoff
+from broker.relay.cursor_sync import SubscriptionCarrier, sync_once
+from broker.relay.metrics import COPIED_EVENTS, TRUNCATED_EVENTS
+from broker.relay.replica_log import ReplicaError
+from broker.relay.reporter import PositionReporter
+from broker.relay.settings import RelaySettings
+from broker.topics import TopicRegistry
+from sdk import errors
+from sdk.channel import open_channel, stub_of
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.reader import Reader
+from sdk.subscription_admin import SubscriptionAdmin
+
+log = logging.getLogger("keybus.relay")
+# What a copy attempt may fail with; anything else is a bug and is logged with its trace.
+_RETRIED = (errors.KeybusError, BrokerError, ReplicaError, CorruptRecord, grpc.RpcError, OSError)
+OnTruncated = Callable[[str, int, int], Awaitable[None]]  # (topic, partition, new end)
+
+
+async def _nothing(_: Partition) -> None:
+    """Queued behind a copy's writes: when it runs, they have run."""
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class CopyState:
+    """One partition's copy, as describe and metrics show it."""
+
+    upstream_end: int = 0
+    last_read_ms: int = 0  # wall clock of the last upstream response; 0 = never
+    caught_up_ms: int = 0  # wall clock when this copy last held all the upstream had
+    error: str = ""
+    done: bool = False  # a catch-up copy reached its stop offset
+
+
+class TopicFollower:
+    """Copies one topic from `upstream` (see the module docstring)."""
+
+    def __init__(self, topic: str, upstream: str, leader_epoch: int, registry: TopicRegistry,
+                 relay: RelaySettings, carrier: SubscriptionCarrier | None,
+                 on_truncated: OnTruncated | None = None,
+                 stop_offsets: Mapping[int, int] | None = None) -> None:
+        self.topic = topic
+        self.upstream = upstream
+        self.leader_epoch = leader_epoch
+        self.registry = registry
+        self.relay = relay
+        self.carrier = carrier
+        self.on_truncated = on_truncated
+        self.stop_offsets = dict(stop_offsets or {})
+        self.states: dict[int, CopyState] = {}
+        self._channel: grpc.aio.Channel | None = None
+        self._reporter: PositionReporter | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.relay.backoff_first_ms, self.relay.backoff_max_ms)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._channel = open_channel(self.upstream, self.relay.client_security)
+        self._reporter = PositionReporter(self._channel, self.topic, self.relay.broker_id,
+                                          self.relay.address, self._backoff())
+        self._task = asyncio.get_running_loop().create_task(
+            self._main(), name=f"relay-follow {self.topic} from {self.upstream}")
+        log.info("topic %s: chaining from %s (leader epoch %d)", self.topic, self.upstream,
+                 self.leader_epoch)
+
+    async def stop(self) -> None:
+        """Stop copying; what was copied stays (no partial window is ever stored).
+
+        Returns once no write of this copy is left on a partition's queue, so the
+        log ends read next (a candidacy, a claim) are final.
+        """
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for index in self.states:
+            with contextlib.suppress(BrokerError):
+                await self.registry.partition(self.topic, index).run_on_task(_nothing)
+        if self._reporter is not None:
+            await self._reporter.stop()
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def wait_done(self) -> None:
+        """Wait until every partition's copy reached its stop offset (catch-up)."""
+        assert self._task is not None
+        await asyncio.shield(self._task)
+
+    # ------------------------------------------------------------ the copy
+
+    async def _main(self) -> None:
+        backoff = self._backoff()
+        while True:
+            try:
+                partitions = await self._ensure_topic()
+                break
+            except _RETRIED as e:
+                delay_ms = backoff.next_ms()
+                log.warning("topic %s: cannot set up the copy from %s (%s); retry in %d ms",
+                            self.topic, self.upstream, e, delay_ms)
+                await asyncio.sleep(delay_ms / 1000)
+        assert self._reporter is not None
+        self._reporter.start()
+        tasks = [self._copy_loop(p) for p in partitions if self._wanted(p.index)]
+        if self.carrier is not None and not self.stop_offsets:
+            tasks.append(self._sync_loop())
+        await asyncio.gather(*tasks)
+
+    def _wanted(self, index: int) -> bool:
+        if not self.stop_offsets:
+            return True
+        return index in self.stop_offsets
+
+    async def _ensure_topic(self) -> list[Partition]:
+        """The local topic, created like the upstream's when missing."""
+        assert self._channel is not None
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        if self.topic not in self.registry.names():
+            with contextlib.suppress(BrokerError):  # created meanwhile: checked below
+                await self.registry.create(self.topic, info.config)
+                log.info("topic %s: created like upstream %s (%d partitions)", self.topic,
+                         self.upstream, info.config.partitions)
+        partitions = self.registry.partitions(self.topic)
+        if len(partitions) != info.config.partitions:
+            raise ReplicaError(f"topic {self.topic!r} has {len(partitions)} partitions here and "
+                               f"{info.config.partitions} on upstream {self.upstream}; a "
+                               "follower needs the same number")
+        return partitions
+
+    async def _copy_loop(self, partition: Partition) -> None:
+        state = self.states.setdefault(partition.index, CopyState())
+        backoff = self._backoff()
+        while not state.done:
+            try:
+                await self._handshake(partition)
+                await self._copy(partition, state, backoff)
+            except Exception as e:  # never stops; a bug is logged with its trace
+                state.error = str(e)
+                delay_ms = backoff.next_ms()
+                log.log(logging.WARNING if isinstance(e, _RETRIED) else logging.ERROR,
+                        "topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
+                        partition.index, self.upstream, e, delay_ms,
+                        exc_info=not isinstance(e, _RETRIED))
+                await asyncio.sleep(delay_ms / 1000)
+
+    async def _handshake(self, partition: Partition) -> None:
+        """Drop the tail the upstream's log does not have (step 1)."""
+        if partition.end_offset == partition.start_offset:
+            return
+        store, topic_id = partition.store, partition.meta.topic_id
+        epoch = await asyncio.to_thread(replica_log.last_epoch, store, topic_id,
+                                        partition.index, partition.end_offset)
+        assert self._channel is not None
+        try:
+            answer = await stub_of(self._channel).EpochEnd(pb.EpochEndRequest(
+                topic=self.topic, partition=partition.index, leader_epoch=epoch), timeout=10)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        if answer.end_offset >= partition.end_offset:
+            return
+        callback = self._truncated_callback(partition.index)
+        dropped = await partition.run_on_task(
+            lambda p: replica_log.truncate(p, answer.end_offset, callback))
+        if dropped is not None:
+            TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
+            log.warning("topic %s/%d: dropped offsets %d..%d (%d events in %d records, scn %d..%d) "
+                        "that upstream %s does not have (leader epoch %d ended at %d); they were "
+                        "never acknowledged", self.topic, partition.index, dropped.offset,
+                        dropped.end_before - 1, dropped.events, dropped.records,
+                        dropped.scn_first, dropped.scn_last, self.upstream, epoch,
+                        answer.end_offset)
+
+    def _truncated_callback(self, index: int) -> Callable[[int], Awaitable[None]] | None:
+        on_truncated = self.on_truncated
+        if on_truncated is None:
+            return None
+        return lambda end: on_truncated(self.topic, index, end)
+
+    async def _copy(self, partition: Partition, state: CopyState, backoff: Backoff) -> None:
+        """Follow the upstream and store what it sends (steps 2-3) until an error."""
+        start: int | str = partition.end_offset
+        if partition.end_offset == partition.start_offset:
+            start = "earliest"
+        stop = self.stop_offsets.get(partition.index)
+        if stop is not None and partition.end_offset >= stop:
+            state.done = True
+            return
+        reader = Reader(self.upstream, self.topic, partition.index, start=start, follow=True,
+                        stop_offset=stop, retry_backoff_ms=self.relay.backoff_first_ms,
+                        retry_backoff_max_ms=self.relay.backoff_max_ms, channel=self._channel)
+        async with reader:
+            async for batch in reader:
+                records = [batch.record, *(b.record for b in reader.drain_buffered())]
+                now = wall_ms()
+                state.last_read_ms = now
+                state.upstream_end = reader.end_offset or 0
+                plan = await partition.run_on_task(
+                    lambda p, records=records: replica_log.replicate(p, records))  # type: ignore[misc]
+                COPIED_EVENTS.labels(self.topic).inc(plan.events)
+                if partition.end_offset >= state.upstream_end:
+                    state.caught_up_ms = now
+                state.error = ""
+                backoff.reset()
+                assert self._reporter is not None
+                self._reporter.report(partition.index, partition.end_offset, self.leader_epoch)
+        state.done = stop is not None
+
+    async def _sync_loop(self) -> None:
+        """Mirror the upstream's subscription cursors (cursor_sync.py), forever."""
+        assert self._channel is not None and self.carrier is not None
+        admin = SubscriptionAdmin(channel=self._channel, request_timeout_ms=10_000)
+        while True:
+            await asyncio.sleep(self.relay.sync_interval_ms / 1000)
+            try:
+                upstream = await admin.list_subscriptions(self.topic)
+                ends = {p.index: p.end_offset for p in self.registry.partitions(self.topic)}
+                plan = await sync_once(upstream, self.carrier, self.topic, ends)
+            except _RETRIED as e:
+                log.debug("topic %s: cursor sync from %s failed (%s); next round in %d ms",
+                          self.topic, self.upstream, e, self.relay.sync_interval_ms)
+                continue
+            if plan.create:
+                log.info("topic %s: subscriptions %s copied from %s", self.topic,
+                         ", ".join(i.subscription for i in plan.create), self.upstream)

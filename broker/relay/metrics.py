@@ -1,0 +1,31 @@
+"""Prometheus metrics of relay chaining and leader election (served with the broker's).
+
+The seed asks that a follower's metrics look like a broker's: the broker's
+own metrics keep counting on a follower (reads, subscriptions); these add
+what only a chain has.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
+                          "Seconds since a follower last heard from its upstream (-1 = never)",
+                          ["topic", "partition"])
+FOLLOWER_LAG_EVENTS = Gauge("keybus_relay_follower_lag_events",
+                            "Events the upstream holds that this follower does not yet",
+                            ["topic", "partition"])
+FOLLOWER_LAG_SECONDS = Gauge("keybus_relay_follower_lag_seconds",
+                             "Seconds since this follower last held everything its upstream did",
+                             ["topic", "partition"])
+COPIED_EVENTS = Counter("keybus_relay_copied_events", "Events a follower copied from upstream",
+                        ["topic"])
+TRUNCATED_EVENTS = Counter("keybus_relay_truncated_events",
+                           "Never-acknowledged events dropped because the leader lacks them",
+                           ["topic"])
+LEADER_CHANGES = Counter("keybus_relay_leader_changes",
+                         "Times this broker saw the topic's leader change", ["topic"])
+IS_LEADER = Gauge("keybus_relay_is_leader", "1 while this broker accepts produce for the topic",
+                  ["topic"])
+ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
+                    "Produce answers held until enough followers hold the events", ["topic"])

@@ -1,0 +1,464 @@
+"""This broker's place in a cluster: per replicated topic, its role, copy and acks.
+
+The one object the RPC shell and the partitions call:
+
+* `check_writable(topic)`: refuses produce unless this broker leads the topic
+  and knows it does (set as every partition's write guard; InitProducer);
+* `acknowledged(topic, partition, end_offset)`: waits, before a produce is
+  answered, until `acks` followers hold it and leadership is confirmed (the
+  fail-safe: after a lost ZooKeeper connection nothing is acknowledged);
+* `report(position)`, `epoch_end(...)`, `describe(...)`: the relay RPCs.
+
+Roles change through `become_leader`, `become_follower`, `become_candidate`
+(static configuration at start, the ZooKeeper election later). A change
+keeps the log, the subscriptions and the reads in flight: only the copy
+task starts or stops, and produce is refused or taken. One transition per
+topic at a time (a lock per topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from broker.errors import BrokerError
+from broker.partition import Partition, TopicMeta
+from broker.relay import replica_log
+from broker.relay.acks import AckTracker
+from broker.relay.cursor_sync import SubscriptionCarrier
+from broker.relay.describe import cluster_info
+from broker.relay.follower import TopicFollower, wall_ms
+from broker.relay.metrics import (
+    ACK_WAITING,
+    FOLLOWER_LAG_EVENTS,
+    FOLLOWER_LAG_SECONDS,
+    IS_LEADER,
+    LEADER_CHANGES,
+    UPSTREAM_READ_AGE,
+)
+from broker.relay.settings import RelaySettings, TopicReplication
+from broker.topics import TopicRegistry
+from sdk import errors
+from sdk.admin import Admin
+from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.relay")
+METRICS_INTERVAL_S = 1.0
+
+
+@dataclass
+class TopicRole:
+    """This broker's role for one replicated topic and what goes with it."""
+
+    topic: str
+    replication: TopicReplication
+    role: str = "candidate"  # leader, follower, candidate
+    leader: str = ""  # the leader's address ("" = not known)
+    epoch: int = 0
+    confirmed: bool = False  # a leader whose ZooKeeper session is connected (or static)
+    stopping: bool = False  # a leader handing over before it stops
+    detail: str = "joining"
+    follower: TopicFollower | None = None
+    trackers: dict[int, AckTracker[asyncio.Future[None]]] = field(default_factory=dict)
+    # (follower broker id, partition) -> (address, end offset, wall ms of the report)
+    reports: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
+    leader_changes: int = 0
+    confirmed_event: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class RelayNode:
+    """See the module docstring."""
+
+    def __init__(self, registry: TopicRegistry, carrier: SubscriptionCarrier | None,
+                 relay: RelaySettings) -> None:
+        self.registry = registry
+        self.carrier = carrier
+        self.relay = relay
+        self.roles: dict[str, TopicRole] = {}
+        self.election: ElectionLike | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._pending: list[str] = []  # topics met before start(): their role waits for it
+
+    # ------------------------------------------------------------ lifecycle
+
+    def attach(self, relay: RelaySettings) -> None:
+        """Guard every partition before the server takes its first request: until
+        `start()` a replicated topic refuses produce (no leader known yet)."""
+        self.relay = relay
+        self.registry.start_listeners.append(self._topic_started)
+        for name in self.registry.names():
+            self._topic_started(self.registry.meta(name), self.registry.partitions(name))
+
+    async def start(self) -> None:
+        """Take up the configured roles of every topic; start the election if any."""
+        if self.relay.zookeeper:
+            from broker.relay.election import ZkElection
+
+            self.election = ZkElection(self)
+            await self.election.start()
+        self._started = True
+        for name in self._pending:
+            self._take_up(name)
+        self._pending.clear()
+        for name, replication in self.relay.topics.items():
+            if name != "*" and replication.upstream and name not in self.roles:
+                self._follow_missing(name, replication)  # the copy creates it here
+        default = self.relay.topics.get("*")
+        if default is not None and default.upstream:
+            self._spawn(self._discover(default), "relay-discover")
+        self._spawn(self._metrics_loop(), "relay-metrics")
+
+    async def stop(self) -> None:
+        """Hand leadership over (ZooKeeper), stop every copy; the log stays."""
+        if self.election is not None:
+            await self.election.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        for role in self.roles.values():
+            if role.follower is not None:
+                await role.follower.stop()
+            self._end_leadership(role, "the broker is stopping")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    async def _metrics_loop(self) -> None:
+        """Copy lag and upstream silence as gauges, once a second."""
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL_S)
+            now = wall_ms()
+            for topic, role in list(self.roles.items()):
+                ACK_WAITING.labels(topic).set(sum(t.waiting for t in role.trackers.values()))
+                follower = role.follower
+                if follower is None:
+                    continue
+                for index, state in follower.states.items():
+                    with contextlib.suppress(BrokerError):
+                        end = self.registry.partition(topic, index).end_offset
+                        lag = max(state.upstream_end - end, 0)
+                        labels = (topic, str(index))
+                        FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
+                        FOLLOWER_LAG_SECONDS.labels(*labels).set(
+                            (now - state.caught_up_ms) / 1000 if lag and state.caught_up_ms else 0)
+                        UPSTREAM_READ_AGE.labels(*labels).set(
+                            (now - state.last_read_ms) / 1000 if state.last_read_ms else -1)
+
+    def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
+        self.roles[topic] = TopicRole(topic, replication)
+        self._spawn(self.become_follower(topic, replication.upstream, 0), f"relay-role {topic}")
+
+    async def _discover(self, replication: TopicReplication) -> None:
+        """`"*"` chained from an upstream: follow every topic it has, as it gets them."""
+        admin = Admin(replication.upstream, request_timeout_ms=10_000,
+                      security=self.relay.client_security)
+        try:
+            while True:
+                with contextlib.suppress(errors.KeybusError):
+                    for info in await admin.list_topics():
+                        if info.topic not in self.roles and self.relay.for_topic(info.topic) \
+                                is replication:
+                            self._follow_missing(info.topic, replication)
+                await asyncio.sleep(self.relay.sync_interval_ms / 1000)
+        finally:
+            await admin.close()
+
+    def _topic_started(self, meta: TopicMeta, partitions: list[Partition]) -> None:
+        """A topic was loaded or created: guard its partitions, take up its role."""
+        for partition in partitions:
+            partition.write_guard = functools.partial(self.check_writable, meta.name)
+        replication = self.relay.for_topic(meta.name)
+        if replication is None or meta.name in self.roles:
+            return
+        self.roles[meta.name] = TopicRole(meta.name, replication)
+        if self._started:
+            self._take_up(meta.name)
+        else:
+            self._pending.append(meta.name)
+
+    def _take_up(self, topic: str) -> None:
+        replication = self.roles[topic].replication
+        if replication.election == "zookeeper":
+            assert self.election is not None
+            self.election.join(topic)
+        elif replication.upstream:
+            self._spawn(self.become_follower(topic, replication.upstream, 0), f"relay-role {topic}")
+        else:
+            self._spawn(self.become_leader(topic, 0), f"relay-role {topic}")
+
+    # ------------------------------------------------------------ produce path
+
+    def check_writable(self, topic: str) -> None:
+        """Raise unless this broker may take produce for `topic` now."""
+        role = self.roles.get(topic)
+        if role is None:
+            return
+        if role.role == "leader" and not role.stopping:
+            if not role.confirmed:
+                raise BrokerError("leadership_unconfirmed", broker=self.relay.address, topic=topic)
+            return
+        if role.role == "follower" and role.leader:
+            raise BrokerError("not_leader", broker=self.relay.address, topic=topic,
+                              leader=role.leader)
+        raise BrokerError("leader_unknown", topic=topic,
+                          detail="the leader is stopping" if role.stopping else role.detail)
+
+    async def acknowledged(self, topic: str, partition: int, end_offset: int) -> None:
+        """Return once the events below end_offset may be acknowledged.
+
+        Raises:
+            BrokerError: acks_timeout, leadership_unconfirmed or leadership_lost.
+        """
+        role = self.roles.get(topic)
+        if role is None:
+            return
+        epoch = role.epoch
+        timeout_s = self.relay.acks_timeout_ms / 1000
+        tracker = role.trackers.get(partition)
+        if role.role == "leader" and tracker is not None and tracker.copies:
+            await self._wait_copies(role, tracker, partition, end_offset, timeout_s)
+        if role.role == "leader" and not role.confirmed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(role.confirmed_event.wait(), timeout_s)
+            if role.role == "leader" and role.epoch == epoch and not role.confirmed:
+                raise BrokerError("leadership_unconfirmed", broker=self.relay.address, topic=topic)
+        if role.role != "leader" or role.epoch != epoch:
+            raise BrokerError("leadership_lost", broker=self.relay.address, topic=topic,
+                              offset=end_offset)
+
+    async def _wait_copies(self, role: TopicRole, tracker: AckTracker[asyncio.Future[None]],
+                           partition: int, end_offset: int, timeout_s: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if tracker.add(end_offset, future):
+            return
+        # Nobody may await it after a timeout: never log its exception as unretrieved.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            have = sum(1 for end in tracker.positions.values() if end >= end_offset)
+            raise BrokerError("acks_timeout", have=have, copies=tracker.copies, topic=role.topic,
+                              partition=partition, offset=end_offset,
+                              timeout=self.relay.acks_timeout_ms) from None
+
+    # ------------------------------------------------------------ relay RPCs
+
+    def report(self, position: pb.ReplicaPosition) -> None:
+        """A follower's durable position; releases produces waiting for copies."""
+        role = self.roles.get(position.topic)
+        if role is None or role.role != "leader" or position.leader_epoch != role.epoch:
+            return  # not ours to count (a chained follower's, an old epoch's)
+        role.reports[position.broker_id, position.partition] = (
+            position.address, position.end_offset, wall_ms())
+        tracker = role.trackers.get(position.partition)
+        if tracker is None:
+            return
+        for future in tracker.process_position(position.broker_id, position.end_offset):
+            if not future.done():
+                future.set_result(None)
+
+    async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
+        partition = self.registry.partition(request.topic, request.partition)
+        end = await asyncio.to_thread(replica_log.epoch_end, partition.store,
+                                      partition.meta.topic_id, partition.index,
+                                      partition.start_offset, partition.end_offset,
+                                      request.leader_epoch)
+        role = self.roles.get(request.topic)
+        epoch = role.epoch if role is not None and role.role == "leader" else 0
+        return pb.EpochEndResponse(end_offset=end, leader_epoch=epoch)
+
+    def describe(self, topic: str) -> pb.ClusterInfo:
+        session = self.election.session_state if self.election is not None else "NONE"
+        names = [topic] if topic else self.registry.names()
+        return cluster_info(self, names, session)
+
+    # ------------------------------------------------------------ transitions
+
+    async def become_leader(self, topic: str, epoch: int) -> None:
+        """Lead `topic` under `epoch`: stop copying, take produce, count copies."""
+        role = self.roles[topic]
+        async with role.lock:
+            changed = role.role != "leader" or role.epoch != epoch
+            if role.follower is not None:
+                await role.follower.stop()
+                role.follower = None
+            if changed:
+                partitions = self.registry.partitions(topic)
+                for partition in partitions:
+                    partition.leader_epoch = epoch
+                role.trackers = {p.index: AckTracker(role.replication.acks) for p in partitions}
+                role.reports.clear()
+                self._count_change(role, epoch)
+                log.info("topic %s: leading (leader epoch %d, acks %s)", topic, epoch,
+                         role.replication.acks or "leader")
+            role.role, role.leader, role.epoch, role.detail = "leader", self.relay.address, epoch, ""
+            role.stopping = False
+            self.confirm(topic)
+            IS_LEADER.labels(topic).set(1)
+
+    async def become_follower(self, topic: str, leader: str, epoch: int) -> None:
+        """Copy `topic` from `leader` (no-op when already doing exactly that)."""
+        role = self.roles[topic]
+        async with role.lock:
+            if role.role == "follower" and role.leader == leader and role.epoch == epoch \
+                    and role.follower is not None:
+                return
+            self._end_leadership(role, f"the leader is now {leader}")
+            if role.follower is not None:
+                await role.follower.stop()
+            self._count_change(role, epoch)
+            role.role, role.leader, role.epoch = "follower", leader, epoch
+            role.detail = f"copying from {leader}"
+            role.follower = TopicFollower(topic, leader, epoch, self.registry, self.relay,
+                                          self.carrier, self._truncated)
+            role.follower.start()
+            IS_LEADER.labels(topic).set(0)
+
+    async def become_candidate(self, topic: str, detail: str) -> None:
+        """No known leader: stop copying and refuse produce (the log stays)."""
+        role = self.roles[topic]
+        async with role.lock:
+            self._end_leadership(role, detail)
+            if role.follower is not None:
+                await role.follower.stop()
+                role.follower = None
+            if role.role != "candidate":
+                log.info("topic %s: no leader (%s)", topic, detail)
+            role.role, role.leader, role.detail = "candidate", "", detail
+            IS_LEADER.labels(topic).set(0)
+
+    def set_detail(self, topic: str, detail: str) -> None:
+        role = self.roles[topic]
+        if role.role == "candidate" and role.detail != detail:
+            role.detail = detail
+            log.info("topic %s: %s", topic, detail)
+
+    def confirm(self, topic: str) -> None:
+        role = self.roles[topic]
+        role.confirmed = True
+        role.confirmed_event.set()
+
+    def unconfirm(self, topic: str) -> None:
+        """The fail-safe: a leader that cannot reach ZooKeeper acknowledges nothing."""
+        role = self.roles[topic]
+        if role.role == "leader" and role.confirmed:
+            log.warning("topic %s: leadership unconfirmed (ZooKeeper unreachable); nothing is "
+                        "acknowledged until it is", topic)
+        role.confirmed = False
+        role.confirmed_event.clear()
+
+    def _count_change(self, role: TopicRole, epoch: int) -> None:
+        if role.epoch and epoch != role.epoch:
+            role.leader_changes += 1
+            LEADER_CHANGES.labels(role.topic).inc()
+
+    def _end_leadership(self, role: TopicRole, detail: str) -> None:
+        """Fail the produces that wait for copies: this broker no longer leads."""
+        if role.role != "leader":
+            return
+        log.warning("topic %s: no longer leading (%s)", role.topic, detail)
+        role.role, role.confirmed = "candidate", False
+        role.confirmed_event.set()  # waiters wake and see the role
+        for tracker in role.trackers.values():
+            for future in tracker.drain():
+                if not future.done():
+                    future.set_exception(BrokerError(
+                        "leadership_lost", broker=self.relay.address, topic=role.topic,
+                        offset=tracker.acked_end() or 0))
+        role.confirmed_event = asyncio.Event()
+
+    async def _truncated(self, topic: str, partition: int, end: int) -> None:
+        """A truncation to `end`: subscriptions past it go back to it first."""
+        self._warn_view(topic, partition, end)
+        if self.carrier is None:
+            return
+        for info in self.carrier.list_all(topic):
+            for p in info.partitions:
+                if p.partition == partition and (p.mark_delete > end or p.read_offset > end):
+                    await self.carrier.seek(topic, info.subscription,
+                                            pb.StartPosition(offset=min(p.mark_delete, end)),
+                                            [partition])
+
+    def _warn_view(self, topic: str, partition: int, end: int) -> None:
+        """The compacted view (broker/view) is not rolled back by a truncation: say so."""
+        with contextlib.suppress(BrokerError):
+            view = self.registry.views.of(topic, partition)
+            if view.state.offset_next > end:
+                log.warning("topic %s/%d: the compacted view folded offsets up to %d, past the "
+                            "truncation to %d; it keeps the dropped events' keys until they are "
+                            "written again (a view is not rolled back)", topic, partition,
+                            view.state.offset_next, end)
+
+    # ------------------------------------------------------------ election helpers
+
+    def log_ends(self, topic: str) -> tuple[int, ...]:
+        return tuple(p.end_offset for p in self.registry.partitions(topic))
+
+    async def last_epochs(self, topic: str) -> tuple[int, ...]:
+        return tuple([await asyncio.to_thread(replica_log.last_epoch, p.store, p.meta.topic_id,
+                                              p.index, p.end_offset)
+                      for p in self.registry.partitions(topic)])
+
+    async def truncate(self, topic: str, partition: int, offset: int) -> None:
+        target = self.registry.partition(topic, partition)
+        dropped = await target.run_on_task(lambda p: replica_log.truncate(
+            p, offset, functools.partial(self._truncated, topic, partition)))
+        if dropped is not None:
+            log.warning("topic %s/%d: dropped offsets %d..%d (%d events, scn %d..%d) that no "
+                        "elected leader had; they were never acknowledged", topic, partition,
+                        dropped.offset, dropped.end_before - 1, dropped.events,
+                        dropped.scn_first, dropped.scn_last)
+
+    async def catch_up(self, topic: str, sources: Mapping[int, tuple[str, int]],
+                       timeout_s: float) -> None:
+        """Copy from other candidates up to their ends before leading (election rule 5).
+
+        Raises:
+            TimeoutError: not done within timeout_s (the copy stays).
+        """
+        by_source: dict[str, dict[int, int]] = {}
+        for index, (address, end) in sources.items():
+            by_source.setdefault(address, {})[index] = end
+        followers = [TopicFollower(topic, address, 0, self.registry, self.relay, None,
+                                   self._truncated, stop_offsets=stops)
+                     for address, stops in by_source.items()]
+        for follower in followers:
+            follower.start()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(f.wait_done() for f in followers)), timeout_s)
+        finally:
+            for follower in followers:
+                await follower.stop()
+
+    def followers_cover(self, topic: str, ends: tuple[int, ...]) -> bool:
+        """Some follower reported holding `ends` on every partition."""
+        role = self.roles[topic]
+        brokers = {broker for broker, _ in role.reports}
+        return any(all(role.reports.get((broker, i), ("", -1, 0))[1] >= end
+                       for i, end in enumerate(ends)) for broker in brokers)
+
+
+class ElectionLike(Protocol):
+    """What the node needs from an election (election.ZkElection)."""
+
+    @property
+    def session_state(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def join(self, topic: str) -> None: ...

@@ -1,0 +1,149 @@
+"""`keybus cluster status` and `keybus cluster dev`: see who leads what, run a local cluster.
+
+Registered on the root group by main.py. Rendering is in render_cluster.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import click
+import grpc
+from rich.console import Console
+
+from keybus.cli import render_cluster as render
+from keybus.cli.common import broker_option, fail, json_option, print_json, run
+from keybus.dev_cluster import ZOOKEEPER_JAR, BrokerRunner, ZooKeeperServer, start_cluster
+from sdk import errors
+from sdk.admin import Admin
+from sdk.channel import open_channel, stub_of
+from sdk.cluster import find_leader, split_brokers
+from sdk.core.pb import keybus_pb2 as pb
+
+console = Console()
+
+
+@click.group()
+def cluster() -> None:
+    """Relay chaining and leader election: roles per topic, a local cluster."""
+
+
+async def gather_status(addresses: list[str], topic: str, timeout_s: float = 3.0
+                        ) -> list[render.Answer]:
+    """Every broker's DescribeCluster answer (or why there is none), concurrently."""
+    async def ask(address: str) -> render.Answer:
+        channel = open_channel(address)
+        try:
+            return address, await stub_of(channel).DescribeCluster(
+                pb.DescribeClusterRequest(topic=topic), timeout=timeout_s)
+        except grpc.RpcError as e:
+            return address, str(errors.from_rpc_error(e))
+        finally:
+            await channel.close()
+    return list(await asyncio.gather(*(ask(a) for a in addresses)))
+
+
+@cluster.command("status")
+@click.option("--topic", default="", help="One topic (default every topic).")
+@broker_option
+@json_option
+def status(topic: str, broker: str, as_json: bool) -> None:
+    """Per topic: the leader, the followers with their lag in events and seconds, and
+    each broker's ZooKeeper session. --broker takes every broker: h1:6650,h2:6650,..."""
+    answers = run(gather_status(split_brokers(broker), topic))
+    if as_json:
+        print_json(render.cluster_dict(answers))
+    else:
+        console.print(render.cluster_table(answers))
+    if all(isinstance(info, str) for _, info in answers):
+        fail("no broker answered")
+
+
+@cluster.command("dev")
+@click.option("--brokers", "count", default=3, show_default=True, type=click.IntRange(1, 9))
+@click.option("--dir", "root", default="./keybus-cluster", show_default=True,
+              help="Everything goes under this directory (data, configs, logs).")
+@click.option("--acks", default="1", show_default=True, help="leader or a number of followers.")
+@click.option("--topic", default="demo", show_default=True, help="A topic to create at start.")
+@click.option("--base-port", default=6650, show_default=True, type=click.IntRange(1, 65000),
+              help="Brokers listen on this port and the next ones (a restart keeps its ids).")
+@click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--exit", "exit_after", is_flag=True, help="Stop again once a leader is elected.")
+def dev(count: int, root: str, acks: str, topic: str, base_port: int, zookeeper_port: int,
+        exit_after: bool) -> None:
+    """Start ZooKeeper and N brokers on 127.0.0.1 (installing ZooKeeper when missing),
+    print how to reach them, and keep them running until Ctrl-C."""
+    _ensure_zookeeper()
+    base = Path(root).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    zookeeper = ZooKeeperServer(base / "zookeeper", zookeeper_port)
+    zookeeper.start()
+    runners = []
+    try:
+        runners = start_cluster(base, count, zookeeper.address, acks,
+                                [base_port + i for i in range(count)],
+                                extra={"relay_retry_backoff_max_ms": 2000})
+        addresses = ",".join(r.address for r in runners)
+        leader = run(_create_and_elect(addresses, runners[0].address, topic))
+        _print_how_to(zookeeper, runners, addresses, topic, leader, base)
+        if not exit_after:
+            while any(r.running() for r in runners):
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for runner in runners:
+            runner.stop()
+        zookeeper.stop()
+        click.echo("stopped ZooKeeper and the brokers; data stays in " + str(base))
+
+
+async def _create_and_elect(addresses: str, first: str, topic: str) -> str:
+    async with Admin(first) as admin:
+        with contextlib.suppress(errors.AlreadyExists):
+            await admin.create_topic(topic)
+    return await find_leader(split_brokers(addresses), topic, timeout_ms=30_000)
+
+
+def _print_how_to(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], addresses: str,
+                  topic: str, leader: str, base: Path) -> None:
+    click.echo(f"ZooKeeper   {zookeeper.address} (pid {zookeeper.process.pid if zookeeper.process else 0})")
+    for runner in runners:
+        role = "leader of " + topic if runner.address == leader else "follower"
+        click.echo(f"broker      {runner.address} (pid {runner.pid}, {role}), log {runner.log_path}")
+    click.echo(f"""
+Everything lives under {base}. Try:
+  keybus cluster status --broker {addresses}
+  echo '{{"key": 1, "value": "hello"}}' | keybus produce {topic} --broker {addresses}
+  kill -9 {next((r.pid for r in runners if r.address == leader), 0)}   # the leader: a follower takes over
+  keybus cluster status --broker {addresses}
+Start a killed broker again (it rejoins as a follower):""")
+    for runner in runners:
+        click.echo(f"  keybus broker --config {runner.config} --data-dir {runner.data_dir} "
+                   f"--host 127.0.0.1 --port {runner.port}")
+    click.echo("Ctrl-C stops everything.")
+
+
+def _ensure_zookeeper() -> None:
+    """Install Debian's zookeeper (and Java) when missing, or say how."""
+    missing = [package for package, present in (("zookeeper", ZOOKEEPER_JAR.exists()),
+                                                ("openjdk-17-jre-headless", bool(shutil.which("java"))))
+               if not present]
+    if not missing:
+        return
+    click.echo(f"installing {' '.join(missing)} (Debian packages)", err=True)
+    done = subprocess.run(["apt-get", "install", "-y", "-qq", *missing], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        fail(f"cannot install {' '.join(missing)}: {done.stderr.strip()[-300:] or done.returncode}; "
+             f"install them (apt-get install {' '.join(missing)}) and run again")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(cluster)
+

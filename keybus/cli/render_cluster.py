@@ -1,0 +1,74 @@
+"""Pure rendering of `keybus cluster status`: one row per topic and broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from sdk.core.pb import keybus_pb2 as pb
+
+Answer = tuple[str, pb.ClusterInfo | str]  # (address asked, its answer or why none)
+
+
+def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
+    """Per topic: the leader and every broker's role, lag and ZooKeeper state (for --json)."""
+    topics: dict[str, dict[str, Any]] = {}
+    brokers = []
+    for address, info in answers:
+        if isinstance(info, str):
+            brokers.append({"address": address, "error": info})
+            continue
+        brokers.append({"address": address, "broker_id": info.broker_id,
+                        "zookeeper": info.zookeeper, "zookeeper_state": info.zookeeper_state})
+        for topic in info.topics:
+            entry = topics.setdefault(topic.topic, {"topic": topic.topic, "leader": "",
+                                                    "leader_epoch": 0, "brokers": []})
+            if topic.writable and topic.leader_epoch >= entry["leader_epoch"]:
+                entry["leader"], entry["leader_epoch"] = info.address, topic.leader_epoch
+            entry["brokers"].append(_broker_row(info, topic))
+    return {"brokers": brokers, "topics": [topics[name] for name in sorted(topics)]}
+
+
+def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]:
+    return {
+        "address": info.address, "role": topic.role, "writable": topic.writable,
+        "leader": topic.leader, "leader_epoch": topic.leader_epoch, "election": topic.election,
+        "acks": topic.acks, "upstream": topic.upstream, "detail": topic.detail,
+        "leader_changes": topic.leader_changes, "zookeeper_state": info.zookeeper_state,
+        "partitions": [{"partition": p.partition, "end_offset": p.end_offset,
+                        "lag_events": p.lag_events, "lag_s": p.lag_ms / 1000,
+                        "upstream_read_s_ago": p.upstream_read_ms_ago / 1000
+                        if p.upstream_read_ms_ago >= 0 else None} for p in topic.partitions],
+        "followers": [{"broker_id": f.broker_id, "partition": f.partition,
+                       "end_offset": f.end_offset, "lag_events": f.lag_events,
+                       "last_report_s_ago": f.last_report_ms_ago / 1000} for f in topic.followers],
+    }
+
+
+def cluster_table(answers: list[Answer]) -> Table:
+    """The human table: leader first per topic, then followers with their lag."""
+    table = Table(title="keybus cluster")
+    for column in ("topic", "broker", "role", "epoch", "end offsets", "lag events", "lag s",
+                   "upstream read s ago", "zookeeper", "detail"):
+        table.add_column(column, justify="right" if column in ("epoch", "lag events", "lag s")
+                         else "left")
+    status = cluster_dict(answers)
+    for topic in status["topics"]:
+        rows = sorted(topic["brokers"], key=lambda b: (not b["writable"], b["address"]))
+        for row in rows:
+            parts = row["partitions"]
+            read_ago = [p["upstream_read_s_ago"] for p in parts if p["upstream_read_s_ago"] is not None]
+            table.add_row(
+                topic["topic"], row["address"], row["role"] + ("" if row["writable"] or
+                                                              row["role"] != "leader" else " (!)"),
+                str(row["leader_epoch"]), ",".join(str(p["end_offset"]) for p in parts),
+                str(sum(p["lag_events"] for p in parts)),
+                f"{max((p['lag_s'] for p in parts), default=0):.1f}",
+                f"{max(read_ago):.1f}" if read_ago else "-", row["zookeeper_state"],
+                row["detail"])
+    for broker in status["brokers"]:
+        if "error" in broker:
+            table.add_row("-", broker["address"], "unreachable", "", "", "", "", "", "",
+                          broker["error"])
+    return table

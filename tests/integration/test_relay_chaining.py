@@ -1,0 +1,231 @@
+"""Relay chaining with static configuration: a broker that follows a broker (no ZooKeeper).
+
+Goal: a follower holds the leader's records with the same offsets, SCNs,
+windows, publish times and producer state, honours filters for its own
+readers, carries subscription cursors, refuses produce naming the leader,
+and an upstream that is down is retried with capped backoff until the copy
+catches up.
+
+Method: real broker processes on 127.0.0.1 with config files; the leader is
+written to through the SDK and the wire; both logs are read back and
+compared record by record. Bounded waits only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from keybus.dev_cluster import BrokerRunner, free_port
+from sdk import Admin, Consumer, Producer, errors
+from sdk.core.columns import keys_of
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.subscription_admin import SubscriptionAdmin
+from tests.support.relay_cluster import events, records, wait_for
+from tests.support.security import SUPERUSER, TOKENS, SecureSetup
+from tests.support.wire import create_topic, stub
+
+
+def broker(root: Path, name: str, config: str, port: int | None = None) -> BrokerRunner:
+    path = root / f"{name}.toml"
+    path.write_text(config)
+    return BrokerRunner(root / name, port or free_port(), path)
+
+
+def same(a: pb.Record, b: pb.Record) -> bool:
+    return (a.base_offset, a.scn_first, a.window, a.publish_time_ms, a.producer_id, a.sequence,
+            keys_of(a.batch), list(a.batch.values)) == \
+        (b.base_offset, b.scn_first, b.window, b.publish_time_ms, b.producer_id, b.sequence,
+         keys_of(b.batch), list(b.batch.values))
+
+
+@pytest.fixture
+def pair(tmp_path: Path):  # type: ignore[no-untyped-def]
+    leader = broker(tmp_path, "leader", '[replication.t]\nacks = 1\n')
+    follower = broker(tmp_path, "follower", f'relay_sync_interval_ms = 200\n'
+                      f'metrics_port = {free_port()}\n'
+                      f'[replication.t]\nupstream = "{leader.address}"\n')
+    try:
+        leader.start()
+        follower.start()
+        yield leader, follower
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+async def produce_mix(address: str) -> None:
+    """Plain batches from an idempotent producer and windows with supplied SCNs."""
+    async with await Producer.create(address, "t") as producer:
+        await (await producer.send_batch(list(range(300)), [b"v%d" % k for k in range(300)]))
+        for i in range(5):
+            await producer.send_window([{"key": 1000 + i * 10 + j, "value": b"w"} for j in range(10)],
+                                       partition=i % 2, scn=10_000 + i)
+
+
+async def consume_some(address: str) -> None:
+    async with await Consumer.subscribe(address, "t", "ks", type="key_shared",
+                                        start="earliest") as consumer:
+        for _ in range(50):
+            consumer.ack(await consumer.receive(timeout_s=10))
+        await consumer.flush_acks()
+
+
+def test_follower_holds_the_leaders_records_window_by_window(pair) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = pair
+    create_topic(stub(leader.address), "t", partitions=2)
+    asyncio.run(produce_mix(leader.address))
+    for partition in (0, 1):
+        wait_for(lambda p=partition: len(records(follower.address, "t", p)) ==
+                 len(records(leader.address, "t", p)), 15, "the follower copied partition")
+        mine, theirs = records(follower.address, "t", partition), records(leader.address, "t", partition)
+        assert mine and all(same(a, b) for a, b in zip(mine, theirs, strict=True))
+        assert any(r.window for r in mine) and any(r.producer_id for r in mine)
+    # Filters are the follower's own: a filtered read there equals one on the leader.
+    read = pb.ReadRequest(topic="t", partition=0, start=pb.StartPosition(earliest=True),
+                          filter=pb.KeyFilter(type=pb.KeyFilter.MOD, mod_num_buckets=3,
+                                              mod_buckets="[1]"))
+    filtered = [[keys_of(r.batch) for m in stub(b.address).Read(read, timeout=10) for r in m.records]
+                for b in (leader, follower)]
+    assert filtered[0] == filtered[1] and filtered[0]
+    # Cursors travel: the follower gets the subscription and its mark-delete.
+    asyncio.run(consume_some(leader.address))
+
+    async def cursors(address: str) -> dict[int, int]:
+        async with SubscriptionAdmin(address) as admin:
+            infos = await admin.list_subscriptions("t")
+        return {p.partition: p.mark_delete for i in infos for p in i.partitions}
+    wanted = asyncio.run(cursors(leader.address))
+    assert sum(wanted.values()) >= 1
+    wait_for(lambda: asyncio.run(cursors(follower.address)) == wanted, 15, "cursors copied")
+    # The follower's metrics look like a broker's, plus the copy's lag and silence.
+    port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
+    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
+             metrics(port), 10, "lag metric")
+    age = re.search(r'keybus_relay_seconds_since_upstream_read\{partition="1",topic="t"\} (\S+)',
+                    metrics(port))
+    assert age is not None and 0 <= float(age[1]) < 60
+    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics(port)
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def test_produce_to_a_follower_names_the_leader(pair) -> None:  # type: ignore[no-untyped-def]
+    leader, follower = pair
+    create_topic(stub(leader.address), "t")
+    wait_for(lambda: "t" in [t.topic for t in stub(follower.address).ListTopics(
+        pb.ListTopicsRequest(), timeout=5).topics], 15, "the follower created the topic")
+    batch = pb.EventBatch(count=1, key_ints=[1], slots=slots_of([1]), values=[b"x"])
+    answer = next(iter(stub(follower.address).Produce(
+        iter([pb.ProduceRequest(topic="t", batch=batch, request_id=1)]), timeout=10)))
+    assert answer.error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    assert f"the leader is {leader.address}" in answer.error_message
+
+    async def via_sdk() -> None:
+        async with Admin(follower.address) as admin:  # multi-tenant: it leads its own topics
+            await admin.create_topic("own")
+        async with await Producer.create(follower.address, "own") as producer:
+            assert (await (await producer.send(1, b"mine"))).offset == 0
+        with pytest.raises(errors.NotLeader) as raised:
+            async with await Producer.create(follower.address, "t") as producer:
+                await (await producer.send(1, b"x"))
+        assert raised.value.leader == leader.address
+        async with await Producer.create(f"{follower.address},{leader.address}", "t") as producer:
+            stored = await (await producer.send(1, b"x"))  # several brokers: finds the leader
+        assert stored.offset == 0
+    asyncio.run(via_sdk())
+
+
+def test_a_follower_whose_upstream_is_down_retries_with_capped_backoff(tmp_path: Path) -> None:
+    upstream_port = free_port()  # nothing listens here yet: "upstream down"
+    follower = broker(tmp_path, "follower", 'relay_retry_backoff_ms = 50\n'
+                      'relay_retry_backoff_max_ms = 400\n'
+                      f'[replication.t]\nupstream = "127.0.0.1:{upstream_port}"\n')
+    leader = broker(tmp_path, "leader", "", port=upstream_port)
+    try:
+        follower.start()
+        wait_for(lambda: len(re.findall(r"retry in (\d+) ms", follower.log_path.read_text())) >= 7,
+                 20, "seven retries")
+        delays = [int(d) for d in re.findall(r"retry in (\d+) ms", follower.log_path.read_text())]
+        assert delays[:4] == [50, 100, 200, 400] and max(delays) == 400, delays
+        leader.start()
+        create_topic(stub(leader.address), "t")
+
+        async def fill() -> None:
+            async with await Producer.create(leader.address, "t") as producer:
+                await (await producer.send_batch(list(range(1000)), [b"x"] * 1000))
+        asyncio.run(fill())
+        began = time.monotonic()
+        wait_for(lambda: events(follower.address, "t") == 1000, 15, "the follower caught up")
+        print(f"caught up {time.monotonic() - began:.2f} s after the upstream had the events")
+        assert all(same(a, b) for a, b in zip(records(follower.address, "t"),
+                                               records(leader.address, "t"), strict=True))
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_follower_applies_its_topics_retention(tmp_path: Path) -> None:
+    fast = "retention_check_interval_ms = 200\n"
+    leader = broker(tmp_path, "leader", fast)
+    follower = broker(tmp_path, "follower", fast + f'[replication.r]\nupstream = "{leader.address}"\n')
+    try:
+        leader.start()
+        follower.start()
+        stub(leader.address).CreateTopic(pb.CreateTopicRequest(
+            topic="r", config=pb.TopicConfig(partitions=1, retention_ms=1_000)), timeout=10)
+
+        async def produce(first: int) -> None:
+            async with await Producer.create(leader.address, "r") as producer:
+                await (await producer.send_batch(list(range(first, first + 100)), [b"x"] * 100))
+        asyncio.run(produce(0))
+        wait_for(lambda: events(follower.address, "r") == 100, 15, "copied")
+        time.sleep(1.2)
+        asyncio.run(produce(100))  # the newest record always stays: this one ages the first out
+
+        def start(address: str) -> int:
+            info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="r"), timeout=5)
+            return int(info.partitions[0].start_offset)
+        wait_for(lambda: start(follower.address) == 100, 15, "the follower trimmed by its retention")
+        info = stub(follower.address).DescribeTopic(pb.DescribeTopicRequest(topic="r"), timeout=5)
+        assert info.config.retention_ms == 1_000 and info.partitions[0].end_offset == 200
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_follower_chains_from_a_leader_behind_tls_and_tokens(tmp_path: Path) -> None:
+    """The relay_tls_* and relay_token_file settings: a follower reaches a secured
+    upstream as a principal (here the superuser; consume and admin on the topic do)."""
+    setup = SecureSetup.make(tmp_path / "tls")
+    token = tmp_path / "relay.token"
+    token.write_text(TOKENS[SUPERUSER])
+    leader_config = tmp_path / "leader.toml"
+    leader_config.write_text('[replication.s]\nacks = 1\n')
+    leader = BrokerRunner(tmp_path / "leader", free_port(), leader_config, *setup.broker_args())
+    follower = broker(tmp_path, "follower", f'relay_tls_ca_file = "{setup.path("ca.pem")}"\n'
+                      f'relay_token_file = "{token}"\n'
+                      f'[replication.s]\nupstream = "{leader.address}"\n')
+    try:
+        leader.start()
+        follower.start()
+        root = setup.stub(leader.address, SUPERUSER)
+        root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
+        batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
+                              values=[b"a", b"b", b"c"])
+        (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+        assert answer.error_code == 0, answer.error_message  # acks=1: the follower's report came
+        wait_for(lambda: events(follower.address, "s") == 3, 15, "copied over TLS")
+    finally:
+        follower.stop()
+        leader.stop()

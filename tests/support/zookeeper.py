@@ -1,0 +1,21 @@
+"""A real ZooKeeper for integration tests: installed when missing, on a free port.
+
+The server itself is `keybus.dev_cluster.ZooKeeperServer` (the same one
+`keybus cluster dev` and the cluster benchmark run); here it is made sure
+that Debian's `zookeeper` package and a Java runtime are installed.
+"""
+
+from __future__ import annotations
+
+from keybus.dev_cluster import ZOOKEEPER_JAR, ZooKeeperServer
+from tests.support.debian import ensure_program
+
+__all__ = ["ZooKeeperServer", "ensure_zookeeper"]
+
+
+def ensure_zookeeper() -> str | None:
+    """None when ZooKeeper and Java are there (installing them if needed), else why not."""
+    reason = ensure_program("/usr/share/zookeeper/bin/zkServer.sh", "zookeeper")
+    if reason is None and not ZOOKEEPER_JAR.exists():
+        reason = f"the zookeeper package is installed but {ZOOKEEPER_JAR} is missing"
+    return reason or ensure_program("java", "openjdk-17-jre-headless")

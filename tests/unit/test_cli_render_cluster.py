@@ -1,0 +1,47 @@
+"""`keybus cluster status` rendering: the leader named per topic, followers with their lag.
+
+Method: two brokers' DescribeCluster answers and one unreachable broker,
+rendered as JSON and as the table (pure functions, no network).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from keybus.cli.render_cluster import cluster_dict, cluster_table
+from sdk.core.pb import keybus_pb2 as pb
+
+
+def answers() -> list[tuple[str, pb.ClusterInfo | str]]:
+    leader = pb.ClusterInfo(broker_id="a:1", address="a:1", zookeeper="z:2181",
+                            zookeeper_state="CONNECTED")
+    leader.topics.add(topic="t", role="leader", writable=True, leader="a:1", leader_epoch=3,
+                      election="zookeeper", acks=1,
+                      partitions=[pb.PartitionRelayInfo(end_offset=100, upstream_read_ms_ago=-1)],
+                      followers=[pb.ReplicaInfo(broker_id="b:1", end_offset=90, lag_events=10,
+                                                last_report_ms_ago=20)])
+    follower = pb.ClusterInfo(broker_id="b:1", address="b:1", zookeeper_state="CONNECTED")
+    follower.topics.add(topic="t", role="follower", leader="a:1", leader_epoch=3, upstream="a:1",
+                        partitions=[pb.PartitionRelayInfo(end_offset=90, upstream_end_offset=100,
+                                                          lag_events=10, lag_ms=1500,
+                                                          upstream_read_ms_ago=250)])
+    return [("a:1", leader), ("b:1", follower), ("c:1", "broker unavailable")]
+
+
+def test_json_names_the_leader_and_each_brokers_lag() -> None:
+    status = cluster_dict(answers())
+    (topic,) = status["topics"]
+    assert (topic["leader"], topic["leader_epoch"]) == ("a:1", 3)
+    follower = next(b for b in topic["brokers"] if b["role"] == "follower")
+    assert follower["partitions"][0] == {"partition": 0, "end_offset": 90, "lag_events": 10,
+                                         "lag_s": 1.5, "upstream_read_s_ago": 0.25}
+    assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable"}
+
+
+def test_table_lists_leader_first_then_followers_and_the_unreachable() -> None:
+    console = Console(width=200, record=True)
+    console.print(cluster_table(answers()))
+    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    rows = [line for line in lines if " a:1 " in line or " b:1 " in line or " c:1 " in line]
+    assert "leader" in rows[0] and "follower" in rows[1] and "unreachable" in rows[2]
+    assert "10" in rows[1] and "1.5" in rows[1] and "0.2" in rows[1]

@@ -1,0 +1,62 @@
+"""SDK pieces of following a leader: addresses, the NotLeader error, redirects in the send queue.
+
+Method: worked examples; the send queue is driven with responses as a
+broker would send them (no network).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+
+from sdk import errors
+from sdk.cluster import is_cluster, split_brokers
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.sender import ProducerBatch, SendQueue
+
+NOT_LEADER = ("broker 127.0.0.1:7001 is not the leader of topic 't'; the leader is "
+              "127.0.0.1:7000. Produce there, or give the SDK every broker")
+
+
+def test_split_brokers() -> None:
+    assert split_brokers("h1:1, h2:2,h3") == ["h1:1", "h2:2", "h3"]
+    assert is_cluster("a:1,b:2") and not is_cluster("a:1")
+    with pytest.raises(ValueError, match="empty"):
+        split_brokers("a:1,,b:2")
+
+
+def test_not_leader_names_the_leader() -> None:
+    error = errors.from_code(errors.FAILED_PRECONDITION, NOT_LEADER)
+    assert isinstance(error, errors.NotLeader) and error.leader == "127.0.0.1:7000"
+
+
+def batch() -> ProducerBatch:
+    request = pb.ProduceRequest(topic="t", batch=pb.EventBatch(count=1, key_ints=[1], values=[b"x"]))
+    return ProducerBatch(request, 1, concurrent.futures.Future(), 10_000, 1)
+
+
+def answer(queue: SendQueue, sent: ProducerBatch) -> list:  # type: ignore[type-arg]
+    return queue.process_response(pb.ProduceResponse(
+        request_id=sent.request.request_id, error_code=errors.FAILED_PRECONDITION,
+        error_message=NOT_LEADER))
+
+
+def test_not_leader_fails_a_batch_with_one_broker() -> None:
+    queue = SendQueue("t", 1, idempotent=True)
+    queue.add(batch())
+    sent = queue.next_to_write(16)
+    assert sent is not None
+    outcomes = answer(queue, sent)
+    assert len(outcomes) == 1 and isinstance(outcomes[0][1], errors.NotLeader)
+
+
+def test_not_leader_is_retried_with_several_brokers() -> None:
+    queue = SendQueue("t", 1, idempotent=True, redirects=True)
+    queue.add(batch())
+    sent = queue.next_to_write(16)
+    assert sent is not None
+    assert answer(queue, sent) == [] and queue.reconnect_requested
+    queue.process_stream_broken()
+    again = queue.next_to_write(16)
+    assert again is sent and again.sequence == 0  # the same sequence: idempotent re-send
