@@ -59,7 +59,7 @@ async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEO
         info = await stub_of(channel).DescribeCluster(pb.DescribeClusterRequest(topic=topic),
                                                       timeout=timeout_s)
     except grpc.RpcError as e:
-        raise errors.from_rpc_error(e) from None
+        raise errors.from_rpc_error(e, address) from None
     finally:
         await channel.close()
     return info.topics[0] if info.topics else pb.TopicRoleInfo(topic=topic)
@@ -89,6 +89,19 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = FIND_T
             raise errors.Unavailable(f"no leader of topic {topic!r} within {timeout_ms} ms ({said})")
         await asyncio.sleep(backoff_ms / 1000)
         backoff_ms = min(backoff_ms * 2, backoff_max_ms)
+
+
+async def topic_broker(broker: str, topic: str, timeout_ms: int = FIND_TIMEOUT_MS,
+                       security: ClientSecurity | None = None) -> str:
+    """The address to ask about `topic`: `broker` itself when it is one address,
+    the topic's leader when it is several (its metadata is the newest).
+
+    Raises:
+        TopicNotFound, Unavailable: as find_leader (several brokers only).
+    """
+    if not is_cluster(broker):
+        return broker
+    return await find_leader(split_brokers(broker), topic, timeout_ms, security=security)
 
 
 async def _probe(address: str, topic: str, security: ClientSecurity | None

@@ -23,6 +23,7 @@ import grpc.aio
 
 from sdk.admin import Admin
 from sdk.channel import open_channel
+from sdk.cluster import FIND_TIMEOUT_MS, is_cluster, topic_broker
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.reconnect import ConnectionCallback
 
@@ -33,7 +34,9 @@ class TopicReader:
     """Async iterator of ReadBatch over several partitions of one topic.
 
     Args:
-        broker: "host:port" (ignored when `channel` is given).
+        broker: "host:port" (ignored when `channel` is given), or several
+            ("h1:6650,h2:6650"): each partition is read from the topic's
+            leader, followed across failovers.
         topic: an existing topic.
         partitions: which partitions (default None: all of them).
         start: "earliest" (default), "latest" or {"scn": n}, applied to each
@@ -86,10 +89,12 @@ class TopicReader:
         if self._opened:
             return self.partitions
         self._opened = True
-        if self._channel is None:
-            self._channel = open_channel(self.broker)
+        if self._channel is None and not is_cluster(self.broker):
+            self._channel = open_channel(self.broker)  # several brokers: a channel per reader
         if self._all:
-            async with Admin(self.broker, channel=self._channel) as admin:
+            timeout_ms = self._options.get("connect_timeout_ms", 5_000) or FIND_TIMEOUT_MS
+            address = await topic_broker(self.broker, self.topic, timeout_ms)
+            async with Admin(address, channel=self._channel) as admin:
                 info = await admin.describe_topic(self.topic)
             self.partitions = [p.partition for p in info.partitions]
         self._queue = asyncio.Queue(max(2, 2 * len(self.partitions)))

@@ -29,6 +29,7 @@ import click
 from rich.console import Console
 
 from sdk.admin import Admin
+from sdk.cluster import topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
 from sdk.security import ClientSecurity, use
@@ -41,6 +42,7 @@ EXIT_CODES_HELP = ("Exit status: 0 done; 1 a call failed (refused by the broker,
                    "cannot be reached); 2 usage (unknown option, missing argument, a value "
                    "that does not parse); 130 interrupted.")
 REQUEST_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_MS = 5_000  # as the SDK's: a broker never reached fails this fast
 
 
 class Group(click.Group):
@@ -82,6 +84,12 @@ class Connection:
     def admin(self) -> Admin:
         """An admin client (topics and subscriptions) with the call deadline."""
         return Admin(self.broker, request_timeout_ms=self.request_timeout_ms)
+
+    async def topic_admin(self, topic: str) -> Admin:
+        """An admin client for `topic`: on the broker, or with several brokers
+        (h1:6650,h2:6650) on the topic's leader."""
+        address = await topic_broker(self.broker, topic, CONNECT_TIMEOUT_MS)
+        return Admin(address, request_timeout_ms=self.request_timeout_ms)
 
 
 _broker_option = click.option(

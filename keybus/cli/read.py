@@ -63,7 +63,7 @@ def chosen_start(start: Start | None, start_old: Start | None, default: Start,
 async def _planned_events(conn: Connection, topic: str, partitions: Sequence[int] | None,
                           start: Start) -> int | None:
     """Events between the start and the end of the read partitions (for the bar)."""
-    async with conn.admin() as admin:
+    async with await conn.topic_admin(topic) as admin:
         info = await admin.describe_topic(topic)
     total = 0
     for p in info.partitions:
