@@ -121,9 +121,22 @@ def fit_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
     blocks: list[RenderableType] = [Text(title, style="italic")] if title else []
     for row in rows:
         blocks.append(Text(row[0], style="bold"))
-        fields = "  ".join(f"{h} {v}" for h, v in zip(headers[1:], row[1:], strict=True))
-        blocks.append(Text("    " + fields))
+        pairs = [f"{h} {v}" for h, v in zip(headers[1:], row[1:], strict=True)]
+        blocks.extend(Text("    " + line) for line in _packed(pairs, width - 4))
     return Group(*blocks)
+
+
+def _packed(pairs: Sequence[str], width: int) -> list[str]:
+    """`header value` pairs two spaces apart, a line break only between pairs."""
+    lines: list[str] = []
+    line = ""
+    for pair in pairs:
+        if line and len(line) + 2 + len(pair) > width:
+            lines.append(line)
+            line = pair
+        else:
+            line = f"{line}  {pair}" if line else pair
+    return [*lines, line] if line else lines
 
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], padding: int,

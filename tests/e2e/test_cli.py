@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -195,6 +196,10 @@ UNREACHABLE = [
     ("read", "t", "--follow"),
     ("consume", "t", "-s", "s", "--timeout", "2"),
     ("subscriptions", "list", "t"),
+    ("bootstrap", "t"),
+    ("acl", "list"),
+    ("processors", "checkpoints", "t", "g"),
+    ("databus", "tail", "t"),
 ]
 
 
@@ -208,21 +213,37 @@ def test_no_broker_is_one_line_within_seconds(args: tuple[str, ...]) -> None:
     assert time.monotonic() - began < 12
 
 
+BROKER_COMMANDS = [
+    ("topics", "list"), ("topics", "create"), ("topics", "describe"), ("topics", "delete"),
+    ("produce",), ("read",), ("consume",), ("subscriptions", "list"),
+    ("subscriptions", "describe"), ("subscriptions", "delete"), ("subscriptions", "seek"),
+    ("bootstrap",),
+    ("acl", "grant"), ("acl", "revoke"), ("acl", "list"), ("acl", "whoami"),
+    ("processors", "ownership"), ("processors", "checkpoints"), ("databus", "tail"),
+    ("cluster", "status"),
+]
+
+
 def test_help_is_whole_and_documents_exit_status() -> None:
     root = ok(keybus(None, "--help"))
     assert "Exit status: 0 done; 1 a call failed" in " ".join(root.split())
     commands = root[root.index("Commands:"):root.index("Exit status")]
     assert "..." not in commands and "read " in commands  # no command's summary cut
-    for group in ("topics", "subscriptions", "filters", "processors", "databus", "acl"):
+    for group in ("topics", "subscriptions", "filters", "processors", "databus", "acl", "cluster"):
         listing = ok(keybus(None, group, "--help"))
         assert "..." not in listing[listing.index("Commands:"):], listing
     bare = keybus(None, "topics")  # a group alone: what it offers, as usage (exit 2)
     assert bare.returncode == 2 and "create" in bare.stderr and "Traceback" not in bare.stderr
     assert "Say in words which keys a filter passes." in ok(keybus(None, "filters", "--help"))
     for command in (("topics", "list"), ("read",), ("consume",), ("produce",), ("demo",),
-                    ("subscriptions", "describe"), ("topics", "delete"), ("filters", "explain")):
+                    ("subscriptions", "describe"), ("topics", "delete"), ("filters", "explain"),
+                    ("certs",), ("cluster", "dev")):
         text = ok(keybus(None, *command, "--help"))
         assert "--json" in text, command
+    for command in BROKER_COMMANDS:  # one set of connection options everywhere
+        text = ok(keybus(None, *command, "--help"))
+        assert all(option in text for option in ("--json", "--broker", "--timeout", "--tls-ca")), \
+            command
     assert "--broker HOST:PORT" in ok(keybus(None, "read", "--help"))
 
 
@@ -239,3 +260,12 @@ def test_broker_start_failures_are_one_line(tmp_path: object, shared_broker: Bro
     line = one_line(keybus(None, "broker", "--port", "0", "--data-dir",
                            str(shared_broker.data_dir)), 1)
     assert f"data directory {shared_broker.data_dir} is in use by another broker" in line
+
+
+def test_certs_json_names_the_files_and_reuses_the_ca(tmp_path: Path) -> None:
+    made = json.loads(ok(keybus(None, "certs", "--dir", str(tmp_path), "--client", "alice",
+                                "--json")))
+    assert made["ca_made"] and Path(made["ca"]).exists()
+    assert Path(made["server"]["cert"]).exists() and Path(made["clients"]["alice"]["key"]).exists()
+    again = json.loads(ok(keybus(None, "certs", "--dir", str(tmp_path), "--json")))
+    assert not again["ca_made"] and again["ca"] == made["ca"] and again["clients"] == {}
