@@ -16,6 +16,9 @@ with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstra
 `python -m benchmarks compare [options]` runs Keybus beside Redis Streams and
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 
+`python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
+run (see benchmarks/simulate.py).
+
 `python -m benchmarks fuzz --examples N` fuzzes every method of a live broker
 (benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
 Key_Shared end to end with TLS and tokens against plain text in one run
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import compare  # its own options; needs redis, nats-py, matplotlib, tqdm
 
         return compare.main(arguments[1:])
+    if arguments[:1] == ["simulate"]:
+        from benchmarks import simulate  # the dispatch simulation, on every core
+
+        return simulate.main(arguments[1:])
     if arguments[:1] == ["cluster"]:
         from benchmarks import cluster  # 3 brokers and ZooKeeper (Debian's zookeeper package)
 

@@ -64,7 +64,7 @@ def _start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
     exe = str(beside) if beside.exists() else shutil.which("py-spy")
     if exe is None:
         return None
-    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "500",
                              "--output", str(out), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -33,8 +33,12 @@ def table(report: dict[str, Any]) -> str:
 def record(report: dict[str, Any], notes: str = "",
            render: Callable[[dict[str, Any]], str] = table) -> None:
     """Replace (or add) this command's block; `notes` go under its table."""
-    start, end = f"<!-- bench: {report['command']} -->", "<!-- /bench -->"
-    body = render(report) + (f"\n\n{notes}" if notes else "")
+    record_block(report["command"], render(report) + (f"\n\n{notes}" if notes else ""))
+
+
+def record_block(command: str, body: str) -> None:
+    """Write `body` as the generated block of `command` (replacing the previous one)."""
+    start, end = f"<!-- bench: {command} -->", "<!-- /bench -->"
     block = f"{start}\n{body}\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if start in text:

@@ -81,9 +81,23 @@ class Settings:
     consumer_outbox_messages_max: int = setting(
         4_096, "Messages queued for one consumer's stream; a consumer that does not read "
         "past it is disconnected.")
-    look_ahead_events_max: int = setting(20_000, "Key_Shared: events left waiting per "
-                                         "partition while their keys are blocked.")
+    consumer_outbox_bytes_max: int = setting(
+        16 << 20, "Bytes queued for one consumer's stream; past it the consumer is paused "
+        "(sent nothing more, its slots wait as if it had no permits) until half of them are "
+        "written.")
+    look_ahead_events_max: int = setting(20_000, "Events a dispatcher reads ahead and keeps "
+                                         "waiting in memory per partition.")
+    waiting_slot_events_max: int = setting(
+        64, "Key_Shared: of the events kept waiting, most per waiting slot; past it the slot "
+        "waits on a floor and its events are read again from the log when it may deliver.")
     dispatch_read_events_max: int = setting(5_000, "Events per log read of a dispatcher.")
+    dispatch_read_bytes_max: int = setting(4 << 20, "Record bytes per log read of a "
+                                           "dispatcher.")
+    dispatch_cache_bytes_max: int = setting(
+        16 << 20, "Memory of records a dispatcher keeps read (past it the oldest go; a record "
+        "needed again is read again).")
+    delivery_bytes_max: int = setting(4 << 20, "Bytes of one Delivery message to a consumer, "
+                                      "whatever its permits.")
     key_shared_points_per_consumer: int = setting(100, "Key_Shared consistent mode: points "
                                                   "per consumer on the hash ring.")
     nack_delay_ms_default: int = setting(1_000, "Redelivery delay of a nack that gives none.")
@@ -94,6 +108,9 @@ class Settings:
                                         "ask for before dead-lettering.")
     cursor_persist_interval_ms: int = setting(50, "How often changed cursors are written, at "
                                               "most.")
+    cursor_ranges_persisted_max: int = setting(
+        100_000, "Unacknowledged runs a persisted cursor keeps; past it the rest counts as "
+        "unacknowledged after a crash (redelivered, never lost).")
     waiting_slots_reported_max: int = setting(100, "Waiting slots per partition that "
                                               "DescribeSubscription lists.")
     # Server-side filters per source (Databus config keys), raw strings; set
@@ -197,7 +214,10 @@ class Settings:
                      "consumer_permits_max", "consumer_unacked_events_max",
                      "consumer_outbox_messages_max", "look_ahead_events_max",
                      "dispatch_read_events_max", "key_shared_points_per_consumer",
-                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms"):
+                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms",
+                     "consumer_outbox_bytes_max", "waiting_slot_events_max",
+                     "dispatch_read_bytes_max", "dispatch_cache_bytes_max",
+                     "delivery_bytes_max", "cursor_ranges_persisted_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",

@@ -8,8 +8,9 @@ what was taken), and turn acknowledged offsets into the fewest ranges.
 Rules:
 1. Permits outstanding + events buffered <= queue size per partition, so
    the buffer is bounded by what this consumer granted.
-2. Acks are kept per partition as offsets and leave as sorted, merged
-   half-open ranges: one Ack message per partition per flush.
+2. Acks are kept per partition as ranges and leave as sorted, merged
+   half-open ranges in one packed field (`Ack.bounds`): one Ack message per
+   partition per flush, no message object per range.
 3. `reset` (a reconnect) drops the buffered batches: the broker redelivers
    every event the old stream sent and nobody acknowledged.
 
@@ -20,30 +21,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, islice, repeat
-from operator import add, ne
 from typing import Generic, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
+from sdk.core.offset_ranges import interleave, merge_ranges, runs_of
+
 B = TypeVar("B")
-
-
-def offsets_to_ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted, merged half-open ranges covering exactly `offsets` (any order, repeats).
-
-    Python work is per range, not per offset: the run breaks (where an offset
-    is not its predecessor + 1) are found by C-level `map` and `compress`.
-    """
-    ordered = sorted(set(offsets))
-    n = len(ordered)
-    if not n:
-        return []
-    if ordered[-1] - ordered[0] == n - 1:  # one run (a whole record): the common case
-        return [(ordered[0], ordered[-1] + 1)]
-    # breaks[k]: ordered[k] ends a run (ordered[k + 1] is not ordered[k] + 1)
-    breaks = bytes(map(ne, islice(ordered, 1, None), map(add, ordered, repeat(1))))
-    starts = [ordered[0], *compress(islice(ordered, 1, None), breaks)]
-    stops = [*map(add, compress(ordered, breaks), repeat(1)), ordered[-1] + 1]
-    return list(zip(starts, stops, strict=True))
 
 
 class FetchBuffer(Generic[B]):
@@ -125,19 +110,101 @@ class FetchBuffer(Generic[B]):
 
 
 class AckBuffer:
-    """Offsets to acknowledge, per partition, until the next flush."""
+    """Offsets to acknowledge, per partition, until the next flush, as ranges; and whole
+    delivered record parts as (send, start, stop) ranges (`Ack.sent_ranges`)."""
 
     def __init__(self) -> None:
-        self._pending: dict[int, list[int]] = {}
+        self._pending: dict[int, list[npt.NDArray[np.int64]]] = {}  # flat bounds chunks
+        self._sent: dict[int, list[int]] = {}  # flat send, start, stop triples
         self.count = 0
 
     def add(self, partition: int, offsets: Iterable[int]) -> None:
-        pending = self._pending.setdefault(partition, [])
-        before = len(pending)
-        pending.extend(offsets)
-        self.count += len(pending) - before
+        starts, stops = runs_of(np.unique(np.fromiter(offsets, np.int64)))
+        if len(starts):
+            bounds = np.empty(2 * len(starts), np.int64)
+            bounds[0::2], bounds[1::2] = starts, stops
+            self._pending.setdefault(partition, []).append(bounds)
+            self.count += int((stops - starts).sum())
 
-    def drain(self) -> dict[int, list[tuple[int, int]]]:
-        """partition -> merged ranges; empties the buffer."""
+    def add_range(self, partition: int, start: int, stop: int) -> None:
+        """Acknowledge every offset in [start, stop) (a whole delivered record)."""
+        self._pending.setdefault(partition, []).append(np.array((start, stop), np.int64))
+        self.count += stop - start
+
+    def add_sent(self, partition: int, send: int, start: int, stop: int) -> None:
+        """Acknowledge what the broker sent in `send` within [start, stop) (a record part)."""
+        self._sent.setdefault(partition, []).extend((send, start, stop))
+        self.count += 1
+
+    def drain(self) -> dict[int, tuple[bytes, bytes]]:
+        """partition -> (`Ack.bounds` of sorted, merged ranges, `Ack.sent_ranges`);
+        empties the buffer."""
         pending, self._pending, self.count = self._pending, {}, 0
-        return {p: offsets_to_ranges(offsets) for p, offsets in pending.items() if offsets}
+        sent, self._sent = self._sent, {}
+        drained = {}
+        for partition in pending.keys() | sent.keys():
+            bounds = b""
+            if partition in pending:
+                flat = np.concatenate(pending[partition])
+                bounds = interleave(*merge_ranges(flat[0::2], flat[1::2]))
+            drained[partition] = (bounds, np.array(sent.get(partition, ()), "<i8").tobytes())
+        return drained
+
+
+class NackHolds:
+    """Nacked slots whose nack the broker may not have seen yet.
+
+    A delivery the broker planned before it saw a nack may hold events of the
+    nacked slot after the nacked offset; the broker took them back when it saw
+    the nack (`Nack.rest_of_slots`), so the consumer drops them and the retry
+    is not overtaken (`Delivery.nacks_seen` says how many of this stream's
+    nacks the broker had processed). Rules:
+    1. Nacks are numbered as they are queued (1, 2, ...), not as they are sent.
+    2. `nacked` holds each slot from its lowest nacked offset, under the
+       number of the nack being queued (`queued + 1`).
+    3. A hold ends once a delivery shows the broker saw its nack: it never
+       waits for later nacks (nor creates any), so it always ends.
+    """
+
+    def __init__(self) -> None:
+        self._holds: dict[tuple[int, int], tuple[int, int]] = {}  # -> (offset, number)
+        self.queued = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._holds)
+
+    def nacked(self, partition: int, offsets: Sequence[int], slots: Sequence[int]) -> list[int]:
+        """Hold the slots of a nack about to be queued (call `queue` for it next); returns
+        its `Nack.rest_of_slots`: flat (slot, lowest nacked offset) pairs."""
+        number = self.queued + 1
+        holds = self._holds
+        lowest: dict[int, int] = {}
+        for offset, slot in zip(offsets, slots, strict=True):
+            lowest[slot] = min(lowest.get(slot, offset), offset)
+        for slot, offset in lowest.items():
+            hold = holds.get((partition, slot))
+            holds[partition, slot] = (offset if hold is None else min(hold[0], offset), number)
+        return [v for pair in lowest.items() for v in pair]
+
+    def queue(self) -> None:
+        """A nack was queued."""
+        self.queued += 1
+
+    def seen(self, nacks_seen: int) -> bool:
+        """A delivery planned after `nacks_seen` nacks: end the holds it covers; True
+        when some remain (its events of those slots may be stale)."""
+        if self._holds:
+            self._holds = {k: v for k, v in self._holds.items() if v[1] > nacks_seen}
+        return bool(self._holds)
+
+    def stale_positions(self, partition: int, offsets: Sequence[int],
+                        slots: Sequence[int]) -> list[int]:
+        """Positions of events after their held slot's nacked offset (to give back)."""
+        holds = self._holds
+        return [i for i, (o, s) in enumerate(zip(offsets, slots, strict=True))
+                if o > holds.get((partition, s), (o, 0))[0]]
+
+    def reset(self, still_queued: int) -> None:
+        """A new stream: nothing held; the nacks still queued go out on it first."""
+        self._holds.clear()
+        self.queued = still_queued

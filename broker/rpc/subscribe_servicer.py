@@ -50,6 +50,7 @@ class SubscribeServicer:
             pump = asyncio.get_running_loop().create_task(self._pump(requests, session))
             while (message := await session.outbox.get()) is not None:
                 yield message
+                session.written(message)
             if session.error is not None:
                 raise session.error
         finally:

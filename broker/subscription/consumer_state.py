@@ -1,21 +1,21 @@
-"""What the broker keeps per attached consumer: its stream and, per partition,
-its permits, unacknowledged events and dispatch rate.
+"""One consumer's Subscribe stream as the broker keeps it: identity, settings, outbox.
 
 A `Session` is one Subscribe stream; its outbox is a bounded queue of
 serialized SubscribeResponse messages that the servicer drains. Dispatchers
-never wait on it: deliveries are bounded by permits, and a consumer that
-lets its outbox fill up is disconnected (RESOURCE_EXHAUSTED) rather than
+never wait on it. Deliveries are bounded by permits in events, and by bytes
+here: once the queued messages pass `outbox_bytes_max`, the session pauses
+the consumer in every dispatcher it is attached to (they send it nothing
+more, its slots wait like a consumer out of permits) until the servicer has
+written half of them out. A consumer that still lets its outbox fill up
+(`outbox_max` messages) is disconnected (RESOURCE_EXHAUSTED) rather than
 letting the broker's memory grow.
 """
 
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_right
-from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat, starmap
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from sdk.core.model import HashRange
@@ -37,12 +37,16 @@ class Session:
     """One Subscribe stream: the consumer's identity and its bounded outbox."""
 
     def __init__(self, spec: ConsumerSpec, topic: str, subscription: str,
-                 outbox_max: int) -> None:
+                 outbox_max: int, outbox_bytes_max: int = 1 << 62) -> None:
         self.spec = spec
         self.topic = topic
         self.subscription = subscription
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(outbox_max)
         self.outbox_max = outbox_max
+        self.outbox_bytes_max = outbox_bytes_max
+        self.outbox_bytes = 0
+        self.paused = False
+        self._resume: dict[int, Callable[[bool], None]] = {}  # partition -> pause(flag)
         self.error: BrokerError | None = None
         self.closed = False
         self.nacks_seen = 0  # Nack messages processed (Delivery.nacks_seen)
@@ -50,6 +54,10 @@ class Session:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def on_pause(self, partition: int, pause: Callable[[bool], None]) -> None:
+        """Register how to pause (True) and resume (False) this consumer on a partition."""
+        self._resume[partition] = pause
 
     def send(self, message: bytes) -> None:
         """Queue one serialized SubscribeResponse; never waits (see the module docstring)."""
@@ -60,6 +68,20 @@ class Session:
         except asyncio.QueueFull:
             self.close(BrokerError("consumer_outbox_full", consumer=self.name,
                                    max=self.outbox_max))
+            return
+        self.outbox_bytes += len(message)
+        if not self.paused and self.outbox_bytes > self.outbox_bytes_max:
+            self.paused = True
+            for pause in self._resume.values():
+                pause(True)
+
+    def written(self, message: bytes) -> None:
+        """The servicer handed `message` to gRPC."""
+        self.outbox_bytes -= len(message)
+        if self.paused and self.outbox_bytes <= self.outbox_bytes_max // 2:
+            self.paused = False
+            for pause in self._resume.values():
+                pause(False)
 
     def close(self, error: BrokerError | None = None) -> None:
         """End the stream (with `error` as its status, if any). Idempotent."""
@@ -73,116 +95,3 @@ class Session:
                 return
             except asyncio.QueueFull:
                 self.outbox.get_nowait()
-
-
-class RateMeter:
-    """Events per second over the last whole second (cheap: one add per round)."""
-
-    __slots__ = ("_count", "_rate", "_window_start_ms")
-
-    def __init__(self, now_ms: int) -> None:
-        self._window_start_ms = now_ms
-        self._count = 0
-        self._rate = 0.0
-
-    def add(self, events: int, now_ms: int) -> None:
-        self._roll(now_ms)
-        self._count += events
-
-    def rate(self, now_ms: int) -> float:
-        self._roll(now_ms)
-        return self._rate
-
-    def _roll(self, now_ms: int) -> None:
-        elapsed = now_ms - self._window_start_ms
-        if elapsed >= 1000:
-            self._rate = self._count * 1000 / elapsed if elapsed < 2000 else 0.0
-            self._count = 0
-            self._window_start_ms = now_ms
-
-
-@dataclass(slots=True)
-class PartitionConsumer:
-    """A consumer as one partition's dispatcher sees it (runs on that task)."""
-
-    session: Session
-    now_ms: int
-    permits: int = 0
-    unacked: dict[int, int] = field(default_factory=dict)  # offset -> slot
-    sent_log: deque[tuple[int, list[int]]] = field(default_factory=deque)  # ack timeouts
-    delivered: int = 0
-    meter: RateMeter = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.meter = RateMeter(self.now_ms)
-
-    @property
-    def name(self) -> str:
-        return self.session.name
-
-    def take_unacked(self, ranges: Iterable[tuple[int, int]]) -> tuple[list[int], list[int]]:
-        """Remove and return (offsets, slots) this consumer holds within `ranges`."""
-        return take_in_ranges(self.unacked, ranges)
-
-    def discard_unacked(self, ranges: Sequence[tuple[int, int]]) -> int:
-        """Remove what this consumer holds within `ranges`; returns how many (acks)."""
-        return discard_in_ranges(self.unacked, ranges)
-
-
-def take_in_ranges(table: dict[int, int], ranges: Iterable[tuple[int, int]]
-                   ) -> tuple[list[int], list[int]]:
-    """Remove the keys of `table` inside half-open `ranges`: (keys, values), keys ascending.
-
-    Per range, walks whichever is smaller: the range or the table.
-    """
-    offsets: list[int] = []
-    slots: list[int] = []
-    for start, stop in ranges:
-        if not table:
-            break
-        if stop - start <= len(table):
-            for offset in range(start, stop):
-                slot = table.pop(offset, None)
-                if slot is not None:
-                    offsets.append(offset)
-                    slots.append(slot)
-        else:
-            hits = sorted(o for o in table if start <= o < stop)
-            for offset in hits:
-                offsets.append(offset)
-                slots.append(table.pop(offset))
-    return offsets, slots
-
-
-def discard_in_ranges(table: dict[int, int], ranges: Sequence[tuple[int, int]]) -> int:
-    """Remove the keys of `table` inside half-open `ranges` (sorted by start);
-    returns how many.
-
-    The ack path, where one message holds many short ranges: the pops of all
-    ranges run in one C-level pass (ranges chained, drained by a zero-length
-    deque). When the ranges span far more offsets than the table holds (a
-    cumulative ack), the table is walked instead.
-    """
-    before = len(table)
-    if not before or not ranges:
-        return 0
-    span = sum(map(_length, ranges))
-    if span <= 4 * before:
-        offsets = chain.from_iterable(starmap(range, ranges))
-        deque(map(table.pop, offsets, repeat(None)), maxlen=0)
-    else:
-        starts = [start for start, _ in ranges]
-        reach = list(accumulate((stop for _, stop in ranges), max))  # overlaps allowed
-        for offset in [o for o in table if _inside(starts, reach, o)]:
-            del table[offset]
-    return before - len(table)
-
-
-def _length(span: tuple[int, int]) -> int:
-    return span[1] - span[0]
-
-
-def _inside(starts: list[int], reach: list[int], offset: int) -> bool:
-    """Whether `offset` is in a range: some range starting at or before it reaches past it."""
-    i = bisect_right(starts, offset) - 1
-    return i >= 0 and offset < reach[i]

@@ -1,174 +1,121 @@
-"""The durable position of one subscription on one partition.
+"""The durable position of one subscription on one partition: what is not acknowledged.
 
-Job: remember which offsets are acknowledged, compactly, and say what is not.
+Job: say, compactly and exactly, which offsets are not acknowledged, in a form
+that costs what is in flight to write (never what was acknowledged), and
+decode it again.
 
 Rules:
 1. `mark_delete` is an offset: every offset below it is acknowledged.
-2. Above it, individually acknowledged offsets are kept as half-open
-   ``[start, stop)`` ranges, sorted, disjoint and never touching one another
-   or the mark-delete (touching ranges are merged), so the list stays as
-   short as the acks allow (Pulsar's individuallyDeletedMessages).
-3. Acks below the mark-delete are ignored (a late or repeated ack is not an
-   error); the mark-delete moves up as soon as a range touches it.
-4. `seek` moves the mark-delete anywhere and forgets the ranges (a reset).
-5. The persisted form (`to_bytes`) is versioned, delta/varint encoded and
-   CRC-checked; `from_bytes` refuses anything else with `CursorDecodeError`.
-   `to_bytes` decodes what it wrote before returning it (paired check).
+2. `horizon` (>= mark_delete): from it on, nothing is acknowledged.
+3. Between the two, an offset is *unacknowledged* when it lies in one of the
+   half-open `runs` (sorted, disjoint, never touching: events sent to a
+   consumer, given back or read and waiting), or when its slot has a *floor*
+   at or below it (`floor_slots[i]` is unacknowledged from `floor_offsets[i]`
+   on: a slot that waited while the partition read past it). Every other
+   offset between them is acknowledged (or was dropped by the key filter, or
+   removed by retention: the same to a subscription).
+4. So the cursor is the complement of the acknowledged ranges: its size is
+   the events in flight plus one entry per waiting slot, however many
+   offsets were acknowledged above the slowest one. Acknowledging never
+   re-encodes anything.
+5. The persisted form (`to_bytes`, version 2) is delta-encoded in the
+   narrowest fixed width that fits, CRC-checked and decoded again before it
+   is returned (paired check). `from_bytes` also reads version 1 (mark-delete
+   plus acknowledged ranges) and refuses anything else with `CursorDecodeError`.
 
-Offsets are ints >= 0; a negative offset or a range with stop < start is an
-operating error (`ValueError`), the shell answers the client with it.
-
-It must not know about: the log (where it ends, what is in it), consumers,
-slots, storage keys or time.
+Offsets are ints >= 0. It must not know about the log, consumers, the
+dispatcher, storage keys or time.
 """
 
 from __future__ import annotations
 
 import zlib
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-FORMAT_VERSION = 1
+import numpy as np
+import numpy.typing as npt
+
+from sdk.core.offset_ranges import merge_ranges, runs_of
+
+FORMAT_VERSION = 2
+LEGACY_VERSION = 1
+_WIDTHS = (1, 2, 4, 8)
+Int64Array = npt.NDArray[np.int64]
+__all__ = ["Cursor", "CursorDecodeError", "merge_ranges", "runs_of"]
 
 
 class CursorDecodeError(ValueError):
     """Persisted cursor bytes that cannot be read; the message says what is wrong."""
 
 
-def _check_range(start: int, stop: int) -> None:
-    if start < 0 or stop < start:
-        raise ValueError(
-            f"offset range [{start}, {stop}) is invalid: need 0 <= start <= stop (half-open)"
-        )
+def _empty() -> Int64Array:
+    return np.zeros(0, np.int64)
 
 
+@dataclass(slots=True)
 class Cursor:
-    """Mark-delete offset plus acknowledged ranges above it; see the module docstring."""
+    """What is unacknowledged on one partition; see the module docstring."""
 
-    __slots__ = ("_mark_delete", "_starts", "_stops")
+    mark_delete: int = 0
+    horizon: int = -1  # -1: the same as mark_delete
+    run_starts: Int64Array = field(default_factory=_empty)
+    run_stops: Int64Array = field(default_factory=_empty)
+    floor_slots: Int64Array = field(default_factory=_empty)
+    floor_offsets: Int64Array = field(default_factory=_empty)
 
-    def __init__(self, mark_delete: int = 0) -> None:
-        _check_range(mark_delete, mark_delete)
-        self._mark_delete = mark_delete
-        self._starts: list[int] = []  # range starts, ascending, all > mark_delete
-        self._stops: list[int] = []  # matching half-open stops
+    def __post_init__(self) -> None:
+        if self.mark_delete < 0:
+            raise ValueError(f"mark_delete {self.mark_delete} is invalid: need >= 0")
+        if self.horizon < 0:
+            self.horizon = self.mark_delete
+        if self.horizon < self.mark_delete:
+            raise ValueError(f"horizon {self.horizon} is below mark_delete {self.mark_delete}")
 
     @property
-    def mark_delete(self) -> int:
-        """Every offset below this one is acknowledged."""
-        return self._mark_delete
+    def is_simple(self) -> bool:
+        """True when everything from the mark-delete on is unacknowledged."""
+        return self.horizon == self.mark_delete
 
-    def acked_ranges(self) -> list[tuple[int, int]]:
-        """The individually acknowledged ``[start, stop)`` ranges above the mark-delete."""
-        return list(zip(self._starts, self._stops, strict=True))
+    def unacked_mask(self, offsets: Int64Array, slots: npt.NDArray[np.int32]) -> npt.NDArray[
+            np.bool_]:
+        """Per event (parallel arrays, offsets >= mark_delete): not acknowledged?"""
+        unacked = offsets >= self.horizon
+        if len(self.run_starts):
+            i = np.searchsorted(self.run_starts, offsets, side="right") - 1
+            inside = (i >= 0) & (offsets < self.run_stops[np.maximum(i, 0)])
+            unacked |= inside
+        if len(self.floor_slots):
+            order = np.argsort(self.floor_slots)
+            floor_slots, floor_offsets = self.floor_slots[order], self.floor_offsets[order]
+            j = np.searchsorted(floor_slots, slots)
+            j = np.minimum(j, len(floor_slots) - 1)
+            floored = (floor_slots[j] == slots) & (offsets >= floor_offsets[j])
+            unacked |= floored
+        return unacked
 
-    def ack_ranges(self, ranges: Iterable[tuple[int, int]]) -> int:
-        """Acknowledge half-open offset ranges (any order, may overlap or be empty);
-        returns how many offsets were newly acked.
-
-        One ack message carries many short ranges: they are merged with the
-        stored ranges they can touch in one sorted pass (sorting two sorted
-        runs is a merge), one loop step per range, instead of a list insert each.
-        """
-        given = sorted(ranges)
-        if not given:
+    def unacked_count(self, end_offset: int) -> int:
+        """Unacknowledged offsets below `end_offset`, counting floored slots' regions whole
+        (an upper bound there: the cursor does not know which offsets belong to a slot)."""
+        if end_offset <= self.mark_delete:
             return 0
-        if given[0][0] < 0 or any(stop < start for start, stop in given):
-            for start, stop in given:
-                _check_range(start, stop)
-        mark = self._mark_delete
-        high = max(stop for _, stop in given)
-        if high <= mark:
-            return 0
-        starts, stops = self._starts, self._stops
-        i = bisect_left(stops, max(given[0][0], mark))  # first stored range reaching low
-        j = bisect_right(starts, high)  # stored ranges before j start at or before high
-        window = list(zip(starts[i:j], stops[i:j], strict=False))
-        before = sum(stop - start for start, stop in window)
-        merged_starts: list[int] = []
-        merged_stops: list[int] = []
-        current_start = current_stop = mark
-        for start, stop in sorted(window + given):
-            if stop <= current_stop:
-                continue
-            if start <= current_stop:
-                current_stop = stop
-                continue
-            if current_stop > current_start:
-                merged_starts.append(current_start)
-                merged_stops.append(current_stop)
-            current_start, current_stop = start, stop
-        if current_stop > current_start:
-            merged_starts.append(current_start)
-            merged_stops.append(current_stop)
-        starts[i:j] = merged_starts
-        stops[i:j] = merged_stops
-        after = sum(stop - start for start, stop in zip(merged_starts, merged_stops, strict=True))
-        self._advance_mark_delete()
-        return after - before
-
-    def ack_cumulative(self, stop: int) -> int:
-        """Acknowledge every offset below `stop`; returns how many were newly acked."""
-        _check_range(0, stop)
-        return self.ack_ranges([(0, stop)])
-
-    def is_acked(self, offset: int) -> bool:
-        if offset < self._mark_delete:
-            return True
-        i = bisect_right(self._starts, offset) - 1
-        return i >= 0 and offset < self._stops[i]
-
-    def is_range_acked(self, start: int, stop: int) -> bool:
-        """True when every offset in ``[start, stop)`` is acknowledged; O(log ranges).
-
-        Ranges never touch (rule 2), so a fully acknowledged span lies below
-        the mark-delete or inside one range.
-        """
-        _check_range(start, stop)
-        start = max(start, self._mark_delete)
-        if start >= stop:
-            return True
-        i = bisect_right(self._starts, start) - 1
-        return i >= 0 and stop <= self._stops[i]
-
-    def unacked_in(self, start: int, stop: int) -> list[tuple[int, int]]:
-        """The unacknowledged offsets in ``[start, stop)`` as half-open ranges, ascending."""
-        _check_range(start, stop)
-        position = max(start, self._mark_delete)
-        gaps: list[tuple[int, int]] = []
-        i = bisect_right(self._stops, position)  # first range ending after position
-        while position < stop and i < len(self._starts) and self._starts[i] < stop:
-            if self._starts[i] > position:
-                gaps.append((position, self._starts[i]))
-            position = max(position, self._stops[i])
-            i += 1
-        if position < stop:
-            gaps.append((position, stop))
-        return gaps
-
-    def backlog(self, end_offset: int) -> int:
-        """How many offsets below `end_offset` (the log's next offset) are unacknowledged."""
-        if end_offset <= self._mark_delete:
-            return 0
-        return sum(stop - start for start, stop in self.unacked_in(self._mark_delete, end_offset))
-
-    def seek(self, offset: int) -> None:
-        """Reset: everything below `offset` counts as acked, nothing above it."""
-        _check_range(offset, offset)
-        self._mark_delete = offset
-        self._starts.clear()
-        self._stops.clear()
+        runs = int(np.sum(np.minimum(self.run_stops, end_offset)
+                          - np.minimum(self.run_starts, end_offset)))
+        return runs + max(0, end_offset - self.horizon)
 
     def to_bytes(self) -> bytes:
-        """The persisted form: version, mark-delete, range deltas (varints), CRC-32."""
-        body = bytearray([FORMAT_VERSION])
-        _put_varint(body, self._mark_delete)
-        _put_varint(body, len(self._starts))
-        previous = self._mark_delete
-        for start, stop in zip(self._starts, self._stops, strict=True):
-            _put_varint(body, start - previous - 1)  # >= 0: ranges never touch
-            _put_varint(body, stop - start - 1)  # >= 0: ranges are never empty
-            previous = stop
+        """The persisted form (version 2); see rule 5."""
+        mark = self.mark_delete
+        starts, stops = self.run_starts, self.run_stops
+        gaps = starts - np.concatenate(([mark], stops[:-1])) if len(starts) else _empty()
+        values = np.concatenate((gaps, stops - starts, self.floor_offsets - mark))
+        assert not len(values) or int(values.min()) >= 0, "cursor runs or floors out of order"
+        high = int(values.max()) if len(values) else 0
+        width = next(w for w in _WIDTHS if high < 1 << (8 * w))
+        body = bytearray([FORMAT_VERSION, width])
+        for number in (mark, self.horizon - mark, len(starts), len(self.floor_slots)):
+            _put_varint(body, number)
+        body += values.astype(f"<u{width}").tobytes()
+        body += self.floor_slots.astype("<u2").tobytes()
         body += zlib.crc32(body).to_bytes(4, "big")
         data = bytes(body)
         assert Cursor.from_bytes(data) == self, "cursor encoding does not round-trip"
@@ -176,52 +123,79 @@ class Cursor:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Cursor:
-        """Decode `to_bytes` output.
+        """Decode `to_bytes` output, or a version-1 cursor.
 
         Raises:
-            CursorDecodeError: wrong version, bad checksum, truncated or trailing bytes.
+            CursorDecodeError: unknown version, bad checksum, truncated or trailing bytes.
         """
         if len(data) < 5:
             raise CursorDecodeError(f"cursor record is {len(data)} bytes: too short")
         body, crc = data[:-4], int.from_bytes(data[-4:], "big")
         if zlib.crc32(body) != crc:
             raise CursorDecodeError("cursor record checksum mismatch: the record is corrupt")
+        if body[0] == LEGACY_VERSION:
+            return _from_legacy(body)
         if body[0] != FORMAT_VERSION:
-            raise CursorDecodeError(
-                f"cursor record version {body[0]} is unknown: this broker reads {FORMAT_VERSION}"
-            )
-        mark_delete, position = _get_varint(body, 1)
-        count, position = _get_varint(body, position)
-        cursor = cls(mark_delete)
-        previous = mark_delete
-        for _ in range(count):
-            gap, position = _get_varint(body, position)
-            length, position = _get_varint(body, position)
-            start = previous + gap + 1
-            previous = start + length + 1
-            cursor._starts.append(start)
-            cursor._stops.append(previous)
-        if position != len(body):
-            raise CursorDecodeError(f"cursor record has {len(body) - position} trailing bytes")
-        return cursor
+            raise CursorDecodeError(f"cursor record version {body[0]} is unknown: this broker "
+                                    f"reads {LEGACY_VERSION} and {FORMAT_VERSION}")
+        width = body[1]
+        if width not in _WIDTHS:
+            raise CursorDecodeError(f"cursor record width {width} is invalid")
+        position = 2
+        numbers = []
+        for _ in range(4):
+            number, position = _get_varint(body, position)
+            numbers.append(number)
+        mark, above, runs, floors = numbers
+        size = (2 * runs + floors) * width + 2 * floors
+        if len(body) - position != size:
+            raise CursorDecodeError(f"cursor record holds {len(body) - position} bytes of "
+                                    f"runs and floors, expected {size}")
+        values = np.frombuffer(body, f"<u{width}", 2 * runs + floors, position).astype(np.int64)
+        slots = np.frombuffer(body, "<u2", floors, position + (2 * runs + floors) * width)
+        gaps, lengths = values[:runs], values[runs:2 * runs]
+        ends = np.cumsum(gaps + lengths) + mark
+        return cls(mark, mark + above, ends - lengths, ends, slots.astype(np.int64),
+                   values[2 * runs:] + mark)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cursor):
             return NotImplemented
-        return (self._mark_delete, self._starts, self._stops) == (
-            other._mark_delete, other._starts, other._stops)
+        return (self.mark_delete, self.horizon) == (other.mark_delete, other.horizon) and all(
+            np.array_equal(a, b) for a, b in (
+                (self.run_starts, other.run_starts), (self.run_stops, other.run_stops),
+                (self.floor_slots, other.floor_slots),
+                (self.floor_offsets, other.floor_offsets)))
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        return f"Cursor(mark_delete={self._mark_delete}, acked={self.acked_ranges()})"
+        runs = list(zip(self.run_starts.tolist(), self.run_stops.tolist(), strict=True))
+        floors = dict(zip(self.floor_slots.tolist(), self.floor_offsets.tolist(), strict=True))
+        return (f"Cursor(mark_delete={self.mark_delete}, horizon={self.horizon}, "
+                f"unacked={runs}, floors={floors})")
 
-    def _advance_mark_delete(self) -> None:
-        if self._starts and self._starts[0] == self._mark_delete:
-            self._mark_delete = self._stops[0]
-            del self._starts[0]
-            del self._stops[0]
-        assert not self._starts or self._starts[0] > self._mark_delete
+
+def _from_legacy(body: bytes) -> Cursor:
+    """Version 1: mark-delete plus acknowledged ranges above it. Everything between them,
+    and from the last range on, is unacknowledged."""
+    mark, position = _get_varint(body, 1)
+    count, position = _get_varint(body, position)
+    acked: list[tuple[int, int]] = []
+    previous = mark
+    for _ in range(count):
+        gap, position = _get_varint(body, position)
+        length, position = _get_varint(body, position)
+        start = previous + gap + 1
+        previous = start + length + 1
+        acked.append((start, previous))
+    if position != len(body):
+        raise CursorDecodeError(f"cursor record has {len(body) - position} trailing bytes")
+    if not acked:
+        return Cursor(mark)
+    starts = np.array([mark] + [stop for _, stop in acked[:-1]], np.int64)
+    stops = np.array([start for start, _ in acked], np.int64)
+    return Cursor(mark, acked[-1][1], starts, stops)
 
 
 def _put_varint(out: bytearray, value: int) -> None:

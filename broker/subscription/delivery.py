@@ -1,32 +1,40 @@
-"""Records a dispatcher holds, and the bytes of the messages it sends.
+"""Records a dispatcher keeps, and the bytes of the messages it sends.
 
-Job: keep the stored records whose events are still in play (read and not
-yet acknowledged), find the record of an offset, and encode one
-`SubscribeResponse(delivery=...)` per consumer per dispatch round as bytes.
+Job: keep recently read stored records (a byte-bounded cache; a miss is
+read again from the log by the dispatcher), and encode what the core
+decided to send to one consumer as `SubscribeResponse(delivery=...)`
+messages, none larger than `bytes_max` however many events that is.
 
 Rules:
-1. A record enters the cache when the dispatcher reads it and leaves once
-   none of its offsets is unacknowledged (`evict_acked`), or all at once
-   on a seek. Every offset a consumer holds or that waits for (re)delivery
-   therefore has its record here.
-2. A consumer that gets every event of a record gets the stored bytes as
+1. A consumer that gets every event of a record gets the stored bytes as
    they are (no re-encoding); otherwise a subset Record with an `offsets`
    column is built from column lists made once per record (an itemgetter
    per column, not an object per event).
-3. `Delivery.window_last_offsets` is, per record sent, the last offset of
-   the stored record: a window record is one consistency window, so a
+2. A message holds whole record parts until the next would pass
+   `bytes_max`; a part larger than that alone is split in halves until each
+   fits (an event is at most `event_bytes_max`, well below `bytes_max`; one
+   larger than `bytes_max` would still go alone).
+3. `Delivery.window_last_offsets` is, per record part sent, the last offset
+   of the stored record: a window record is one consistency window, so a
    consumer given part of it still learns where the window ends.
+4. The cache evicts the oldest records first once over its memory budget
+   (what a record costs in memory, about three times its bytes)
+   (never those of the current round: `trim` runs after the round's sends),
+   and drops records that lie wholly below the mark-delete.
 
-It must not know about: consumers, permits, acks, the event loop or RocksDB.
+It must not know about consumers, permits, acks, the event loop or RocksDB.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from broker.rpc.wire import varint
 from sdk.core.columns import OPTIONAL_COLUMNS
@@ -38,6 +46,7 @@ _RECORDS_TAG = b"\x2a"  # Delivery.records: field 5, length-delimited
 _REDELIVERY_COUNTS_TAG = b"\x1a"  # Delivery.redelivery_counts: field 3, packed
 _WINDOW_LAST_OFFSETS_TAG = b"\x22"  # Delivery.window_last_offsets: field 4, packed
 _NACKS_SEEN_TAG = b"\x30"  # Delivery.nacks_seen: field 6, varint
+_SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
 
 
 @dataclass(slots=True)
@@ -48,12 +57,25 @@ class CachedRecord:
     count: int
     body: bytes
     record: pb.Record
-    slots: list[int]
+    slots: npt.NDArray[np.int32]
     columns: dict[str, list[Any]] | None = field(default=None)
+    # A compacted topic's sparse record, made dense: the positions that hold events
+    # (the others are placeholders, never sent). None: every position.
+    present: npt.NDArray[np.int64] | None = field(default=None)
 
     @property
     def end(self) -> int:
         return self.base + self.count
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+    @property
+    def memory_bytes(self) -> int:
+        """What keeping it costs, roughly: its bytes, its parsed form and (once a subset
+        was cut from it) its column lists, each about the size of the bytes."""
+        return 3 * len(self.body)
 
     def column_lists(self) -> dict[str, list[Any]]:
         """Per-event columns as lists (made once per record, for subsets)."""
@@ -62,8 +84,10 @@ class CachedRecord:
             self.columns = {name: list(getattr(batch, name)) for name in _COLUMNS}
         return self.columns
 
-    def subset_bytes(self, positions: Sequence[int]) -> bytes:
-        """The serialized Record holding only the events at `positions` (ascending)."""
+    def subset_bytes(self, positions: Sequence[int], offsets: Sequence[int] | None = None,
+                     ) -> bytes:
+        """The serialized Record holding only the events at `positions` (ascending);
+        `offsets` may give their offsets (base + position) when the caller has them."""
         if len(positions) == self.count:
             return self.body
         record = self.record
@@ -71,13 +95,19 @@ class CachedRecord:
                            base_offset=self.base, scn_first=record.scn_first,
                            window=record.window, publish_time_ms=record.publish_time_ms)
         base = self.base
-        subset.offsets.extend([base + p for p in positions])
+        subset.offsets.extend([base + p for p in positions] if offsets is None else offsets)
         batch = subset.batch
         batch.count = len(positions)
-        pick: Callable[[list[Any]], Any] = itemgetter(*positions)
+        pick: Callable[[Any], Any] = itemgetter(*positions)
         single = len(positions) == 1
         count = self.count
-        for name, column in self.column_lists().items():
+        # A small part (a catch-up read's, a hot key's) picks from the parsed columns
+        # as they are; a record split between consumers turns them into lists once.
+        columns: Any = self.columns
+        if columns is None:
+            columns = self.column_lists() if 4 * len(positions) >= count else {
+                name: getattr(record.batch, name) for name in _COLUMNS}
+        for name, column in columns.items():
             if not column:
                 continue
             if len(column) == count and count > 1:
@@ -89,95 +119,144 @@ class CachedRecord:
 
 
 class RecordCache:
-    """Cached records by base offset, in offset order."""
+    """Recently read records by base offset, within a byte budget (rule 4)."""
 
-    def __init__(self) -> None:
-        self._bases: list[int] = []
-        self._records: dict[int, CachedRecord] = {}
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.bytes = 0
+        self._records: OrderedDict[int, CachedRecord] = OrderedDict()  # insertion order
+        self._bases: npt.NDArray[np.int64] | None = None  # sorted, rebuilt lazily
+        self._ends: npt.NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return len(self._records)
 
     def add(self, entry: CachedRecord) -> None:
-        assert not self._bases or entry.base >= self._records[self._bases[-1]].end, (
-            "records must be added in offset order")
-        self._bases.append(entry.base)
+        if entry.base in self._records:
+            return
         self._records[entry.base] = entry
+        self.bytes += entry.memory_bytes
+        self._bases = None
 
     def clear(self) -> None:
-        self._bases.clear()
         self._records.clear()
+        self.bytes = 0
+        self._bases = None
 
-    def find(self, offset: int) -> CachedRecord:
-        i = bisect_right(self._bases, offset) - 1
-        assert i >= 0, f"offset {offset} has no cached record"
-        entry = self._records[self._bases[i]]
-        assert offset < entry.end, f"offset {offset} has no cached record"
-        return entry
+    def find(self, offset: int) -> CachedRecord | None:
+        bases, ends = self._index()
+        i = int(np.searchsorted(bases, offset, side="right")) - 1
+        if i < 0 or offset >= ends[i]:
+            return None
+        return self._records[int(bases[i])]
 
-    def overlapping(self, start: int, stop: int) -> list[CachedRecord]:
-        """The cached records holding any offset in [start, stop)."""
-        i = max(0, bisect_right(self._bases, start) - 1)
-        j = bisect_left(self._bases, stop)
-        return [self._records[b] for b in self._bases[i:j] if self._records[b].end > start]
+    def missing(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The offsets (ascending) whose record is not cached."""
+        bases, ends = self._index()
+        if not len(bases):
+            return offsets
+        i = np.searchsorted(bases, offsets, side="right") - 1
+        held = (i >= 0) & (offsets < ends[np.maximum(i, 0)])
+        return offsets[~held]
 
-    def evict_acked(self, is_fully_acked: Callable[[int, int], bool],
-                    ranges: Sequence[tuple[int, int]]) -> int:
-        """Drop the records within the span of `ranges` (half-open, ascending) whose
-        offsets are all acknowledged; asks `is_fully_acked` once per record.
+    def trim(self, mark_delete: int) -> None:
+        """Drop records wholly below `mark_delete`, then the oldest past the budget."""
+        if mark_delete >= 0:
+            for base in [b for b, r in self._records.items() if r.end <= mark_delete]:
+                self.bytes -= self._records.pop(base).memory_bytes
+                self._bases = None
+        while self.bytes > self.bytes_max and self._records:
+            _, entry = self._records.popitem(last=False)
+            self.bytes -= entry.memory_bytes
+            self._bases = None
 
-        One ack message carries many short ranges over a few records: the walk
-        is per record in the span, not per range (a fully acknowledged record
-        the ranges did not touch may go too: that is always safe).
-        """
-        if not ranges:
-            return 0
-        dropped = {e.base for e in self.overlapping(ranges[0][0], ranges[-1][1])
-                   if is_fully_acked(e.base, e.end)}
-        if dropped:
-            for base in dropped:
-                del self._records[base]
-            self._bases = [b for b in self._bases if b not in dropped]
-        return len(dropped)
-
-    def evict_below(self, offset: int) -> None:
-        """Drop records that end at or below `offset` (all acknowledged)."""
-        k = 0
-        while k < len(self._bases) and self._records[self._bases[k]].end <= offset:
-            del self._records[self._bases[k]]
-            k += 1
-        if k:
-            del self._bases[:k]
+    def _index(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        if self._bases is None or self._ends is None:
+            bases = np.fromiter(self._records.keys(), np.int64, len(self._records))
+            order = np.argsort(bases)
+            self._bases = bases[order]
+            ends = np.fromiter((r.end for r in self._records.values()), np.int64,
+                               len(self._records))
+            self._ends = ends[order]
+        return self._bases, self._ends
 
 
-def delivery_bytes(cache: RecordCache, offsets: Sequence[int],
-                   redelivery_counts: Sequence[int] | None, nacks_seen: int = 0) -> bytes:
-    """A serialized SubscribeResponse(delivery=...) carrying `offsets` (ascending).
+def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
+                      redelivery_counts: npt.NDArray[np.int32] | None, nacks_seen: int,
+                      bytes_max: int, send: int = 0) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """Serialized SubscribeResponse(delivery=...) messages carrying `offsets` (ascending),
+    each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
+    the caller fetched what the log still holds)."""
+    bases, ends = cache._index()
+    i = np.searchsorted(bases, offsets, side="right") - 1
+    held = (i >= 0) & (offsets < ends[np.maximum(i, 0)]) if len(bases) else \
+        np.zeros(len(offsets), np.bool_)
+    gone = offsets[~held]
+    if not held.all():
+        offsets, i = offsets[held], i[held]
+        if redelivery_counts is not None:
+            redelivery_counts = redelivery_counts[held]
+    parts: list[tuple[bytes, int, list[int]]] = []  # (record bytes, window end, counts)
+    counts = redelivery_counts.tolist() if redelivery_counts is not None else None
+    splits = np.flatnonzero(np.diff(i)) + 1
+    for first, stop in zip(np.concatenate(([0], splits)).tolist(),
+                           np.concatenate((splits, [len(offsets)])).tolist(), strict=True):
+        if first == stop:
+            continue
+        entry = cache._records[int(bases[i[first]])]
+        chosen = offsets[first:stop]
+        part_counts = counts[first:stop] if counts is not None else []
+        if stop - first == entry.count:  # the whole record: its stored bytes
+            parts += _fitting_parts(entry, list(range(entry.count)), part_counts, bytes_max)
+            continue
+        body = entry.subset_bytes((chosen - entry.base).tolist(), chosen.tolist())
+        if len(body) <= bytes_max or stop - first == 1:
+            parts.append((body, entry.end - 1, part_counts))
+        else:
+            parts += _fitting_parts(entry, (chosen - entry.base).tolist(), part_counts,
+                                    bytes_max)
+    return _messages(parts, counts is not None, nacks_seen, bytes_max, send), gone
 
-    Args:
-        cache: holds the record of every offset.
-        offsets: what this consumer gets now, ascending.
-        redelivery_counts: parallel to `offsets`, or None when all are 0.
-        nacks_seen: Nack messages of the consumer's stream processed so far.
-    """
-    parts: list[bytes] = []
-    last_offsets: list[int] = []
-    i, n = 0, len(offsets)
-    while i < n:
-        entry = cache.find(offsets[i])
-        j = bisect_left(offsets, entry.end, i)
-        base = entry.base
-        positions = [o - base for o in offsets[i:j]]
-        body = entry.subset_bytes(positions)
-        parts += (_RECORDS_TAG, varint(len(body)), body)
-        last_offsets.append(entry.end - 1)
-        i = j
-    if redelivery_counts is not None:
-        packed = b"".join(varint(c) for c in redelivery_counts)
-        parts += (_REDELIVERY_COUNTS_TAG, varint(len(packed)), packed)
-    packed = b"".join(varint(o) for o in last_offsets)
-    parts += (_WINDOW_LAST_OFFSETS_TAG, varint(len(packed)), packed)
+
+def _fitting_parts(entry: CachedRecord, positions: list[int], counts: list[int],
+                   bytes_max: int) -> list[tuple[bytes, int, list[int]]]:
+    body = entry.subset_bytes(positions)
+    if len(body) <= bytes_max or len(positions) == 1:
+        return [(body, entry.end - 1, counts)]
+    half = len(positions) // 2
+    return (_fitting_parts(entry, positions[:half], counts[:half], bytes_max)
+            + _fitting_parts(entry, positions[half:], counts[half:], bytes_max))
+
+
+def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nacks_seen: int,
+              bytes_max: int, send: int) -> list[bytes]:
+    messages: list[bytes] = []
+    current: list[tuple[bytes, int, list[int]]] = []
+    size = 0
+    for part in parts:
+        if current and size + len(part[0]) + 16 > bytes_max:
+            messages.append(_delivery(current, with_counts, nacks_seen, send))
+            current, size = [], 0
+        current.append(part)
+        size += len(part[0]) + 16
+    if current:
+        messages.append(_delivery(current, with_counts, nacks_seen, send))
+    return messages
+
+
+def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
+              nacks_seen: int, send: int) -> bytes:
+    out: list[bytes] = []
+    for body, _, _ in parts:
+        out += (_RECORDS_TAG, varint(len(body)), body)
+    if with_counts:
+        packed = b"".join(varint(c) for _, _, counts in parts for c in counts)
+        out += (_REDELIVERY_COUNTS_TAG, varint(len(packed)), packed)
+    packed = b"".join(varint(last) for _, last, _ in parts)
+    out += (_WINDOW_LAST_OFFSETS_TAG, varint(len(packed)), packed)
     if nacks_seen:
-        parts += (_NACKS_SEEN_TAG, varint(nacks_seen))
-    delivery = b"".join(parts)
+        out += (_NACKS_SEEN_TAG, varint(nacks_seen))
+    if send:
+        out += (_SEND_TAG, varint(send))
+    delivery = b"".join(out)
     return _RESPONSE_DELIVERY_TAG + varint(len(delivery)) + delivery

@@ -20,38 +20,33 @@ import contextlib
 import logging
 import re
 from collections.abc import Mapping
-from itertools import islice
-from operator import itemgetter, le, lt
 
 from broker.config import Settings
 from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.log.rocks_store import RocksStore
 from broker.metrics import (
-    CONSUMER_DISPATCH_RATE,
-    CONSUMER_PERMITS,
-    CONSUMER_UNACKED,
     DEAD_LETTERED_EVENTS,
     SUBSCRIPTION_BACKLOG,
     SUBSCRIPTION_DISPATCH_RATE,
     SUBSCRIPTION_UNACKED,
-    SUBSCRIPTION_WAITING_SLOTS,
 )
 from broker.partition import TopicMeta, now_ms
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.spec import SubscriptionSpec
-from broker.subscription.stats import REASON_NAMES, partition_info, remove_consumer_gauges, waiting_slots
+from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.topics import TOPIC_NAME, TopicRegistry
 from sdk.core.filters import KeyFilterSpec
+from sdk.core.hashing import SLOT_MAX
 from sdk.core.model import HashRange, RangeError
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.subscriptions")
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 METRICS_INTERVAL_S = 1.0
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class Subscription:
@@ -89,17 +84,27 @@ class SubscriptionManager:
         self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
 
     def _start(self, spec: SubscriptionSpec, meta: TopicMeta) -> Subscription:
-        selector = compile_selector(spec.key_filter(), self.config_filters)
-        dispatchers = []
+        """Build a loaded subscription from its stored cursors, register and start it."""
+        cursors = {}
         for partition in self.registry.partitions(meta.name):
             data = self.store.get_cursor(meta.topic_id, partition.index, spec.name)
-            cursor = Cursor.from_bytes(data) if data else Cursor(partition.start_offset)
-            dispatcher = PartitionDispatcher(spec, partition, self.store, self.settings, cursor,
-                                             selector, self._dead_letter)
+            cursors[partition.index] = Cursor.from_bytes(data) if data else \
+                Cursor(partition.start_offset)
+        return self._register(self._build(spec, meta, cursors))
+
+    def _build(self, spec: SubscriptionSpec, meta: TopicMeta,
+               cursors: dict[int, Cursor]) -> Subscription:
+        """A subscription's objects, not registered, nothing started."""
+        selector = compile_selector(spec.key_filter(), self.config_filters)
+        dispatchers = [PartitionDispatcher(spec, partition, self.store, self.settings,
+                                           cursors[partition.index], selector, self._dead_letter)
+                       for partition in self.registry.partitions(meta.name)]
+        return Subscription(spec, meta, dispatchers)
+
+    def _register(self, subscription: Subscription) -> Subscription:
+        self._topics.setdefault(subscription.meta.name, {})[subscription.spec.name] = subscription
+        for dispatcher in subscription.dispatchers:
             dispatcher.start()
-            dispatchers.append(dispatcher)
-        subscription = Subscription(spec, meta, dispatchers)
-        self._topics.setdefault(meta.name, {})[spec.name] = subscription
         return subscription
 
     async def close(self) -> None:
@@ -127,7 +132,10 @@ class SubscriptionManager:
     # ------------------------------------------------------------ consumers
 
     async def attach(self, request: pb.SubscribeOpen) -> Session:
-        """Validate an `open`, create the subscription if new, attach the consumer.
+        """Validate an `open` whole, create the subscription if new, attach the consumer.
+
+        Everything that could refuse the consumer is checked before anything is
+        created or changed: a refused first consumer leaves no subscription behind.
 
         Raises:
             BrokerError: every refusal of the catalogue's subscription section.
@@ -136,26 +144,25 @@ class SubscriptionManager:
         spec = self._consumer_spec(request, meta)
         asked = SubscriptionSpec.of_open(request, now_ms())
         self._check_open(request, asked)
+        self._check_sticky(request)
         async with self._create_lock:
             subscription = self._topics.get(meta.name, {}).get(request.subscription)
+            created = subscription is None
             if subscription is None:
-                subscription = await self._create(asked, meta, request.initial_position)
-        subscription.spec.check_compatible(asked, spec.name)
-        self._check_room(subscription, spec.name)
-        session = Session(spec, meta.name, subscription.spec.name,
-                          self.settings.consumer_outbox_messages_max)
-        attached: list[PartitionDispatcher] = []
-        now = now_ms()
-        try:
+                subscription = self._new(asked, meta, request.initial_position)
+            subscription.spec.check_compatible(asked, spec.name)
+            self._check_room(subscription, spec.name)
+            session = Session(spec, meta.name, subscription.spec.name,
+                              self.settings.consumer_outbox_messages_max,
+                              self.settings.consumer_outbox_bytes_max)
+            now = now_ms()
             for index in spec.partitions:
-                dispatcher = subscription.dispatchers[index]
-                dispatcher.attach(session, now)
-                attached.append(dispatcher)
-        except BrokerError:
-            for dispatcher in attached:
-                dispatcher.detach(spec.name, now)
-            raise
-        subscription.sessions[spec.name] = session
+                subscription.dispatchers[index].check_attach(session, now)
+            if created:
+                await self._save(subscription)
+            for index in spec.partitions:
+                subscription.dispatchers[index].attach(session, now)
+            subscription.sessions[spec.name] = session
         return session
 
     def _consumer_spec(self, request: pb.SubscribeOpen, meta: TopicMeta) -> ConsumerSpec:
@@ -195,10 +202,6 @@ class SubscriptionManager:
             raise BrokerError("subscribe_limit_invalid", field="key_shared_mode",
                               value=request.key_shared_mode,
                               allowed="AUTO_SPLIT (0), STICKY (1), CONSISTENT (2)")
-        if request.sticky_ranges and not (request.type == pb.KEY_SHARED
-                                          and request.key_shared_mode == pb.STICKY):
-            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
-                              "type key_shared with mode sticky")
         if request.max_redeliveries > s.max_redeliveries_max:
             raise BrokerError("subscribe_limit_invalid", field="max_redeliveries",
                               value=request.max_redeliveries,
@@ -208,6 +211,19 @@ class SubscriptionManager:
                                 and TOPIC_NAME.fullmatch(dead_letter)):
             raise BrokerError("topic_name_invalid", topic=dead_letter, max=s.topic_name_bytes_max)
         compile_selector(asked.key_filter(), {})  # raises filter_invalid
+
+    @staticmethod
+    def _check_sticky(request: pb.SubscribeOpen) -> None:
+        """A consumer's sticky ranges: required in sticky mode, refused otherwise (a
+        subscription created without a consumer, by `ensure`, needs none)."""
+        sticky = request.type == pb.KEY_SHARED and request.key_shared_mode == pb.STICKY
+        if request.sticky_ranges and not sticky:
+            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
+                              "type key_shared with mode sticky")
+        if sticky and not request.sticky_ranges:
+            raise BrokerError("key_shared_refused", detail=(
+                f"consumer {request.consumer_name!r} declared no hash range; sticky mode needs "
+                f"at least one inclusive range within 0..65535"))
 
     def _check_room(self, subscription: Subscription, consumer: str) -> None:
         spec = subscription.spec
@@ -222,18 +238,26 @@ class SubscriptionManager:
             raise BrokerError("too_many_consumers", subscription=spec.name, topic=spec.topic,
                               count=len(sessions), max=self.settings.consumers_per_subscription_max)
 
-    async def _create(self, spec: SubscriptionSpec, meta: TopicMeta,
-                      start: pb.StartPosition) -> Subscription:
+    def _new(self, spec: SubscriptionSpec, meta: TopicMeta,
+             start: pb.StartPosition) -> Subscription:
+        """A new subscription at its initial position, in memory only (see `_save`)."""
         existing = self._topics.get(meta.name, {})
         if len(existing) >= self.settings.subscriptions_per_topic_max:
             raise BrokerError("too_many_subscriptions", topic=meta.name, count=len(existing),
                               max=self.settings.subscriptions_per_topic_max)
-        cursors = {p.index: Cursor(p.resolve_start(start, unset_is_latest=True)).to_bytes()
+        cursors = {p.index: Cursor(p.resolve_start(start, unset_is_latest=True))
                    for p in self.registry.partitions(meta.name)}
+        return self._build(spec, meta, cursors)
+
+    async def _save(self, subscription: Subscription) -> None:
+        """Write a new subscription's settings and cursors (one synced batch), then
+        register and start it."""
+        spec, meta = subscription.spec, subscription.meta
+        cursors = {d.index: d.core.snapshot().to_bytes() for d in subscription.dispatchers}
         await asyncio.to_thread(self.store.save_subscription, meta.topic_id, spec.name,
                                 spec.to_dict(), cursors)
         log.info("created subscription %s on %s (%s)", spec.name, meta.name, spec.type_text)
-        return self._start(spec, meta)
+        self._register(subscription)
 
     def spec_of(self, session: Session) -> SubscriptionSpec:
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
@@ -272,13 +296,24 @@ class SubscriptionManager:
             if dispatcher.spec.type in (pb.SHARED, pb.KEY_SHARED):
                 raise BrokerError("ack_invalid", what="ack", detail="cumulative acks are for "
                                   "exclusive and failover subscriptions; acknowledge ranges")
-            if len(ack.ranges) != 1:
+            if len(ack.ranges) != 1 or ack.bounds or ack.sent_ranges:
                 raise BrokerError("ack_invalid", what="ack", detail="a cumulative ack carries "
                                   "one range whose stop is the first offset not acknowledged")
-            ranges = [(0, ack.ranges[0].stop)]
-        else:
-            ranges = [(r.start, r.stop) for r in ack.ranges]
-        dispatcher.ack(session.name, self._checked_ranges(dispatcher, ranges, "ack"))
+            stop = ack.ranges[0].stop
+            if stop > dispatcher.partition.end_offset:
+                raise BrokerError("ack_invalid", what="ack", detail=(
+                    f"cumulative stop {stop} of partition {dispatcher.index} is past its end "
+                    f"offset {dispatcher.partition.end_offset}"))
+            dispatcher.ack_cumulative(session.name, stop)
+            return
+        end = dispatcher.partition.end_offset
+        if ack.sent_ranges:
+            dispatcher.ack_sent(session.name, *sent_ranges(ack.sent_ranges, end,
+                                                           dispatcher.index))
+            if not (ack.ranges or ack.bounds):
+                return
+        starts, stops = checked_ranges(ack.ranges, ack.bounds, end, dispatcher.index, "ack")
+        dispatcher.ack(session.name, starts, stops)
 
     def nack(self, session: Session, nack: pb.Nack) -> None:
         session.nacks_seen += 1
@@ -287,35 +322,17 @@ class SubscriptionManager:
         if delay > self.settings.nack_delay_ms_max:
             raise BrokerError("subscribe_limit_invalid", field="nack.delay_ms", value=delay,
                               allowed=f"0 (broker default) or 1..{self.settings.nack_delay_ms_max}")
-        ranges = self._checked_ranges(dispatcher, [(r.start, r.stop) for r in nack.ranges], "nack")
-        dispatcher.nack(session.name, ranges, delay, now_ms())
-
-    @staticmethod
-    def _checked_ranges(dispatcher: PartitionDispatcher, ranges: list[tuple[int, int]],
-                        what: str) -> list[tuple[int, int]]:
-        """Sorted, disjoint ranges, each start < stop <= the partition's end offset
-        (touching ranges are allowed: every consumer of them accepts them)."""
-        end = dispatcher.partition.end_offset
-        if not ranges:
-            raise BrokerError("ack_invalid", what=what, detail="no offset ranges given")
-        # The SDK sends sorted, merged ranges: check that with C-level maps, no loop.
-        starts = list(map(_FIRST, ranges))
-        stops = list(map(_SECOND, ranges))
-        if all(map(lt, starts, stops)) and all(map(le, stops, islice(starts, 1, None))) \
-                and stops[-1] <= end:
-            return ranges
-        merged: list[tuple[int, int]] = []
-        for start, stop in sorted(ranges):
-            if not start < stop <= end:
-                raise BrokerError("ack_invalid", what=what,
-                                  detail=f"offset range [{start}, {stop}) of partition "
-                                         f"{dispatcher.index} is invalid; need start < stop <= "
-                                         f"{end} (the partition's end offset), half-open")
-            if merged and start <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
-            else:
-                merged.append((start, stop))
-        return merged
+        starts, stops = checked_ranges(nack.ranges, nack.bounds, dispatcher.partition.end_offset,
+                                       dispatcher.index, "nack")
+        rest = nack.rest_of_slots
+        if len(rest) % 2:
+            raise BrokerError("ack_invalid", what="nack", detail=(
+                f"rest_of_slots holds {len(rest)} numbers; it holds slot, offset pairs"))
+        pairs = dict(zip(rest[0::2], rest[1::2], strict=True))
+        if any(slot > SLOT_MAX for slot in pairs):
+            raise BrokerError("ack_invalid", what="nack", detail=(
+                f"rest_of_slots names a slot above {SLOT_MAX}"))
+        dispatcher.nack(session.name, starts, stops, delay, now_ms(), pairs)
 
     # ------------------------------------------------------------ dead letters
 
@@ -406,7 +423,7 @@ class SubscriptionManager:
         async with self._create_lock:
             if request.subscription in self._topics.get(meta.name, {}):
                 return False
-            await self._create(asked, meta, request.initial_position)
+            await self._save(self._new(asked, meta, request.initial_position))
         return True
 
     # ------------------------------------------------------------ metrics
@@ -423,27 +440,4 @@ class SubscriptionManager:
         now = now_ms()
         for topic, subscriptions in self._topics.items():
             for name, subscription in subscriptions.items():
-                backlog = unacked = 0
-                rate = 0.0
-                reasons = dict.fromkeys(REASON_NAMES.values(), 0)
-                per_consumer: dict[str, list[float]] = {}
-                for d in subscription.dispatchers:
-                    backlog += d.cursor.backlog(d.partition.end_offset)
-                    rate += d.meter.rate(now)
-                    for reason, _, _ in waiting_slots(d).values():
-                        reasons[reason] += 1
-                    for consumer_name, c in d.consumers.items():
-                        unacked += len(c.unacked)
-                        totals = per_consumer.setdefault(consumer_name, [0, 0.0, 0])
-                        totals[0] += len(c.unacked)
-                        totals[1] += c.meter.rate(now)
-                        totals[2] += c.permits
-                SUBSCRIPTION_BACKLOG.labels(topic, name).set(backlog)
-                SUBSCRIPTION_UNACKED.labels(topic, name).set(unacked)
-                SUBSCRIPTION_DISPATCH_RATE.labels(topic, name).set(rate)
-                for reason, count in reasons.items():
-                    SUBSCRIPTION_WAITING_SLOTS.labels(topic, name, reason).set(count)
-                for consumer_name, (held, consumer_rate, permits) in per_consumer.items():
-                    CONSUMER_UNACKED.labels(topic, name, consumer_name).set(held)
-                    CONSUMER_DISPATCH_RATE.labels(topic, name, consumer_name).set(consumer_rate)
-                    CONSUMER_PERMITS.labels(topic, name, consumer_name).set(permits)
+                update_gauges(topic, name, subscription.dispatchers, now)

@@ -1,118 +1,113 @@
-"""The broker's ack path: many short ranges per Ack message, handled per batch.
+"""The broker's ack path: ranges in, one pass over what the consumer holds.
 
-Goal: with 4 Key_Shared consumers, every Ack message carries hundreds of
-one- or two-offset ranges. The helpers that take them must answer exactly
-like plain sets while doing per-message (not per-range-times-state) work:
-`Cursor.ack_ranges` merges a whole message in one pass, `is_range_acked`
-answers without listing gaps, `discard_in_ranges` drops a consumer's unacked
-offsets, and the manager's range check accepts sorted ranges as they are
-and still sorts, merges and refuses what is out of order or out of range.
+Goal: an Ack or Nack carries its ranges as one packed field (`bounds`) or
+as OffsetRange messages (or both); `checked_ranges` accepts the SDK's
+sorted, disjoint ranges as they are, and sorts, merges and refuses what is
+out of order or out of range with a message naming the range and the limit;
+then the core applies a whole message to the consumer's holding at once and
+counts exactly the offsets that consumer holds (set model).
 
-Method: hypothesis properties against set models (many ranges per call, in
-any order, overlapping, touching, empty, below the mark-delete), and worked
-examples for the range check's refusals.
+Method: worked examples of refusals; hypothesis properties against set
+models with many short ranges per message (Key_Shared's common case: a
+consumer's part of a record is one range per event or two).
 """
 
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
-from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import BrokerError
-from broker.subscription.consumer_state import discard_in_ranges
+from broker.subscription.core import CoreLimits, Kind, PartitionCore
 from broker.subscription.cursor import Cursor
-from broker.subscription.manager import SubscriptionManager
+from broker.subscription.holdings import Taken
+from broker.subscription.members import MemberSpec
+from broker.subscription.ranges import checked_ranges, sent_ranges
+from sdk.core.offset_ranges import bounds_of, ranges_of_bounds
+from sdk.core.pb import keybus_pb2 as pb
 
 HORIZON = 200
-RANGES = st.lists(st.tuples(st.integers(0, HORIZON), st.integers(0, 12)), max_size=40).map(
-    lambda pairs: [(start, start + n) for start, n in pairs])
 
 
-def model_ack(acked: set[int], ranges: list[tuple[int, int]]) -> int:
-    new = {o for start, stop in ranges for o in range(start, stop)} - acked
-    acked |= new
-    return len(new)
+def checked(bounds: list[int], listed: list[tuple[int, int]] = (),  # type: ignore[assignment]
+            end: int = 100) -> list[tuple[int, int]]:
+    ranges = [pb.OffsetRange(start=a, stop=b) for a, b in listed]
+    data = np.array(bounds, "<u8").tobytes()  # as any client may write them
+    starts, stops = checked_ranges(ranges, data, end, 0, "ack")
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 50), st.lists(RANGES, min_size=1, max_size=6))
-def test_batch_acks_match_a_set(mark_delete: int, messages: list[list[tuple[int, int]]]) -> None:
-    cursor = Cursor(mark_delete)
-    acked = set(range(mark_delete))
-    for ranges in messages:
-        assert cursor.ack_ranges(ranges) == model_ack(acked, ranges)
-        stored = cursor.acked_ranges()
-        assert all(stop < start for (_, stop), (start, _) in itertools.pairwise(stored))
-        assert not stored or stored[0][0] > cursor.mark_delete
-        for offset in range(HORIZON + 14):
-            assert cursor.is_acked(offset) == (offset in acked)
-    assert Cursor.from_bytes(cursor.to_bytes()) == cursor
+def test_sorted_ranges_pass_as_they_are() -> None:
+    assert checked([1, 2, 4, 6, 9, 10]) == [(1, 2), (4, 6), (9, 10)]
 
 
-@settings(max_examples=300, deadline=None)
-@given(RANGES, st.integers(0, HORIZON), st.integers(0, 20))
-def test_is_range_acked_matches_a_set(ranges: list[tuple[int, int]], start: int,
-                                      length: int) -> None:
-    cursor = Cursor()
-    acked: set[int] = set()
-    cursor.ack_ranges(ranges)
-    model_ack(acked, ranges)
-    expected = all(o in acked for o in range(start, start + length))
-    assert cursor.is_range_acked(start, start + length) == expected
-    assert cursor.is_range_acked(start, start + length) == (
-        not cursor.unacked_in(start, start + length))
-
-
-def test_ack_ranges_refuses_bad_ranges_and_accepts_empty_ones() -> None:
-    cursor = Cursor(5)
-    assert cursor.ack_ranges([]) == 0
-    assert cursor.ack_ranges([(7, 7)]) == 0
-    assert cursor.ack_ranges([(1, 3)]) == 0  # below the mark-delete
-    with pytest.raises(ValueError, match="invalid"):
-        cursor.ack_ranges([(9, 10), (8, 6)])
-    with pytest.raises(ValueError, match="invalid"):
-        cursor.is_range_acked(4, 2)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.sets(st.integers(0, HORIZON), max_size=80), RANGES)
-def test_discard_in_ranges_matches_a_set(held: set[int], ranges: list[tuple[int, int]]) -> None:
-    ranges = sorted(ranges)
-    table = {o: o % 7 for o in held}
-    inside = {o for o in held if any(start <= o < stop for start, stop in ranges)}
-    assert discard_in_ranges(table, ranges) == len(inside)
-    assert set(table) == held - inside
-
-
-def test_discard_walks_the_table_for_a_wide_range() -> None:
-    table = {5: 1, 1_000_000: 2, 3: 0}
-    assert discard_in_ranges(table, [(0, 999_999)]) == 2  # walks 3 keys, not 10^6 offsets
-    assert table == {1_000_000: 2}
-    assert discard_in_ranges({}, [(0, 5)]) == 0
-
-
-def checked(ranges: list[tuple[int, int]], end: int = 100) -> list[tuple[int, int]]:
-    dispatcher: Any = SimpleNamespace(partition=SimpleNamespace(end_offset=end), index=0)
-    return SubscriptionManager._checked_ranges(dispatcher, ranges, "ack")
-
-
-def test_range_check_accepts_sorted_ranges_as_they_are() -> None:
-    ranges = [(1, 2), (2, 4), (9, 10)]  # touching ranges are fine downstream
-    assert checked(ranges) is ranges
-
-
-def test_range_check_sorts_merges_and_refuses() -> None:
-    assert checked([(9, 10), (1, 3), (2, 5)]) == [(1, 5), (9, 10)]
-    with pytest.raises(BrokerError):
+def test_ranges_are_sorted_merged_and_refused() -> None:
+    assert checked([9, 10], [(1, 3), (2, 5)]) == [(1, 5), (9, 10)]
+    assert checked([1, 2, 2, 4]) == [(1, 4)]  # touching ranges merge
+    with pytest.raises(BrokerError, match="no offset ranges given"):
         checked([])
-    with pytest.raises(BrokerError):
-        checked([(5, 5)])
-    with pytest.raises(BrokerError):
-        checked([(1, 2), (90, 101)])  # past the end offset
-    with pytest.raises(BrokerError):
-        checked([(3, 2), (1, 2)])
+    with pytest.raises(BrokerError, match=r"\[5, 5\) of partition 0 is invalid"):
+        checked([5, 5])
+    with pytest.raises(BrokerError, match="100 \\(the partition's end offset\\)"):
+        checked([1, 2, 90, 101])
+    with pytest.raises(BrokerError, match="holds 24 bytes"):
+        checked([1, 2, 3])
+    with pytest.raises(BrokerError, match="is invalid"):
+        checked([0, 1 << 63])  # read as a negative int64
+    with pytest.raises(BrokerError, match="beyond 2\\*\\*63"):
+        checked([], [(0, 1 << 63)])
+
+
+RANGES = st.lists(st.tuples(st.integers(0, HORIZON), st.integers(1, 3)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RANGES)
+def test_checked_ranges_cover_exactly_what_was_asked(pairs: list[tuple[int, int]]) -> None:
+    if not pairs:
+        return
+    flat = [v for a, n in pairs for v in (a, a + n)]
+    got = checked(flat, end=HORIZON + 10)
+    assert {o for a, b in got for o in range(a, b)} == {o for a, n in pairs
+                                                         for o in range(a, a + n)}
+    assert all(b < a for (_, b), (a, _) in itertools.pairwise(got))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, HORIZON - 1), max_size=80), st.sets(st.integers(0, HORIZON - 1)))
+def test_an_ack_counts_exactly_what_the_consumer_holds(held: set[int], acked: set[int]) -> None:
+    core = PartitionCore(Kind.SHARED, 0, 0, CoreLimits(), Cursor(0), 0)
+    core.process_attach(MemberSpec("a"), 0)
+    offsets = np.array(sorted(held), np.int64)
+    core.members["a"].holding.add(Taken(offsets, np.zeros(len(offsets), np.int32),
+                                        np.zeros(len(offsets), np.int32)), 0)
+    counted = core.process_ack("a", *ranges_of_bounds(bounds_of(acked)))
+    assert counted == len(held & acked)
+    assert set(core.members["a"].holding.live().offsets.tolist()) == held - acked
+
+
+def test_sent_ranges_ack_whole_record_parts_of_one_send() -> None:
+    core = PartitionCore(Kind.SHARED, 0, 0, CoreLimits(), Cursor(0), 0)
+    core.process_attach(MemberSpec("a"), 0)
+    holding = core.members["a"].holding
+    holding.add(Taken(np.array([1, 3], np.int64), np.zeros(2, np.int32),
+                      np.zeros(2, np.int32)), 0, send=5)
+    holding.add(Taken(np.array([2, 4], np.int64), np.zeros(2, np.int32),
+                      np.zeros(2, np.int32)), 0, send=6)
+    data = np.array([5, 0, 10], "<i8").tobytes()
+    assert core.process_ack_sent("a", *sent_ranges(data, 100, 0)) == 2
+    assert holding.live().offsets.tolist() == [2, 4]
+    assert core.process_ack_sent("nobody", *sent_ranges(data, 100, 0)) == 0
+
+
+def test_sent_ranges_are_checked() -> None:
+    with pytest.raises(BrokerError, match="holds 16 bytes"):
+        sent_ranges(bytes(16), 100, 0)
+    with pytest.raises(BrokerError, match=r"sent range \[7, 7\) of partition 3 is invalid"):
+        sent_ranges(np.array([1, 7, 7], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match="the partition's end offset"):
+        sent_ranges(np.array([1, 7, 200], "<i8").tobytes(), 100, 3)

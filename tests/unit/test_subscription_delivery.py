@@ -1,41 +1,46 @@
-"""Records a dispatcher holds and the Delivery bytes it sends.
+"""Records a dispatcher holds and the Delivery messages it sends.
 
 Goal: a consumer given a whole stored record gets its stored bytes
 untouched; one given part of it gets a subset Record whose `offsets` and
 per-event columns match exactly those events (broadcast columns kept as
-they are); `window_last_offsets` names, per record sent, where the stored
-record (a window) ends; redelivery counts and `nacks_seen` travel in the
-message; the cache finds the record of any offset and evicts records once
-all their offsets are acknowledged.
+they are); `window_last_offsets` names, per record part sent, where the
+stored record (a window) ends; redelivery counts and `nacks_seen` travel in
+the message; no message is larger than its byte budget however many events
+it carries (a record part is split in halves until it fits); the cache finds
+the record of any offset, reports what it misses, and evicts by memory and
+below the mark-delete.
 
 Method: worked examples on real stored-record bytes, each Delivery parsed
-back with the generated protobuf classes; a hypothesis property that any
-ascending choice of offsets over a few records round-trips (offsets, values,
-keys and slots); eviction checked against a real `Cursor`.
+back with the generated protobuf classes; hypothesis properties that any
+ascending choice of offsets over a few records round-trips (offsets,
+values, keys and slots), and that every message fits its budget.
 """
 
 from __future__ import annotations
 
-import pytest
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.subscription.cursor import Cursor
-from broker.subscription.delivery import CachedRecord, RecordCache, delivery_bytes
+from broker.subscription.delivery import CachedRecord, RecordCache, delivery_messages
 from sdk.core.columns import record_offsets
 from sdk.core.pb import keybus_pb2 as pb
 
+BIG = 1 << 30
 
-def stored(base: int, count: int, window: bool = False) -> CachedRecord:
+
+def stored(base: int, count: int, window: bool = False, value_bytes: int = 0) -> CachedRecord:
     """A record as the log reader hands it over: bytes, parsed form, slots."""
     batch = pb.EventBatch(count=count, key_ints=[base + i for i in range(count)],
-                          values=[f"v{base + i}".encode() for i in range(count)],
+                          values=[f"v{base + i}".encode().ljust(value_bytes, b".")
+                                  for i in range(count)],
                           slots=[(base + i) * 7 % 65536 for i in range(count)],
                           sources=["db1"])  # a broadcast column: one entry for all
     record = pb.Record(topic="t", partition=0, base_offset=base, scn_first=1000 + base,
                        window=window, publish_time_ms=123, batch=batch)
     body = record.SerializeToString()
-    return CachedRecord(base, count, body, pb.Record.FromString(body), list(batch.slots))
+    return CachedRecord(base, count, body, pb.Record.FromString(body),
+                        np.array(batch.slots, np.int32))
 
 
 def parse(message: bytes) -> pb.Delivery:
@@ -45,10 +50,19 @@ def parse(message: bytes) -> pb.Delivery:
 
 
 def cache_of(*records: CachedRecord) -> RecordCache:
-    cache = RecordCache()
+    cache = RecordCache(BIG)
     for record in records:
         cache.add(record)
     return cache
+
+
+def delivery_bytes(cache: RecordCache, offsets: list[int], counts: list[int] | None,
+                   nacks_seen: int = 0) -> bytes:
+    messages, gone = delivery_messages(
+        cache, np.array(offsets, np.int64),
+        None if counts is None else np.array(counts, np.int32), nacks_seen, BIG)
+    assert len(messages) == 1 and not len(gone)
+    return messages[0]
 
 
 def test_a_whole_record_goes_out_as_stored() -> None:
@@ -108,30 +122,56 @@ def test_any_choice_of_offsets_round_trips(counts: list[int], data: st.DataObjec
     assert slots == [o * 7 % 65536 for o in chosen]
 
 
-def test_cache_finds_records_and_refuses_out_of_order_adds() -> None:
+def test_messages_stay_within_their_budget() -> None:
+    cache = cache_of(stored(0, 8, value_bytes=1000), stored(8, 8, value_bytes=1000))
+    messages, gone = delivery_messages(cache, np.arange(16, dtype=np.int64),
+                                       np.ones(16, np.int32), 5, 3000, send=42)
+    assert not len(gone) and len(messages) > 4
+    assert all(len(m) <= 3000 + 64 for m in messages)  # one event is about 1 KB
+    parsed = [parse(m) for m in messages]
+    assert [o for d in parsed for r in d.records for o in record_offsets(r)] == list(range(16))
+    assert all(d.nacks_seen == 5 and d.send == 42 and len(d.redelivery_counts) == sum(
+        r.batch.count for r in d.records) for d in parsed)
+    assert next(w for d in parsed for w in d.window_last_offsets) == 7
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=4), st.integers(200, 5000), st.data())
+def test_every_message_fits_and_together_they_carry_everything(
+        counts: list[int], budget: int, data: st.DataObject) -> None:
+    records, base = [], 0
+    for count in counts:
+        records.append(stored(base, count, value_bytes=150))
+        base += count
+    chosen = sorted(data.draw(st.sets(st.integers(0, base - 1), min_size=1)))
+    messages, _ = delivery_messages(cache_of(*records), np.array(chosen, np.int64), None, 0,
+                                    budget)
+    assert all(len(m) <= max(budget, 400) + 64 for m in messages)
+    got = [o for m in messages for r in parse(m).records for o in record_offsets(r)]
+    assert got == chosen
+
+
+def test_offsets_whose_record_is_gone_are_reported() -> None:
+    cache = cache_of(stored(0, 3))
+    messages, gone = delivery_messages(cache, np.array([1, 7], np.int64), None, 0, BIG)
+    assert gone.tolist() == [7]
+    assert [record_offsets(r) for r in parse(messages[0]).records] == [[1]]
+
+
+def test_cache_finds_misses_and_evicts_by_memory_and_mark_delete() -> None:
     cache = cache_of(stored(0, 3), stored(10, 5))
-    assert cache.find(2).base == 0
-    assert cache.find(14).base == 10
-    with pytest.raises(AssertionError):
-        cache.find(5)  # between records: nothing holds it
-    assert [r.base for r in cache.overlapping(2, 11)] == [0, 10]
-    assert [r.base for r in cache.overlapping(3, 10)] == []
-    with pytest.raises(AssertionError):
-        cache.add(stored(12, 1))
-
-
-def test_eviction_follows_the_cursor() -> None:
-    cache = cache_of(stored(0, 3), stored(3, 3), stored(6, 3), stored(9, 3))
-    cursor = Cursor()
-    cursor.ack_ranges([(3, 5), (7, 9), (10, 11)])
-    assert cache.evict_acked(cursor.is_range_acked, [(3, 5), (7, 9), (10, 11)]) == 0
-    cursor.ack_ranges([(5, 6), (6, 7)])
-    assert cache.evict_acked(cursor.is_range_acked, [(5, 6), (6, 7)]) == 2  # 3..5, 6..8
-    assert [r.base for r in cache.overlapping(0, 12)] == [0, 9]
-    cursor.ack_ranges([(0, 3)])  # the mark-delete moves to 9
-    cache.evict_below(cursor.mark_delete)
-    assert [r.base for r in cache.overlapping(0, 12)] == [9]
-    assert len(cache) == 1
-    assert cache.evict_acked(cursor.is_range_acked, []) == 0
-    cache.clear()
-    assert len(cache) == 0
+    assert cache.find(2).base == 0  # type: ignore[union-attr]
+    assert cache.find(14).base == 10  # type: ignore[union-attr]
+    assert cache.find(5) is None  # between records: nothing holds it
+    assert cache.missing(np.array([1, 5, 12, 20], np.int64)).tolist() == [5, 20]
+    cache.add(stored(0, 3))  # already there: ignored
+    assert len(cache) == 2
+    cache.trim(3)  # the first record is wholly acknowledged
+    assert len(cache) == 1 and cache.find(1) is None
+    small = RecordCache(3 * len(stored(6, 3).body) + 1)
+    for record in (stored(0, 3), stored(3, 3), stored(6, 3)):
+        small.add(record)
+    small.trim(-1)  # over its memory budget: the oldest go first
+    assert small.find(1) is None and small.find(7) is not None
+    small.clear()
+    assert len(small) == 0 and small.bytes == 0

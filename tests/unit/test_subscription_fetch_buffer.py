@@ -1,45 +1,65 @@
-"""The consumer's client-side buffers: offsets to ranges, prefetch and permits, acks.
+"""The consumer's client-side buffers: prefetch and permits, acks as ranges, nack holds.
 
-Goal: acks leave as the fewest sorted half-open ranges covering exactly the
-acknowledged offsets; the fetch buffer hands batches out in arrival order
+Goal: acks leave as the fewest sorted half-open ranges (one packed field)
+covering exactly the acknowledged offsets; the fetch buffer hands batches out in arrival order
 and grants permits back Pulsar's way (the whole queue at open, then what was
 taken once half of it was), so permits outstanding plus events buffered
 never exceed the queue size of a partition; `remove` (a nack giving back
 prefetched events) and `count_taken` (stale events given back unseen) return
-their permits; `reset` (a reconnect) forgets everything.
+their permits; `reset` (a reconnect) forgets everything; a nack holds its
+slot until a delivery shows the broker saw that very nack (later nacks never
+extend it), and events after the held offset in an older delivery go back.
 
-Method: worked examples; a hypothesis property of `offsets_to_ranges`
-against a plain set model; and a RuleBasedStateMachine in which a fake
+Method: worked examples; a hypothesis property of `AckBuffer` against a
+plain set model; and a RuleBasedStateMachine in which a fake
 broker delivers at most the permits it was granted while the application
 takes batches and nacks, checking the permit bound after every step.
 """
 
 from __future__ import annotations
 
-import itertools
-
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
+from sdk.core.offset_ranges import ranges_of_bounds
+from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
 
 
-def test_offsets_to_ranges_examples() -> None:
-    assert offsets_to_ranges([]) == []
-    assert offsets_to_ranges([7]) == [(7, 8)]
-    assert offsets_to_ranges(range(100, 105)) == [(100, 105)]
-    assert offsets_to_ranges([5, 3, 4, 9, 9, 11, 10, 0]) == [(0, 1), (3, 6), (9, 12)]
+@given(st.lists(st.lists(st.integers(0, 300), max_size=50), max_size=5),
+       st.lists(st.tuples(st.integers(0, 300), st.integers(1, 20)), max_size=5))
+def test_ack_buffer_sends_exactly_the_acked_offsets(chunks: list[list[int]],
+                                                    spans: list[tuple[int, int]]) -> None:
+    acks = AckBuffer()
+    for chunk in chunks:
+        acks.add(0, chunk)
+    for start, n in spans:
+        acks.add_range(0, start, start + n)
+    expected = {o for chunk in chunks for o in chunk} | {o for a, n in spans
+                                                         for o in range(a, a + n)}
+    drained = acks.drain()
+    starts, stops = ranges_of_bounds(drained.get(0, (b"", b""))[0])
+    covered = [o for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+               for o in range(a, b)]
+    assert covered == sorted(expected)
+    assert all(b < a for a, b in zip(starts[1:].tolist(), stops[:-1].tolist(), strict=True))
 
 
-@given(st.lists(st.integers(0, 300), max_size=200))
-def test_offsets_to_ranges_covers_exactly_the_offsets(offsets: list[int]) -> None:
-    ranges = offsets_to_ranges(offsets)
-    covered = [o for start, stop in ranges for o in range(start, stop)]
-    assert covered == sorted(set(offsets))
-    for (_, stop), (start, _) in itertools.pairwise(ranges):
-        assert stop < start  # sorted, disjoint and not touching: the fewest ranges
+def test_nack_holds_end_on_their_own_nack() -> None:
+    holds = NackHolds()
+    holds.nacked(0, [10, 12], [5, 6])
+    holds.queue()  # nack 1
+    assert holds.stale_positions(0, [9, 11, 13], [5, 5, 6]) == [1, 2]
+    holds.queue()  # nack 2: a give-back; it does not extend the hold of nack 1
+    assert holds.seen(0)  # a delivery planned before nack 1: stale
+    assert not holds.seen(1)  # the broker saw nack 1: the holds end
+    assert not holds and holds.stale_positions(0, [11], [5]) == []
+    holds.nacked(0, [20], [5])
+    holds.queue()
+    holds.reset(0)
+    assert not holds and holds.queued == 0
 
 
 def test_queue_size_below_two_is_refused() -> None:
@@ -103,7 +123,12 @@ def test_ack_buffer_merges_per_partition_and_empties() -> None:
     acks.add(0, range(5, 8))
     acks.add(2, [9])
     assert acks.count == 7
-    assert acks.drain() == {0: [(2, 8)], 2: [(9, 10)]}
+    acks.add_sent(2, 77, 100, 120)
+    drained = acks.drain()
+    assert {p: [r.tolist() for r in ranges_of_bounds(b)] for p, (b, _) in drained.items()} == \
+        {0: [[2], [8]], 2: [[9], [10]]}
+    assert np.frombuffer(drained[2][1], "<i8").tolist() == [77, 100, 120]
+    assert drained[0][1] == b""
     assert acks.count == 0
     assert acks.drain() == {}
 

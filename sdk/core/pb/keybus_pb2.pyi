@@ -1087,14 +1087,30 @@ Global___Permits: _TypeAlias = Permits  # noqa: Y015
 
 @_typing.final
 class Ack(_message.Message):
+    """An Ack or Nack covers the offsets in its ranges that the broker sent to
+    this consumer and it still holds; other offsets in them are ignored.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITION_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
     CUMULATIVE_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    SENT_RANGES_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     cumulative: _builtins.bool
     """ack everything below ranges[0].stop"""
+    bounds: _builtins.bytes
+    """Key_Shared dispatch (issue 9): more ranges as flat half-open pairs
+    start0, stop0, start1, stop1, ..., each a little-endian int64 (so both
+    sides read and write them as one array: no message, no varint per range).
+    """
+    sent_ranges: _builtins.bytes
+    """Key_Shared dispatch (issue 9): triples send, start, stop (little-endian
+    int64): every event of that send (Delivery.send) in [start, stop) this
+    consumer holds, e.g. one delivered record part whatever its offsets.
+    """
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
     def __init__(
@@ -1103,10 +1119,12 @@ class Ack(_message.Message):
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         cumulative: _builtins.bool = ...,
+        bounds: _builtins.bytes = ...,
+        sent_ranges: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "cumulative", b"cumulative", "partition", b"partition", "ranges", b"ranges", "sent_ranges", b"sent_ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1119,20 +1137,36 @@ class Nack(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
     DELAY_MS_FIELD_NUMBER: _builtins.int
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    REST_OF_SLOTS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     delay_ms: _builtins.int
+    bounds: _builtins.bytes
+    """Key_Shared dispatch (issue 9): as Ack.bounds."""
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]: ...
+    @_builtins.property
+    def rest_of_slots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Key_Shared dispatch (issue 9): flat pairs slot0, offset0, slot1, ...: also
+        give back every event of each slot after its offset that the broker sent
+        this consumer (prefetched, in flight or received), so the retry comes
+        first and the rest of the key after it. A delivery the broker sent before
+        it saw this nack (Delivery.nacks_seen) then loses those events at the
+        consumer, which drops them as they arrive.
+        """
+
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
         ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
         delay_ms: _builtins.int = ...,
+        bounds: _builtins.bytes = ...,
+        rest_of_slots: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "partition", b"partition", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "delay_ms", b"delay_ms", "partition", b"partition", "ranges", b"ranges", "rest_of_slots", b"rest_of_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1181,11 +1215,18 @@ class Delivery(_message.Message):
     WINDOW_LAST_OFFSETS_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     NACKS_SEEN_FIELD_NUMBER: _builtins.int
+    SEND_FIELD_NUMBER: _builtins.int
     nacks_seen: _builtins.int
     """How many Nack messages of this stream the broker had processed when it
     sent this delivery. Fewer than the consumer sent: the delivery may hold
     events of a nacked key sent before the broker saw the nack, which the
-    consumer gives back so the retry is not overtaken.
+    broker took back with that nack (Nack.rest_of_slots): the consumer drops
+    them, so the retry is not overtaken.
+    """
+    send: _builtins.int
+    """Key_Shared dispatch (issue 9): which send of this subscription partition
+    these records come from (one send may take several Delivery messages);
+    a consumer acknowledges a whole record part with Ack.sent_ranges.
     """
     @_builtins.property
     def record(self) -> Global___Record:
@@ -1219,10 +1260,11 @@ class Delivery(_message.Message):
         window_last_offsets: _abc.Iterable[_builtins.int] | None = ...,
         records: _abc.Iterable[Global___Record] | None = ...,
         nacks_seen: _builtins.int = ...,
+        send: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "send", b"send", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
