@@ -34,10 +34,12 @@ from sdk.channel import open_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import Event, record_events
 from sdk.core.model import HashRange
+from sdk.core.offset_ranges import bounds_of
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.fetch_buffer import AckBuffer, FetchBuffer, offsets_to_ranges
+from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
 from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
 from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
+from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
@@ -187,13 +189,14 @@ class ReceivedBatch(ReadBatch):
     protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
     record's window ends)."""
 
-    __slots__ = ("redelivery_counts", "window_last_offset")
+    __slots__ = ("redelivery_counts", "send", "window_last_offset")
 
     def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
-                 window_last_offset: int) -> None:
+                 window_last_offset: int, send: int = 0) -> None:
         super().__init__(record)
         self.redelivery_counts = redelivery_counts  # empty: all first deliveries
         self.window_last_offset = window_last_offset
+        self.send = send  # the broker's send it came in (Delivery.send; 0: unknown)
 
     @property
     def partition(self) -> int:
@@ -216,7 +219,7 @@ class _State:
 
     buffer: FetchBuffer[ReceivedBatch]
     acks: AckBuffer = field(default_factory=AckBuffer)
-    nacks: list[tuple[int, list[int], int]] = field(default_factory=list)
+    nacks: list[tuple[int, list[int], int, list[int]]] = field(default_factory=list)
     cumulative: dict[int, int] = field(default_factory=dict)
     ranges: dict[int, list[HashRange]] = field(default_factory=dict)
     active: dict[int, bool] = field(default_factory=dict)
@@ -266,12 +269,8 @@ class Consumer:
         self._callback_tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self.partitions: list[int] = []
-        # Nacked slots: (partition, slot) -> first nacked offset, until the broker
-        # has seen every nack of this stream (Delivery.nacks_seen). Nacks count
-        # when queued, not when sent: a delivery that arrives while a nack waits
-        # for the next flush was planned before the broker saw it.
-        self._holds: dict[tuple[int, int], int] = {}
-        self._nacks_queued = 0
+        self._holds = NackHolds()  # nacked slots the broker may not know of yet
+        self._ordered = self.config.type != "shared"  # per-key order (the broker says on open)
 
     @classmethod
     async def subscribe(cls, broker: str = "localhost:6650", topic: str = "",
@@ -380,7 +379,17 @@ class Consumer:
 
     def ack_batch(self, batch: ReceivedBatch) -> None:
         """Acknowledge every event of a received batch."""
-        self.ack_offsets(batch.partition, batch.offsets)
+        record = batch.record
+        offsets = record.offsets
+        if not offsets:  # a whole stored record: one range
+            base = record.base_offset
+            self._state.acks.add_range(batch.partition, base, base + record.batch.count)
+        elif batch.send:  # a part of a record: one range of its send, whatever its offsets
+            self._state.acks.add_sent(batch.partition, batch.send, offsets[0], offsets[-1] + 1)
+        else:
+            self.ack_offsets(batch.partition, offsets)
+            return
+        self._flush_wanted.set()
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
         self._state.acks.add(partition, offsets)
@@ -405,25 +414,23 @@ class Consumer:
 
     def nack_offsets(self, partition: int, offsets: Sequence[int], delay_ms: int | None = None,
                      slots: Sequence[int] | None = None) -> None:
-        """Give these offsets of `partition` back (see nack). With their `slots`,
-        events of those slots prefetched behind them are given back too, so the
-        retry is not overtaken by events already buffered here."""
+        """Give these offsets of `partition` back (see nack). With their `slots`, the
+        rest of those slots after them that this consumer holds goes back too
+        (prefetched here, or still on its way: a delivery the broker sent before it
+        saw this nack loses those events as it arrives), so the retry is not
+        overtaken; acks of them are then ignored: they come again, after it."""
         delay = self.config.nack_delay_ms if delay_ms is None else delay_ms
         given = list(offsets)
-        if slots is not None:
+        rest: list[int] = []
+        if slots is not None and self._ordered:  # Shared keeps no order: nothing to hold
             first: dict[int, int] = {}
             for offset, slot in zip(offsets, slots, strict=True):
                 first[slot] = min(first.get(slot, offset), offset)
-                hold = self._holds.get((partition, slot))
-                self._holds[partition, slot] = offset if hold is None else min(hold, offset)
+            rest = self._holds.nacked(partition, offsets, slots)
             given += self._give_back_prefetched(partition, first)
-        self._queue_nack(partition, given, delay)
+        self._state.nacks.append((partition, given, delay, rest))
+        self._holds.queue()  # the broker counts them: Delivery.nacks_seen
         self._flush_wanted.set()
-
-    def _queue_nack(self, partition: int, offsets: list[int], delay_ms: int) -> None:
-        """One Nack message for the next flush (the broker counts them: nacks_seen)."""
-        self._state.nacks.append((partition, offsets, delay_ms))
-        self._nacks_queued += 1
 
     def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
         """Remove buffered events of `partition` whose slot has a nacked offset before them."""
@@ -477,6 +484,8 @@ class Consumer:
                 break
             except grpc.aio.AioRpcError as e:
                 stream.cancel()
+                if self._closed or cancelling():  # gRPC may turn a cancel into CANCELLED
+                    raise asyncio.CancelledError from None
                 if not self.config.reconnect or e.code() not in retriable or \
                         (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
                     raise errors.from_rpc_error(e, self.broker) from None
@@ -485,9 +494,9 @@ class Consumer:
         if message is not None:
             self._callback(self._on_connection_change, True, message)
         self._stream = stream
-        self._holds.clear()
-        self._nacks_queued = len(self._state.nacks)  # still to go, on this stream
+        self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
+        self._ordered = opened.type != pb.SHARED
         self._state.buffer.reset()
         self._current.clear()
         for partition, count in self._state.buffer.initial_grants(self.partitions):
@@ -553,17 +562,16 @@ class Consumer:
             delivery = response.delivery
             counts = delivery.redelivery_counts
             lasts = delivery.window_last_offsets
-            stale = bool(self._holds) and delivery.nacks_seen < self._nacks_queued
-            if not stale:
-                self._holds.clear()  # the broker saw every nack: it holds those keys now
+            stale = self._holds.seen(delivery.nacks_seen)
             position = 0
             for i, record in enumerate(delivery.records):
                 n = record.batch.count
                 batch_counts = counts[position:position + n] if counts else ()
                 position += n
-                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i])
+                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i],
+                                                            delivery.send)
                 if stale:
-                    batch = self._give_back_stale(batch)  # type: ignore[arg-type]
+                    batch = self._drop_stale(batch)  # type: ignore[arg-type]
                 if batch is not None:
                     self._state.buffer.put(record.partition, batch.count, batch)
             self._available.set()
@@ -577,16 +585,14 @@ class Consumer:
             self._state.active[active.partition] = active.active
             self._callback(self._on_active_change, active.partition, active.active)
 
-    def _give_back_stale(self, batch: ReceivedBatch) -> ReceivedBatch | None:
+    def _drop_stale(self, batch: ReceivedBatch) -> ReceivedBatch | None:
         """Events of a nacked slot after its nacked offset, sent before the broker saw
-        the nack: give them back (nack) so they come again after the retry."""
-        partition, holds = batch.partition, self._holds
-        drop = [i for i, (o, s) in enumerate(zip(batch.offsets, batch.slots, strict=True))
-                if o > holds.get((partition, s), o)]
+        the nack: the broker took them back with it (`Nack.rest_of_slots`) and sends
+        them again after the retry; drop them here (their permits come back)."""
+        partition = batch.partition
+        drop = self._holds.stale_positions(partition, batch.offsets, batch.slots)
         if not drop:
             return batch
-        offsets = [batch.offsets[i] for i in drop]
-        self._queue_nack(partition, offsets, self.config.nack_delay_ms)
         self._state.buffer.count_taken(partition, len(drop))
         self._flush_wanted.set()
         return _without(batch, set(drop))
@@ -618,17 +624,17 @@ class Consumer:
         # Nacks and acks before new permits: the broker must know what is held
         # back before it may send more.
         nacks, state.nacks = state.nacks, []
-        for partition, offsets, delay in nacks:
+        for partition, offsets, delay, rest in nacks:
             await stream.send(pb.SubscribeRequest(nack=pb.Nack(
-                partition=partition, delay_ms=delay,
-                ranges=[pb.OffsetRange(start=a, stop=b) for a, b in offsets_to_ranges(offsets)])))
+                partition=partition, delay_ms=delay, bounds=bounds_of(offsets),
+                rest_of_slots=rest)))
         for partition, stop in state.cumulative.items():
             await stream.send(pb.SubscribeRequest(ack=pb.Ack(
                 partition=partition, cumulative=True, ranges=[pb.OffsetRange(start=0, stop=stop)])))
         state.cumulative.clear()
-        for partition, ranges in state.acks.drain().items():
-            await stream.send(pb.SubscribeRequest(ack=pb.Ack(
-                partition=partition, ranges=[pb.OffsetRange(start=a, stop=b) for a, b in ranges])))
+        for partition, (bounds, sent) in state.acks.drain().items():
+            await stream.send(pb.SubscribeRequest(ack=pb.Ack(partition=partition, bounds=bounds,
+                                                             sent_ranges=sent)))
         for partition, count in state.buffer.grants_due():
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
@@ -698,4 +704,4 @@ def _without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
         else:
             target.extend(column)
     counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
-    return ReceivedBatch(subset, counts, batch.window_last_offset)
+    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send)

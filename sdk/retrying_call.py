@@ -79,6 +79,8 @@ class RetryingCall:
                 message = await self._call.read()
             except (grpc.RpcError, errors.Unavailable) as e:
                 self._call = None
+                if cancelling():  # a cancel gRPC turned into CANCELLED: stop, do not retry
+                    raise asyncio.CancelledError from None
                 reason, never_reached = self._failure(e)
                 delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
                 if note is not None:
@@ -119,3 +121,12 @@ class RetryingCall:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def cancelling() -> bool:
+    """The running task was asked to stop. A cancel that reaches a gRPC call
+    while it completes can come back as a CANCELLED status instead of
+    CancelledError; a retry loop must not take that for a lost broker and
+    retry on, or the task never ends (close() would wait on it forever)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
