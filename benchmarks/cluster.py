@@ -85,10 +85,10 @@ async def settle(brokers: list[BrokerRunner], topic: str, lag_max: int = 0,
         if len(leaders) == 1:
             leader = found[leaders[0]]
             assert leader is not None
-            end = sum(p.end_offset for p in leader.partitions)
+            end = sum(p.log_end_offset for p in leader.partitions)
             if all(r is not None and (r is leader or (
                     r.role == "follower" and r.leader_epoch == leader.leader_epoch
-                    and end - sum(p.end_offset for p in r.partitions) <= lag_max))
+                    and end - sum(p.log_end_offset for p in r.partitions) <= lag_max))
                    for r in found):
                 return leaders[0]
         await asyncio.sleep(0.05)
@@ -112,8 +112,8 @@ async def sample_lag(brokers: list[BrokerRunner], topic: str, stop: asyncio.Even
         found = [r for r in await roles(brokers, topic) if r is not None]
         leader = [r for r in found if r.writable]
         if leader:
-            end = sum(p.end_offset for p in leader[0].partitions)
-            samples.extend(end - sum(p.end_offset for p in r.partitions)
+            end = sum(p.log_end_offset for p in leader[0].partitions)
+            samples.extend(end - sum(p.log_end_offset for p in r.partitions)
                            for r in found if r.role == "follower")
         await asyncio.sleep(0.1)
 

@@ -169,6 +169,11 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "{offset} arrived within acks_timeout_ms={timeout}; the events are on the "
                   "leader and a retry is answered once they are copied"),
         ErrorKind("replica_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("log_truncated", grpc.StatusCode.OUT_OF_RANGE,
+                  "the log of {topic!r}/{partition} was truncated to offset {cut} while this "
+                  "stream read on to offset {offset}: the dropped events were never "
+                  "acknowledged and other events may take their offsets; read again from "
+                  "offset {cut}"),
         # ------------------------------------------------------------ compacted view, bootstrap
         ErrorKind("view_off", grpc.StatusCode.FAILED_PRECONDITION,
                   "topic {topic!r} keeps no compacted view, so it cannot bootstrap; create "

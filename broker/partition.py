@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import takewhile
 from typing import Any
 
@@ -27,6 +27,7 @@ from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
 from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
+from broker.read_limit import ReadLimit
 from broker.read_path import Chunk, ReadSpec, read_chunk
 from broker.windows import (
     Decision,
@@ -101,10 +102,16 @@ class Partition:
         self.index = index
         self.settings = settings
         self.clock = PartitionClock(tail.next_offset, tail.last_scn)
-        # What readers may see: advanced only once a write is durable. The clock
-        # runs ahead of it while a group commit is being written.
+        # The durable log end: advanced only once a write is durable (the clock
+        # runs ahead of it while a group commit is being written). Replication
+        # (copy, positions, truncation, election) works on it.
+        self.log_end = tail.next_offset
+        # What readers may see (reads, dispatch, the view, bootstrap, describe):
+        # the log end, held back to the high watermark when one is set
+        # (broker/read_limit.py), and the last SCN below it.
         self.end_offset = tail.next_offset
         self.last_scn = tail.last_scn
+        self.limit = ReadLimit(tail.next_offset, tail.last_scn)
         self.start_offset = tail.start_offset
         self.bytes = tail.bytes
         self.producers = ProducerTable(PRODUCER_RESULTS_KEPT, settings.producer_ids_max)
@@ -128,6 +135,9 @@ class Partition:
         # before the delete, so a reader that checks it after a read knows
         # whether that read may have missed records (a bootstrap's catch-up).
         self.removing_below = 0
+        # Where each truncation (broker/relay/replica_log.py) cut the log, in order:
+        # a read stream past a cut since it opened ends (`check_truncation`).
+        self.truncations: list[int] = []
 
     # ------------------------------------------------------------ lifecycle
 
@@ -234,8 +244,7 @@ class Partition:
                     if not command.future.done():
                         command.future.set_exception(e)
                 return
-            self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
-            self._wake_readers()
+            self.publish()
             PRODUCED_EVENTS.labels(self.meta.name).inc(sum(a.count for a in appends))
             PRODUCE_COMMITS.labels(self.meta.name).inc()
         for command, answer in zip(commands, outcomes, strict=True):
@@ -281,12 +290,16 @@ class Partition:
 
     # ------------------------------------------------------------ read
 
-    async def read(self, spec: ReadSpec, start: int) -> Chunk:
-        """One chunk from `start` (runs on a worker thread)."""
+    async def read(self, spec: ReadSpec, start: int, replica: bool = False) -> Chunk:
+        """One chunk from `start` (runs on a worker thread), never past the readable
+        end (a follower's copy, `replica`: never past the durable log end)."""
+        end = self.log_end if replica else self.end_offset
+        if spec.stop_offset is None or spec.stop_offset > end:
+            spec = replace(spec, stop_offset=end)
         return await asyncio.to_thread(read_chunk, self.store, spec, start)
 
     async def wait_for_data(self, offset: int) -> None:
-        """Return once the log holds an event at `offset` (or the partition closes)."""
+        """Return once readers may see an event at `offset` (or the partition closes)."""
         while self.end_offset <= offset and not self._closed:
             await self._appended.wait()
         if self._closed:
@@ -296,6 +309,26 @@ class Partition:
         if self._deleted:
             return BrokerError("topic_deleted", topic=self.meta.name)
         return BrokerError("shutting_down")
+
+    async def wait_for_change(self) -> None:
+        """Return at the next publish, high watermark move or truncation (or close)."""
+        if not self._closed:
+            await self._appended.wait()
+        if self._closed:
+            raise self._closed_error()
+
+    def check_truncation(self, mark: int, offset: int) -> None:
+        """Raise when a truncation since `mark` (a `truncations` count taken when a
+        read stream opened) cut the log below `offset`, the stream's next offset:
+        the events it would read next are not the ones it was reading.
+
+        Raises:
+            BrokerError: log_truncated (OUT_OF_RANGE).
+        """
+        cuts = self.truncations[mark:]
+        if cuts and min(cuts) < offset:
+            raise BrokerError("log_truncated", topic=self.meta.name, partition=self.index,
+                              offset=offset, cut=min(cuts))
 
     # ------------------------------------------------------------ relay hooks
 
@@ -326,9 +359,29 @@ class Partition:
             command.future.set_result(result)
 
     def publish(self) -> None:
-        """Make what the clock holds (durable) visible to readers and wake them."""
-        self.end_offset, self.last_scn = self.clock.next_offset, self.clock.last_scn
+        """Make what the clock holds (durable) the log end, what the high watermark
+        allows of it visible to readers, and wake them."""
+        if self.clock.next_offset < self.log_end:  # a truncation
+            self.truncations.append(self.clock.next_offset)
+        self.log_end = self.clock.next_offset
+        self.limit.process_log_end(self.clock.next_offset, self.clock.last_scn)
+        self.end_offset, self.last_scn = self.limit.readable_end, self.limit.readable_scn
         self._wake_readers()
+
+    def hold_back_readers(self) -> None:
+        """Readers see nothing of the stored log until a high watermark is set
+        (at start, on a broker of a cluster: see broker/read_limit.py)."""
+        self.limit.hold_back(self.start_offset)
+        self.end_offset, self.last_scn = self.limit.readable_end, self.limit.readable_scn
+
+    def set_high_watermark(self, high_watermark: int | None) -> None:
+        """Hold readers back to `high_watermark` (None: no limit, the log end);
+        wakes readers (and followers' copies, which carry it on) when it moved."""
+        before = (self.limit.high_watermark, self.end_offset)
+        self.limit.process_high_watermark(high_watermark)
+        self.end_offset, self.last_scn = self.limit.readable_end, self.limit.readable_scn
+        if (self.limit.high_watermark, self.end_offset) != before:
+            self._wake_readers()
 
     def _wake_readers(self) -> None:
         event, self._appended = self._appended, asyncio.Event()
@@ -351,10 +404,11 @@ class Partition:
             return self.start_offset
         if which == "scn":
             return self.offset_for_scn(start.scn)
-        if not self.start_offset <= start.offset <= self.end_offset:
-            name = "offset_past_end" if start.offset > self.end_offset else "offset_before_start"
+        # Up to the log end: past the high watermark a reader waits for it.
+        if not self.start_offset <= start.offset <= self.log_end:
+            name = "offset_past_end" if start.offset > self.log_end else "offset_before_start"
             raise BrokerError(name, offset=start.offset, topic=self.meta.name,
-                              partition=self.index, start=self.start_offset, end=self.end_offset,
+                              partition=self.index, start=self.start_offset, end=self.log_end,
                               held=self.held_text())
         return start.offset
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -141,6 +141,10 @@ class Reader:
             of deleted keys (default True, for a reader that holds state).
         security: TLS and credentials (sdk.security.ClientSecurity); None =
             the ambient default, else plain text.
+        replica: a relay follower's copy: read to the broker's durable log end,
+            past the high watermark readers are held to (needs the admin
+            permission); `on_high_watermark` is called with the broker's high
+            watermark from every response.
     Raises (while iterating):
         TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
     """
@@ -155,7 +159,7 @@ class Reader:
                  on_connection_change: ConnectionCallback | None = None,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
                  include_tombstones: bool = True,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, replica: bool = False) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -172,7 +176,7 @@ class Reader:
         self._template = pb.ReadRequest(
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
-            follow=follow, stop_offset=stop_offset or 0)
+            follow=follow, stop_offset=stop_offset or 0, replica=replica)
         link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
                 "on_connection_change": on_connection_change}
         self._bootstrap: BootstrapStream | None = None
@@ -208,6 +212,9 @@ class Reader:
         self._response_next = 0
         self._next_offset: int | None = None
         self.end_offset: int | None = None  # log end at the last response (lag)
+        # replica reads (a relay follower's copy): called with the upstream's high
+        # watermark from every response, also those without records.
+        self.on_high_watermark: Callable[[int], None] | None = None
         self._done = False
 
     @property
@@ -258,6 +265,8 @@ class Reader:
             self._records.extend(response.records)
             self._response_next = response.next_offset
             self.end_offset = response.end_offset
+            if self.on_high_watermark is not None and response.high_watermark:
+                self.on_high_watermark(response.high_watermark)
             if not response.records:
                 self._advance(response.next_offset)
         batch = ReadBatch(self._records.popleft())

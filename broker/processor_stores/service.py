@@ -169,7 +169,9 @@ class ProcessorStores:
 
     async def update_checkpoint(self, group: Group, partition: int, position: Position) -> None:
         """Store a checkpoint (fsynced) unless its epoch is fenced off."""
-        end_offset = self.registry.partition(group.topic, partition).end_offset
+        # The durable log end, not the high watermark (a restarted broker of a
+        # cluster holds readers back while checkpoints of what they read come).
+        end_offset = self.registry.partition(group.topic, partition).log_end
         if position.offset >= end_offset:
             raise BrokerError("checkpoint_invalid", detail=(
                 f"checkpoint offset {position.offset} of {group.topic!r}/{partition} is not "

@@ -50,16 +50,16 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
     for partition in partitions:
         state = copies.get(partition.index)
         entry = pb.PartitionRelayInfo(partition=partition.index, end_offset=partition.end_offset,
-                                      upstream_read_ms_ago=-1)
+                                      log_end_offset=partition.log_end, upstream_read_ms_ago=-1)
         if state is not None:
             entry.upstream_end_offset = state.upstream_end
-            entry.lag_events = max(state.upstream_end - partition.end_offset, 0)
+            entry.lag_events = max(state.upstream_end - partition.log_end, 0)
             entry.lag_ms = 0 if not entry.lag_events or not state.caught_up_ms else \
                 now - state.caught_up_ms
             entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
         result.partitions.append(entry)
     if role is not None and role.role == "leader":
-        ends = {p.index: p.end_offset for p in partitions}
+        ends = {p.index: p.log_end for p in partitions}
         for (broker, index), (follower_address, end, reported_ms) in sorted(role.reports.items()):
             result.followers.append(pb.ReplicaInfo(
                 broker_id=broker, address=follower_address, partition=index, end_offset=end,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,7 +35,7 @@ import grpc.aio
 from broker.errors import BrokerError
 from broker.log.codec import CorruptRecord
 from broker.partition import Partition
-from broker.relay import replica_log
+from broker.relay import replica_log, watermark
 from broker.relay.backoff import Backoff
 from broker.relay.cursor_sync import SubscriptionCarrier, sync_once
 from broker.relay.metrics import COPIED_EVENTS, TRUNCATED_EVENTS
@@ -193,18 +194,18 @@ class TopicFollower:
 
     async def _handshake(self, partition: Partition) -> None:
         """Drop the tail the upstream's log does not have (step 1)."""
-        if partition.end_offset == partition.start_offset:
+        if partition.log_end == partition.start_offset:
             return
         store, topic_id = partition.store, partition.meta.topic_id
         epoch = await asyncio.to_thread(replica_log.last_epoch, store, topic_id,
-                                        partition.index, partition.end_offset)
+                                        partition.index, partition.log_end)
         assert self._channel is not None
         try:
             answer = await stub_of(self._channel).EpochEnd(pb.EpochEndRequest(
                 topic=self.topic, partition=partition.index, leader_epoch=epoch), timeout=10)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
-        if answer.end_offset >= partition.end_offset:
+        if answer.end_offset >= partition.log_end:
             return
         callback = self._truncated_callback(partition.index)
         dropped = await partition.run_on_task(
@@ -226,16 +227,19 @@ class TopicFollower:
 
     async def _copy(self, partition: Partition, state: CopyState, backoff: Backoff) -> None:
         """Follow the upstream and store what it sends (steps 2-3) until an error."""
-        start: int | str = partition.end_offset
-        if partition.end_offset == partition.start_offset:
+        start: int | str = partition.log_end
+        if partition.log_end == partition.start_offset:
             start = "earliest"
         stop = self.stop_offsets.get(partition.index)
-        if stop is not None and partition.end_offset >= stop:
+        if stop is not None and partition.log_end >= stop:
             state.done = True
             return
         reader = Reader(self.upstream, self.topic, partition.index, start=start, follow=True,
                         stop_offset=stop, retry_backoff_ms=self.relay.backoff_first_ms,
-                        retry_backoff_max_ms=self.relay.backoff_max_ms, channel=self._channel)
+                        retry_backoff_max_ms=self.relay.backoff_max_ms, channel=self._channel,
+                        replica=True)
+        # The upstream's high watermark, sent with the records and when only it moves.
+        reader.on_high_watermark = functools.partial(watermark.advance, partition)
         async with reader:
             async for batch in reader:
                 records = [batch.record, *(b.record for b in reader.drain_buffered())]
@@ -245,12 +249,12 @@ class TopicFollower:
                 plan = await partition.run_on_task(
                     lambda p, records=records: replica_log.replicate(p, records))  # type: ignore[misc]
                 COPIED_EVENTS.labels(self.topic).inc(plan.events)
-                if partition.end_offset >= state.upstream_end:
+                if partition.log_end >= state.upstream_end:
                     state.caught_up_ms = now
                 state.error = ""
                 backoff.reset()
                 assert self._reporter is not None
-                self._reporter.report(partition.index, partition.end_offset, self.leader_epoch)
+                self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
         state.done = stop is not None
 
     async def _sync_loop(self) -> None:

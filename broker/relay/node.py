@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
-from broker.relay import replica_log
+from broker.relay import replica_log, watermark
 from broker.relay.acks import AckTracker
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
@@ -148,7 +148,7 @@ class RelayNode:
                     continue
                 for index, state in follower.states.items():
                     with contextlib.suppress(BrokerError):
-                        end = self.registry.partition(topic, index).end_offset
+                        end = self.registry.partition(topic, index).log_end
                         lag = max(state.upstream_end - end, 0)
                         labels = (topic, str(index))
                         FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
@@ -183,6 +183,7 @@ class RelayNode:
         replication = self.relay.for_topic(meta.name)
         if replication is None or meta.name in self.roles:
             return
+        watermark.hold_back(partitions)
         self.roles[meta.name] = TopicRole(meta.name, replication)
         if self._started:
             self._take_up(meta.name)
@@ -269,12 +270,15 @@ class RelayNode:
         for future in tracker.process_position(position.broker_id, position.end_offset):
             if not future.done():
                 future.set_result(None)
+        with contextlib.suppress(BrokerError):
+            watermark.advance(self.registry.partition(role.topic, position.partition),
+                              tracker.acked_end())
 
     async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
         partition = self.registry.partition(request.topic, request.partition)
         end = await asyncio.to_thread(replica_log.epoch_end, partition.store,
                                       partition.meta.topic_id, partition.index,
-                                      partition.start_offset, partition.end_offset,
+                                      partition.start_offset, partition.log_end,
                                       request.leader_epoch)
         role = self.roles.get(request.topic)
         epoch = role.epoch if role is not None and role.role == "leader" else 0
@@ -300,6 +304,7 @@ class RelayNode:
                 for partition in partitions:
                     partition.leader_epoch = epoch
                 role.trackers = {p.index: AckTracker(role.replication.acks) for p in partitions}
+                watermark.lead(partitions, role.replication.acks)
                 role.reports.clear()
                 self._count_change(role, epoch)
                 log.info("topic %s: leading (leader epoch %d, acks %s)", topic, epoch,
@@ -320,6 +325,8 @@ class RelayNode:
             if role.follower is not None:
                 await role.follower.stop()
             self._count_change(role, epoch)
+            with contextlib.suppress(BrokerError):  # a missing topic: the copy creates it
+                watermark.follow(self.registry.partitions(topic))
             role.role, role.leader, role.epoch = "follower", leader, epoch
             role.detail = f"copying from {leader}"
             role.follower = TopicFollower(topic, leader, epoch, self.registry, self.relay,
@@ -335,6 +342,8 @@ class RelayNode:
             if role.follower is not None:
                 await role.follower.stop()
                 role.follower = None
+            with contextlib.suppress(BrokerError):
+                watermark.follow(self.registry.partitions(topic))
             if role.role != "candidate":
                 log.info("topic %s: no leader (%s)", topic, detail)
             role.role, role.leader, role.detail = "candidate", "", detail
@@ -381,8 +390,9 @@ class RelayNode:
         role.confirmed_event = asyncio.Event()
 
     async def _truncated(self, topic: str, partition: int, end: int) -> None:
-        """A truncation to `end`: subscriptions past it go back to it first."""
-        self._warn_view(topic, partition, end)
+        """A truncation to `end`: the compacted view and subscriptions past it go
+        back first (before readers wake)."""
+        await self._roll_back_view(topic, partition, end)
         if self.carrier is None:
             return
         for info in self.carrier.list_all(topic):
@@ -392,24 +402,28 @@ class RelayNode:
                                             pb.StartPosition(offset=min(p.mark_delete, end)),
                                             [partition])
 
-    def _warn_view(self, topic: str, partition: int, end: int) -> None:
-        """The compacted view (broker/view) is not rolled back by a truncation: say so."""
-        with contextlib.suppress(BrokerError):
+    async def _roll_back_view(self, topic: str, partition: int, end: int) -> None:
+        """A compacted view (broker/view) that folded events past the cut is rebuilt
+        from the log. It folds only below the high watermark, which no truncation
+        cuts, so this is a safety net (e.g. a log written before high watermarks)."""
+        try:
             view = self.registry.views.of(topic, partition)
-            if view.state.offset_next > end:
-                log.warning("topic %s/%d: the compacted view folded offsets up to %d, past the "
-                            "truncation to %d; it keeps the dropped events' keys until they are "
-                            "written again (a view is not rolled back)", topic, partition,
-                            view.state.offset_next, end)
+        except BrokerError:
+            return
+        if view.state.offset_next > end:
+            log.warning("topic %s/%d: the compacted view folded offsets up to %d, past the "
+                        "truncation to %d; rebuilding it from the log", topic, partition,
+                        view.state.offset_next, end)
+            await view.rebuild()
 
     # ------------------------------------------------------------ election helpers
 
     def log_ends(self, topic: str) -> tuple[int, ...]:
-        return tuple(p.end_offset for p in self.registry.partitions(topic))
+        return tuple(p.log_end for p in self.registry.partitions(topic))
 
     async def last_epochs(self, topic: str) -> tuple[int, ...]:
         return tuple([await asyncio.to_thread(replica_log.last_epoch, p.store, p.meta.topic_id,
-                                              p.index, p.end_offset)
+                                              p.index, p.log_end)
                       for p in self.registry.partitions(topic)])
 
     async def truncate(self, topic: str, partition: int, offset: int) -> None:

@@ -17,6 +17,7 @@ from broker.config import Settings
 from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.metrics import READ_EVENTS
+from broker.partition import Partition
 from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
@@ -60,11 +61,19 @@ class ReadServicer:
             events_max=read_limit("events_max", request.events_max, self.settings.read_events_max),
             bytes_max=read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max),
             slot_mask=hash_mask(list(request.hash_ranges)),
-            selector=compile_selector(request.filter, self.config_filters),
+            # A follower's copy is whole: this broker's config filters are for its readers.
+            selector=compile_selector(request.filter,
+                                      {} if request.replica else self.config_filters),
         )
         offset = partition.resolve_start(request.start)
+        if request.replica:
+            async for response in replica_read(partition, spec, offset, request.follow):
+                yield response
+            return
+        mark = len(partition.truncations)
         told_position = False
         while spec.stop_offset is None or offset < spec.stop_offset:
+            partition.check_truncation(mark, offset)
             if offset >= partition.end_offset:
                 if not request.follow:
                     return
@@ -74,9 +83,35 @@ class ReadServicer:
                     # what was produced meanwhile) and knows it reached the broker.
                     yield wire.read_response([], offset, partition.end_offset)
                     told_position = True
-                await partition.wait_for_data(offset)
+                await partition.wait_for_change()  # data, or a truncation to check
+                continue
             chunk = await partition.read(spec, offset)
             offset = max(offset, chunk.next_offset)
             if chunk.records:
                 READ_EVENTS.labels(request.topic).inc(chunk.events)
                 yield wire.read_response(chunk.records, offset, partition.end_offset)
+
+
+async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
+                       follow: bool) -> AsyncIterator[bytes]:
+    """A follower's copy: records to the durable log end, each response with the
+    high watermark (what this broker's readers may see), and a response with
+    no records whenever only the high watermark moved, so the follower learns
+    it without new data. Ends with `log_truncated` when this broker's log is
+    cut below `offset` (the follower's next offset) since the stream opened."""
+    mark = len(partition.truncations)
+    sent_high_watermark = -1
+    while spec.stop_offset is None or offset < spec.stop_offset:
+        if offset >= partition.log_end and partition.end_offset == sent_high_watermark:
+            if not follow:
+                return
+            await partition.wait_for_change()
+            partition.check_truncation(mark, offset)
+            continue
+        partition.check_truncation(mark, offset)
+        chunk = await partition.read(spec, offset, replica=True)
+        offset = max(offset, chunk.next_offset)
+        high_watermark = partition.end_offset
+        if chunk.records or high_watermark != sent_high_watermark:
+            sent_high_watermark = high_watermark
+            yield wire.read_response(chunk.records, offset, partition.log_end, high_watermark)

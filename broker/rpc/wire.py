@@ -11,6 +11,7 @@ from __future__ import annotations
 RECORDS_TAG = b"\x0a"  # field 1, length-delimited
 NEXT_OFFSET_TAG = b"\x10"  # field 2, varint
 END_OFFSET_TAG = b"\x18"  # field 3, varint
+HIGH_WATERMARK_TAG = b"\x20"  # field 4, varint
 
 
 def varint(value: int) -> bytes:
@@ -25,7 +26,8 @@ def varint(value: int) -> bytes:
             return bytes(out)
 
 
-def read_response(records: list[bytes], next_offset: int, end_offset: int) -> bytes:
+def read_response(records: list[bytes], next_offset: int, end_offset: int,
+                  high_watermark: int = 0) -> bytes:
     parts: list[bytes] = []
     for record in records:
         parts += (RECORDS_TAG, varint(len(record)), record)
@@ -33,4 +35,6 @@ def read_response(records: list[bytes], next_offset: int, end_offset: int) -> by
         parts += (NEXT_OFFSET_TAG, varint(next_offset))
     if end_offset:
         parts += (END_OFFSET_TAG, varint(end_offset))
+    if high_watermark:
+        parts += (HIGH_WATERMARK_TAG, varint(high_watermark))
     return b"".join(parts)

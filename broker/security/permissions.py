@@ -170,6 +170,12 @@ def dead_letter_topic(request: Any) -> list[tuple[str, frozenset[Permission]]]:
     return []
 
 
+def replica_read(request: Any) -> list[tuple[str, frozenset[Permission]]]:
+    """A relay follower's copy reads past the high watermark (unacknowledged
+    events): it needs the admin permission on the topic besides consume."""
+    return [(request.topic, frozenset({Permission.ADMIN}))] if request.replica else []
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """What an RPC needs. permissions: any of them, on every topic the request
@@ -196,7 +202,7 @@ AUTHENTICATED = Rule()
 RULES: dict[str, Rule] = {
     "Produce": _needs(Permission.PRODUCE),
     "InitProducer": _needs(Permission.PRODUCE),
-    "Read": _needs(Permission.CONSUME),
+    "Read": Rule(frozenset({Permission.CONSUME}), field_topic("topic"), also=replica_read),
     "Subscribe": Rule(frozenset({Permission.CONSUME}), subscribe_topics, also=dead_letter_topic),
     "CreateTopic": _needs(Permission.ADMIN),
     "ListTopics": AUTHENTICATED,

@@ -300,13 +300,15 @@ class SubscriptionManager:
                 raise BrokerError("ack_invalid", what="ack", detail="a cumulative ack carries "
                                   "one range whose stop is the first offset not acknowledged")
             stop = ack.ranges[0].stop
-            if stop > dispatcher.partition.end_offset:
+            if stop > dispatcher.partition.log_end:
                 raise BrokerError("ack_invalid", what="ack", detail=(
                     f"cumulative stop {stop} of partition {dispatcher.index} is past its end "
-                    f"offset {dispatcher.partition.end_offset}"))
+                    f"offset {dispatcher.partition.log_end}"))
             dispatcher.ack_cumulative(session.name, stop)
             return
-        end = dispatcher.partition.end_offset
+        # The log end, not the high watermark: a restarted broker of a cluster holds
+        # readers back while acks of what it delivered before may still come.
+        end = dispatcher.partition.log_end
         if ack.sent_ranges:
             dispatcher.ack_sent(session.name, *sent_ranges(ack.sent_ranges, end,
                                                            dispatcher.index))
@@ -322,7 +324,7 @@ class SubscriptionManager:
         if delay > self.settings.nack_delay_ms_max:
             raise BrokerError("subscribe_limit_invalid", field="nack.delay_ms", value=delay,
                               allowed=f"0 (broker default) or 1..{self.settings.nack_delay_ms_max}")
-        starts, stops = checked_ranges(nack.ranges, nack.bounds, dispatcher.partition.end_offset,
+        starts, stops = checked_ranges(nack.ranges, nack.bounds, dispatcher.partition.log_end,
                                        dispatcher.index, "nack")
         rest = nack.rest_of_slots
         if len(rest) % 2:

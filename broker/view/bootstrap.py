@@ -94,6 +94,7 @@ class BootstrapStream:
         self.request = request
         self.open_cursor = open_cursor
         self._pin: int | None = None
+        self._truncations = len(partition.truncations)  # a cut past us ends the stream
 
     async def run(self) -> AsyncIterator[bytes]:
         resume = self.request.resume if self.request.HasField("resume") else None
@@ -116,12 +117,14 @@ class BootstrapStream:
         p = self.partition
         if resume.phase not in (pb.CATCHUP, pb.ONLINE):
             raise self._invalid("phase", resume.phase, "SNAPSHOT, CATCHUP or ONLINE")
-        if not resume.next_offset <= p.end_offset:
-            raise self._invalid("next_offset", resume.next_offset, f"0..{p.end_offset}")
+        # Up to the durable log end: a restarted broker of a cluster holds readers
+        # back (high watermark) until it knows what is acknowledged; the stream waits.
+        if not resume.next_offset <= p.log_end:
+            raise self._invalid("next_offset", resume.next_offset, f"0..{p.log_end}")
         if resume.phase == pb.CATCHUP and not (
-                resume.next_offset <= resume.target_offset <= p.end_offset):
+                resume.next_offset <= resume.target_offset <= p.log_end):
             raise self._invalid("target_offset", resume.target_offset,
-                                f"{resume.next_offset}..{p.end_offset}")
+                                f"{resume.next_offset}..{p.log_end}")
         if resume.next_offset < p.start_offset:
             raise BrokerError("offset_before_start", offset=resume.next_offset,
                               topic=p.meta.name, partition=p.index, start=p.start_offset,
@@ -226,6 +229,8 @@ class BootstrapStream:
                 snapshot_scn=snapshot.snapshot_scn, target_offset=target,
                 consistent_offset=max(snapshot.consistent_offset, offset)))
         while offset < target:
+            if offset >= self.partition.end_offset:  # a resume past the high watermark
+                await self.partition.wait_for_data(offset)
             offset, message = await self._read(offset, target, pb.CATCHUP, target)
             if self._pin is not None:
                 self.view.move_pin(self._pin, offset)
@@ -253,6 +258,7 @@ class BootstrapStream:
                     target: int) -> tuple[int, bytes | None]:
         """One chunk of the log from `offset`: the next offset and its message."""
         p, spec = self.partition, self.read
+        p.check_truncation(self._truncations, offset)
         bounded = ReadSpec(spec.topic_id, spec.partition, stop, spec.events_max,
                            spec.bytes_max, spec.slot_mask, spec.selector)
         chunk = await p.read(bounded, offset)

@@ -91,6 +91,16 @@ class PartitionView:
         with contextlib.suppress(KeyError):  # no pass ran: never labelled
             VIEW_LAG_EVENTS.remove(self.partition.meta.name, str(self.partition.index))
 
+    async def rebuild(self) -> None:
+        """Drop the view and fold it again from the log (a truncation cut events it
+        folded in). Stops the maintainer (a pass in flight finishes first), clears
+        on a worker thread, starts again from the log's first record."""
+        await self.stop()
+        meta = self.partition.meta
+        self.state = await asyncio.to_thread(self.views.clear, meta.topic_id, self.partition.index)
+        self._signal()
+        self.start()
+
     async def _run(self) -> None:
         interval_s = self.settings.view_sweep_interval_ms / 1000
         while True:

@@ -102,6 +102,15 @@ class ViewStore:
         self.log.write(batch, sync=False)
         return new_state
 
+    def clear(self, topic_id: int, partition: int) -> codec.ViewState:
+        """Drop a partition's whole view (entries, tombstone index, state): it is
+        folded again from the log (a truncation cut events it held)."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(codec.partition_prefix(topic_id, partition),
+                           codec.PREFIX.pack(topic_id, partition + 1), self._handle)
+        self.log.write(batch, sync=False)
+        return self.state(topic_id, partition)
+
 
 def _records(store: RocksStore, topic_id: int, partition: int, start: int, stop: int,
              events_max: int) -> Iterator[pb.Record]:

@@ -46,7 +46,7 @@ from tests.support.relay_cluster import (
     writable,
 )
 from tests.support.wire import create_topic, stub
-from tests.support.zookeeper import ZooKeeperServer, ensure_zookeeper
+from tests.support.zookeeper import ZooKeeperServer, ensure_zookeeper, zookeeper_running
 
 SESSION_MS = 2_000
 FAILOVER_S_MAX = 5.0
@@ -54,13 +54,8 @@ FAILOVER_S_MAX = 5.0
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ensure_zookeeper()
-    if reason is not None:
-        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper") / "zk")
-    server.start()
-    yield server
-    server.stop()
+    with zookeeper_running(tmp_path_factory.mktemp("zookeeper") / "zk") as server:
+        yield server
 
 
 def cluster(root: Path, zookeeper: str, brokers: int, acks: int | str, name: str
@@ -229,6 +224,16 @@ def check_exactly_once(leader: BrokerRunner, acked: dict[tuple[int, int], int]) 
     assert not moved, f"acknowledged events missing or moved: {list(moved.items())[:5]}"
 
 
+def stored_events(broker: BrokerRunner) -> dict[int, tuple[int, int]]:
+    """offset -> (key, round) of every event the broker shows readers."""
+    stored: dict[int, tuple[int, int]] = {}
+    for record in records(broker.address, "t"):
+        for i, (key, value) in enumerate(zip(keys_of(record.batch), record.batch.values,
+                                             strict=True)):
+            stored[record.base_offset + i] = (int(key), int(value))
+    return stored
+
+
 def subscription_copied(broker: BrokerRunner) -> bool:
     async def ask() -> bool:
         async with SubscriptionAdmin(broker.address) as admin:
@@ -261,8 +266,15 @@ def test_kill_the_leader_under_load(zookeeper: ZooKeeperServer, tmp_path: Path) 
         check_exactly_once(brokers[new], load.acked)
         check_order(load.received)
         assert_same_logs(brokers, "t")
-        # The Reader saw every acknowledged event at its offset; offsets it saw twice are
-        # those of the old leader's never-acknowledged tail, read again from the new leader.
+        # High watermark: no reader or consumer ever got an event the new leader lacks
+        # (the old leader's never-acknowledged tail was never shown to them).
+        stored = stored_events(brokers[new])
+        phantom_reads = [(o, k, r) for o, k, r in load.read if stored.get(o) != (k, r)]
+        assert not phantom_reads, f"read events absent from the new leader: {phantom_reads[:5]}"
+        kept = set(stored.values())
+        phantom = [e for events in load.received.values() for e in events if e not in kept]
+        assert not phantom, f"consumed events absent from the new leader: {phantom[:5]}"
+        # The Reader saw every acknowledged event at its offset.
         at = {(key, round_): offset for offset, key, round_ in load.read}
         unread = {e: (o, at.get(e)) for e, o in load.acked.items() if at.get(e) != o}
         assert not unread, f"{len(unread)} acknowledged events not read at their offsets, " \
@@ -282,7 +294,7 @@ async def run_kill(load: Load, brokers: list[BrokerRunner], old: int,
         await until(lambda: all(subscription_copied(b) for i, b in enumerate(brokers) if i != old),
                     30)
         before = len(load.acked)
-        end_at_kill = max(p.end_offset for r in roles(brokers, "t") if r for p in r.partitions)
+        end_at_kill = max(p.log_end_offset for r in roles(brokers, "t") if r for p in r.partitions)
         await asyncio.to_thread(brokers[old].kill)
         began = time.monotonic()
         await until(lambda: writable(brokers, "t"), 30, interval_s=0.02)
@@ -291,7 +303,7 @@ async def run_kill(load: Load, brokers: list[BrokerRunner], old: int,
 
         def stored_more() -> bool:
             info = role(brokers[new].address, "t")
-            return info is not None and info.partitions[0].end_offset > end_at_kill
+            return info is not None and info.partitions[0].log_end_offset > end_at_kill
         await until(stored_more, 30, interval_s=0.02)
         measured["first_stored_s"] = time.monotonic() - began
         # acks=2 needs two followers: the old leader comes back as one, then acks flow again.
@@ -330,14 +342,14 @@ def test_a_returning_old_leader_drops_its_unacknowledged_tail(zookeeper: ZooKeep
         wait_settled(brokers, "t", followers=2)
         asyncio.run(produce_mix(addresses(brokers), 2))
         old = wait_settled(brokers, "t", followers=2)
-        end = role(brokers[old].address, "t").partitions[0].end_offset  # type: ignore[union-attr]
+        end = role(brokers[old].address, "t").partitions[0].log_end_offset  # type: ignore[union-attr]
         followers = [b for i, b in enumerate(brokers) if i != old]
         for follower in followers:  # nobody can copy what the leader stores next
             follower.kill()
         answers: list[Any] = []
         sender = threading.Thread(target=send_window, args=(brokers[old].address, answers))
         sender.start()
-        wait_for(lambda: role(brokers[old].address, "t").partitions[0].end_offset  # type: ignore[union-attr]
+        wait_for(lambda: role(brokers[old].address, "t").partitions[0].log_end_offset  # type: ignore[union-attr]
                  == end + 10, 5, "the leader stored the window (unacknowledged: no copy)")
         brokers[old].kill()
         for follower in followers:

@@ -42,17 +42,18 @@ def writable(brokers: Sequence[BrokerRunner], topic: str) -> list[int]:
 
 
 def settled(brokers: Sequence[BrokerRunner], topic: str, followers: int) -> int | None:
-    """The leader's index once one leads and `followers` others copy from it at its end."""
+    """The leader's index once one leads and `followers` others copy from it at its end
+    (log end and high watermark: readers see the same on every broker)."""
     found = roles(brokers, topic)
     leaders = [i for i, r in enumerate(found) if r is not None and r.writable]
     if len(leaders) != 1:
         return None
     leader = found[leaders[0]]
     assert leader is not None
-    ends = [p.end_offset for p in leader.partitions]
+    ends = [(p.end_offset, p.log_end_offset) for p in leader.partitions]
     copying = [r for r in found if r is not None and r.role == "follower"
                and r.leader_epoch == leader.leader_epoch
-               and [p.end_offset for p in r.partitions] == ends]
+               and [(p.end_offset, p.log_end_offset) for p in r.partitions] == ends]
     return leaders[0] if len(copying) >= followers else None
 
 

@@ -7,10 +7,16 @@ that Debian's `zookeeper` package and a Java runtime are installed.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 from keybus.dev_cluster import ZOOKEEPER_JAR, ZooKeeperServer
 from tests.support.debian import ensure_program
 
-__all__ = ["ZooKeeperServer", "ensure_zookeeper"]
+__all__ = ["ZooKeeperServer", "ensure_zookeeper", "zookeeper_running"]
 
 
 def ensure_zookeeper() -> str | None:
@@ -19,3 +25,18 @@ def ensure_zookeeper() -> str | None:
     if reason is None and not ZOOKEEPER_JAR.exists():
         reason = f"the zookeeper package is installed but {ZOOKEEPER_JAR} is missing"
     return reason or ensure_program("java", "openjdk-17-jre-headless")
+
+
+@contextlib.contextmanager
+def zookeeper_running(data_dir: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper started in data_dir and stopped (by PID) after; the test is
+    skipped, saying why, only when it cannot be installed."""
+    reason = ensure_zookeeper()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
+    server = ZooKeeperServer(data_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

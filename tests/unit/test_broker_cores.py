@@ -99,13 +99,16 @@ def test_idempotence_rules() -> None:
 
 
 @given(st.lists(st.binary(max_size=300), max_size=5), st.integers(0, 2**64 - 1),
-       st.integers(0, 2**64 - 1))
-def test_hand_built_read_response_parses(records: list[bytes], next_offset: int, end: int) -> None:
+       st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_hand_built_read_response_parses(records: list[bytes], next_offset: int, end: int,
+                                         high_watermark: int) -> None:
     built = [pb.Record(topic="t", base_offset=i, batch=pb.EventBatch(count=1, values=[v])).SerializeToString()
              for i, v in enumerate(records)]
-    parsed = pb.ReadResponse.FromString(wire.read_response(built, next_offset, end))
+    parsed = pb.ReadResponse.FromString(wire.read_response(built, next_offset, end,
+                                                           high_watermark))
     assert [r.SerializeToString() for r in parsed.records] == built
-    assert (parsed.next_offset, parsed.end_offset) == (next_offset, end)
+    assert (parsed.next_offset, parsed.end_offset, parsed.high_watermark) == \
+        (next_offset, end, high_watermark)
 
 
 def test_settings_precedence_and_errors(tmp_path: Path) -> None:

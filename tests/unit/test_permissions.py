@@ -115,3 +115,15 @@ def test_a_dead_letter_topic_needs_produce_on_it() -> None:
     assert denial is not None and (denial.topic, denial.needed) == ("billing", "produce")
     table.add(Grant("alice", "billing", Permission.PRODUCE))
     assert decide(table, "alice", rule_for("Subscribe"), opened) is None
+
+
+def test_a_replica_read_needs_admin_besides_consume() -> None:
+    table = AccessTable()
+    table.add(Grant("relay", "orders", Permission.CONSUME))
+    plain = pb.ReadRequest(topic="orders")
+    replica = pb.ReadRequest(topic="orders", replica=True)
+    assert decide(table, "relay", rule_for("Read"), plain) is None
+    denial = decide(table, "relay", rule_for("Read"), replica)
+    assert denial is not None and (denial.topic, denial.needed) == ("orders", "admin")
+    table.add(Grant("relay", "orders", Permission.ADMIN))
+    assert decide(table, "relay", rule_for("Read"), replica) is None

@@ -662,6 +662,7 @@ class ReadRequest(_message.Message):
     BYTES_MAX_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
     STOP_OFFSET_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     events_max: _builtins.int
@@ -673,6 +674,12 @@ class ReadRequest(_message.Message):
     """true: after the end of the log, wait for new events instead of ending."""
     stop_offset: _builtins.int
     """Exclusive end offset (0 = no end)."""
+    replica: _builtins.bool
+    """Relay chaining (high watermark): a follower's copy reads to the durable
+    log end, past the high watermark readers are held to; its responses
+    carry the high watermark and come also when only that moved. Needs the
+    admin permission on the topic besides consume.
+    """
     @_builtins.property
     def start(self) -> Global___StartPosition: ...
     @_builtins.property
@@ -693,10 +700,11 @@ class ReadRequest(_message.Message):
         bytes_max: _builtins.int = ...,
         follow: _builtins.bool = ...,
         stop_offset: _builtins.int = ...,
+        replica: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "partition", b"partition", "start", b"start", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "partition", b"partition", "replica", b"replica", "start", b"start", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -709,10 +717,17 @@ class ReadResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     END_OFFSET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """Next offset to read from (resume point)."""
     end_offset: _builtins.int
-    """Log end offset when this message was sent (for lag)."""
+    """Log end offset when this message was sent (for lag); what readers may
+    see (the high watermark, on a cluster's topic with acks = n).
+    """
+    high_watermark: _builtins.int
+    """Relay chaining, replica reads only: the sender's high watermark (what its
+    readers may see); the follower exposes no more than this of its copy.
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """Records in offset order, holding only events at or after the start and
@@ -725,10 +740,11 @@ class ReadResponse(_message.Message):
         records: _abc.Iterable[Global___Record] | None = ...,
         next_offset: _builtins.int = ...,
         end_offset: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "next_offset", b"next_offset", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "high_watermark", b"high_watermark", "next_offset", b"next_offset", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1897,6 +1913,7 @@ class PartitionRelayInfo(_message.Message):
     LAG_MS_FIELD_NUMBER: _builtins.int
     UPSTREAM_READ_MS_AGO_FIELD_NUMBER: _builtins.int
     LAST_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     end_offset: _builtins.int
     upstream_end_offset: _builtins.int
@@ -1908,6 +1925,8 @@ class PartitionRelayInfo(_message.Message):
     """-1 = never read"""
     last_leader_epoch: _builtins.int
     """epoch of the last record"""
+    log_end_offset: _builtins.int
+    """High watermark: end_offset is what readers may see; this, the durable log end."""
     def __init__(
         self,
         *,
@@ -1918,10 +1937,11 @@ class PartitionRelayInfo(_message.Message):
         lag_ms: _builtins.int = ...,
         upstream_read_ms_ago: _builtins.int = ...,
         last_leader_epoch: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
