@@ -200,6 +200,12 @@ class Settings:
         256, "Event processor store: commands written in one WriteBatch.")
     processor_name_bytes_max: int = setting(
         255, "Event processor store: longest namespace, consumer group or owner id.")
+    # Supervision (broker/supervision.py).
+    task_restart_backoff_ms: int = setting(
+        100, "A partition or store task that stops on an unexpected error is restarted after "
+        "this delay, doubling up to --task-restart-backoff-max-ms.")
+    task_restart_backoff_max_ms: int = setting(5_000, "Longest delay before a failed partition "
+                                               "or store task is restarted.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -232,6 +238,10 @@ class Settings:
         if self.nack_delay_ms_default > self.nack_delay_ms_max:
             raise ConfigError(f"nack_delay_ms_default={self.nack_delay_ms_default} is above "
                               f"nack_delay_ms_max={self.nack_delay_ms_max}")
+        if not 0 < self.task_restart_backoff_ms <= self.task_restart_backoff_max_ms:
+            raise ConfigError(f"task_restart_backoff_ms={self.task_restart_backoff_ms} must be > 0 "
+                              f"and at most task_restart_backoff_max_ms="
+                              f"{self.task_restart_backoff_max_ms}")
         for name in ("port", "metrics_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535:

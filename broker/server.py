@@ -112,15 +112,17 @@ class Broker:
                 log.exception("retention pass failed; will retry")
 
 
-async def start_broker(settings: Settings) -> Broker:
-    """Open the store, recover every partition, and start serving.
+async def start_broker(settings: Settings, store: RocksStore | None = None) -> Broker:
+    """Open the store (or use `store`, e.g. a test's fault-injecting one),
+    recover every partition, and start serving.
 
     Raises:
         StartError: the port is taken, the data directory is in use by another
             broker or cannot be opened; the message says what to do.
     """
     check_port(settings.host, settings.port)
-    store = open_store(settings)
+    if store is None:
+        store = open_store(settings)
     registry = TopicRegistry(store, settings)
     await registry.open()
     config_filters = from_config(settings.serversidefilter)
