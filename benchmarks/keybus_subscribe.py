@@ -6,7 +6,7 @@ one consumer) and `benchmarks/e2e_failover.py` (Failover, one active consumer
 per partition, the others standby) expose `prepare` and `consume` built here,
 so all are measured the same way as the peers' consumer groups:
 
-- prepare (parent): a consumer attaches once with `initial_position="latest"`
+- prepare (parent): a consumer attaches once with `start="latest"`
   and leaves; that creates the durable subscription with its cursor at the
   topic's end (offset 0 on the latency scenario's empty topic).
 - consume (each consumer process): `Consumer.subscribe` (SDK, asyncio on
@@ -57,7 +57,7 @@ async def _create_subscription(address: str, topic: str, type_: str, name: str) 
     from sdk.consumer import Consumer
 
     consumer = await Consumer.subscribe(address, topic, name, type=type_,
-                                        consumer_name="bench-prepare", initial_position="latest",
+                                        consumer_name="bench-prepare", start="latest",
                                         receiver_queue_size=2)
     await asyncio.wait_for(consumer.close(), CLOSE_TIMEOUT_S)
 

@@ -63,7 +63,7 @@ async def _scenario(tmp_path: Path) -> None:
     async with broker_on(tmp_path, PartitionZeroReadFaults) as (address, store):
         producer = await Producer.create(address, "orders", linger_ms=1)
         consumer = await Consumer.subscribe(address, "orders", "s", type="key_shared",
-                                            consumer_name="c1", initial_position="earliest")
+                                            consumer_name="c1", start="earliest")
         try:
             await _receive(consumer, await _produce(producer, b"before-"))
             store.failures = 1  # the next read of partition 0's dispatcher fails
