@@ -144,17 +144,26 @@ def varint_elements(values: npt.NDArray[np.int64]) -> Rows | Padded:
     """Non-negative integers (below 2**63) as varints, one element each (to pick packed
     payloads from)."""
     data = np.asarray(values, np.int64)
+    if not len(data):
+        return Rows(np.zeros((0, 1), np.uint8))
+    low, high = _varint_width(int(data.min())), _varint_width(int(data.max()))
+    if low == high:  # one width (a record's offsets, mostly): no per-element widths
+        rows = np.empty((len(data), high), np.uint8)
+        for j in range(high):
+            rows[:, j] = ((data >> (7 * j)) & 0x7F) | (0x80 if j + 1 < high else 0)
+        return Rows(rows)
     widths = np.ones(len(data), np.int64)
-    for i in range(1, _VARINT_BYTES_MAX):
-        more = data >= (1 << (7 * i))
-        if not more.any():
-            break
-        widths += more
-    width_max = int(widths.max()) if len(data) else 1
+    for i in range(1, high):
+        widths += data >= (1 << (7 * i))
+    width_max = high
     rows = np.empty((len(data), width_max), np.uint8)
     for j in range(width_max):  # byte j: 7 bits of the value, high bit when more follow
         rows[:, j] = ((data >> (7 * j)) & 0x7F) | ((widths > j + 1) << 7)
     return _elements(rows, widths, width_max)
+
+
+def _varint_width(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
 
 
 def _elements(rows: npt.NDArray[np.uint8], widths: npt.NDArray[np.int64],
