@@ -9,9 +9,11 @@ Rules:
 1. A consumer that gets every event of a record gets the stored bytes as
    they are (no re-encoding); otherwise a subset Record with an `offsets`
    column is cut from the stored bytes (`subset_wire.py`: the record's wire
-   layout found once, a few numpy gathers per subset). Bytes not laid out
-   as protobuf writes them fall back to column lists made once per record
-   (an itemgetter per column, not an object per event).
+   layout found once, a few numpy gathers per subset). A few events of a
+   record (an eighth at most, a quarter in all) are picked from its parsed
+   columns instead, which costs less than finding the layout; so are the
+   subsets of bytes not laid out as protobuf writes them (with column lists
+   made once per record: an itemgetter per column, not an object per event).
 2. A message holds whole record parts until the next would pass
    `bytes_max`; a part larger than that alone is split in halves until each
    fits (an event is at most `event_bytes_max`, well below `bytes_max`; one
@@ -68,6 +70,8 @@ class CachedRecord:
     # Where the stored bytes' parts lie (found on the first subset); None: not yet,
     # False: not laid out as expected (subsets come from the parsed record).
     layout: subset_wire.RecordLayout | bool | None = field(default=None)
+    # Events picked through the parsed record while it has no layout (small parts)
+    picked_small: int = field(default=0)
 
     @property
     def end(self) -> int:
@@ -95,10 +99,16 @@ class CachedRecord:
         """The serialized Record holding only the events at `positions` (ascending)."""
         if len(positions) == self.count:
             return self.body
+        n = len(positions)
+        if self.layout is None and 8 * n <= self.count and \
+                4 * (self.picked_small + n) <= self.count:
+            # a few events (a catch-up read's, a hot key's): picking them from the parsed
+            # columns costs less than finding the layout, until a quarter was picked so
+            self.picked_small += n
+            return self.proto_subset_bytes([int(p) for p in positions])
         if self.layout is None:
             self.layout = subset_wire.layout_of(self.body, self.record, self.base) or False
-        if self.layout is not False:
-            assert self.layout is not True
+        if isinstance(self.layout, subset_wire.RecordLayout):
             return subset_wire.subset_bytes(self.layout, np.asarray(positions, np.int64))
         return self.proto_subset_bytes([int(p) for p in positions])
 

@@ -148,3 +148,14 @@ def test_the_layout_is_found_once_and_kept_on_the_record() -> None:
     entry.subset_bytes([0])
     assert entry.layout is layout
     assert entry.subset_bytes(range(5)) == entry.body  # the whole record: as stored
+
+
+def test_a_few_events_are_picked_from_the_parsed_record_until_a_quarter_was() -> None:
+    record = pb.Record(topic="t", base_offset=0, batch=batch_of(100))
+    entry = cached(record.SerializeToString(), 0)
+    reference = cached(record.SerializeToString(), 0)
+    for first in range(0, 40, 10):  # parts of 10 events: 40 picked in all
+        positions = list(range(first, first + 10))
+        assert entry.subset_bytes(positions) == reference.proto_subset_bytes(positions)
+        assert (entry.layout is None) == (first + 10 <= 25)  # the layout past a quarter
+    assert entry.picked_small == 20
