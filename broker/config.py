@@ -146,6 +146,10 @@ class Settings:
     processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
     processor_commit_commands_max: int = 256  # commands written in one WriteBatch
     processor_name_bytes_max: int = 255  # namespace, consumer group and owner id
+    # Supervision (broker/supervision.py): a partition or store task that stops on an
+    # unexpected error is restarted after this delay, doubling up to the cap.
+    task_restart_backoff_ms: int = 100
+    task_restart_backoff_max_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -178,6 +182,10 @@ class Settings:
         if self.nack_delay_ms_default > self.nack_delay_ms_max:
             raise ConfigError(f"nack_delay_ms_default={self.nack_delay_ms_default} is above "
                               f"nack_delay_ms_max={self.nack_delay_ms_max}")
+        if not 0 < self.task_restart_backoff_ms <= self.task_restart_backoff_max_ms:
+            raise ConfigError(f"task_restart_backoff_ms={self.task_restart_backoff_ms} must be > 0 "
+                              f"and at most task_restart_backoff_max_ms="
+                              f"{self.task_restart_backoff_max_ms}")
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
         from broker.security.setup import check_security_settings

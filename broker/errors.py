@@ -197,6 +197,15 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("epoch_taken", grpc.StatusCode.FAILED_PRECONDITION,
                   "ownership epoch {epoch} of {topic!r}/{partition} in group {group!r} is "
                   "registered to owner {owner!r}, not {asked!r}; an epoch has one owner"),
+        # ------------------------------------------------------------ task supervision
+        ErrorKind("partition_failed", grpc.StatusCode.UNAVAILABLE,
+                  "partition {topic!r}/{partition} stopped on an unexpected error ({cause}); "
+                  "requests in flight may or may not have been stored, and the broker reopens "
+                  "the partition in {retry_ms} ms: retry (an idempotent producer stores "
+                  "nothing twice)"),
+        ErrorKind("task_failed", grpc.StatusCode.UNAVAILABLE,
+                  "{what} stopped on an unexpected error ({cause}); requests in flight may or "
+                  "may not have been applied, and the broker restarts it in {retry_ms} ms: retry"),
     ]
 }
 

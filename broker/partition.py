@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from broker.log.rocks_store import Append, RocksStore, Tail, head_records
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.read_limit import ReadLimit
 from broker.read_path import Chunk, ReadSpec, read_chunk
+from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
 from broker.windows import (
     Decision,
     PartitionClock,
@@ -42,6 +44,7 @@ from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
 PRODUCER_RESULTS_KEPT = 64
+log = logging.getLogger("keybus.partition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,10 @@ class Partition:
         self._closed = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
+        # Supervision (broker/supervision.py): the commands the task is working
+        # on, and why it refuses requests while it waits to be reopened.
+        self._in_flight: list[_Produce | _Trim | _OnTask] = []
+        self._failure: dict[str, Any] | None = None
         # Compacted view (broker/view): retention never trims at or past this
         # offset (what the view has not folded in yet, or an active bootstrap
         # still has to read); a compacted topic rewrites its head instead.
@@ -141,8 +148,36 @@ class Partition:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        name = f"partition {self.meta.name}/{self.index}"
+        backoff = RestartBackoff(self.settings.task_restart_backoff_ms,
+                                 self.settings.task_restart_backoff_max_ms)
         self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"partition {self.meta.name}/{self.index}")
+            supervise(name, self._run, self._fail, self._reopen, backoff, log), name=name)
+
+    def _fail(self, error: Exception, retry_ms: int) -> None:
+        """The task stopped on `error`: fail what it held and what is queued,
+        and refuse new requests until `_reopen` (runs on the partition task)."""
+        self._failure = {"topic": self.meta.name, "partition": self.index,
+                         "cause": describe_cause(error), "retry_ms": retry_ms}
+        failure = self._failure
+        fail_pending(self._in_flight, self._queue,
+                     lambda: BrokerError("partition_failed", **failure))
+
+    def _reopen(self) -> None:
+        """Reload the tail from the store, which holds only whole WriteBatches:
+        whatever the failed task had moved in memory and not written is gone."""
+        tail = self.store.recover_tail(self.meta.topic_id, self.index)
+        self.clock = PartitionClock(tail.next_offset, tail.last_scn)
+        self.start_offset, self.bytes = tail.start_offset, tail.bytes
+        self.producers = ProducerTable(PRODUCER_RESULTS_KEPT, self.settings.producer_ids_max)
+        self.publish()
+        self._failure = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerError("topic_deleted", topic=self.meta.name)
+        if self._failure is not None:
+            raise BrokerError("partition_failed", **self._failure)
 
     async def stop(self) -> None:
         """Stop the task; queued requests fail with UNAVAILABLE; readers end."""
@@ -152,10 +187,8 @@ class Partition:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while not self._queue.empty():
-            command = self._queue.get_nowait()
-            if not command.future.done():
-                command.future.set_exception(BrokerError("shutting_down"))
+        # cancelled mid-group: the group in flight is answered too
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("shutting_down"))
 
     # ------------------------------------------------------------ produce
 
@@ -163,10 +196,10 @@ class Partition:
         """Check a produce request and queue it; the future resolves once durable.
 
         Raises:
-            BrokerError: bad batch (INVALID_ARGUMENT) or a full queue.
+            BrokerError: bad batch (INVALID_ARGUMENT), a full queue, or the
+                task failed and is being reopened (UNAVAILABLE, supervision).
         """
-        if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+        self._check_open()
         if self.write_guard is not None:
             self.write_guard()
         try:
@@ -185,7 +218,7 @@ class Partition:
 
     async def _run(self) -> None:
         while True:
-            group = await self._next_group()
+            self._in_flight = group = await self._next_group()
             produces = [c for c in group if isinstance(c, _Produce)]
             if produces:
                 await self._commit(produces)
@@ -330,8 +363,7 @@ class Partition:
         Raises:
             BrokerError: the partition is closed or its queue is full.
         """
-        if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+        self._check_open()
         command = _OnTask(work)
         try:
             self._queue.put_nowait(command)
@@ -409,13 +441,21 @@ class Partition:
     # ------------------------------------------------------------ retention
 
     async def enforce_retention(self, now: int) -> int:
-        """Queue a trim behind pending produces; returns the records removed."""
+        """Queue a trim behind pending produces; returns the records removed
+        (0 when the queue is full or the partition failed: supervision logged it)."""
+        if self._failure is not None:
+            return 0
         command = _Trim(now)
         try:
             self._queue.put_nowait(command)
         except asyncio.QueueFull:
             return 0
-        return await command.future
+        try:
+            return await command.future
+        except BrokerError as e:
+            if e.kind.name == "partition_failed":
+                return 0
+            raise
 
     async def _trim(self, command: _Trim) -> None:
         meta = self.meta

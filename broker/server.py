@@ -86,10 +86,12 @@ class Broker:
                 log.exception("retention pass failed; will retry")
 
 
-async def start_broker(settings: Settings) -> Broker:
-    """Open the store, recover every partition, and start serving."""
+async def start_broker(settings: Settings, store: RocksStore | None = None) -> Broker:
+    """Open the store (or use `store`, e.g. a test's fault-injecting one),
+    recover every partition, and start serving."""
     os.makedirs(settings.data_dir, exist_ok=True)
-    store = RocksStore(os.path.join(settings.data_dir, "log.rocksdb"), fsync=settings.fsync)
+    if store is None:
+        store = RocksStore(os.path.join(settings.data_dir, "log.rocksdb"), fsync=settings.fsync)
     registry = TopicRegistry(store, settings)
     await registry.open()
     config_filters = from_config(settings.serversidefilter)

@@ -29,18 +29,18 @@ import grpc.aio
 from sdk import errors
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import LeaderChannel, is_cluster
-from sdk.core.columns import Event, record_events
+from sdk.consumer_config import MODES, TYPES, ConsumerConfig
 from sdk.core.model import HashRange
 from sdk.core.offset_ranges import bounds_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
-from sdk.reader import ReadBatch, Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.received import Message, ReceivedBatch, batch_without
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
-TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
-         "key_shared": pb.KEY_SHARED}
-MODES = {"auto_split": pb.AUTO_SPLIT, "sticky": pb.STICKY, "consistent": pb.CONSISTENT}
+__all__ = ["MODES", "TYPES", "ActiveCallback", "Consumer", "ConsumerConfig", "Message",
+           "RangeCallback", "ReceivedBatch"]
+
 _RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
               grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED}
 # While reconnecting, the broker may not yet have noticed the old stream is gone.
@@ -49,128 +49,6 @@ _RETRIABLE_ON_RECONNECT = _RETRIABLE | {grpc.StatusCode.ALREADY_EXISTS,
 
 RangeCallback = Callable[[int, list[HashRange]], Any]
 ActiveCallback = Callable[[int, bool], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """Consumer settings.
-
-    Attributes:
-        type: "exclusive" (default), "shared", "failover" or "key_shared".
-        mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
-        ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
-        initial_position: where a new subscription starts: "latest"
-            (default), "earliest", an offset or {"scn": n}.
-        key_filter: broker-side filter ("mod:10:[0,3]", a KeyFilter, ...).
-        consumer_name: unique per subscription; default a random name
-            (give a stable one for consistent hashing to return its ranges).
-        priority: Failover: 0 is the highest (default 0).
-        partitions: the partitions to consume (default all).
-        receiver_queue_size: permits per partition, bounds the buffer (1000).
-        ack_timeout_ms: redeliver events not acknowledged in time (0 = never).
-        max_redeliveries / dead_letter_topic: after this many redeliveries an
-            event goes to the dead-letter topic (0 = never; topic default
-            "<topic>-<subscription>-DLQ").
-        look_ahead_max: Key_Shared events the broker may hold past blocked
-            keys (0 = broker default).
-        ack_flush_ms: how long acks gather before they are sent (5).
-        nack_delay_ms: default delay of nack() (0 = the broker's default).
-        reconnect: reconnect when the broker goes away (True).
-        retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
-    """
-
-    type: str = "exclusive"
-    mode: str = "auto_split"
-    ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
-    initial_position: Start = "latest"
-    key_filter: Any = None
-    consumer_name: str = ""
-    priority: int = 0
-    partitions: Sequence[int] = ()
-    receiver_queue_size: int = 1000
-    ack_timeout_ms: int = 0
-    max_redeliveries: int = 0
-    dead_letter_topic: str = ""
-    look_ahead_max: int = 0
-    ack_flush_ms: int = 5
-    nack_delay_ms: int = 0
-    reconnect: bool = True
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 2_000
-
-    def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
-        """The SubscribeOpen message. Raises ValueError naming a bad setting."""
-        if self.type not in TYPES:
-            raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
-        if self.receiver_queue_size < 2:
-            raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
-        request = pb.SubscribeOpen(
-            topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
-            key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
-            initial_position=start_to_proto(self.initial_position), priority=self.priority,
-            ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
-            dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
-            look_ahead_max=self.look_ahead_max)
-        key_filter = filter_to_proto(self.key_filter)
-        if key_filter is not None:
-            request.filter.CopyFrom(key_filter)
-        return request
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One received event with its delivery facts."""
-
-    event: Event
-    redelivery_count: int = 0
-    window_last_offset: int = 0
-
-    @property
-    def partition(self) -> int:
-        return self.event.partition
-
-    @property
-    def offset(self) -> int:
-        return self.event.offset
-
-    @property
-    def key(self) -> int | str:
-        return self.event.key
-
-    @property
-    def value(self) -> bytes:
-        return self.event.value
-
-
-class ReceivedBatch(ReadBatch):
-    """The events of one stored record delivered to this consumer (columns stay
-    protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
-    record's window ends)."""
-
-    __slots__ = ("redelivery_counts", "send", "window_last_offset")
-
-    def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
-                 window_last_offset: int, send: int = 0) -> None:
-        super().__init__(record)
-        self.redelivery_counts = redelivery_counts  # empty: all first deliveries
-        self.window_last_offset = window_last_offset
-        self.send = send  # the broker's send it came in (Delivery.send; 0: unknown)
-
-    @property
-    def partition(self) -> int:
-        return self.record.partition
-
-    @property
-    def slots(self) -> Sequence[int]:
-        return self.record.batch.slots
-
-    def messages(self) -> list[Message]:
-        """Row views (a Python object per event)."""
-        counts = self.redelivery_counts or [0] * self.count
-        return [Message(e, c, self.window_last_offset)
-                for e, c in zip(record_events(self.record), counts, strict=True)]
 
 
 @dataclass
@@ -381,7 +259,7 @@ class Consumer:
             if not drop:
                 return batch, 0
             removed.extend(batch.offsets[i] for i in drop)
-            return _without(batch, set(drop)), len(drop)
+            return batch_without(batch, set(drop)), len(drop)
 
         self._state.buffer.remove(partition, cut)
         current = [m for m in self._current
@@ -516,7 +394,7 @@ class Consumer:
             return batch
         self._state.buffer.count_taken(partition, len(drop))
         self._flush_wanted.set()
-        return _without(batch, set(drop))
+        return batch_without(batch, set(drop))
 
     def _callback(self, callback: Callable[..., Any] | None, *args: Any) -> None:
         if callback is None:
@@ -595,28 +473,3 @@ class Consumer:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
-
-
-def _without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
-    """A copy of `batch` without the events at positions `drop` (None if none is left)."""
-    keep = [i for i in range(batch.count) if i not in drop]
-    if not keep:
-        return None
-    record = batch.record
-    source = record.batch
-    subset = pb.Record(topic=record.topic, partition=record.partition,
-                       base_offset=record.base_offset, scn_first=record.scn_first,
-                       window=record.window, publish_time_ms=record.publish_time_ms)
-    subset.offsets.extend(batch.offsets[i] for i in keep)
-    subset.batch.count = len(keep)
-    count = source.count
-    for descriptor, column in source.ListFields():
-        if descriptor.name == "count":
-            continue
-        target = getattr(subset.batch, descriptor.name)
-        if len(column) == count and count > 1:
-            target.extend(column[i] for i in keep)
-        else:
-            target.extend(column)
-    counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
-    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send)

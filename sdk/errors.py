@@ -12,6 +12,8 @@ import re
 
 import grpc
 
+from sdk.core.connect_hints import connection_hint
+
 # google.rpc.Code numbers (equal to grpc.StatusCode values).
 CANCELLED = 1
 UNKNOWN = 2
@@ -199,4 +201,7 @@ def from_rpc_error(error: grpc.RpcError) -> KeybusError:
     details = details_fn() if callable(details_fn) else None
     code = status.value[0] if isinstance(status, grpc.StatusCode) else UNKNOWN
     name = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+    hint = connection_hint(details) if details and code in (UNAVAILABLE, UNKNOWN) else None
+    if hint is not None:  # a TLS mismatch or a certificate the CA does not verify
+        return Unavailable(hint, UNAVAILABLE)
     return from_code(code, details or f"broker call failed with {name}")

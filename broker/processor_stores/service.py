@@ -31,6 +31,7 @@ from broker.log.rocks_store import RocksStore
 from broker.partition import now_ms
 from broker.processor_stores import keys, rules
 from broker.processor_stores.keys import Fence, Owned, Position
+from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
 from broker.topics import TopicRegistry
 
 log = logging.getLogger("keybus.processor_stores")
@@ -96,19 +97,36 @@ class ProcessorStores:
         self._clock = clock
         self._queue: asyncio.Queue[_Command] = asyncio.Queue(settings.processor_store_queue_max)
         self._task: asyncio.Task[None] | None = None
+        # Supervision (broker/supervision.py): the round being decided, and
+        # why commands are refused until the task restarts.
+        self._in_flight: list[_Command] = []
+        self._failure: dict[str, Any] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        backoff = RestartBackoff(self.settings.task_restart_backoff_ms,
+                                 self.settings.task_restart_backoff_max_ms)
+        self._task = asyncio.get_running_loop().create_task(supervise(
+            "the processor store task", self._run, self._fail, self._restart, backoff, log))
+
+    def _fail(self, error: Exception, retry_ms: int) -> None:
+        """Fail the round and the queue; refuse commands until `_restart`."""
+        self._failure = {"what": "the processor store task", "cause": describe_cause(error),
+                         "retry_ms": retry_ms}
+        failure = self._failure
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("task_failed", **failure))
+
+    def _restart(self) -> None:
+        """Nothing to reload: a round keeps its state in its overlay, and the
+        store holds only whole rounds."""
+        self._failure = None
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while not self._queue.empty():
-            command = self._queue.get_nowait()
-            if not command.future.done():
-                command.future.set_exception(BrokerError("shutting_down"))
+        # cancelled mid-round: the round in flight is answered too
+        fail_pending(self._in_flight, self._queue, lambda: BrokerError("shutting_down"))
 
     def group(self, namespace: str, topic: str, consumer_group: str) -> Group:
         """The group's address; refuses bad names and unknown topics."""
@@ -205,6 +223,8 @@ class ProcessorStores:
     async def _submit(self, decide: Callable[[_Overlay, int], Any]) -> Any:
         if self._task is None or self._task.done():
             raise BrokerError("shutting_down")
+        if self._failure is not None:
+            raise BrokerError("task_failed", **self._failure)
         command = _Command(decide)
         try:
             self._queue.put_nowait(command)
@@ -215,7 +235,7 @@ class ProcessorStores:
 
     async def _run(self) -> None:
         while True:
-            commands = [await self._queue.get()]
+            self._in_flight = commands = [await self._queue.get()]
             while len(commands) < self.settings.processor_commit_commands_max \
                     and not self._queue.empty():
                 commands.append(self._queue.get_nowait())

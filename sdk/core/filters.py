@@ -38,150 +38,42 @@ This module must not know about topics, partitions, subscriptions or I/O.
 
 from __future__ import annotations
 
-import enum
-import functools
 import re
-from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
 
-import mmh3
-import numpy as np
-import numpy.typing as npt
-
+from sdk.core.filter_eval import (
+    FilterResult,
+    compile_selector,
+    evaluate,
+    is_integer_text,
+)
+from sdk.core.filter_ids import (
+    ID_LIST_ENTRIES_MAX,
+    INT64_MAX,
+    MOD_TABLE_BUCKETS_MAX,
+    FilterError,
+    FilterType,
+    IdIntervals,
+    _parse_positive,
+    _require_positive,
+    _Selector,
+    _validated,
+    format_id_list,
+    parse_id_list,
+)
 from sdk.core.pb import keybus_pb2 as pb
 
-ID_LIST_ENTRIES_MAX = 10_000
-"""Most comma-separated entries one id list may have."""
+__all__ = ["CONFIG_PREFIX", "ID_LIST_ENTRIES_MAX", "INT64_MAX", "MOD_TABLE_BUCKETS_MAX",
+           "FilterError", "FilterResult", "FilterType", "IdIntervals", "KeyFilterSpec",
+           "evaluate", "explain", "format_id_list", "from_config", "is_integer_text",
+           "parse_id_list"]
 
-MOD_TABLE_BUCKETS_MAX = 1 << 16
-"""Up to this many buckets MOD uses a byte table (1 byte per bucket); above, a bisect."""
-
-INT64_MAX = (1 << 63) - 1
-
-IdIntervals = tuple[tuple[int, int], ...]
-"""Sorted, disjoint, non-touching half-open intervals ((start, stop), ...)."""
-
-_Selector = Callable[[Sequence[int]], list[int]]
-
-_ID_ENTRY = re.compile(r"(-?[0-9]{1,19})(?:\s*-\s*(-?[0-9]{1,19}))?")
-_INTEGER_TEXT = re.compile(r"[+-]?0*[0-9]{1,19}")
-_POSITIVE_TEXT = re.compile(r"[0-9]{1,19}")
-_LIST_FORM = "ids a or half-open ranges a-b ([a, b)), comma-separated in brackets, e.g. [1,3-6]"
 _CLI_FORM = ("need 'none', 'range:SIZE:[ids]' or 'mod:NUM_BUCKETS:[buckets]', "
              "optionally followed by '@source1,source2', e.g. range:5000000:[1,3-6]")
 _EXPLAIN_PARTS_MAX = 8
-
-
-class FilterError(ValueError):
-    """Filter input that breaks the rules; the message names the entry and the allowed form."""
-
-
-class FilterType(enum.Enum):
-    """The filter kinds; values are the Databus config and protobuf names."""
-
-    NONE = "NONE"
-    RANGE = "RANGE"
-    MOD = "MOD"
-
-
 _TYPE_OF_PROTO = {pb.KeyFilter.NONE: FilterType.NONE, pb.KeyFilter.RANGE: FilterType.RANGE,
                   pb.KeyFilter.MOD: FilterType.MOD}
-
-
-# ---------------------------------------------------------------------------
-# List notation
-
-
-def parse_id_list(text: str, field: str, upper: int | None = None) -> IdIntervals:
-    """Parse list notation such as ``[1,3-6]`` into merged, sorted half-open intervals.
-
-    Args:
-        text: the list; ``a-b`` is half-open ``[a, b)``.
-        field: the field or config property named in errors, e.g. ``mod.buckets``.
-        upper: if given, every id must be below it (MOD: numBuckets).
-
-    Returns:
-        ((start, stop), ...) sorted, with overlapping or touching entries merged.
-
-    Raises:
-        FilterError: naming the offending entry and the allowed form.
-    """
-    body = text.strip()
-    if len(body) < 2 or body[0] != "[" or body[-1] != "]":
-        raise FilterError(f"{field} {text!r}: need a list of {_LIST_FORM}")
-    entries = body[1:-1].split(",")
-    if len(entries) == 1 and not entries[0].strip():
-        raise FilterError(f"{field} {text!r}: the list is empty; need at least one entry, "
-                          f"e.g. [0] or [1,3-6]")
-    if len(entries) > ID_LIST_ENTRIES_MAX:
-        raise FilterError(f"{field}: {len(entries)} entries is over the limit of "
-                          f"{ID_LIST_ENTRIES_MAX}; write neighbouring ids as one range a-b")
-    return _merge([_parse_entry(entry.strip(), field, upper) for entry in entries])
-
-
-def format_id_list(intervals: IdIntervals) -> str:
-    """Render intervals in list notation; `parse_id_list` reads it back unchanged."""
-    return "[" + ",".join(_format_interval(start, stop) for start, stop in intervals) + "]"
-
-
-def _format_interval(start: int, stop: int) -> str:
-    return str(start) if stop == start + 1 else f"{start}-{stop}"
-
-
-def _parse_entry(entry: str, field: str, upper: int | None) -> tuple[int, int]:
-    match = _ID_ENTRY.fullmatch(entry)
-    if match is None:
-        raise FilterError(f"{field} entry {entry!r}: does not parse; need {_LIST_FORM} "
-                          f"(ids are integers >= 0 of at most 19 digits)")
-    start = int(match[1])
-    stop = start + 1 if match[2] is None else int(match[2])
-    _check_interval(start, stop, entry, field, upper)
-    return start, stop
-
-
-def _check_interval(start: int, stop: int, entry: str, field: str, upper: int | None) -> None:
-    if start < 0 or stop < 0:
-        raise FilterError(f"{field} entry {entry!r}: negative ids are not allowed; need ids >= 0")
-    if start >= stop:
-        raise FilterError(f"{field} entry {entry!r}: need a < b in a-b (half-open [a, b))")
-    if upper is not None and stop > upper:
-        raise FilterError(f"{field} entry {entry!r}: ids must be below {upper} (numBuckets); "
-                          f"need a < {upper}, and b <= {upper} in a-b (half-open [a, b))")
-
-
-def _merge(intervals: list[tuple[int, int]]) -> IdIntervals:
-    merged: list[tuple[int, int]] = []
-    for start, stop in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-        else:
-            merged.append((start, stop))
-    return tuple(merged)
-
-
-def _validated(intervals: IdIntervals, field: str, upper: int | None) -> IdIntervals:
-    """Intervals given as tuples (not text): the same checks, then merged."""
-    if not intervals:
-        raise FilterError(f"{field}: the list is empty; need at least one entry, e.g. [0]")
-    for start, stop in intervals:
-        _check_interval(start, stop, _format_interval(start, stop), field, upper)
-    return _merge(list(intervals))
-
-
-def _require_positive(value: int, field: str) -> None:
-    if not 0 < value <= INT64_MAX:
-        raise FilterError(f"{field} {value}: need a positive integer (1..{INT64_MAX})")
-
-
-def _parse_positive(text: str, field: str) -> int:
-    body = text.strip()
-    if _POSITIVE_TEXT.fullmatch(body) is None:
-        raise FilterError(f"{field} {text!r}: need a positive integer (1..{INT64_MAX})")
-    value = int(body)
-    _require_positive(value, field)
-    return value
 
 
 # ---------------------------------------------------------------------------
@@ -218,7 +110,7 @@ class KeyFilterSpec:
             _require_positive(self.num_buckets, "mod.numBuckets")
             object.__setattr__(self, "buckets",
                                _validated(self.buckets, "mod.buckets", self.num_buckets))
-        object.__setattr__(self, "_select", _compile(self))
+        object.__setattr__(self, "_select", compile_selector(self))
 
     def __reduce__(self) -> tuple[Callable[..., KeyFilterSpec], tuple[object, ...]]:
         # Pickle the fields only; the compiled lookup is a closure and is rebuilt.
@@ -305,218 +197,6 @@ def _build_spec(kind: FilterType, size: int, ids_text: str, sources: frozenset[s
     assert kind is FilterType.MOD
     buckets = parse_id_list(ids_text, ids_label, upper=size)
     return KeyFilterSpec(kind, num_buckets=size, buckets=buckets, sources=sources)
-
-
-# ---------------------------------------------------------------------------
-# Evaluation
-
-
-@dataclass(frozen=True, slots=True)
-class FilterResult:
-    """What a filter let through from one batch."""
-
-    passed: list[int]
-    """Positions in the batch of the events that pass, ascending."""
-    non_integer_rejected: int
-    """Non-integer string keys a RANGE filter rejected (0 for MOD and NONE)."""
-
-
-def evaluate(spec: KeyFilterSpec, keys: Sequence[int | str],
-             sources: Sequence[str] | None = None) -> FilterResult:
-    """Apply a filter to a whole batch of primary keys.
-
-    Args:
-        spec: the filter.
-        keys: the batch's primary keys (`columns.keys_of`).
-        sources: the batch's sources column under the broadcast rule: 0 entries
-            or None (no event has a source), 1 entry (every event's source) or
-            one per key. Only matters when the spec lists sources.
-
-    Returns:
-        The ascending positions of passing events and the number of non-integer
-        string keys a RANGE filter rejected.
-
-    Runs on the partition task; no I/O.
-    """
-    if spec.is_none or not spec.sources:
-        return _evaluate_keys(spec, keys)
-    if not sources or len(sources) == 1:
-        if sources and sources[0] in spec.sources:
-            return _evaluate_keys(spec, keys)
-        return FilterResult(list(range(len(keys))), 0)
-    return _evaluate_scoped(spec, keys, sources)
-
-
-def _evaluate_scoped(spec: KeyFilterSpec, keys: Sequence[int | str],
-                     sources: Sequence[str]) -> FilterResult:
-    """Per-event sources: filter the listed sources' events, pass the rest."""
-    assert len(sources) == len(keys), "sources column must have 0, 1 or count entries"
-    wanted = spec.sources
-    scoped = [i for i, source in enumerate(sources) if source in wanted]
-    if len(scoped) == len(keys):
-        return _evaluate_keys(spec, keys)
-    inner = _evaluate_keys(spec, [keys[i] for i in scoped])
-    passed = [scoped[j] for j in inner.passed]
-    passed.extend(i for i, source in enumerate(sources) if source not in wanted)
-    passed.sort()  # two ascending runs: timsort merges them in linear time
-    return FilterResult(passed, inner.non_integer_rejected)
-
-
-def _evaluate_keys(spec: KeyFilterSpec, keys: Sequence[int | str]) -> FilterResult:
-    # Int keys are the common case: a batch numpy reads as int64 is filtered in
-    # one vectorized pass (about 9 ns a key instead of 60). Otherwise try the
-    # compiled selector on the batch as it is: a string key makes abs() or the
-    # int comparisons raise TypeError before anything is returned; then map the
-    # batch to ints (rules 4, 5) and rerun.
-    vectorized = _select_int64(spec, keys)
-    if vectorized is not None:
-        return FilterResult(vectorized, 0)
-    try:
-        return FilterResult(spec._select(cast("Sequence[int]", keys)), 0)
-    except TypeError:
-        pass
-    if spec.type is FilterType.MOD:
-        return FilterResult(spec._select(_mod_ints(keys, spec.num_buckets)), 0)
-    ints, rejected = _range_ints(keys)
-    return FilterResult(spec._select(ints), rejected)
-
-
-def _select_int64(spec: KeyFilterSpec, keys: Sequence[int | str]) -> list[int] | None:
-    """Passing positions computed with numpy, or None when the batch is not
-    all int64 (numpy reads a batch with any str as text, and ints beyond
-    int64 as objects) or the spec has no vectorized plan."""
-    if len(keys) < _VECTOR_BATCH_MIN or spec.type is FilterType.NONE:
-        return None
-    plan = _vector_plan(spec)
-    if plan is None:
-        return None
-    array = np.asarray(keys)
-    if array.dtype != np.int64:
-        return None
-    if spec.type is FilterType.MOD:
-        # abs() of INT64_MIN wraps to itself; read as uint64 it is 2**63, its true value.
-        values = np.abs(array).view(np.uint64) % np.uint64(spec.num_buckets)
-    else:
-        values = array
-    if plan.table is not None:
-        hits = plan.table[values]
-    else:
-        assert plan.bounds is not None
-        hits = np.searchsorted(plan.bounds, values, side="right") & 1
-    result: list[int] = np.flatnonzero(hits).tolist()
-    return result
-
-
-_VECTOR_BATCH_MIN = 16
-"""Below this many keys the plain loop is as fast as setting up numpy."""
-
-
-@dataclass(frozen=True)
-class _VectorPlan:
-    table: npt.NDArray[np.bool_] | None  # MOD with a small bucket count
-    bounds: npt.NDArray[Any] | None  # sorted [start0, stop0, start1, ...]
-
-
-@functools.lru_cache(maxsize=256)
-def _vector_plan(spec: KeyFilterSpec) -> _VectorPlan | None:
-    if spec.type is FilterType.MOD:
-        if spec.num_buckets <= MOD_TABLE_BUCKETS_MAX:
-            table = np.zeros(spec.num_buckets, dtype=np.bool_)
-            for start, stop in spec.buckets:
-                table[start:stop] = True
-            return _VectorPlan(table, None)
-        return _VectorPlan(None, np.array(_bounds(spec.buckets, 1), dtype=np.uint64))
-    bounds = _bounds(spec.range_ids, spec.range_size)
-    if bounds[-1] > INT64_MAX:
-        return None  # a stop past int64 cannot be stored as one; the loop handles it
-    return _VectorPlan(None, np.array(bounds, dtype=np.int64))
-
-
-def is_integer_text(key: str) -> bool:
-    """True when a string key counts as an integer (rule 4)."""
-    return _INTEGER_TEXT.fullmatch(key) is not None
-
-
-def _mod_ints(keys: Sequence[int | str], num_buckets: int) -> list[int]:
-    """Keys as ints for MOD: a non-integer string becomes its murmur3 bucket b,
-    which selects the same bucket because abs(b) % num_buckets == b."""
-    return [key if isinstance(key, int) else _mod_int_of_text(key, num_buckets) for key in keys]
-
-
-def _mod_int_of_text(key: str, num_buckets: int) -> int:
-    if is_integer_text(key):
-        return int(key)
-    return mmh3.hash(key, 0, signed=False) % num_buckets
-
-
-def _range_ints(keys: Sequence[int | str]) -> tuple[list[int], int]:
-    """Keys as ints for RANGE, and how many were non-integer strings. Those map
-    to -1: every RANGE interval starts at 0 or above, so -1 never passes."""
-    ints: list[int] = []
-    rejected = 0
-    for key in keys:
-        if isinstance(key, int):
-            ints.append(key)
-        elif is_integer_text(key):
-            ints.append(int(key))
-        else:
-            ints.append(-1)
-            rejected += 1
-    return ints, rejected
-
-
-def _compile(spec: KeyFilterSpec) -> _Selector:
-    if spec.type is FilterType.MOD:
-        return _compile_mod(spec.num_buckets, spec.buckets)
-    if spec.type is FilterType.RANGE:
-        return _compile_range(spec.range_size, spec.range_ids)
-    return _select_all
-
-
-def _select_all(keys: Sequence[int]) -> list[int]:
-    return list(range(len(keys)))
-
-
-def _compile_mod(num_buckets: int, buckets: IdIntervals) -> _Selector:
-    n = num_buckets
-    if n <= MOD_TABLE_BUCKETS_MAX:
-        table = bytearray(n)
-        for start, stop in buckets:
-            table[start:stop] = b"\x01" * (stop - start)
-
-        def select_by_table(keys: Sequence[int]) -> list[int]:
-            return [i for i, key in enumerate(keys) if table[abs(key) % n]]
-
-        return select_by_table
-    bounds = _bounds(buckets, 1)
-
-    def select_by_bounds(keys: Sequence[int]) -> list[int]:
-        return [i for i, key in enumerate(keys) if bisect_right(bounds, abs(key) % n) & 1]
-
-    return select_by_bounds
-
-
-def _compile_range(range_size: int, range_ids: IdIntervals) -> _Selector:
-    bounds = _bounds(range_ids, range_size)
-    if len(bounds) == 2:
-        key_first, key_stop = bounds
-
-        def select_one(keys: Sequence[int]) -> list[int]:
-            return [i for i, key in enumerate(keys) if key_first <= key < key_stop]
-
-        return select_one
-
-    def select_many(keys: Sequence[int]) -> list[int]:
-        return [i for i, key in enumerate(keys) if bisect_right(bounds, key) & 1]
-
-    return select_many
-
-
-def _bounds(intervals: IdIntervals, scale: int) -> list[int]:
-    """[start0, stop0, start1, stop1, ...] times scale. As the intervals are
-    sorted and disjoint, x is inside one exactly when bisect_right(bounds, x)
-    (the count of bounds <= x) is odd."""
-    return [bound * scale for interval in intervals for bound in interval]
 
 
 # ---------------------------------------------------------------------------

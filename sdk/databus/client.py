@@ -33,6 +33,7 @@ from sdk.databus.registration import DatabusRegistration
 from sdk.databus.share_windows import ShareWindows
 from sdk.databus.window import MEMBERS_MAX
 from sdk.reader import Start, filter_to_proto, start_to_proto
+from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 
 
@@ -46,12 +47,18 @@ class DatabusClient:
             the registration's start position again).
         namespace: the checkpoints' namespace ("" default).
         config: default settings of every registration (DatabusConfig).
+        security: TLS and credentials (sdk.security.ClientSecurity) for every
+            channel its registrations open; None = the ambient default, else
+            plain text. A broker-held checkpoint store is made by the caller
+            (`BrokerCheckpointStore(broker, security=...)`).
     """
 
     def __init__(self, broker: str = "localhost:6650", *,
                  checkpoint_store: CheckpointStore | None = None, namespace: str = "",
-                 config: DatabusConfig | None = None) -> None:
+                 config: DatabusConfig | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.broker = broker
+        self.security = security
         self.checkpoint_store = checkpoint_store
         self.namespace = namespace
         self.config = config or DatabusConfig()
@@ -104,7 +111,8 @@ class DatabusClient:
                             partitions=list(partitions) if partitions is not None else None,
                             start=start, key_filter=filter_to_proto(filter),
                             checkpoints=self.checkpoint_store, namespace=self.namespace,
-                            bootstrap=bootstrap, sources=checked_sources)
+                            bootstrap=bootstrap, sources=checked_sources,
+                            security=self.security)
         return self._add(DatabusRegistration(name, topic, members, checked_sources, config,
                                              source))
 
@@ -140,7 +148,8 @@ class DatabusClient:
         if not subscription:
             raise ValueError("subscription is empty; give the Key_Shared subscription's name")
         source = ShareWindows(self.broker, topic, subscription, name=name, config=config,
-                              need_slots=len(members) > 1, consumer_config=consumer_settings)
+                              need_slots=len(members) > 1, consumer_config=consumer_settings,
+                              security=self.security)
         return self._add(DatabusRegistration(name, topic, members, _sources(sources), config,
                                              source))
 

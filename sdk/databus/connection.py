@@ -17,6 +17,7 @@ from sdk import errors
 from sdk.channel import open_channel
 from sdk.databus.config import DatabusConfig
 from sdk.databus.inbox import Inbox
+from sdk.security import ClientSecurity
 
 _log = logging.getLogger("keybus.databus")
 
@@ -63,8 +64,9 @@ class BrokerLink:
     """A window source's channel, its watch and its inbox (the sources extend it)."""
 
     def __init__(self, broker: str, topic: str, name: str, config: DatabusConfig,
-                 need_slots: bool) -> None:
+                 need_slots: bool, security: ClientSecurity | None = None) -> None:
         self.broker = broker
+        self.security = security
         self.topic = topic
         self.name = name
         self.config = config
@@ -74,7 +76,7 @@ class BrokerLink:
         self._watch: ConnectionWatch | None = None
 
     def _connect(self) -> grpc.aio.Channel:
-        self._channel = open_channel(self.broker)
+        self._channel = open_channel(self.broker, self.security)
         self._watch = ConnectionWatch(self._channel, self.broker,
                                       self.config.unavailable_report_ms)
         return self._channel

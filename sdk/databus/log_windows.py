@@ -35,6 +35,7 @@ from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
 from sdk.producer import _partitions_of as partitions_of
 from sdk.reader import Reader, Start
+from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint
 
@@ -48,8 +49,8 @@ class LogWindows(BrokerLink):
                  need_slots: bool, partitions: list[int] | None, start: Start,
                  key_filter: pb.KeyFilter | None, checkpoints: CheckpointStore | None,
                  namespace: str, bootstrap: bool = False,
-                 sources: list[str] | None = None) -> None:
-        super().__init__(broker, topic, name, config, need_slots)
+                 sources: list[str] | None = None, security: ClientSecurity | None = None) -> None:
+        super().__init__(broker, topic, name, config, need_slots, security)
         self.partitions = partitions
         self.start = start
         self.key_filter = key_filter

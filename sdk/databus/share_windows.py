@@ -27,6 +27,7 @@ from sdk.databus.framing import Abort, Emit, Output, Overflow, Part, ShareAssemb
 from sdk.databus.inbox import AbortItem, PieceItem
 from sdk.databus.pieces import record_pieces
 from sdk.databus.window import WindowPiece
+from sdk.security import ClientSecurity
 
 _log = logging.getLogger("keybus.databus")
 _IDLE_RECEIVE_S = 0.5
@@ -37,11 +38,12 @@ class ShareWindows(BrokerLink):
     """A registration's windows from a subscription (see the module docstring)."""
 
     def __init__(self, broker: str, topic: str, subscription: str, *, name: str,
-                 config: DatabusConfig, need_slots: bool, consumer_config: ConsumerConfig) -> None:
+                 config: DatabusConfig, need_slots: bool, consumer_config: ConsumerConfig,
+                 security: ClientSecurity | None = None) -> None:
         if consumer_config.type not in SUBSCRIPTION_TYPES:
             raise ValueError(f"subscription type {consumer_config.type!r} cannot carry windows "
                              f"(no per-key order); allowed: {', '.join(SUBSCRIPTION_TYPES)}")
-        super().__init__(broker, topic, name, config, need_slots)
+        super().__init__(broker, topic, name, config, need_slots, security)
         self.subscription = subscription
         self.consumer_config = consumer_config
         self.consumer: Consumer | None = None

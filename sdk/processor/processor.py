@@ -41,6 +41,7 @@ from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions, start_for
 from sdk.reader import ReadBatch, Reader, Start, start_to_proto
+from sdk.security import ClientSecurity
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
 from sdk.stores.fencing import fences
 from sdk.stores.protocols import CheckpointStore, OwnershipStore
@@ -85,6 +86,10 @@ class EventProcessor:
             supports it (`supports_fencing`), off otherwise.
         events_max: events per read message (0: broker default).
         channel: a grpc.aio channel to share (not closed by stop()).
+        security: TLS and credentials (sdk.security.ClientSecurity) for the
+            channel it opens, which its reads and the broker-held ownership
+            and checkpoint stores share; None = the ambient default, else
+            plain text. Ignored when `channel` is given.
     Raises:
         ValueError: a bad argument, naming what is allowed.
     """
@@ -99,7 +104,8 @@ class EventProcessor:
                  strategy: Strategy = "greedy", load_balancing_interval_ms: int = 10_000,
                  ownership_expiration_ms: int = 60_000, start_position: StartPositions = "earliest",
                  namespace: str = "", owner_id: str | None = None, fencing: bool | None = None,
-                 events_max: int = 0, channel: grpc.aio.Channel | None = None) -> None:
+                 events_max: int = 0, channel: grpc.aio.Channel | None = None,
+                 security: ClientSecurity | None = None) -> None:
         _check_arguments(topic, consumer_group, strategy, load_balancing_interval_ms,
                          ownership_expiration_ms, start_position)
         if fencing and checkpoint_store is not None and not fences(checkpoint_store):
@@ -121,6 +127,7 @@ class EventProcessor:
         self._fencing = fencing
         self._events_max = events_max
         self._channel = channel
+        self._security = security
         self._owns_channel = channel is None
         self._owned_stores: list[Any] = []
         self._admin: Admin | None = None
@@ -137,7 +144,7 @@ class EventProcessor:
         if self._balancer is not None:
             raise RuntimeError("this EventProcessor was started already; make a new one")
         if self._channel is None:
-            self._channel = open_channel(self.broker)
+            self._channel = open_channel(self.broker, self._security)
         timeout_ms = max(1_000, self.interval_ms)
         if self._ownership is None:
             self._ownership = BrokerOwnershipStore(self.broker, channel=self._channel,

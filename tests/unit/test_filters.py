@@ -17,145 +17,37 @@ and the Databus config properties.
 from __future__ import annotations
 
 import pickle
-import re
-from itertools import pairwise
 
-import mmh3
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from sdk.core.columns import keys_of
 from sdk.core.filters import (
     ID_LIST_ENTRIES_MAX,
     INT64_MAX,
-    MOD_TABLE_BUCKETS_MAX,
     FilterError,
-    FilterResult,
     FilterType,
     KeyFilterSpec,
     evaluate,
     explain,
     format_id_list,
     from_config,
-    is_integer_text,
     parse_id_list,
 )
 from sdk.core.pb import keybus_pb2 as pb
-
-M = 1_000_000
-INT64_MIN = -INT64_MAX - 1
-
-# ---------------------------------------------------------------------------
-# A reference model, written from the rules in DESIGN.md and the module docstring
-
-
-def reference_integer(key: int | str) -> int | None:
-    if isinstance(key, int):
-        return key
-    if re.fullmatch(r"[+-]?[0-9]+", key) and len(key.lstrip("+-").lstrip("0")) <= 19:
-        return int(key)
-    return None
-
-
-def reference_passes(spec: KeyFilterSpec, key: int | str, source: str) -> bool:
-    if spec.is_none or (spec.sources and source not in spec.sources):
-        return True
-    number = reference_integer(key)
-    if spec.type is FilterType.RANGE:
-        size = spec.range_size
-        return number is not None and any(
-            start * size <= number < stop * size for start, stop in spec.range_ids)
-    n = spec.num_buckets
-    bucket = abs(number) % n if number is not None else mmh3.hash(str(key), 0, signed=False) % n
-    return any(start <= bucket < stop for start, stop in spec.buckets)
-
-
-def reference_rejected(spec: KeyFilterSpec, keys: list[int | str], sources: list[str]) -> int:
-    if spec.type is not FilterType.RANGE:
-        return 0
-    return sum(1 for key, source in zip(keys, sources, strict=True)
-               if reference_integer(key) is None
-               and (not spec.sources or source in spec.sources))
-
-
-# ---------------------------------------------------------------------------
-# Strategies
-
-int64s = st.integers(INT64_MIN, INT64_MAX)
-integer_texts = st.builds(
-    lambda sign, zeros, number: f"{sign}{'0' * zeros}{number}",
-    st.sampled_from(["", "+", "-"]), st.integers(0, 3), st.integers(0, INT64_MAX))
-keys_any = st.one_of(int64s, st.integers(-1000, 1000), st.text(max_size=12), integer_texts)
-
-
-@st.composite
-def id_list_text(draw: st.DrawFn, ids: list[int]) -> str:
-    """The sorted ids in list notation, cut into random pieces in random order."""
-    pieces: list[tuple[int, int]] = []
-    run_start = ids[0]
-    for previous, current in zip(ids, [*ids[1:], None], strict=True):
-        if current == previous + 1:
-            continue
-        cuts = draw(st.sets(st.integers(run_start + 1, previous), max_size=3)) \
-            if previous > run_start else set()
-        bounds = [run_start, *sorted(cuts), previous + 1]
-        pieces.extend(pairwise(bounds))
-        run_start = current if current is not None else 0
-    entries = [str(start) if stop == start + 1 and draw(st.booleans()) else f"{start}-{stop}"
-               for start, stop in pieces]
-    entries = draw(st.permutations(entries))
-    space = draw(st.sampled_from(["", " ", "  "]))
-    return "[" + space + f"{space},{space}".join(entries) + space + "]"
-
-
-@st.composite
-def partition_lists(draw: st.DrawFn, id_count_max: int) -> tuple[int, list[str]]:
-    """(n, lists): ids 0..n-1 dealt to up to 6 owners, each owner's ids as a list."""
-    n = draw(st.integers(1, id_count_max))
-    owner_count = draw(st.integers(1, min(n, 6)))
-    owners = draw(st.lists(st.integers(0, owner_count - 1), min_size=n, max_size=n))
-    groups = [[i for i in range(n) if owners[i] == owner] for owner in range(owner_count)]
-    return n, [draw(id_list_text(group)) for group in groups if group]
-
-
-@st.composite
-def interval_lists(draw: st.DrawFn, upper: int) -> tuple[tuple[int, int], ...]:
-    """Random (possibly overlapping) half-open intervals inside 0..upper."""
-    count = draw(st.integers(1, 5))
-    intervals = []
-    for _ in range(count):
-        start = draw(st.integers(0, upper - 1))
-        stop = draw(st.integers(start + 1, min(upper, start + 1 + draw(st.integers(0, 1 << 40)))))
-        intervals.append((start, stop))
-    return tuple(intervals)
-
-
-@st.composite
-def specs(draw: st.DrawFn) -> KeyFilterSpec:
-    kind = draw(st.sampled_from(FilterType))
-    sources = frozenset(draw(st.sets(st.sampled_from(["a", "b", "c"]), max_size=2)))
-    if kind is FilterType.NONE:
-        return KeyFilterSpec(kind, sources=sources)
-    size = draw(st.one_of(st.integers(1, 100), st.integers(1, 10 * M), st.integers(1, INT64_MAX)))
-    if kind is FilterType.RANGE:
-        ids = draw(interval_lists(draw(st.integers(1, 1 << 62))))
-        return KeyFilterSpec(kind, range_size=size, range_ids=ids, sources=sources)
-    size = draw(st.one_of(st.integers(1, 500), st.just(MOD_TABLE_BUCKETS_MAX),
-                          st.just(MOD_TABLE_BUCKETS_MAX + 1), st.just(size)))
-    return KeyFilterSpec(kind, num_buckets=size, buckets=draw(interval_lists(size)),
-                         sources=sources)
-
-
-def passing_keys(spec: KeyFilterSpec, keys: list[int | str]) -> list[int | str]:
-    return [keys[i] for i in evaluate(spec, keys).passed]
-
+from tests.support.filter_model import (
+    INT64_MIN,
+    MOD_EXAMPLE,
+    RANGE_EXAMPLE,
+    M,
+    id_list_text,
+    passing_keys,
+    specs,
+)
 
 # ---------------------------------------------------------------------------
 # Worked examples (DESIGN.md)
 
-RANGE_EXAMPLE = KeyFilterSpec.parse_cli("range:5000000:[1,3-6]")
-MOD_EXAMPLE = KeyFilterSpec.parse_cli("mod:2:[0]")
 
 
 @pytest.mark.parametrize(("key", "passes"), [
@@ -201,146 +93,6 @@ def test_explain_other_shapes() -> None:
     scoped = explain(KeyFilterSpec.parse_cli("range:10:[0]@b,a"))
     assert scoped.endswith("Applies only to events from sources a, b; events from other "
                            "sources pass.")
-
-
-# ---------------------------------------------------------------------------
-# Partition properties: every key passes exactly one owner's filter
-
-
-@settings(max_examples=150, deadline=None)
-@given(partition=partition_lists(500), keys=st.lists(keys_any, max_size=40))
-def test_mod_partition_passes_every_key_exactly_once(
-        partition: tuple[int, list[str]], keys: list[int | str]) -> None:
-    num_buckets, bucket_lists = partition
-    counts = [0] * len(keys)
-    for text in bucket_lists:
-        spec = KeyFilterSpec.from_proto(pb.KeyFilter(
-            type=pb.KeyFilter.MOD, mod_num_buckets=num_buckets, mod_buckets=text))
-        result = evaluate(spec, keys)
-        assert result.non_integer_rejected == 0
-        for i in result.passed:
-            counts[i] += 1
-    assert counts == [1] * len(keys)
-
-
-@settings(max_examples=150, deadline=None)
-@given(partition=partition_lists(60), size=st.integers(1, 10 * M), data=st.data())
-def test_range_partition_passes_every_key_in_the_span_exactly_once(
-        partition: tuple[int, list[str]], size: int, data: st.DataObject) -> None:
-    id_count, id_lists = partition
-    span_stop = id_count * size
-    inside = st.integers(0, span_stop - 1)
-    keys: list[int | str] = data.draw(st.lists(st.one_of(inside, inside.map(str)), max_size=40))
-    outside: list[int | str] = [-1, span_stop, span_stop + size, INT64_MIN, "x", "-3"]
-    counts = [0] * len(keys)
-    for text in id_lists:
-        spec = KeyFilterSpec.parse_cli(f"range:{size}:{text}")
-        for i in evaluate(spec, keys).passed:
-            counts[i] += 1
-        assert evaluate(spec, outside).passed == []
-    assert counts == [1] * len(keys)
-
-
-# ---------------------------------------------------------------------------
-# The evaluator against the reference model
-
-sources_of = st.sampled_from(["a", "b", "c", ""])
-
-
-@settings(max_examples=400, deadline=None)
-@given(spec=specs(), keys=st.lists(keys_any, max_size=30), data=st.data())
-def test_evaluate_agrees_with_the_reference(
-        spec: KeyFilterSpec, keys: list[int | str], data: st.DataObject) -> None:
-    shape = data.draw(st.sampled_from(["none", "empty", "one", "each"]))
-    column: list[str] | None
-    if shape == "none":
-        column, per_event = None, [""] * len(keys)
-    elif shape == "empty":
-        column, per_event = [], [""] * len(keys)
-    elif shape == "one":
-        column = [data.draw(sources_of)]
-        per_event = column * len(keys)
-    else:
-        column = data.draw(st.lists(sources_of, min_size=len(keys), max_size=len(keys)))
-        per_event = column
-    result = evaluate(spec, keys, column)
-    expected = [i for i, key in enumerate(keys) if reference_passes(spec, key, per_event[i])]
-    assert result == FilterResult(expected, reference_rejected(spec, keys, per_event))
-
-
-@given(spec=specs(), keys=st.lists(int64s, max_size=30))
-def test_int_keys_from_a_protobuf_batch(spec: KeyFilterSpec, keys: list[int]) -> None:
-    batch = pb.EventBatch(count=len(keys), key_ints=keys, values=[b""] * len(keys))
-    direct = evaluate(spec, batch.key_ints)
-    assert direct == evaluate(spec, keys_of(batch))
-    assert direct.passed == [i for i, key in enumerate(keys) if reference_passes(spec, key, "")]
-
-
-# ---------------------------------------------------------------------------
-# Keys: integer-valued strings and the rest
-
-
-@pytest.mark.parametrize("text", ["42", "-7", "+7", "007", "-0", "9223372036854775807",
-                                  "-9223372036854775808", "0000000000000000000000042"])
-def test_integer_valued_strings_count_as_integers(text: str) -> None:
-    assert is_integer_text(text)
-    number = int(text)
-    for spec in [MOD_EXAMPLE, KeyFilterSpec.parse_cli("mod:7:[0-3]"), RANGE_EXAMPLE,
-                 KeyFilterSpec.parse_cli("range:1:[0-100]")]:
-        assert evaluate(spec, [text]) == evaluate(spec, [number])
-
-
-@pytest.mark.parametrize("text", ["", "abc", " 42", "42 ", "4.2", "1_000", "1e3", "--1", "+",
-                                  "\u0664\u0662", "12345678901234567890", "0x10"])
-def test_other_strings_are_not_integers(text: str) -> None:
-    assert not is_integer_text(text)
-    assert evaluate(RANGE_EXAMPLE, [text, 5 * M]) == FilterResult([1], 1)
-    bucket = mmh3.hash(text, 0, signed=False) % 7
-    spec = KeyFilterSpec.parse_cli(f"mod:7:[{bucket}]")
-    assert evaluate(spec, [text]) == FilterResult([0], 0)
-    assert evaluate(KeyFilterSpec.parse_cli(f"mod:7:[{(bucket + 1) % 7}]"), [text]).passed == []
-
-
-def test_range_counts_the_non_integer_strings_it_rejects() -> None:
-    keys: list[int | str] = [5 * M, "abc", "5000000", "xyz", -1, 1, "4.2"]
-    assert evaluate(RANGE_EXAMPLE, keys) == FilterResult([0, 2], 3)
-    assert evaluate(MOD_EXAMPLE, ["abc"]).non_integer_rejected == 0
-
-
-def test_mod_beyond_the_table_uses_the_same_buckets() -> None:
-    n = MOD_TABLE_BUCKETS_MAX + 10
-    spec = KeyFilterSpec.parse_cli(f"mod:{n}:[5,{n - 3}-{n}]")
-    keys: list[int | str] = [5, -5, n + 5, n - 1, -(n - 2), n - 4, 4, 6, 0]
-    assert passing_keys(spec, keys) == [5, -5, n + 5, n - 1, -(n - 2)]
-
-
-def test_none_passes_everything() -> None:
-    spec = KeyFilterSpec.parse_cli(" NONE ")
-    assert spec.is_none
-    assert evaluate(spec, [1, "x", -3], ["a", "b", "c"]) == FilterResult([0, 1, 2], 0)
-    assert evaluate(spec, []) == FilterResult([], 0)
-    assert KeyFilterSpec.from_proto(pb.KeyFilter()).is_none
-
-
-# ---------------------------------------------------------------------------
-# Sources
-
-
-def test_sources_scope_the_filter() -> None:
-    spec = KeyFilterSpec.parse_cli("range:10:[0]@orders")
-    keys: list[int | str] = [5, 50, "x", 50, "y"]
-    sources = ["orders", "orders", "orders", "members", "members"]
-    assert evaluate(spec, keys, sources) == FilterResult([0, 3, 4], 1)
-    assert evaluate(spec, keys, ["orders"]) == FilterResult([0], 2)
-    assert evaluate(spec, keys, ["members"]) == FilterResult([0, 1, 2, 3, 4], 0)
-    assert evaluate(spec, keys, []) == FilterResult([0, 1, 2, 3, 4], 0)
-    assert evaluate(spec, keys) == FilterResult([0, 1, 2, 3, 4], 0)
-    assert evaluate(spec, keys, ["orders"] * 5) == FilterResult([0], 2)
-
-
-def test_unscoped_filter_applies_to_every_source() -> None:
-    spec = KeyFilterSpec.parse_cli("mod:2:[1]")
-    assert evaluate(spec, [1, 2, 3], ["a", "b", "c"]).passed == [0, 2]
 
 
 # ---------------------------------------------------------------------------
@@ -524,38 +276,3 @@ def test_bad_config_is_rejected_naming_the_property(props: dict[str, str], messa
     with pytest.raises(FilterError) as raised:
         from_config(props)
     assert message in str(raised.value)
-
-
-# ---------------------------------------------------------------------------
-# The vectorized int64 path against the plain loop
-
-
-INT64_MIN = -(1 << 63)
-
-
-@given(
-    spec=st.one_of(
-        st.builds(lambda n, b: KeyFilterSpec.parse_cli(f"mod:{n}:[{b % n}]"),
-                  st.integers(1, 200_000), st.integers(0, 10**6)),
-        st.builds(lambda size, lo, width: KeyFilterSpec.parse_cli(f"range:{size}:[{lo}-{lo + width}]"),
-                  st.integers(1, 10**12), st.integers(0, 10**6), st.integers(1, 5)),
-    ),
-    keys=st.lists(st.one_of(st.integers(INT64_MIN, INT64_MAX), st.sampled_from([INT64_MIN, INT64_MAX, 0, -1])),
-                  min_size=16, max_size=200),
-)
-def test_vectorized_int64_path_equals_the_loop(spec: KeyFilterSpec, keys: list[int]) -> None:
-    from sdk.core import filters
-
-    vectorized = filters._select_int64(spec, keys)
-    loop = spec._select(keys)
-    assert vectorized is None or vectorized == loop
-    assert evaluate(spec, keys).passed == loop
-
-
-def test_vectorized_path_is_used_for_int_batches_and_not_for_strings() -> None:
-    from sdk.core import filters
-
-    spec = KeyFilterSpec.parse_cli("mod:2:[0]")
-    assert filters._select_int64(spec, list(range(100))) == list(range(0, 100, 2))
-    assert filters._select_int64(spec, [*range(99), "7"]) is None  # numpy would read text
-    assert filters._select_int64(spec, [*range(99), 1 << 70]) is None  # beyond int64

@@ -1,0 +1,86 @@
+"""A consumer's settings (`ConsumerConfig`) and the Subscribe open request they make.
+
+Split from consumer.py (one job per file); `sdk.consumer` re-exports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.core.model import HashRange
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
+
+TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
+         "key_shared": pb.KEY_SHARED}
+MODES = {"auto_split": pb.AUTO_SPLIT, "sticky": pb.STICKY, "consistent": pb.CONSISTENT}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Consumer settings.
+
+    Attributes:
+        type: "exclusive" (default), "shared", "failover" or "key_shared".
+        mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
+        ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
+        initial_position: where a new subscription starts: "latest"
+            (default), "earliest", an offset or {"scn": n}.
+        key_filter: broker-side filter ("mod:10:[0,3]", a KeyFilter, ...).
+        consumer_name: unique per subscription; default a random name
+            (give a stable one for consistent hashing to return its ranges).
+        priority: Failover: 0 is the highest (default 0).
+        partitions: the partitions to consume (default all).
+        receiver_queue_size: permits per partition, bounds the buffer (1000).
+        ack_timeout_ms: redeliver events not acknowledged in time (0 = never).
+        max_redeliveries / dead_letter_topic: after this many redeliveries an
+            event goes to the dead-letter topic (0 = never; topic default
+            "<topic>-<subscription>-DLQ").
+        look_ahead_max: Key_Shared events the broker may hold past blocked
+            keys (0 = broker default).
+        ack_flush_ms: how long acks gather before they are sent (5).
+        nack_delay_ms: default delay of nack() (0 = the broker's default).
+        reconnect: reconnect when the broker goes away (True).
+        retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
+    """
+
+    type: str = "exclusive"
+    mode: str = "auto_split"
+    ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
+    initial_position: Start = "latest"
+    key_filter: Any = None
+    consumer_name: str = ""
+    priority: int = 0
+    partitions: Sequence[int] = ()
+    receiver_queue_size: int = 1000
+    ack_timeout_ms: int = 0
+    max_redeliveries: int = 0
+    dead_letter_topic: str = ""
+    look_ahead_max: int = 0
+    ack_flush_ms: int = 5
+    nack_delay_ms: int = 0
+    reconnect: bool = True
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 2_000
+
+    def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
+        """The SubscribeOpen message. Raises ValueError naming a bad setting."""
+        if self.type not in TYPES:
+            raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+        if self.receiver_queue_size < 2:
+            raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
+        request = pb.SubscribeOpen(
+            topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
+            key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
+            initial_position=start_to_proto(self.initial_position), priority=self.priority,
+            ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
+            dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
+            look_ahead_max=self.look_ahead_max)
+        key_filter = filter_to_proto(self.key_filter)
+        if key_filter is not None:
+            request.filter.CopyFrom(key_filter)
+        return request

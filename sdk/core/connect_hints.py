@@ -1,0 +1,61 @@
+"""What a failed connection probably means, in words a user can act on.
+
+gRPC reports a TLS mismatch as transport noise: a plain-text client that
+reaches a TLS broker gets "Socket closed" (the broker drops a connection that
+does not start with a TLS hello; an mTLS broker does the same to a TLS client
+without a certificate); a TLS client that reaches a plain-text broker gets
+"Tls handshake failed ... WRONG_VERSION_NUMBER"; a CA that does not verify the
+broker's certificate gives a handshake failure naming a certificate or
+signature. `connection_hint` turns such a status detail into one line naming
+the address, the likely cause and the setting that fixes it.
+
+Rules: pure (text in, text out); only connection failures get a hint, never a
+broker's own answer; a hint says "probably" where the detail is ambiguous
+("Socket closed" is also what a broker killed mid-handshake gives).
+"""
+
+from __future__ import annotations
+
+import re
+
+# "...last error: UNAVAILABLE: ipv4:127.0.0.1:43691: Socket closed"
+_PEER = re.compile(r"\bipv[46]:(\S+?):\s+(.*)$", re.DOTALL)
+DETAIL_CHARS_MAX = 160
+CA_SETTING = "security=ClientSecurity(ca_file=...), or --tls-ca / KEYBUS_TLS_CA"
+
+
+def connection_hint(details: str) -> str | None:
+    """One line explaining a failed connection, or None when `details` is not one.
+
+    Args:
+        details: a gRPC status detail (e.g. "failed to connect to all
+            addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:6650: Socket closed").
+    Returns:
+        The hint with the original detail (shortened) at its end, or None.
+    """
+    if "failed to connect" not in details:
+        return None
+    match = _PEER.search(details)
+    address = match.group(1) if match else "the address given"
+    detail = (match.group(2) if match else details).strip().replace("\n", " ")
+    if len(detail) > DETAIL_CHARS_MAX:
+        detail = detail[:DETAIL_CHARS_MAX - 3] + "..."
+    hint = _hint_for(detail, address)
+    return None if hint is None else f"{hint} (gRPC: {detail})"
+
+
+def _hint_for(detail: str, address: str) -> str | None:
+    lowered = detail.lower()
+    if "wrong_version_number" in lowered or "http_request" in lowered:
+        return (f"the broker at {address} answered the TLS handshake in plain text: it does not "
+                "use TLS; connect without a CA (drop security= / --tls-ca), or use the port "
+                "its TLS listener is on")
+    if "handshake failed" in lowered and ("certificate" in lowered or "signature" in lowered):
+        return (f"the broker at {address} presented a certificate that the CA bundle given does "
+                "not verify (another CA, or a name it is not issued for): pass the CA that "
+                "signed it, and server_name= / --tls-server-name if you connect by another name")
+    if "socket closed" in lowered:
+        return (f"the broker at {address} closed the connection during the handshake: is it "
+                f"TLS? pass its CA ({CA_SETTING}); if you already do, it probably requires a "
+                "client certificate (mTLS: cert_file/key_file, --tls-cert/--tls-key)")
+    return None

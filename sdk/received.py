@@ -1,0 +1,94 @@
+"""What a consumer receives: `ReceivedBatch` (one delivered record, columns
+kept protobuf), `Message` (one event as a row) and `batch_without` (a batch
+less some of its events, for redeliveries already handed out).
+
+Split from consumer.py (one job per file); `sdk.consumer` re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sdk.core.columns import Event, record_events
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.reader import ReadBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One received event with its delivery facts."""
+
+    event: Event
+    redelivery_count: int = 0
+    window_last_offset: int = 0
+
+    @property
+    def partition(self) -> int:
+        return self.event.partition
+
+    @property
+    def offset(self) -> int:
+        return self.event.offset
+
+    @property
+    def key(self) -> int | str:
+        return self.event.key
+
+    @property
+    def value(self) -> bytes:
+        return self.event.value
+
+
+class ReceivedBatch(ReadBatch):
+    """The events of one stored record delivered to this consumer (columns stay
+    protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
+    record's window ends)."""
+
+    __slots__ = ("redelivery_counts", "send", "window_last_offset")
+
+    def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
+                 window_last_offset: int, send: int = 0) -> None:
+        super().__init__(record)
+        self.redelivery_counts = redelivery_counts  # empty: all first deliveries
+        self.window_last_offset = window_last_offset
+        self.send = send  # the broker's send it came in (Delivery.send; 0: unknown)
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
+
+    @property
+    def slots(self) -> Sequence[int]:
+        return self.record.batch.slots
+
+    def messages(self) -> list[Message]:
+        """Row views (a Python object per event)."""
+        counts = self.redelivery_counts or [0] * self.count
+        return [Message(e, c, self.window_last_offset)
+                for e, c in zip(record_events(self.record), counts, strict=True)]
+
+
+def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
+    """A copy of `batch` without the events at positions `drop` (None if none is left)."""
+    keep = [i for i in range(batch.count) if i not in drop]
+    if not keep:
+        return None
+    record = batch.record
+    source = record.batch
+    subset = pb.Record(topic=record.topic, partition=record.partition,
+                       base_offset=record.base_offset, scn_first=record.scn_first,
+                       window=record.window, publish_time_ms=record.publish_time_ms)
+    subset.offsets.extend(batch.offsets[i] for i in keep)
+    subset.batch.count = len(keep)
+    count = source.count
+    for descriptor, column in source.ListFields():
+        if descriptor.name == "count":
+            continue
+        target = getattr(subset.batch, descriptor.name)
+        if len(column) == count and count > 1:
+            target.extend(column[i] for i in keep)
+        else:
+            target.extend(column)
+    counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
+    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send)
