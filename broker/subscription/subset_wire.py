@@ -68,7 +68,8 @@ class Rows:
 
 @dataclass(slots=True)
 class Padded:
-    """Elements of up to `rows.shape[1]` bytes: row i holds element i, `widths[i]` used."""
+    """Elements of up to `rows.shape[1]` bytes: row i holds element i, `used[i]` marks
+    which of its bytes are the element's."""
 
     rows: npt.NDArray[np.uint8]
     used: npt.NDArray[np.bool_]
