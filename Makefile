@@ -1,8 +1,12 @@
 # Keybus: two commands.
 #   make run    install, start the broker on its embedded default (./keybus-data, port 6650)
 #               and run a short demo against it; the broker keeps serving until Ctrl-C.
+#               Another port or directory: make run PORT=6651 DATA_DIR=/tmp/kb
+#               (or KEYBUS_PORT / KEYBUS_DATA_DIR in the environment).
 #   make test   install, then lint, type-check and run the whole test suite.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+PORT ?= $(or $(KEYBUS_PORT),6650)
+DATA_DIR ?= $(or $(KEYBUS_DATA_DIR),./keybus-data)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -25,7 +29,7 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }
 
 run: install
-	$(BIN)/keybus demo
+	$(BIN)/keybus demo --port $(PORT) --data-dir $(DATA_DIR)
 
 proto: install
 	$(BIN)/python proto/generate.py

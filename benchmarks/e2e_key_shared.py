@@ -85,7 +85,7 @@ def consumer_process(address: str, topic: str, name: str, start: str, stop_at: f
 
     async def run() -> None:
         consumer = await Consumer.subscribe(address, topic, SUBSCRIPTION, type="key_shared",
-                                            consumer_name=name, initial_position=start,
+                                            consumer_name=name, start=start,
                                             receiver_queue_size=RECEIVER_QUEUE_SIZE)
         latencies: list[float] = []
         events = 0

@@ -11,9 +11,9 @@ so all are measured the same way as the peers' consumer groups:
   broker's view maintainer would otherwise fold a fresh backlog during the
   first drain and its CPU would count as that row's (Key_Shared's, which
   runs first on the stored topic, or churn's). Then a consumer attaches once
-  with `initial_position="latest"` and leaves; that creates the durable
-  subscription with its cursor at the topic's end (offset 0 on the latency
-  scenario's empty topic).
+  with `start="latest"` and leaves; that creates the durable subscription
+  with its cursor at the topic's end (offset 0 on the latency scenario's
+  empty topic).
 - consume (each consumer process): `Consumer.subscribe` (SDK, asyncio on
   uvloop), then the shared loop. Subscribing happens before the common start,
   and the cursor is at the end, so nothing is delivered before the clock runs.
@@ -84,7 +84,7 @@ async def _create_subscription(address: str, topic: str, type_: str, name: str) 
 
     await wait_view_folded(address, topic)
     consumer = await Consumer.subscribe(address, topic, name, type=type_,
-                                        consumer_name="bench-prepare", initial_position="latest",
+                                        consumer_name="bench-prepare", start="latest",
                                         receiver_queue_size=2)
     await asyncio.wait_for(consumer.close(), CLOSE_TIMEOUT_S)
 

@@ -21,135 +21,191 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and the allowed values."""
 
 
+def setting(default: Any, description: str) -> Any:
+    """A Settings field with its description (shown by `keybus broker --help`)."""
+    return field(default=default, metadata={"help": description})
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Every broker setting. Limits carry their unit in the name."""
+    """Every broker setting. Limits carry their unit in the name; each field's
+    metadata["help"] says what it does (the `keybus broker` flags are built
+    from these fields, so flags and settings cannot drift apart)."""
 
-    data_dir: str = "./keybus-data"
-    host: str = "127.0.0.1"
-    port: int = 6650
-    # Durability: fsync the RocksDB WAL before acknowledging a produce.
-    # False acknowledges after the write reaches the OS (faster; a machine
-    # crash, not a process crash, can lose the last acknowledged batches).
-    fsync: bool = True
-    metrics_port: int = 0  # 0 = no Prometheus endpoint
+    data_dir: str = setting("./keybus-data", "Directory of the RocksDB log and cursors; one "
+                            "broker process per directory.")
+    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
+    port: int = setting(6650, "gRPC port (6650, as Pulsar's default; 0 = any free port).")
+    fsync: bool = setting(True, "Fsync the WAL before acknowledging a produce. --no-fsync "
+                          "acknowledges once the OS has the write: faster, and a machine "
+                          "crash (not a process crash) may lose the last acknowledged batches.")
+    metrics_port: int = setting(0, "Port of the Prometheus /metrics endpoint (0 = none).")
     # Limits on what clients send.
-    event_bytes_max: int = 1 << 20
-    batch_events_max: int = 100_000
-    request_bytes_max: int = 32 << 20
-    topic_name_bytes_max: int = 249
-    partitions_max: int = 1024
+    event_bytes_max: int = setting(1 << 20, "Largest value of one event, in bytes.")
+    batch_events_max: int = setting(100_000, "Most events in one produce batch or window.")
+    request_bytes_max: int = setting(32 << 20, "Largest request message, in bytes.")
+    topic_name_bytes_max: int = setting(249, "Longest topic, subscription or consumer name.")
+    partitions_max: int = setting(1024, "Most partitions a topic may have.")
     # Group commit: produce requests one partition writes in one WriteBatch.
-    commit_requests_max: int = 64
-    commit_bytes_max: int = 16 << 20
-    partition_queue_requests_max: int = 1024
-    produce_in_flight_max: int = 256  # per Produce stream
-    producer_ids_max: int = 100_000  # idempotence state kept in memory per partition (LRU)
-    # A producer id unused this long loses its idempotence state (on disk too):
-    # a retry after that is refused as unknown. Kafka's producer.id.expiration.ms.
-    producer_expiry_ms: int = 7 * 24 * 3600 * 1000
-    producer_expiry_check_interval_ms: int = 3600 * 1000
+    commit_requests_max: int = setting(64, "Produce requests one partition writes in one "
+                                       "RocksDB WriteBatch (group commit).")
+    commit_bytes_max: int = setting(16 << 20, "Bytes one partition writes in one WriteBatch.")
+    partition_queue_requests_max: int = setting(
+        1024, "Produce requests queued per partition; past it the broker answers "
+        "RESOURCE_EXHAUSTED.")
+    produce_in_flight_max: int = setting(256, "Unanswered requests per Produce stream.")
+    producer_ids_max: int = setting(100_000, "Producer ids whose idempotence state a partition "
+                                    "keeps in memory (least recently used go first).")
+    producer_expiry_ms: int = setting(
+        7 * 24 * 3600 * 1000, "A producer id unused this long loses its idempotence state, on "
+        "disk too; a retry after that is refused (Kafka's producer.id.expiration.ms).")
+    producer_expiry_check_interval_ms: int = setting(3600 * 1000, "How often expired producer "
+                                                     "ids are looked for.")
     # Reads.
-    read_events_max: int = 10_000  # per response message, default and cap
-    read_bytes_max: int = 4 << 20  # per response message, default and cap
+    read_events_max: int = setting(10_000, "Events per read response: the default and the cap.")
+    read_bytes_max: int = setting(4 << 20, "Bytes per read response: the default and the cap.")
     # Retention (per topic settings override; these are the topic defaults).
-    retention_ms: int = 0  # 0 = keep forever
-    retention_bytes: int = 0  # per partition; 0 = no limit
-    retention_check_interval_ms: int = 5_000
-    # Default partitions for a new topic.
-    default_partitions: int = 1
+    retention_ms: int = setting(0, "Default age limit of a new topic's events (0 = forever).")
+    retention_bytes: int = setting(0, "Default size limit per partition of a new topic "
+                                   "(0 = none).")
+    retention_check_interval_ms: int = setting(5_000, "How often retention runs.")
+    default_partitions: int = setting(1, "Partitions of a topic created without a count.")
     # Subscriptions and dispatch.
-    subscriptions_per_topic_max: int = 1_000
-    consumers_per_subscription_max: int = 1_000
-    consumer_permits_max: int = 100_000  # outstanding permits per consumer and partition
-    consumer_unacked_events_max: int = 200_000  # per consumer and partition; past it no dispatch
-    consumer_outbox_messages_max: int = 4_096  # messages queued for one consumer's stream
-    # Bytes queued for one consumer's stream; past it the consumer is paused (sent nothing
-    # more, its slots wait as if it had no permits) until half of them are written.
-    consumer_outbox_bytes_max: int = 16 << 20
-    look_ahead_events_max: int = 20_000  # events read and kept waiting in memory per partition
-    # Key_Shared: of them, per waiting slot; past it the slot waits on a floor and its
-    # events are read again from the log when it may deliver (see docs/architecture.md).
-    waiting_slot_events_max: int = 64
-    dispatch_read_events_max: int = 5_000  # events per log read of a dispatcher
-    dispatch_read_bytes_max: int = 4 << 20  # record bytes per log read of a dispatcher
-    dispatch_cache_bytes_max: int = 16 << 20  # memory of records a dispatcher keeps read
-    # (past it the oldest go; a record needed again is read again)
-    delivery_bytes_max: int = 4 << 20  # one Delivery message, whatever the permits
-    key_shared_points_per_consumer: int = 100  # consistent-hashing ring points
-    nack_delay_ms_default: int = 1_000  # a Nack with delay_ms 0 waits this long
-    nack_delay_ms_max: int = 3_600_000
-    ack_timeout_ms_min: int = 1_000  # a consumer's ack_timeout_ms: 0 (none) or within bounds
-    ack_timeout_ms_max: int = 3_600_000
-    max_redeliveries_max: int = 1_000
-    cursor_persist_interval_ms: int = 50  # how often changed cursors are written, at most
-    # Unacknowledged runs a persisted cursor keeps; past it the rest counts as
-    # unacknowledged after a crash (redelivered, never lost).
-    cursor_ranges_persisted_max: int = 100_000
-    waiting_slots_reported_max: int = 100  # per partition in DescribeSubscription
-    # Server-side filters per source (Databus config keys), raw strings.
-    serversidefilter: dict[str, str] = field(default_factory=dict)
+    subscriptions_per_topic_max: int = setting(1_000, "Most subscriptions per topic.")
+    consumers_per_subscription_max: int = setting(1_000, "Most consumers per subscription.")
+    consumer_permits_max: int = setting(100_000, "Outstanding permits per consumer and "
+                                        "partition.")
+    consumer_unacked_events_max: int = setting(
+        200_000, "Unacknowledged events per consumer and partition; past it the consumer gets "
+        "nothing more until it acknowledges.")
+    consumer_outbox_messages_max: int = setting(
+        4_096, "Messages queued for one consumer's stream; a consumer that does not read "
+        "past it is disconnected.")
+    consumer_outbox_bytes_max: int = setting(
+        16 << 20, "Bytes queued for one consumer's stream; past it the consumer is paused "
+        "(sent nothing more, its slots wait as if it had no permits) until half of them are "
+        "written.")
+    look_ahead_events_max: int = setting(20_000, "Events a dispatcher reads ahead and keeps "
+                                         "waiting in memory per partition.")
+    waiting_slot_events_max: int = setting(
+        64, "Key_Shared: of the events kept waiting, most per waiting slot; past it the slot "
+        "waits on a floor and its events are read again from the log when it may deliver.")
+    dispatch_read_events_max: int = setting(5_000, "Events per log read of a dispatcher.")
+    dispatch_read_bytes_max: int = setting(4 << 20, "Record bytes per log read of a "
+                                           "dispatcher.")
+    dispatch_cache_bytes_max: int = setting(
+        16 << 20, "Memory of records a dispatcher keeps read (past it the oldest go; a record "
+        "needed again is read again).")
+    delivery_bytes_max: int = setting(4 << 20, "Bytes of one Delivery message to a consumer, "
+                                      "whatever its permits.")
+    key_shared_points_per_consumer: int = setting(100, "Key_Shared consistent mode: points "
+                                                  "per consumer on the hash ring.")
+    nack_delay_ms_default: int = setting(1_000, "Redelivery delay of a nack that gives none.")
+    nack_delay_ms_max: int = setting(3_600_000, "Longest redelivery delay a nack may ask for.")
+    ack_timeout_ms_min: int = setting(1_000, "Shortest ack timeout a consumer may ask for.")
+    ack_timeout_ms_max: int = setting(3_600_000, "Longest ack timeout a consumer may ask for.")
+    max_redeliveries_max: int = setting(1_000, "Highest max_redeliveries a subscription may "
+                                        "ask for before dead-lettering.")
+    cursor_persist_interval_ms: int = setting(50, "How often changed cursors are written, at "
+                                              "most.")
+    cursor_ranges_persisted_max: int = setting(
+        100_000, "Unacknowledged runs a persisted cursor keeps; past it the rest counts as "
+        "unacknowledged after a crash (redelivered, never lost).")
+    waiting_slots_reported_max: int = setting(100, "Waiting slots per partition that "
+                                              "DescribeSubscription lists.")
+    # Server-side filters per source (Databus config keys), raw strings; set
+    # in the --config file only (a table, not a flag).
+    serversidefilter: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "Per-source server-side filters, as Databus's serversidefilter.* keys (config "
+                "file only)."})
     # Relay chaining and leader election (docs/cluster.md; checked by broker/relay/settings.py).
-    broker_id: str = ""  # this broker's name in a cluster; "" = its advertised address
-    advertised_address: str = ""  # HOST:PORT other brokers and clients reach it on; "" = host:port
-    zookeeper: str = ""  # ZooKeeper connect string HOST:PORT[,HOST:PORT]; "" = no election
-    zookeeper_root: str = "/keybus"  # the znode every Keybus node of this cluster lives under
-    zookeeper_session_timeout_ms: int = 4_000  # a dead leader is noticed after this long
-    relay_retry_backoff_ms: int = 100  # a follower's first retry delay; it doubles ...
-    relay_retry_backoff_max_ms: int = 60_000  # ... up to this cap (the seed's one minute)
-    relay_sync_interval_ms: int = 1_000  # subscription cursors and topic lists copied this often
-    acks_timeout_ms: int = 30_000  # a produce waiting for its copies fails (UNAVAILABLE) after this
-    leader_handover_timeout_ms: int = 3_000  # a stopping leader waits this long for its followers
-    # How this broker connects to its upstreams when they run with TLS and tokens
-    # (PEM CA bundle, client certificate and key for mTLS, a token file); "" = plain text.
-    relay_tls_ca_file: str = ""
-    relay_tls_cert_file: str = ""
-    relay_tls_key_file: str = ""
-    relay_token_file: str = ""  # its principal needs consume and admin on chained topics
+    broker_id: str = setting("", "This broker's name in a cluster (empty: its advertised "
+                             "address).")
+    advertised_address: str = setting("", "HOST:PORT other brokers and clients reach this broker "
+                                      "on (empty: host:port).")
+    zookeeper: str = setting("", "ZooKeeper connect string HOST:PORT[,HOST:PORT] for topics "
+                             "with election = \"zookeeper\" (empty: no election).")
+    zookeeper_root: str = setting("/keybus", "The znode every Keybus broker of this cluster "
+                                  "lives under.")
+    zookeeper_session_timeout_ms: int = setting(4_000, "ZooKeeper session timeout: a dead leader "
+                                                "is noticed after this long.")
+    relay_retry_backoff_ms: int = setting(100, "A follower's first retry delay after losing its "
+                                          "upstream; it doubles up to "
+                                          "--relay-retry-backoff-max-ms.")
+    relay_retry_backoff_max_ms: int = setting(60_000, "Longest retry delay of a follower (the "
+                                              "seed's one minute).")
+    relay_sync_interval_ms: int = setting(1_000, "How often a follower copies subscription "
+                                          "cursors and topic lists from its upstream.")
+    acks_timeout_ms: int = setting(30_000, "A produce waiting for its copies on followers "
+                                   "(acks = N) fails with UNAVAILABLE after this long.")
+    leader_handover_timeout_ms: int = setting(3_000, "How long a stopping leader waits for its "
+                                              "followers to report their whole log.")
+    relay_tls_ca_file: str = setting("", "Relay: CA bundle (PEM) that upstream brokers' TLS "
+                                     "certificates are checked against (empty: plaintext).")
+    relay_tls_cert_file: str = setting("", "Relay: this broker's client certificate (PEM) for "
+                                       "upstreams that require mTLS.")
+    relay_tls_key_file: str = setting("", "Relay: the private key (PEM) of "
+                                      "--relay-tls-cert-file.")
+    relay_token_file: str = setting("", "Relay: file holding the token sent to upstreams; its "
+                                    "principal needs consume and admin on chained topics.")
     # Per topic (or "*" for every other topic): upstream, leader, election, acks.
-    replication: dict[str, dict[str, str]] = field(default_factory=dict)
+    replication: dict[str, dict[str, str]] = field(default_factory=dict, metadata={
+        "help": "Per-topic replication as [replication.TOPIC] tables (\"*\" = every other "
+                "topic) with upstream, leader, election and acks (config file only; "
+                "docs/cluster.md)."})
     # Compacted view and bootstrap (topic settings override the defaults).
-    view_default: bool = True  # a topic created without a view policy keeps a view
-    delete_retention_ms: int = 24 * 3600 * 1000  # tombstones kept in the view (Kafka's default)
-    view_pass_events_max: int = 100_000  # log events one view maintenance pass folds, at most
-    # Before a pass, wait up to this long for a full pass of events: a pass
-    # over more events writes each hot key once for all of them. Bounds the
-    # view's lag when the log grows slowly.
-    view_linger_ms: int = 1_000
-    view_sweep_interval_ms: int = 60_000  # how often tombstones past delete retention go
-    view_sweep_entries_max: int = 10_000  # tombstones one sweep pass looks at
-    compaction_records_max: int = 1_000  # compacted topics: records rewritten per retention check
-    bootstrap_streams_max: int = 64  # Bootstrap streams served at once by the broker
-    # Security (docs/security.md); all off by default. TLS: the broker's PEM
-    # certificate and key, both or neither.
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    # mTLS: clients must present a certificate signed by this CA (PEM bundle).
-    tls_client_ca_file: str = ""
+    view_default: bool = setting(True, "A topic created without a view policy keeps a "
+                                 "compacted view.")
+    delete_retention_ms: int = setting(24 * 3600 * 1000, "Tombstones kept in the compacted "
+                                       "view this long (Kafka's default).")
+    view_pass_events_max: int = setting(100_000, "Log events one view maintenance pass folds, "
+                                        "at most.")
+    view_linger_ms: int = setting(1_000, "Before a view pass, wait up to this long for a full "
+                                  "pass of events (a pass over more events writes each hot "
+                                  "key once); bounds the view's lag when the log grows slowly.")
+    view_sweep_interval_ms: int = setting(60_000, "How often tombstones past delete retention "
+                                          "go.")
+    view_sweep_entries_max: int = setting(10_000, "Tombstones one sweep pass looks at.")
+    compaction_records_max: int = setting(1_000, "Compacted topics: records rewritten per "
+                                          "retention check.")
+    bootstrap_streams_max: int = setting(64, "Bootstrap streams served at once by the broker.")
+    # Security (docs/security.md); all off by default.
+    tls_cert_file: str = setting("", "TLS: the broker's certificate (PEM); with "
+                                 "--tls-key-file, both or neither. Empty: plaintext.")
+    tls_key_file: str = setting("", "TLS: the private key (PEM) of --tls-cert-file.")
+    tls_client_ca_file: str = setting("", "mTLS: clients must present a certificate signed by "
+                                      "this CA (PEM bundle).")
     # Authentication is on when any of the next three ways is set, and with it
     # per-topic permissions (grants in RocksDB; `keybus acl`).
-    # Static tokens: a TOML file with a [tokens] table of principal = "token".
-    auth_token_file: str = ""
-    # JWTs: HS256 with this shared secret (file), and/or RS256 with this public key (PEM).
-    auth_jwt_secret_file: str = ""
-    auth_jwt_public_key_file: str = ""
-    auth_jwt_issuer: str = ""  # when set, a token's iss claim must equal it
-    auth_jwt_audience: str = ""  # when set, a token's aud claim must hold it
-    auth_jwt_leeway_ms: int = 0  # clock skew allowed on exp/nbf
-    # mTLS: a client certificate's subject common name is the principal (needs tls_client_ca_file).
-    auth_certificate_principal: bool = False
-    # Comma-separated principals holding every permission (they manage grants).
-    auth_superusers: str = ""
-    # TOML file of grants added to the store at start ([[grant]] principal, topic, permissions).
-    acl_file: str = ""
+    auth_token_file: str = setting("", "Static tokens: a TOML file with a [tokens] table of "
+                                   "principal = \"token\" (turns authentication on).")
+    auth_jwt_secret_file: str = setting("", "JWTs signed HS256 with the shared secret in this "
+                                        "file (turns authentication on).")
+    auth_jwt_public_key_file: str = setting("", "JWTs signed RS256, checked with this public "
+                                            "key (PEM) (turns authentication on).")
+    auth_jwt_issuer: str = setting("", "When set, a JWT's iss claim must equal it.")
+    auth_jwt_audience: str = setting("", "When set, a JWT's aud claim must hold it.")
+    auth_jwt_leeway_ms: int = setting(0, "Clock skew allowed on a JWT's exp and nbf.")
+    auth_certificate_principal: bool = setting(
+        False, "mTLS: a client certificate's subject common name is the principal (needs "
+        "--tls-client-ca-file).")
+    auth_superusers: str = setting("", "Comma-separated principals holding every permission "
+                                   "(they manage grants).")
+    acl_file: str = setting("", "TOML file of grants added to the store at start ([[grant]] "
+                            "principal, topic, permissions).")
     # Event processor stores (ownership and checkpoints of consumer groups).
-    processor_store_queue_max: int = 4_096  # claims/checkpoints waiting for the store's task
-    processor_commit_commands_max: int = 256  # commands written in one WriteBatch
-    processor_name_bytes_max: int = 255  # namespace, consumer group and owner id
-    # Supervision (broker/supervision.py): a partition or store task that stops on an
-    # unexpected error is restarted after this delay, doubling up to the cap.
-    task_restart_backoff_ms: int = 100
-    task_restart_backoff_max_ms: int = 5_000
+    processor_store_queue_max: int = setting(
+        4_096, "Event processor store: claims and checkpoints waiting for the store's task.")
+    processor_commit_commands_max: int = setting(
+        256, "Event processor store: commands written in one WriteBatch.")
+    processor_name_bytes_max: int = setting(
+        255, "Event processor store: longest namespace, consumer group or owner id.")
+    # Supervision (broker/supervision.py).
+    task_restart_backoff_ms: int = setting(
+        100, "A partition or store task that stops on an unexpected error is restarted after "
+        "this delay, doubling up to --task-restart-backoff-max-ms.")
+    task_restart_backoff_max_ms: int = setting(5_000, "Longest delay before a failed partition "
+                                               "or store task is restarted.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -186,8 +242,11 @@ class Settings:
             raise ConfigError(f"task_restart_backoff_ms={self.task_restart_backoff_ms} must be > 0 "
                               f"and at most task_restart_backoff_max_ms="
                               f"{self.task_restart_backoff_max_ms}")
-        if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"port {self.port}/{self.metrics_port} out of range; allowed 0..65535")
+        for name in ("port", "metrics_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535:
+                raise ConfigError(f"{name}={value} is out of range; allowed 0..65535 "
+                                  "(port 0 = any free port, metrics_port 0 = no endpoint)")
         from broker.security.setup import check_security_settings
 
         check_security_settings(self)

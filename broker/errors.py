@@ -27,15 +27,19 @@ CATALOGUE: dict[str, ErrorKind] = {
     for k in [
         ErrorKind("topic_not_found", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} does not exist; create it first (keybus topics create {topic})"),
+        ErrorKind("topic_not_found_to_delete", grpc.StatusCode.NOT_FOUND,
+                  "topic {topic!r} does not exist, so there is nothing to delete "
+                  "(keybus topics list shows the topics)"),
         ErrorKind("topic_exists", grpc.StatusCode.ALREADY_EXISTS,
                   "topic {topic!r} already exists"),
         ErrorKind("topic_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "topic name {topic!r} is invalid: use 1..{max} characters from "
                   "[A-Za-z0-9._-]"),
         ErrorKind("partitions_invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                  "config.partitions={value} is invalid; allowed 1..{max}"),
+                  "partitions={value} is out of range; allowed 1..{max} (the broker's "
+                  "partitions_max)"),
         ErrorKind("retention_invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                  "config.{field}={value} is invalid; allowed 0 (no limit) or a positive number"),
+                  "{field}={value} is invalid; allowed 0 (no limit) or a positive number"),
         ErrorKind("partition_out_of_range", grpc.StatusCode.INVALID_ARGUMENT,
                   "partition={partition} is out of range for topic {topic!r}; "
                   "allowed 0..{last}"),
@@ -55,9 +59,13 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("producer_unknown", grpc.StatusCode.FAILED_PRECONDITION,
                   "producer_id={producer_id} is unknown on {topic!r}/{partition} and "
                   "sequence={sequence} is not 0; call InitProducer"),
-        ErrorKind("offset_out_of_range", grpc.StatusCode.OUT_OF_RANGE,
-                  "start offset {offset} of {topic!r}/{partition} is out of range; "
-                  "stored offsets are {start}..{end} (earlier ones were removed by retention)"),
+        ErrorKind("offset_past_end", grpc.StatusCode.OUT_OF_RANGE,
+                  "start offset {offset} of {topic}/{partition} is past the end: {held}; "
+                  "allowed {start}..{end} (the end waits for the next event), or earliest, "
+                  "latest, scn:N"),
+        ErrorKind("offset_before_start", grpc.StatusCode.OUT_OF_RANGE,
+                  "start offset {offset} of {topic}/{partition} was removed by retention: "
+                  "{held}; allowed {start}..{end}, or earliest, latest, scn:N"),
         ErrorKind("start_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "start is not set; allowed: earliest, latest, offset or scn"),
         ErrorKind("read_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,
@@ -138,7 +146,8 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "sent; it was disconnected"),
         ErrorKind("subscription_has_consumers", grpc.StatusCode.FAILED_PRECONDITION,
                   "subscription {subscription!r} on topic {topic!r} has {count} attached "
-                  "consumer(s); stop them first, or delete with force"),
+                  "consumer(s); stop them first, or delete it anyway with --force "
+                  "(force=True in the SDK), which ends their streams"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
         # ------------------------------------------------------------ relay chaining, election

@@ -126,6 +126,7 @@ class Partition:
             settings.partition_queue_requests_max)
         self._appended = asyncio.Event()
         self._closed = False
+        self._deleted = False
         self._producers_checked_ms = 0
         self._task: asyncio.Task[None] | None = None
         # Supervision (broker/supervision.py): the commands the task is working
@@ -175,13 +176,15 @@ class Partition:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+            raise self._closed_error()
         if self._failure is not None:
             raise BrokerError("partition_failed", **self._failure)
 
-    async def stop(self) -> None:
-        """Stop the task; queued requests fail with UNAVAILABLE; readers end."""
+    async def stop(self, deleted: bool = False) -> None:
+        """Stop the task; queued requests fail with UNAVAILABLE; readers end,
+        told the topic was deleted only when it was (else: shutting down)."""
         self._closed = True
+        self._deleted = deleted
         self._appended.set()
         if self._task is not None:
             self._task.cancel()
@@ -333,14 +336,19 @@ class Partition:
         while self.end_offset <= offset and not self._closed:
             await self._appended.wait()
         if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+            raise self._closed_error()
+
+    def _closed_error(self) -> BrokerError:
+        if self._deleted:
+            return BrokerError("topic_deleted", topic=self.meta.name)
+        return BrokerError("shutting_down")
 
     async def wait_for_change(self) -> None:
         """Return at the next publish, high watermark move or truncation (or close)."""
         if not self._closed:
             await self._appended.wait()
         if self._closed:
-            raise BrokerError("topic_deleted", topic=self.meta.name)
+            raise self._closed_error()
 
     def check_truncation(self, mark: int, offset: int) -> None:
         """Raise when a truncation since `mark` (a `truncations` count taken when a
@@ -430,9 +438,17 @@ class Partition:
             return self.offset_for_scn(start.scn)
         # Up to the log end: past the high watermark a reader waits for it.
         if not self.start_offset <= start.offset <= self.log_end:
-            raise BrokerError("offset_out_of_range", offset=start.offset, topic=self.meta.name,
-                              partition=self.index, start=self.start_offset, end=self.log_end)
+            name = "offset_past_end" if start.offset > self.log_end else "offset_before_start"
+            raise BrokerError(name, offset=start.offset, topic=self.meta.name,
+                              partition=self.index, start=self.start_offset, end=self.log_end,
+                              held=self.held_text())
         return start.offset
+
+    def held_text(self) -> str:
+        """What the partition holds, in words, for an out-of-range start."""
+        if self.start_offset == self.end_offset:
+            return f"the partition is empty and its next event gets offset {self.end_offset}"
+        return f"the partition holds offsets {self.start_offset}..{self.end_offset - 1}"
 
     def offset_for_scn(self, scn: int) -> int:
         found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass
 
 import grpc
@@ -50,6 +52,18 @@ MESSAGE_BYTES_MAX_SLACK = 1 << 20
 RECEIVE_LIMIT_FACTOR = 2
 
 
+class StartError(Exception):
+    """The broker cannot start: the message says why and what to do, in one line."""
+
+
+class PortInUse(StartError):
+    """Another process listens on the port (another broker, or Pulsar on 6650)."""
+
+
+class DataDirInUse(StartError):
+    """Another broker process holds the data directory's RocksDB lock."""
+
+
 @dataclass
 class Broker:
     """A running broker; `stop()` shuts it down cleanly."""
@@ -65,12 +79,24 @@ class Broker:
     processor_stores: ProcessorStores | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
+        """Hand leadership over, refuse new calls, end the streams, then close
+        partitions and the store.
+
+        Relay first, while the server still serves: followers read the tail
+        and report their positions for the handover. Then the server stops
+        taking calls before the subscriptions close: a consumer whose stream
+        ends reconnects at once, and had it reached the subscriptions being
+        closed it would have reopened its subscription (rewriting its cursor)
+        and left a dispatcher running past the partitions it reads.
+        """
         if self._retention is not None:
             self._retention.cancel()
         if self.relay is not None:  # hand leadership over while followers can still report
             await self.relay.stop()
+        stopping = asyncio.ensure_future(self.server.stop(grace_s))
+        await asyncio.sleep(0)  # the server refuses new calls from here on
         await self.subscriptions.close()
-        await self.server.stop(grace_s)
+        await stopping
         if self.processor_stores is not None:
             await self.processor_stores.close()
         await self.registry.close()
@@ -88,10 +114,15 @@ class Broker:
 
 async def start_broker(settings: Settings, store: RocksStore | None = None) -> Broker:
     """Open the store (or use `store`, e.g. a test's fault-injecting one),
-    recover every partition, and start serving."""
-    os.makedirs(settings.data_dir, exist_ok=True)
+    recover every partition, and start serving.
+
+    Raises:
+        StartError: the port is taken, the data directory is in use by another
+            broker or cannot be opened; the message says what to do.
+    """
+    check_port(settings.host, settings.port)
     if store is None:
-        store = RocksStore(os.path.join(settings.data_dir, "log.rocksdb"), fsync=settings.fsync)
+        store = open_store(settings)
     registry = TopicRegistry(store, settings)
     await registry.open()
     config_filters = from_config(settings.serversidefilter)
@@ -126,13 +157,13 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
     if settings.metrics_port:
         prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
-    credentials = security.server_credentials(settings)
-    address = f"{settings.host}:{settings.port}"
-    port = (server.add_insecure_port(address) if credentials is None
-            else server.add_secure_port(address, credentials))
-    if port == 0:
+    port = _bind(server, settings)
+    if port == 0:  # taken since check_port: gRPC's own bind failed
+        await subscriptions.close()
+        await processor_stores.close()
+        await registry.close()
         store.close()
-        raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+        raise PortInUse(port_in_use(settings.host, settings.port))
     relay.attach(relay_settings(settings, port))  # the advertised address needs the bound port
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
@@ -142,6 +173,73 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
                     processor_stores=processor_stores)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
+
+
+def _bind(server: grpc.aio.Server, settings: Settings) -> int:
+    """The bound port (TLS when configured), or 0 when gRPC could not bind (it
+    raises RuntimeError for that)."""
+    credentials = security.server_credentials(settings)
+    address = f"{settings.host}:{settings.port}"
+    try:
+        return int(server.add_insecure_port(address) if credentials is None
+                   else server.add_secure_port(address, credentials))
+    except RuntimeError:
+        return 0
+
+
+def port_in_use(host: str, port: int) -> str:
+    return (f"cannot listen on {host}:{port}: the port is in use (another Keybus broker? "
+            f"Pulsar's default port is 6650 too); choose another with --port N or "
+            f"KEYBUS_PORT=N")
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind the port once before opening the log, so a taken port is one clear
+    line (gRPC's own bind failure is a RuntimeError and a C++ log line).
+
+    Raises:
+        StartError: the port is taken, not ours to use, or the host unknown.
+    """
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise StartError(f"cannot listen on {host}:{port}: unknown host ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUse(port_in_use(host, port)) from None
+            if e.errno == errno.EACCES:
+                raise StartError(f"cannot listen on {host}:{port}: permission denied (ports "
+                                 "below 1024 need root); choose another with --port N") from None
+            raise StartError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+def open_store(settings: Settings) -> RocksStore:
+    """The broker's RocksDB log, or one line saying why it cannot be opened.
+
+    Raises:
+        StartError: the directory cannot be made, or another broker holds it.
+    """
+    path = os.path.join(settings.data_dir, "log.rocksdb")
+    try:
+        os.makedirs(settings.data_dir, exist_ok=True)
+    except OSError as e:
+        raise StartError(f"cannot use data directory {settings.data_dir}: {e.strerror}") from None
+    try:
+        return RocksStore(path, fsync=settings.fsync)
+    except Exception as e:  # rocksdict raises a bare Exception with RocksDB's status text
+        text = str(e)
+        if "lock" in text.lower():
+            raise DataDirInUse(f"data directory {settings.data_dir} is in use by another broker "
+                             f"(RocksDB's lock on {os.path.join(path, 'LOCK')} is held); stop "
+                             "that broker or choose another --data-dir") from None
+        raise StartError(f"cannot open the log in {path}: {text}") from None
 
 
 def security_interceptors(settings: Settings, access: AccessTable
@@ -172,3 +270,4 @@ async def serve(settings: Settings, ready_file: str | None = None) -> None:
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
+    log.info("stopped")

@@ -120,3 +120,12 @@ async def _recover(name: str, error: Exception, failures: int, last_cause: str,
             continue
         log.warning("%s restarted after %d failure(s)", name, failures)
         return failures, last_cause
+
+
+def nothing_to_fail(error: Exception, retry_ms: int) -> None:
+    """`fail` for a task that holds no request (a loop that retries on its own
+    schedule): `supervise`'s log line is the whole report."""
+
+
+def nothing_to_reload() -> None:
+    """`restart` for a task whose body rebuilds everything it needs each run."""

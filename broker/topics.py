@@ -118,11 +118,13 @@ class TopicRegistry:
 
     async def delete(self, topic: str) -> None:
         async with self._lock:
+            if topic not in self._topics:
+                raise BrokerError("topic_not_found_to_delete", topic=topic)
             meta = self.meta(topic)
             _, partitions = self._topics.pop(topic)
             await self.views.stop(topic)
             for partition in partitions:
-                await partition.stop()
+                await partition.stop(deleted=True)
             await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
                                     meta.partitions)
             for listener in self.delete_listeners:

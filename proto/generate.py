@@ -38,8 +38,8 @@ def generate(out_dir: pathlib.Path) -> None:
         f"-I{PROTO_DIR}",
         f"--python_out={out_dir}",
         f"--grpc_python_out={out_dir}",
-        f"--mypy_out={out_dir}",
-        f"--mypy_grpc_out={out_dir}",
+        f"--mypy_out=quiet:{out_dir}",  # quiet: no "Writing mypy to ..." per file
+        f"--mypy_grpc_out=quiet:{out_dir}",
         str(PROTO_DIR / "keybus.proto"),
     ]
     if protoc.main(args) != 0:

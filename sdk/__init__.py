@@ -1,5 +1,6 @@
-"""Keybus client SDK: producer, reader (and, as they land, consumer, Databus
-callback consumer and event processor).
+"""Keybus client SDK: producer, readers (one partition, or a whole topic),
+consumer, admin, each with a blocking Sync twin (and, as they land, the
+Databus callback consumer and event processor).
 
 `sdk.core` is the lowest layer of the project: the wire contract (generated
 protobuf code) and the rules the broker and clients share (hash slot, hash
@@ -42,23 +43,25 @@ from sdk.producer import (
     WindowResult,
 )
 from sdk.reader import ReadBatch, Reader, read_all
+from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
 from sdk.sender import BatchResult, ProducedEvent
 from sdk.subscription_admin import SubscriptionAdmin
-from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader
+from sdk.sync import SyncAdmin, SyncEventFuture, SyncProducer, SyncReader, SyncTopicReader
 from sdk.sync_consumer import SyncConsumer
+from sdk.topic_reader import TopicReader
 
 __all__ = [
     "DEFAULT_PORT", "DELETE", "UPSERT", "Admin", "AlreadyExists", "BatchFuture", "BatchResult",
-    "BootstrapPosition", "BufferFull", "ClientSecurity", "Consumer", "ConsumerConfig",
-    "DeliveryTimeout", "Event", "EventFuture",
-    "FailedPrecondition", "InvalidArgument", "KeybusError", "Message", "NotFound", "NotLeader",
+    "BootstrapPosition", "BufferFull", "ClientSecurity", "ConnectionCallback", "Consumer",
+    "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture", "FailedPrecondition",
+    "InvalidArgument", "KeybusError", "Message", "NotFound", "NotLeader",
     "OffsetOutOfRange", "PermissionDenied", "PhaseMarker", "ProducedEvent", "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
-    "SyncEventFuture", "SyncProducer", "SyncReader", "TopicNotFound", "Unauthenticated",
-    "Unavailable", "WindowEvent", "WindowResult", "from_rpc_error", "open_channel",
-    "parse_broker", "read_all",
+    "SyncEventFuture", "SyncProducer", "SyncReader", "SyncTopicReader", "TopicNotFound",
+    "TopicReader", "Unauthenticated", "Unavailable", "WindowEvent", "WindowResult",
+    "from_rpc_error", "open_channel", "parse_broker", "read_all",
 ]
 
 # The event processor (sdk/processor/) and its stores (sdk/stores/).

@@ -170,11 +170,12 @@ class BootstrapStream:
         position: where to start (None: a new snapshot).
         follow: after the catch-up, stay online (retries never stop).
         retry_timeout_ms, backoff_ms, backoff_max_ms: as Reader's.
+        link: connect_timeout_ms, broker, on_connection_change for RetryingCall.
     """
 
     def __init__(self, connect: Callable[[], Callable[..., Any]], request: pb.BootstrapRequest,
-                 position: BootstrapPosition | None, follow: bool, retry_timeout_ms: int,
-                 backoff_ms: int, backoff_max_ms: int) -> None:
+                 position: BootstrapPosition | None, follow: bool, retry_timeout_ms: int | None,
+                 backoff_ms: int, backoff_max_ms: int, **link: Any) -> None:
         self._connect = connect
         self._request = request
         self.received = position  # resume point after the last message received
@@ -182,7 +183,7 @@ class BootstrapStream:
         self._announced: set[str] = set() if position is None else self._passed(position)
         self._items: deque[Item] = deque()
         self._stream = RetryingCall(lambda: connect()(self._attempt()), follow,
-                                    retry_timeout_ms, backoff_ms, backoff_max_ms)
+                                    retry_timeout_ms, backoff_ms, backoff_max_ms, **link)
         self._done = False
 
     @property

@@ -42,12 +42,16 @@ def parse_broker(broker: str) -> tuple[str, int]:
     Returns:
         (host, port).
     Raises:
-        ValueError: the address is empty, the port is not an integer in
-            1..65535, or an IPv6 address lacks its brackets.
+        ValueError: the address is empty or lists several brokers, the port
+            is not an integer in 1..65535, or an IPv6 address lacks its brackets.
     """
     text = broker.strip() if isinstance(broker, str) else ""
     if not text:
         raise ValueError(f"broker address {broker!r} is empty; use HOST:PORT, e.g. localhost:6650")
+    if "," in text:  # a cluster's list where one broker is asked for (see sdk/cluster.py)
+        raise ValueError(f"broker address {broker!r} lists several brokers; this call talks to "
+                         "one: give one HOST:PORT (produce, read, consume and the SDK's "
+                         "Producer, Reader and Consumer take several)")
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):

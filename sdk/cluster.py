@@ -27,6 +27,7 @@ from sdk.security import ClientSecurity
 
 log = logging.getLogger("keybus.cluster")
 PROBE_TIMEOUT_S = 2.0
+FIND_TIMEOUT_MS = 30_000  # how long find_leader asks by default
 
 
 def split_brokers(broker: str) -> list[str]:
@@ -58,13 +59,13 @@ async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEO
         info = await stub_of(channel).DescribeCluster(pb.DescribeClusterRequest(topic=topic),
                                                       timeout=timeout_s)
     except grpc.RpcError as e:
-        raise errors.from_rpc_error(e) from None
+        raise errors.from_rpc_error(e, address) from None
     finally:
         await channel.close()
     return info.topics[0] if info.topics else pb.TopicRoleInfo(topic=topic)
 
 
-async def find_leader(addresses: list[str], topic: str, timeout_ms: int = 30_000,
+async def find_leader(addresses: list[str], topic: str, timeout_ms: int = FIND_TIMEOUT_MS,
                       backoff_ms: int = 100, backoff_max_ms: int = 1_000,
                       security: ClientSecurity | None = None) -> str:
     """The address of the broker that takes produce for `topic` now.
@@ -90,6 +91,19 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = 30_000
         backoff_ms = min(backoff_ms * 2, backoff_max_ms)
 
 
+async def topic_broker(broker: str, topic: str, timeout_ms: int = FIND_TIMEOUT_MS,
+                       security: ClientSecurity | None = None) -> str:
+    """The address to ask about `topic`: `broker` itself when it is one address,
+    the topic's leader when it is several (its metadata is the newest).
+
+    Raises:
+        TopicNotFound, Unavailable: as find_leader (several brokers only).
+    """
+    if not is_cluster(broker):
+        return broker
+    return await find_leader(split_brokers(broker), topic, timeout_ms, security=security)
+
+
 async def _probe(address: str, topic: str, security: ClientSecurity | None
                  ) -> tuple[str, pb.TopicRoleInfo | errors.KeybusError]:
     try:
@@ -107,7 +121,7 @@ def _said(info: pb.TopicRoleInfo | errors.KeybusError) -> str:
 class LeaderChannel:
     """A channel to the current leader of one topic, moved when the leader moves."""
 
-    def __init__(self, broker: str, topic: str, find_timeout_ms: int = 30_000,
+    def __init__(self, broker: str, topic: str, find_timeout_ms: int = FIND_TIMEOUT_MS,
                  security: ClientSecurity | None = None) -> None:
         self.addresses = split_brokers(broker)
         self.topic = topic

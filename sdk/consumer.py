@@ -1,7 +1,8 @@
 """The async consumer: subscribe, receive, acknowledge.
 
 A background task keeps one Subscribe stream open (reconnecting with capped
-backoff when the broker goes away), puts deliveries in a bounded buffer
+backoff when the broker goes away, reported through `on_connection_change`;
+see sdk/reconnect.py), puts deliveries in a bounded buffer
 (`fetch_buffer.py`) and grants permits back as the application takes
 events. Acks are collected and leave as merged offset ranges, one message
 per partition every `ack_flush_ms`. Range changes (Key_Shared) and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -28,13 +30,15 @@ import grpc.aio
 
 from sdk import errors
 from sdk.channel import open_channel, stub_of
-from sdk.cluster import LeaderChannel, is_cluster
+from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig
 from sdk.core.model import HashRange
 from sdk.core.offset_ranges import bounds_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
 from sdk.received import Message, ReceivedBatch, batch_without
+from sdk.reconnect import ConnectionCallback, Link, failure_of
+from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
@@ -67,11 +71,19 @@ class _State:
 class Consumer:
     """Async consumer of one subscription. Make one with `await Consumer.subscribe(...)`."""
 
-    def __init__(self, broker: str, topic: str, subscription: str, config: ConsumerConfig,
-                 channel: grpc.aio.Channel | None = None,
+    def __init__(self, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
+                 config: ConsumerConfig | None = None, channel: grpc.aio.Channel | None = None,
                  on_range_change: RangeCallback | None = None,
                  on_active_change: ActiveCallback | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 on_connection_change: ConnectionCallback | None = None,
+                 security: ClientSecurity | None = None, **options: Any) -> None:
+        """Arguments as `subscribe`; the consumer attaches on `async with`
+        (or use `await Consumer.subscribe(...)`, attached when it returns)."""
+        if config is not None and options:
+            raise ValueError(f"pass either config or settings as keywords, not both: "
+                             f"{sorted(options)}")
+        config = config or ConsumerConfig.of(options)
+        self.broker = broker
         self.topic = topic
         self.subscription = subscription
         self.config = config
@@ -79,13 +91,17 @@ class Consumer:
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
         # Several brokers ("h1:6650,h2:6650"): subscribe on the topic's leader, follow it.
-        self._leader = LeaderChannel(broker, topic, security=security) \
+        # Finding it takes up to connect_timeout_ms (a reconnect retries after that).
+        self._leader = LeaderChannel(broker, topic, config.connect_timeout_ms or FIND_TIMEOUT_MS,
+                                     security) \
             if channel is None and is_cluster(broker) else None
         self._channel = channel if channel is not None or self._leader \
             else open_channel(broker, security)
         self._stub = stub_of(self._channel) if self._channel is not None else None
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
+        self._on_connection_change = on_connection_change
+        self._link = Link(broker, config.retry_policy())
         self._state = _State(FetchBuffer(config.receiver_queue_size))
         self._current: deque[Message] = deque()
         self._available = asyncio.Event()
@@ -104,6 +120,7 @@ class Consumer:
                         channel: grpc.aio.Channel | None = None,
                         on_range_change: RangeCallback | None = None,
                         on_active_change: ActiveCallback | None = None,
+                        on_connection_change: ConnectionCallback | None = None,
                         security: ClientSecurity | None = None,
                         **options: Any) -> Consumer:
         """Attach to `subscription` on `topic` (created by the first consumer).
@@ -118,6 +135,9 @@ class Consumer:
                 Key_Shared hash ranges change; may be a coroutine function.
             on_active_change: called (partition, active) when Failover makes
                 this consumer active or inactive on a partition.
+            on_connection_change: called (False, message) when the broker is
+                lost and the consumer starts retrying (see retry_timeout_ms),
+                (True, message) when it is back; may be a coroutine function.
             security: TLS and credentials (sdk.security.ClientSecurity); None =
                 the ambient default, else plain text.
         Returns:
@@ -127,20 +147,21 @@ class Consumer:
             FailedPrecondition (e.g. a second Exclusive consumer, a sticky
             range overlap naming the other consumer, another type), Unavailable.
         """
-        if config is not None and options:
-            raise ValueError(f"pass either config or settings as keywords, not both: "
-                             f"{sorted(options)}")
-        consumer = cls(broker, topic, subscription, config or ConsumerConfig(**options),
-                       channel, on_range_change, on_active_change, security)
+        consumer = cls(broker, topic, subscription, config, channel, on_range_change,
+                       on_active_change, on_connection_change, security, **options)
+        await consumer._attach()
+        return consumer
+
+    async def _attach(self) -> None:
+        """Open the stream and start the background tasks."""
         try:
-            await consumer._connect(reconnecting=False)
+            await self._connect(reconnecting=False)
         except BaseException:
-            await consumer._close_channel()
+            await self._close_channel()
             raise
         loop = asyncio.get_running_loop()
-        consumer._tasks = [loop.create_task(consumer._receive_loop(), name="keybus-consumer"),
-                           loop.create_task(consumer._flush_loop(), name="keybus-consumer-acks")]
-        return consumer
+        self._tasks = [loop.create_task(self._receive_loop(), name="keybus-consumer"),
+                       loop.create_task(self._flush_loop(), name="keybus-consumer-acks")]
 
     # ------------------------------------------------------------ receiving
 
@@ -163,6 +184,10 @@ class Consumer:
             TimeoutError, KeybusError: as receive().
         """
         state = self._state
+        if not self._tasks and not self._closed:
+            raise errors.KeybusError("this consumer is not attached: use `await "
+                                     "Consumer.subscribe(...)` or `async with Consumer(...)`",
+                                     errors.FAILED_PRECONDITION)
         async with asyncio.timeout(timeout_s):
             while True:
                 batch = state.buffer.take()
@@ -290,11 +315,9 @@ class Consumer:
 
     async def _connect(self, reconnecting: bool) -> None:
         """Open a stream (retrying while the broker is away) and grant the initial permits."""
-        backoff_ms = self.config.retry_backoff_ms
         retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
         while True:
             if self._leader is not None and not await self._find_leader(reconnecting):
-                await asyncio.sleep(backoff_ms / 1000)
                 continue
             assert self._stub is not None
             stream = SubscribeStream(self._stub, self._open)
@@ -303,11 +326,15 @@ class Consumer:
                 break
             except grpc.aio.AioRpcError as e:
                 stream.cancel()
+                if self._closed or cancelling():  # gRPC may turn a cancel into CANCELLED
+                    raise asyncio.CancelledError from None
                 if not self.config.reconnect or e.code() not in retriable or \
                         (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
-                    raise errors.from_rpc_error(e) from None
-            await asyncio.sleep(backoff_ms / 1000)
-            backoff_ms = min(backoff_ms * 2, self.config.retry_backoff_max_ms)
+                    raise errors.from_rpc_error(e, self.broker) from None
+                await self._retry_after(e)
+        message = self._link.process_connected(_now_ms())
+        if message is not None:
+            self._callback(self._on_connection_change, True, message)
         self._stream = stream
         self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
@@ -320,14 +347,16 @@ class Consumer:
         self._flush_wanted.set()
 
     async def _find_leader(self, reconnecting: bool) -> bool:
-        """Point the stub at the topic's leader; False (retry later) while none is
-        known and the consumer is reconnecting."""
+        """Point the stub at the topic's leader; False (after waiting, as for a
+        lost broker: reported, bounded by retry_timeout_ms) while none is known
+        and the consumer is reconnecting."""
         assert self._leader is not None
         try:
             self._stub = await self._leader.connect()
-        except errors.KeybusError:
+        except errors.KeybusError as e:
             if not reconnecting or not self.config.reconnect:
                 raise
+            await self._wait_to_retry(str(e), never_reached=False)
             return False
         return True
 
@@ -341,8 +370,8 @@ class Consumer:
                     if self._closed:
                         return
                     if not self.config.reconnect or e.code() not in _RETRIABLE:
-                        raise errors.from_rpc_error(e) from None
-                    response = None
+                        raise errors.from_rpc_error(e, self.broker) from None
+                    await self._retry_after(e)
                     await self._connect(reconnecting=True)
                     continue
                 if response is None:
@@ -354,6 +383,20 @@ class Consumer:
         except errors.KeybusError as e:
             self._state.error = e
             self._available.set()
+
+    async def _retry_after(self, error: grpc.RpcError) -> None:
+        """Wait before the next attempt; report a lost broker once (sdk/reconnect.py).
+
+        Raises:
+            Unavailable: past connect_timeout_ms or retry_timeout_ms.
+        """
+        await self._wait_to_retry(*failure_of(error))
+
+    async def _wait_to_retry(self, reason: str, never_reached: bool) -> None:
+        delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
+        if message is not None:
+            self._callback(self._on_connection_change, False, message)
+        await asyncio.sleep(delay_ms / 1000)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:
         body = response.WhichOneof("body")
@@ -468,8 +511,14 @@ class Consumer:
             await self._channel.close()
 
     async def __aenter__(self) -> Consumer:
+        if not self._tasks and not self._closed:
+            await self._attach()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

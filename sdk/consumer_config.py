@@ -5,6 +5,7 @@ Split from consumer.py (one job per file); `sdk.consumer` re-exports it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
+from sdk.reconnect import RetryPolicy
 
 TYPES = {"exclusive": pb.EXCLUSIVE, "shared": pb.SHARED, "failover": pb.FAILOVER,
          "key_shared": pb.KEY_SHARED}
@@ -26,8 +28,9 @@ class ConsumerConfig:
         type: "exclusive" (default), "shared", "failover" or "key_shared".
         mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
         ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
-        initial_position: where a new subscription starts: "latest"
-            (default), "earliest", an offset or {"scn": n}.
+        start: where a new subscription starts: "latest" (default),
+            "earliest", an offset or {"scn": n} (the same values as Reader's
+            start; an existing subscription keeps its cursor).
         key_filter: broker-side filter ("mod:10:[0,3]", a KeyFilter, ...).
         consumer_name: unique per subscription; default a random name
             (give a stable one for consistent hashing to return its ranges).
@@ -43,13 +46,18 @@ class ConsumerConfig:
         ack_flush_ms: how long acks gather before they are sent (5).
         nack_delay_ms: default delay of nack() (0 = the broker's default).
         reconnect: reconnect when the broker goes away (True).
+        connect_timeout_ms: a broker never reached fails subscribe() after
+            this long with "cannot reach broker at ..." (5000; 0 = forever).
+        retry_timeout_ms: a lost broker is retried this long, then receive()
+            raises Unavailable (0 = forever, the default).
         retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
+        initial_position: deprecated spelling of `start`.
     """
 
     type: str = "exclusive"
     mode: str = "auto_split"
     ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
-    initial_position: Start = "latest"
+    start: Start = "latest"
     key_filter: Any = None
     consumer_name: str = ""
     priority: int = 0
@@ -62,8 +70,33 @@ class ConsumerConfig:
     ack_flush_ms: int = 5
     nack_delay_ms: int = 0
     reconnect: bool = True
+    connect_timeout_ms: int = 5_000
+    retry_timeout_ms: int = 0
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 2_000
+    initial_position: Start | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial_position is not None:
+            warnings.warn("ConsumerConfig(initial_position=...) is now start=... (the same "
+                          "name as Reader's and the CLI's --start)", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "start", self.initial_position)
+            object.__setattr__(self, "initial_position", None)
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> ConsumerConfig:
+        """A config from keyword settings; an unknown one is named with the allowed ones."""
+        allowed = [f for f in cls.__dataclass_fields__ if f != "initial_position"]
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown consumer setting(s) {', '.join(unknown)}; allowed: "
+                             f"{', '.join(allowed)}")
+        return cls(**options)
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.connect_timeout_ms, self.retry_timeout_ms,
+                           self.retry_backoff_ms, self.retry_backoff_max_ms)
 
     def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
         """The SubscribeOpen message. Raises ValueError naming a bad setting."""
@@ -71,12 +104,16 @@ class ConsumerConfig:
             raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+        if self.ranges and not (self.type == "key_shared" and self.mode == "sticky"):
+            raise ValueError(f"ranges={self.ranges!r} are only for type='key_shared' with "
+                             f"mode='sticky' (here type={self.type!r}, mode={self.mode!r}); "
+                             "the other types and modes assign hash ranges themselves")
         if self.receiver_queue_size < 2:
             raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
         request = pb.SubscribeOpen(
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
-            initial_position=start_to_proto(self.initial_position), priority=self.priority,
+            initial_position=start_to_proto(self.start), priority=self.priority,
             ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
             dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
             look_ahead_max=self.look_ahead_max)

@@ -119,7 +119,8 @@ class ScnNotIncreasing(FailedPrecondition):
 
 class OffsetOutOfRange(KeybusError):
     """A start offset outside the stored offsets (OUT_OF_RANGE); the message
-    gives the stored range (retention may have removed earlier ones)."""
+    gives the stored range and says whether the offset is past the end or
+    before the start (removed by retention)."""
 
     code_default = OUT_OF_RANGE
 
@@ -193,8 +194,14 @@ def from_code(code: int, message: str) -> KeybusError:
     return _BY_CODE.get(code, KeybusError)(message, code)
 
 
-def from_rpc_error(error: grpc.RpcError) -> KeybusError:
-    """Map a grpc.RpcError (or grpc.aio.AioRpcError) to a KeybusError."""
+def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusError:
+    """Map a grpc.RpcError (or grpc.aio.AioRpcError) to a KeybusError.
+
+    Args:
+        broker: the address the client was given; when the call failed because
+            no connection could be made, the error names it in the user's words
+            (see `unreachable`) instead of gRPC's resolver and socket text.
+    """
     code_fn = getattr(error, "code", None)
     details_fn = getattr(error, "details", None)
     status = code_fn() if callable(code_fn) else None
@@ -204,4 +211,58 @@ def from_rpc_error(error: grpc.RpcError) -> KeybusError:
     hint = connection_hint(details) if details and code in (UNAVAILABLE, UNKNOWN) else None
     if hint is not None:  # a TLS mismatch or a certificate the CA does not verify
         return Unavailable(hint, UNAVAILABLE)
+    if code == UNAVAILABLE and broker is not None:
+        reason = connection_failure(details or "")
+        if reason is not None:
+            return unreachable(broker, reason)
+    if code == DEADLINE_EXCEEDED and broker is not None and details == "Deadline Exceeded":
+        return KeybusError(f"no answer from the broker at {broker} within the call's deadline "
+                           "(request_timeout_ms; --timeout in the CLI)", code)
     return from_code(code, details or f"broker call failed with {name}")
+
+
+# A listener that takes the connection and drops it: a TLS port spoken to in
+# plain text, or another service on the port.
+CLOSED_AT_ONCE = "it closed the connection at once"
+
+# gRPC's texts for a call that never reached a broker, then the reason in a
+# user's words. A stream that was open and broke says something else
+# ("Socket closed", "Connection reset by peer"): the broker was there.
+_NOT_CONNECTED = ("failed to connect to all addresses", "errors resolving",
+                  "dns resolution failed")
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("domain name not found", "unknown host"),
+    ("name or service not known", "unknown host"),
+    ("errors resolving", "unknown host"),
+    ("dns resolution failed", "unknown host"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network is unreachable"),
+    ("timeout occurred", "no answer (connect timed out)"),
+    ("deadline exceeded", "no answer (connect timed out)"),
+    ("socket closed", CLOSED_AT_ONCE),
+    ("handshake", CLOSED_AT_ONCE),
+)
+
+
+def connection_failure(details: str) -> str | None:
+    """The reason in a user's words when gRPC's `details` say the call never
+    reached a broker (refused, unknown host, ...); None otherwise (an answer
+    from a broker, or a stream that was open and broke)."""
+    lowered = details.lower()
+    if not any(marker in lowered for marker in _NOT_CONNECTED):
+        return None
+    for text, reason in _REASONS:
+        if text in lowered:
+            return reason
+    return "cannot connect"
+
+
+def unreachable(broker: str, reason: str) -> Unavailable:
+    """The one error for a broker that cannot be reached.
+
+    `cannot reach broker at HOST:PORT: connection refused — is it running? (keybus broker)`
+    """
+    hint = ("does it want TLS (--tls-ca), or is another service on that port?"
+            if reason == CLOSED_AT_ONCE else "is it running? (keybus broker)")
+    return Unavailable(f"cannot reach broker at {broker}: {reason} — {hint}", UNAVAILABLE)

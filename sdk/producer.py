@@ -317,7 +317,8 @@ class Producer:
                 else open_channel(broker, security)
             try:
                 stub = stub_of(channel)
-                partitions = await _partitions_of(stub, topic, config.request_timeout_ms)
+                partitions = await _partitions_of(stub, topic, config.request_timeout_ms,
+                                                  leader.address if leader else broker)
                 producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
                                leader)
                 await producer._sender.start()
@@ -673,7 +674,8 @@ class Producer:
                     await self._wakeup.wait()
 
 
-async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int) -> int:
+async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int,
+                         broker: str | None = None) -> int:
     """The topic's partition count (DescribeTopic).
 
     Raises:
@@ -685,7 +687,7 @@ async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: 
         info = await stub.DescribeTopic(pb.DescribeTopicRequest(topic=topic),
                                         timeout=timeout_ms / 1000)
     except grpc.RpcError as e:
-        raise errors.from_rpc_error(e) from None
+        raise errors.from_rpc_error(e, broker) from None
     return info.config.partitions or len(info.partitions) or 1
 
 

@@ -2,9 +2,11 @@
 
 Yields one ReadBatch per stored record (the columns stay protobuf; row views
 are built only when `events()` is called). Tracks the next offset to read, so
-a broken stream resumes where it left off: when following, forever with
-capped backoff; otherwise for up to retry_timeout_ms. The broker's relay
-follower and the Spark connector read through this class.
+a broken stream resumes where it left off (retrying_call.py and
+reconnect.py: a broker never reached fails within connect_timeout_ms; a lost
+one is reported through `on_connection_change` and retried for
+retry_timeout_ms). The broker's relay follower and the Spark connector read
+through this class; `TopicReader` (topic_reader.py) merges one per partition.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import grpc.aio
 from sdk import errors
 from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
-from sdk.cluster import LeaderChannel, is_cluster
+from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
 
@@ -59,6 +62,10 @@ class ReadBatch:
     @property
     def count(self) -> int:
         return self.record.batch.count
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
 
     @property
     def offsets(self) -> list[int]:
@@ -118,9 +125,16 @@ class Reader:
         follow: after the end of the log, wait for new events (never ends).
         stop_offset: exclusive end offset (None = no end).
         events_max, bytes_max: per response message (0 = broker default).
-        retry_timeout_ms: without follow, give up reconnecting after this
-            long (default 30000); with follow, retries never stop.
+        connect_timeout_ms: a broker never reached fails the read after this
+            long with "cannot reach broker at ..." (default 5000; 0 = retry
+            forever).
+        retry_timeout_ms: a broker lost mid-read is retried this long, then
+            the read fails with Unavailable (default None: 30000 without
+            follow, forever with follow; 0 = forever).
         retry_backoff_ms, retry_backoff_max_ms: reconnect backoff (100, 1000).
+        on_connection_change: called (False, message) when the broker is lost
+            and the reader starts retrying, (True, message) when it is back;
+            may be a coroutine function.
         channel: a grpc.aio channel to share (not closed by close()).
         sources: bootstrap only: just these sources, in this order (default all).
         include_tombstones: bootstrap only: the snapshot carries DELETE events
@@ -140,8 +154,9 @@ class Reader:
                  hash_ranges: str | Iterable[HashRange | tuple[int, int]] | None = None,
                  key_filter: str | pb.KeyFilter | _ToProto | None = None, follow: bool = False,
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
-                 retry_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 1_000,
+                 connect_timeout_ms: int = 5_000, retry_timeout_ms: int | None = None,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
+                 on_connection_change: ConnectionCallback | None = None,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
                  include_tombstones: bool = True,
                  security: ClientSecurity | None = None, replica: bool = False) -> None:
@@ -162,6 +177,8 @@ class Reader:
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0, replica=replica)
+        link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
+                "on_connection_change": on_connection_change}
         self._bootstrap: BootstrapStream | None = None
         if start == "bootstrap" or isinstance(start, BootstrapPosition):
             self._start = pb.StartPosition()
@@ -172,7 +189,7 @@ class Reader:
                     events_max=events_max, bytes_max=bytes_max, follow=follow,
                     include_tombstones=include_tombstones, stop_offset=stop_offset or 0),
                 start if isinstance(start, BootstrapPosition) else None, follow,
-                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms)
+                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link)
         elif sources is not None:
             raise ValueError("sources applies to start='bootstrap' only (a log read has "
                              "every source; filter them from the batches)")
@@ -184,10 +201,12 @@ class Reader:
         self._channel = channel
         self._owns_channel = channel is None
         # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
-        self._leader = LeaderChannel(broker, topic, security=security) \
+        # Finding it takes up to connect_timeout_ms (RetryingCall retries after that).
+        self._leader = LeaderChannel(broker, topic, connect_timeout_ms or FIND_TIMEOUT_MS,
+                                     security) \
             if channel is None and is_cluster(broker) else None
         self._stream = RetryingCall(self._open_call, follow, retry_timeout_ms, retry_backoff_ms,
-                                    retry_backoff_max_ms,
+                                    retry_backoff_max_ms, **link,
                                     prepare=self._find_leader if self._leader else None)
         self._records: deque[pb.Record] = deque()
         self._response_next = 0

@@ -2,13 +2,20 @@
 
 Readers (log reads and bootstraps) keep their position themselves and build
 the request for each attempt, so a reopened call continues where the last
-one stopped. Following: retries never stop (capped backoff); otherwise they
-stop after retry_timeout_ms and the error is raised as a KeybusError.
+one stopped. How long to retry and what to tell is the link rule of
+sdk/reconnect.py: a broker never reached fails within connect_timeout_ms; a
+lost one is told through `on_connection_change` and retried for
+retry_timeout_ms (following: forever by default), then the error is raised
+as a KeybusError. With several brokers, `prepare` finds the topic's leader
+before each attempt (sdk/cluster.py); its Unavailable counts as a failed
+attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +23,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
 RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
@@ -27,20 +35,32 @@ class RetryingCall:
 
     Args:
         open_call: starts the call (builds the request for this attempt).
-        follow: retry forever; else give up after retry_timeout_ms.
-        retry_timeout_ms, backoff_ms, backoff_max_ms: as Reader's.
+        follow: the default retry_timeout_ms is forever (else 30000).
+        retry_timeout_ms: how long a lost broker is retried (None: by follow;
+            0 = forever).
+        backoff_ms, backoff_max_ms: as Reader's.
+        connect_timeout_ms: how long a broker never reached is tried (0 = forever).
+        broker: the address, for the messages.
+        on_connection_change: told (False, message) when the broker is lost,
+            (True, message) when it is back; may be a coroutine function.
+        prepare: awaited before each open (several brokers: find the leader,
+            within about connect_timeout_ms); its Unavailable before the first
+            connection is raised (it has already waited), later it is
+            retried and reported like a broken call.
     """
 
-    def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int,
-                 backoff_ms: int, backoff_max_ms: int,
+    def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int | None,
+                 backoff_ms: int, backoff_max_ms: int, *, connect_timeout_ms: int = 5_000,
+                 broker: str = "the broker",
+                 on_connection_change: ConnectionCallback | None = None,
                  prepare: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open = open_call
-        # Awaited before each open (several brokers: find the leader); an
-        # Unavailable from it is retried like a broken call.
         self._prepare = prepare
-        self._follow = follow
-        self._retry_timeout_ms = retry_timeout_ms
-        self._backoff = (backoff_ms, backoff_max_ms)
+        if retry_timeout_ms is None:
+            retry_timeout_ms = 0 if follow else 30_000
+        self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms, backoff_ms,
+                                              backoff_max_ms))
+        self._on_connection_change = on_connection_change
         self._call: Any = None
         self.reconnects = 0  # calls opened again after a failure
 
@@ -50,8 +70,6 @@ class RetryingCall:
         Raises:
             KeybusError: a failure not worth a retry, or retries ran out.
         """
-        backoff_ms, backoff_max_ms = self._backoff
-        waited_ms = 0
         while True:
             try:
                 if self._call is None:
@@ -61,22 +79,54 @@ class RetryingCall:
                 message = await self._call.read()
             except (grpc.RpcError, errors.Unavailable) as e:
                 self._call = None
-                retriable = isinstance(e, errors.Unavailable) or e.code() in RETRIABLE_CODES
-                if not retriable or (not self._follow and waited_ms >= self._retry_timeout_ms):
-                    if isinstance(e, errors.KeybusError):
-                        raise
-                    raise errors.from_rpc_error(e) from None
+                if cancelling():  # a cancel gRPC turned into CANCELLED: stop, do not retry
+                    raise asyncio.CancelledError from None
+                reason, never_reached = self._failure(e)
+                delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
+                if note is not None:
+                    await self._report(False, note)
                 self.reconnects += 1
-                await asyncio.sleep(backoff_ms / 1000)
-                waited_ms += backoff_ms
-                backoff_ms = min(backoff_ms * 2, backoff_max_ms)
+                await asyncio.sleep(delay_ms / 1000)
                 continue
+            if self._link.lost or not self._link.ever_connected:
+                note = self._link.process_connected(_now_ms())
+                if note is not None:
+                    await self._report(True, note)
             if message is grpc.aio.EOF:
                 self._call = None
                 return None
             return message
 
+    def _failure(self, error: grpc.RpcError | errors.Unavailable) -> tuple[str, bool]:
+        """(reason, never reached) of a failure worth a retry; raises the others."""
+        if isinstance(error, errors.Unavailable):  # from prepare: no leader found
+            if not self._link.ever_connected and self._link.policy.connect_timeout_ms:
+                raise error
+            return str(error), not self._link.ever_connected
+        if error.code() not in RETRIABLE_CODES:
+            raise errors.from_rpc_error(error, self._link.broker) from None
+        return failure_of(error)
+
+    async def _report(self, connected: bool, message: str) -> None:
+        if self._on_connection_change is not None:
+            result = self._on_connection_change(connected, message)
+            if inspect.isawaitable(result):
+                await result
+
     def cancel(self) -> None:
         if self._call is not None:
             self._call.cancel()
             self._call = None
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def cancelling() -> bool:
+    """The running task was asked to stop. A cancel that reaches a gRPC call
+    while it completes can come back as a CANCELLED status instead of
+    CancelledError; a retry loop must not take that for a lost broker and
+    retry on, or the task never ends (close() would wait on it forever)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

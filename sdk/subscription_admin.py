@@ -1,15 +1,16 @@
 """Subscription administration: list, describe, seek and delete subscriptions.
 
-Beside `Admin` (topics) rather than inside it, so each stays one small
-file; both build on `AdminClient` (one unary call per method, broker errors
-mapped to KeybusError subclasses) and return the wire types.
+`Admin` inherits these methods beside its topic ones, so one client does
+both while each file stays small. Both build on `AdminClient` (one unary
+call per method, broker errors mapped to KeybusError subclasses) and return
+the wire types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sdk.admin import AdminClient
+from sdk.admin_client import AdminClient
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Start, start_to_proto
 

@@ -27,8 +27,9 @@ from sdk.producer import (
     ProducerConfig,
     WindowResult,
 )
-from sdk.reader import ReadBatch, Reader
+from sdk.reader import ReadBatch, Reader, Start
 from sdk.sender import BatchResult, ProducedEvent
+from sdk.topic_reader import TopicReader
 
 R = TypeVar("R")
 
@@ -121,6 +122,9 @@ class SyncEventFuture:
 class SyncProducer:
     """Blocking producer of one topic; the settings are ProducerConfig's.
 
+    `SyncProducer.create(...)` (as `Producer.create`) and `SyncProducer(...)`
+    are the same call.
+
     Args:
         broker: "host:port". topic: an existing topic.
         config / options: as Producer.create.
@@ -140,6 +144,13 @@ class SyncProducer:
         self.topic = topic
         self.partitions = self._producer.partitions
         self.config = self._producer.config
+
+    @classmethod
+    def create(cls, broker: str = "localhost:6650", topic: str = "", *,
+               config: ProducerConfig | None = None, **options: Any) -> SyncProducer:
+        """A connected producer (arguments as Producer.create): the blocking
+        twin of `await Producer.create(...)`."""
+        return cls(broker, topic, config=config, **options)
 
     def send(self, key: int | str, value: bytes, *, ordering_key: str | int | None = None,
              partition: int | None = None, source: str = "", opcode: int = UPSERT,
@@ -200,21 +211,12 @@ async def _await_batch(batch_future: BatchFuture) -> list[ProducedEvent]:
     return await batch_future
 
 
-class SyncReader:
-    """Blocking iterator of ReadBatch over one partition (arguments as Reader)."""
+class _SyncBatches:
+    """A blocking iterator of ReadBatch over an async reader on a loop thread."""
 
-    def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
-                 **options: Any) -> None:
-        self._reader = Reader(broker, topic, partition, **options)
-        self._thread = LoopThread(f"keybus-reader-{topic}-{partition}")
-
-    @property
-    def next_offset(self) -> int | None:
-        return self._reader.next_offset
-
-    @property
-    def end_offset(self) -> int | None:
-        return self._reader.end_offset
+    def __init__(self, reader: Reader | TopicReader, thread_name: str) -> None:
+        self._reader = reader
+        self._thread = LoopThread(thread_name)
 
     def __iter__(self) -> Iterator[ReadBatch]:
         return self
@@ -228,7 +230,7 @@ class SyncReader:
             raise StopIteration from None
 
     def close(self) -> None:
-        """Cancel the stream, close the channel, stop the loop thread. Idempotent."""
+        """Cancel the stream(s), close the channel, stop the loop thread. Idempotent."""
         if self._thread.loop.is_closed():
             return
         try:
@@ -236,7 +238,7 @@ class SyncReader:
         finally:
             self._thread.stop()
 
-    def __enter__(self) -> SyncReader:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -244,7 +246,45 @@ class SyncReader:
         self.close()
 
 
-async def _next_batch(reader: Reader) -> ReadBatch:
+class SyncReader(_SyncBatches):
+    """Blocking iterator of ReadBatch over one partition (arguments as Reader)."""
+
+    def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
+                 **options: Any) -> None:
+        self._one = Reader(broker, topic, partition, **options)
+        super().__init__(self._one, f"keybus-reader-{topic}-{partition}")
+
+    @property
+    def next_offset(self) -> int | None:
+        return self._one.next_offset
+
+    @property
+    def end_offset(self) -> int | None:
+        return self._one.end_offset
+
+    def __enter__(self) -> SyncReader:
+        return self
+
+
+class SyncTopicReader(_SyncBatches):
+    """Blocking iterator of ReadBatch over every partition of a topic, merged
+    (arguments as TopicReader)."""
+
+    def __init__(self, broker: str = "localhost:6650", topic: str = "",
+                 partitions: Sequence[int] | None = None, *, start: Start = "earliest",
+                 **options: Any) -> None:
+        self._topic_reader = TopicReader(broker, topic, partitions, start=start, **options)
+        super().__init__(self._topic_reader, f"keybus-topic-reader-{topic}")
+
+    @property
+    def next_offsets(self) -> dict[int, int | None]:
+        return self._topic_reader.next_offsets
+
+    def __enter__(self) -> SyncTopicReader:
+        return self
+
+
+async def _next_batch(reader: Reader | TopicReader) -> ReadBatch:
     return await reader.__anext__()
 
 
@@ -261,16 +301,16 @@ def read_all(broker: str = "localhost:6650", topic: str = "", partition: int = 0
 
 
 class SyncAdmin:
-    """Blocking topic administration (methods as Admin)."""
+    """Blocking topic and subscription administration (methods and arguments as Admin)."""
 
     def __init__(self, broker: str = "localhost:6650", **options: Any) -> None:
         self._admin = Admin(broker, **options)
         self._thread = LoopThread("keybus-admin")
 
     def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
-                     retention_bytes: int = 0) -> pb.TopicInfo:
+                     retention_bytes: int = 0, **options: Any) -> pb.TopicInfo:
         return self._thread.run(self._admin.create_topic(name, partitions, retention_ms,
-                                                         retention_bytes))
+                                                         retention_bytes, **options))
 
     def list_topics(self) -> list[pb.TopicInfo]:
         return self._thread.run(self._admin.list_topics())
@@ -280,6 +320,19 @@ class SyncAdmin:
 
     def delete_topic(self, name: str) -> None:
         self._thread.run(self._admin.delete_topic(name))
+
+    def list_subscriptions(self, topic: str) -> list[pb.SubscriptionInfo]:
+        return self._thread.run(self._admin.list_subscriptions(topic))
+
+    def describe_subscription(self, topic: str, subscription: str) -> pb.SubscriptionInfo:
+        return self._thread.run(self._admin.describe_subscription(topic, subscription))
+
+    def seek(self, topic: str, subscription: str, position: Start,
+             partitions: Sequence[int] = ()) -> pb.SubscriptionInfo:
+        return self._thread.run(self._admin.seek(topic, subscription, position, partitions))
+
+    def delete_subscription(self, topic: str, subscription: str, force: bool = False) -> None:
+        self._thread.run(self._admin.delete_subscription(topic, subscription, force))
 
     def close(self) -> None:
         """Close the channel and stop the loop thread. Idempotent."""

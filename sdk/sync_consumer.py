@@ -14,11 +14,15 @@ from typing import Any
 
 from sdk.consumer import ActiveCallback, Consumer, ConsumerConfig, Message, RangeCallback, ReceivedBatch
 from sdk.core.model import HashRange
+from sdk.reconnect import ConnectionCallback
 from sdk.sync import LoopThread
 
 
 class SyncConsumer:
     """Blocking consumer (arguments as Consumer.subscribe).
+
+    `SyncConsumer.subscribe(...)` (as `Consumer.subscribe`) and
+    `SyncConsumer(...)` are the same call.
 
     Raises:
         as Consumer.subscribe.
@@ -27,16 +31,26 @@ class SyncConsumer:
     def __init__(self, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
                  *, config: ConsumerConfig | None = None,
                  on_range_change: RangeCallback | None = None,
-                 on_active_change: ActiveCallback | None = None, **options: Any) -> None:
+                 on_active_change: ActiveCallback | None = None,
+                 on_connection_change: ConnectionCallback | None = None,
+                 **options: Any) -> None:
         self._thread = LoopThread(f"keybus-consumer-{topic}-{subscription}")
         try:
             self._consumer = self._thread.run(Consumer.subscribe(
                 broker, topic, subscription, config=config, on_range_change=on_range_change,
-                on_active_change=on_active_change, **options))
+                on_active_change=on_active_change, on_connection_change=on_connection_change,
+                **options))
         except BaseException:
             self._thread.stop()
             raise
         self.name = self._consumer.name
+
+    @classmethod
+    def subscribe(cls, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
+                  **options: Any) -> SyncConsumer:
+        """An attached consumer (arguments as Consumer.subscribe): the blocking
+        twin of `await Consumer.subscribe(...)`."""
+        return cls(broker, topic, subscription, **options)
 
     def receive(self, timeout_s: float | None = None) -> Message:
         """The next event. Raises TimeoutError, KeybusError."""

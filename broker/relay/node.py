@@ -22,9 +22,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
@@ -42,6 +42,8 @@ from broker.relay.metrics import (
     UPSTREAM_READ_AGE,
 )
 from broker.relay.settings import RelaySettings, TopicReplication
+from broker.relay.tasks import RelayTasks
+from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
 from sdk import errors
 from sdk.admin import Admin
@@ -82,7 +84,7 @@ class RelayNode:
         self.relay = relay
         self.roles: dict[str, TopicRole] = {}
         self.election: ElectionLike | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = RelayTasks(relay.backoff_first_ms, relay.backoff_max_ms)
         self._started = False
         self._pending: list[str] = []  # topics met before start(): their role waits for it
 
@@ -112,29 +114,30 @@ class RelayNode:
                 self._follow_missing(name, replication)  # the copy creates it here
         default = self.relay.topics.get("*")
         if default is not None and default.upstream:
-            self._spawn(self._discover(default), "relay-discover")
-        self._spawn(self._metrics_loop(), "relay-metrics")
+            self._tasks.spawn("relay-discover", functools.partial(self._discover, default))
+        self._tasks.spawn("relay-metrics", self._metrics_loop)
 
     async def stop(self) -> None:
         """Hand leadership over (ZooKeeper), stop every copy; the log stays."""
         if self.election is not None:
             await self.election.stop()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         for role in self.roles.values():
             if role.follower is not None:
                 await role.follower.stop()
             self._end_leadership(role, "the broker is stopping")
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+    def _spawn_role(self, topic: str, change: Callable[[], Awaitable[None]]) -> None:
+        """Run a static role change, retried until it succeeds: while it waits the
+        topic is a candidate whose detail names the cause (produce is refused with it)."""
+        def failed(error: Exception, retry_ms: int) -> None:
+            role = self.roles[topic]
+            detail = f"taking up its role failed ({describe_cause(error)}); retry in {retry_ms} ms"
+            self._end_leadership(role, detail)
+            role.role, role.detail = "candidate", detail  # the retry redoes the whole change
+            IS_LEADER.labels(topic).set(0)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", task.get_name(), exc_info=task.exception())
+        self._tasks.spawn(f"relay-role {topic}", change, failed)
 
     async def _metrics_loop(self) -> None:
         """Copy lag and upstream silence as gauges, once a second."""
@@ -159,7 +162,8 @@ class RelayNode:
 
     def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
         self.roles[topic] = TopicRole(topic, replication)
-        self._spawn(self.become_follower(topic, replication.upstream, 0), f"relay-role {topic}")
+        self._spawn_role(topic, functools.partial(self.become_follower, topic,
+                                                  replication.upstream, 0))
 
     async def _discover(self, replication: TopicReplication) -> None:
         """`"*"` chained from an upstream: follow every topic it has, as it gets them."""
@@ -196,9 +200,10 @@ class RelayNode:
             assert self.election is not None
             self.election.join(topic)
         elif replication.upstream:
-            self._spawn(self.become_follower(topic, replication.upstream, 0), f"relay-role {topic}")
+            self._spawn_role(topic, functools.partial(self.become_follower, topic,
+                                                      replication.upstream, 0))
         else:
-            self._spawn(self.become_leader(topic, 0), f"relay-role {topic}")
+            self._spawn_role(topic, functools.partial(self.become_leader, topic, 0))
 
     # ------------------------------------------------------------ produce path
 

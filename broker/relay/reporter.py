@@ -3,7 +3,10 @@
 The leader answers a produce with `acks = n` once n followers reported a
 position at or past it. Only the latest position per partition is sent: a
 report supersedes the ones before it. The stream reconnects with capped
-backoff, forever, like the copy itself.
+backoff, forever, like the copy itself. Anything else that breaks the loop is
+supervised (`broker.supervision.supervise`): logged with its traceback once
+per distinct cause, then the loop runs again after the same backoff's range,
+with a new stream that sends every partition's latest position again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import grpc
 import grpc.aio
 
 from broker.relay.backoff import Backoff
+from broker.supervision import RestartBackoff, nothing_to_fail, nothing_to_reload, supervise
 from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -38,8 +42,11 @@ class PositionReporter:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        name = f"relay-report {self.topic}"
+        restart = RestartBackoff(self._backoff.first_ms, self._backoff.max_ms)
         self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"relay-report {self.topic}")
+            supervise(name, self._run, nothing_to_fail, nothing_to_reload, restart, log),
+            name=name)
 
     async def stop(self) -> None:
         if self._task is not None:

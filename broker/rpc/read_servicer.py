@@ -2,7 +2,9 @@
 
 Responses are built from the stored record bytes (see `wire.py`), so an
 unfiltered read never parses or re-encodes an event. With `follow`, the
-stream waits at the tail for new records instead of ending.
+stream waits at the tail for new records instead of ending; reaching the
+tail the first time, it sends one response without records that carries the
+position (next_offset), so the reader can resume from there.
 """
 
 from __future__ import annotations
@@ -69,11 +71,18 @@ class ReadServicer:
                 yield response
             return
         mark = len(partition.truncations)
+        told_position = False
         while spec.stop_offset is None or offset < spec.stop_offset:
             partition.check_truncation(mark, offset)
             if offset >= partition.end_offset:
                 if not request.follow:
                     return
+                if not told_position:
+                    # A follower at the end learns where it stands at once: it resumes
+                    # from there after a reconnect (a re-resolved "latest" would skip
+                    # what was produced meanwhile) and knows it reached the broker.
+                    yield wire.read_response([], offset, partition.end_offset)
+                    told_position = True
                 await partition.wait_for_change()  # data, or a truncation to check
                 continue
             chunk = await partition.read(spec, offset)

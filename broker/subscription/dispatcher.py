@@ -36,6 +36,7 @@ from broker.subscription.consumer_state import Session
 from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInvalid, ReadRequest
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import RecordCache, delivery_messages
+from broker.subscription.dispatcher_supervision import DispatcherSupervision
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_records_holding
 from broker.subscription.members import MemberSpec
@@ -85,12 +86,14 @@ class PartitionDispatcher:
         self._dead_letter_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.closed = False
+        self.supervision = DispatcherSupervision(self)  # restarts it after a failure
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"dispatch {self.spec.topic}/{self.index}/{self.spec.name}")
+            self.supervision.run(self._run),
+            name=f"dispatch {self.spec.topic}/{self.index}/{self.spec.name}")
 
     async def stop(self, persist: bool = True) -> None:
         self.closed = True
@@ -113,14 +116,7 @@ class PartitionDispatcher:
                 await asyncio.sleep(0)  # let acks and permits queued meanwhile land first
         except BrokerError:  # the topic was deleted under us: the manager ends the streams
             self.closed = True
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("dispatcher %s/%d/%s failed", self.spec.topic, self.index,
-                          self.spec.name)
-            self.closed = True
-            for session in list(self.sessions.values()):
-                session.close(BrokerError("shutting_down"))
+        # anything else: self.supervision ends the streams with the cause and restarts
 
     async def _round(self) -> None:
         """Tick, send what waits, read what the core asks for, persist; idle when done."""
@@ -294,6 +290,7 @@ class PartitionDispatcher:
 
     def check_attach(self, session: Session, now: int) -> None:
         """Raise what `attach` would raise, changing nothing."""
+        self.supervision.check()
         if session.name in self.sessions:
             raise BrokerError("consumer_name_taken", consumer=session.name,
                               subscription=self.spec.name, topic=self.spec.topic)

@@ -9,19 +9,26 @@ the broker sees for yours.
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from keybus.cli.common import broker_option, json_option, print_json, run
+from keybus.cli.common import (
+    Connection,
+    Group,
+    connection_options,
+    json_option,
+    print_json,
+    run,
+    stdout_console,
+    wide_option,
+)
+from keybus.cli.render import fit_table
 from sdk.access_admin import PERMISSION_NAMES, AccessAdmin
 from sdk.core.pb import keybus_pb2 as pb
 
-console = Console()
 PERMISSION_CHOICE = click.Choice(["produce", "consume", "admin"], case_sensitive=False)
 
 
-def _admin(broker: str) -> AccessAdmin:
-    return AccessAdmin(broker)
+def _admin(conn: Connection) -> AccessAdmin:
+    return AccessAdmin(conn.broker, request_timeout_ms=conn.request_timeout_ms)
 
 
 def entry_dict(entry: pb.AclEntry) -> dict[str, str]:
@@ -29,7 +36,7 @@ def entry_dict(entry: pb.AclEntry) -> dict[str, str]:
             "permission": PERMISSION_NAMES.get(entry.permission, str(entry.permission))}
 
 
-@click.group()
+@click.group(cls=Group)
 def acl() -> None:
     """Grant, revoke and list per-topic permissions (superusers)."""
 
@@ -38,62 +45,74 @@ def acl() -> None:
 @click.argument("principal")
 @click.argument("topic")
 @click.argument("permissions", nargs=-1, required=True, type=PERMISSION_CHOICE)
-@broker_option
-def grant(principal: str, topic: str, permissions: tuple[str, ...], broker: str) -> None:
+@connection_options
+@json_option
+def grant(principal: str, topic: str, permissions: tuple[str, ...], conn: Connection,
+          as_json: bool) -> None:
     """Give PRINCIPAL PERMISSIONS (produce, consume, admin) on TOPIC (a name, PREFIX* or *)."""
     async def go() -> int:
-        async with _admin(broker) as admin:
+        async with _admin(conn) as admin:
             return await admin.grant(principal, topic, permissions)
     added = run(go())
-    click.echo(f"granted {', '.join(permissions)} on {topic} to {principal} ({added} new)")
+    if as_json:
+        print_json({"principal": principal, "topic": topic, "granted": list(permissions),
+                    "new": added})
+    else:
+        click.echo(f"granted {', '.join(permissions)} on {topic} to {principal} ({added} new)")
 
 
 @acl.command("revoke")
 @click.argument("principal")
 @click.argument("topic")
 @click.argument("permissions", nargs=-1, required=True, type=PERMISSION_CHOICE)
-@broker_option
-def revoke(principal: str, topic: str, permissions: tuple[str, ...], broker: str) -> None:
+@connection_options
+@json_option
+def revoke(principal: str, topic: str, permissions: tuple[str, ...], conn: Connection,
+           as_json: bool) -> None:
     """Take PERMISSIONS on TOPIC (exactly as granted) away from PRINCIPAL."""
     async def go() -> int:
-        async with _admin(broker) as admin:
+        async with _admin(conn) as admin:
             return await admin.revoke(principal, topic, permissions)
     removed = run(go())
-    click.echo(f"revoked {removed} grant(s) of {principal} on {topic}")
+    if as_json:
+        print_json({"principal": principal, "topic": topic, "revoked": removed})
+    else:
+        click.echo(f"revoked {removed} grant(s) of {principal} on {topic}")
 
 
 @acl.command("list")
 @click.option("--principal", default="", help="Only this principal's grants.")
 @click.option("--topic", default="", help="Only the grants that cover this topic.")
-@broker_option
+@connection_options
+@wide_option
 @json_option
-def list_grants(principal: str, topic: str, broker: str, as_json: bool) -> None:
+def list_grants(principal: str, topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
     """List grants, and whether this broker enforces them."""
     async def go() -> pb.ListPermissionsResponse:
-        async with _admin(broker) as admin:
+        async with _admin(conn) as admin:
             return await admin.list(principal, topic)
     response = run(go())
     if as_json:
         print_json({"enforced": response.enforced, "superusers": list(response.superusers),
                     "grants": [entry_dict(e) for e in response.entries]})
         return
-    table = Table("principal", "topic", "permission")
-    for entry in response.entries:
-        row = entry_dict(entry)
-        table.add_row(row["principal"], row["topic"], row["permission"])
-    console.print(table)
+    rows = [(row["principal"], row["topic"], row["permission"])
+            for row in map(entry_dict, response.entries)]
+    console = stdout_console(wide)
+    console.print(fit_table("", ("principal", "topic", "permission"), rows, console.width, wide,
+                            numeric_from=3))
     state = "enforced" if response.enforced else "NOT enforced (authentication is off)"
     click.echo(f"{len(response.entries)} grant(s), {state}; superusers: "
                f"{', '.join(response.superusers) or 'none'}")
 
 
 @acl.command("whoami")
-@broker_option
+@connection_options
 @json_option
-def whoami(broker: str, as_json: bool) -> None:
+def whoami(conn: Connection, as_json: bool) -> None:
     """Show the principal the broker sees for these credentials."""
     async def go() -> pb.WhoAmIResponse:
-        async with _admin(broker) as admin:
+        async with _admin(conn) as admin:
             return await admin.whoami()
     response = run(go())
     if as_json:

@@ -14,10 +14,20 @@ from pathlib import Path
 
 import click
 import grpc
-from rich.console import Console
 
 from keybus.cli import render_cluster as render
-from keybus.cli.common import broker_option, fail, json_option, print_json, run
+from keybus.cli.common import (
+    Connection,
+    Group,
+    connection_options,
+    fail,
+    json_option,
+    note,
+    print_json,
+    run,
+    stdout_console,
+    wide_option,
+)
 from keybus.dev_cluster import ZOOKEEPER_JAR, BrokerRunner, ZooKeeperServer, start_cluster
 from sdk import errors
 from sdk.admin import Admin
@@ -25,15 +35,15 @@ from sdk.channel import open_channel, stub_of
 from sdk.cluster import find_leader, split_brokers
 from sdk.core.pb import keybus_pb2 as pb
 
-console = Console()
+PROBE_TIMEOUT_S = 3.0
 
 
-@click.group()
+@click.group(cls=Group)
 def cluster() -> None:
     """Relay chaining and leader election: roles per topic, a local cluster."""
 
 
-async def gather_status(addresses: list[str], topic: str, timeout_s: float = 3.0
+async def gather_status(addresses: list[str], topic: str, timeout_s: float = PROBE_TIMEOUT_S
                         ) -> list[render.Answer]:
     """Every broker's DescribeCluster answer (or why there is none), concurrently."""
     async def ask(address: str) -> render.Answer:
@@ -42,7 +52,7 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = 3.0
             return address, await stub_of(channel).DescribeCluster(
                 pb.DescribeClusterRequest(topic=topic), timeout=timeout_s)
         except grpc.RpcError as e:
-            return address, str(errors.from_rpc_error(e))
+            return address, str(errors.from_rpc_error(e, address))
         finally:
             await channel.close()
     return list(await asyncio.gather(*(ask(a) for a in addresses)))
@@ -50,18 +60,22 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = 3.0
 
 @cluster.command("status")
 @click.option("--topic", default="", help="One topic (default every topic).")
-@broker_option
+@connection_options
+@wide_option
 @json_option
-def status(topic: str, broker: str, as_json: bool) -> None:
+def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
     """Per topic: the leader, the followers with their lag in events and seconds, and
-    each broker's ZooKeeper session. --broker takes every broker: h1:6650,h2:6650,..."""
-    answers = run(gather_status(split_brokers(broker), topic))
+    each broker's ZooKeeper session. --broker takes every broker: h1:6650,h2:6650,...
+    (--timeout: how long each broker may take to answer, default 3 s)."""
+    answers = run(gather_status(split_brokers(conn.broker), topic,
+                                conn.timeout_s or PROBE_TIMEOUT_S))
     if as_json:
         print_json(render.cluster_dict(answers))
     else:
-        console.print(render.cluster_table(answers))
+        console = stdout_console(wide)
+        console.print(render.cluster_table(answers, console.width, wide))
     if all(isinstance(info, str) for _, info in answers):
-        fail("no broker answered")
+        fail("no broker answered: " + "; ".join(f"{a}: {info}" for a, info in answers))
 
 
 @cluster.command("dev")
@@ -74,33 +88,50 @@ def status(topic: str, broker: str, as_json: bool) -> None:
               help="Brokers listen on this port and the next ones (a restart keeps its ids).")
 @click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--exit", "exit_after", is_flag=True, help="Stop again once a leader is elected.")
+@json_option
 def dev(count: int, root: str, acks: str, topic: str, base_port: int, zookeeper_port: int,
-        exit_after: bool) -> None:
+        exit_after: bool, as_json: bool) -> None:
     """Start ZooKeeper and N brokers on 127.0.0.1 (installing ZooKeeper when missing),
     print how to reach them, and keep them running until Ctrl-C."""
     _ensure_zookeeper()
     base = Path(root).resolve()
     base.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base / "zookeeper", zookeeper_port)
-    zookeeper.start()
-    runners = []
+    runners: list[BrokerRunner] = []
+    failure = ""
     try:
+        zookeeper.start()
         runners = start_cluster(base, count, zookeeper.address, acks,
                                 [base_port + i for i in range(count)],
                                 extra={"relay_retry_backoff_max_ms": 2000})
         addresses = ",".join(r.address for r in runners)
         leader = run(_create_and_elect(addresses, runners[0].address, topic))
-        _print_how_to(zookeeper, runners, addresses, topic, leader, base)
+        if as_json:
+            print_json(_how_to_dict(zookeeper, runners, addresses, topic, leader, base))
+        else:
+            _print_how_to(zookeeper, runners, addresses, topic, leader, base)
         if not exit_after:
             while any(r.running() for r in runners):
                 time.sleep(1)
     except KeyboardInterrupt:
         pass
+    except (RuntimeError, TimeoutError) as e:  # a process that did not start
+        failure = f"{_first_and_last_line(str(e))} (logs under {base})"
     finally:
         for runner in runners:
             runner.stop()
         zookeeper.stop()
-        click.echo("stopped ZooKeeper and the brokers; data stays in " + str(base))
+        (note if as_json else click.echo)("stopped ZooKeeper and the brokers; data stays in "
+                                          + str(base))
+    if failure:
+        fail(failure)
+
+
+def _first_and_last_line(text: str) -> str:
+    """`broker exited with 1: <log tail>` as one line: what exited and the log's last line."""
+    what, _, log_tail = text.partition(": ")
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    return f"{what}: {lines[-1]}" if lines else " ".join(text.split())
 
 
 async def _create_and_elect(addresses: str, first: str, topic: str) -> str:
@@ -108,6 +139,15 @@ async def _create_and_elect(addresses: str, first: str, topic: str) -> str:
         with contextlib.suppress(errors.AlreadyExists):
             await admin.create_topic(topic)
     return await find_leader(split_brokers(addresses), topic, timeout_ms=30_000)
+
+
+def _how_to_dict(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], addresses: str,
+                 topic: str, leader: str, base: Path) -> dict[str, object]:
+    return {"zookeeper": zookeeper.address, "brokers": addresses, "topic": topic,
+            "leader": leader, "dir": str(base),
+            "processes": [{"address": r.address, "pid": r.pid, "log": str(r.log_path),
+                           "config": str(r.config), "data_dir": str(r.data_dir)}
+                          for r in runners]}
 
 
 def _print_how_to(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], addresses: str,

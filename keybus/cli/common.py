@@ -1,5 +1,19 @@
-"""What every CLI command shares: the --broker/--json options (with TLS and
-credentials), running a coroutine, one-line failures and JSON output."""
+"""What every CLI command shares: the options that say how to reach the broker
+(address, timeout, TLS and credentials), --json and --wide, parameter types,
+running a coroutine, one-line failures.
+
+The options that say how to reach the broker live here only:
+`connection_options` gives a command one `Connection` (--broker, --timeout)
+plus the TLS/credential options, which the SDK clients it makes pick up
+(sdk.security.use); `broker_option` is the address alone, as `broker: str`,
+with the same TLS/credential options.
+
+Exit status, the same for every command:
+  0    done
+  1    a call failed (the broker refused it, or cannot be reached)
+  2    usage: an unknown option, a missing argument or a value that does not parse
+  130  interrupted (Ctrl-C) before the command was done
+"""
 
 from __future__ import annotations
 
@@ -7,18 +21,80 @@ import asyncio
 import functools
 import json
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 import click
+from rich.console import Console
 
+from sdk.admin import Admin
+from sdk.cluster import topic_broker
+from sdk.core.filters import FilterError, KeyFilterSpec
+from sdk.core.model import HashRange, RangeError, parse_ranges
 from sdk.security import ClientSecurity, use
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CODES_HELP = ("Exit status: 0 done; 1 a call failed (refused by the broker, or the broker "
+                   "cannot be reached); 2 usage (unknown option, missing argument, a value "
+                   "that does not parse); 130 interrupted.")
+REQUEST_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_MS = 5_000  # as the SDK's: a broker never reached fails this fast
+
+
+class Group(click.Group):
+    """A command group whose listing never cuts a command's summary with '...'
+    (click cuts it to fit one line; here it wraps). Groups made with
+    `group.group()` are of this class too."""
+
+    group_class = type
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """How to reach the broker, from the shared options.
+
+    Attributes:
+        broker: HOST:PORT.
+        timeout_s: how long to wait; None = the command's default (a call's
+            deadline is 30 s; `consume` and `read --follow` wait for events
+            until interrupted).
+    """
+
+    broker: str
+    timeout_s: float | None = None
+
+    @property
+    def request_timeout_ms(self) -> int:
+        return int((self.timeout_s or REQUEST_TIMEOUT_S) * 1000)
+
+    def admin(self) -> Admin:
+        """An admin client (topics and subscriptions) with the call deadline."""
+        return Admin(self.broker, request_timeout_ms=self.request_timeout_ms)
+
+    async def topic_admin(self, topic: str) -> Admin:
+        """An admin client for `topic`: on the broker, or with several brokers
+        (h1:6650,h2:6650) on the topic's leader."""
+        address = await topic_broker(self.broker, topic, CONNECT_TIMEOUT_MS)
+        return Admin(address, request_timeout_ms=self.request_timeout_ms)
+
 
 _broker_option = click.option(
     "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
-    help="Broker address HOST:PORT (env KEYBUS_BROKER).")
+    metavar="HOST:PORT", help="The broker to talk to (env KEYBUS_BROKER).")
 
 # TLS and credentials, shared by every command that talks to a broker.
 _SECURITY_OPTIONS = (
@@ -58,13 +134,98 @@ def security_options(command: Callable[..., T]) -> Callable[..., T]:
 def broker_option(command: Callable[..., T]) -> Callable[..., T]:
     """--broker plus the TLS/credential options."""
     return _broker_option(security_options(command))
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-def fail(message: str) -> None:
-    """Print one line on stderr and exit 1."""
+def connection_options(command: F) -> F:
+    """Add --broker and --timeout; the command receives `conn: Connection`.
+    (`broker_option` alone gives a command the address as `broker: str`.)"""
+    @functools.wraps(command)
+    def with_connection(*args: Any, broker: str, timeout_s: float | None, **kwargs: Any) -> Any:
+        return command(*args, conn=Connection(broker, timeout_s), **kwargs)
+
+    wrapper: Any = with_connection
+    wrapper = click.option(
+        "--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
+        help="How long to wait: a call's deadline (default 30); consume and read --follow "
+             "stop when no event came for this long (default: wait until Ctrl-C).")(wrapper)
+    wrapper = broker_option(wrapper)
+    return wrapper  # type: ignore[no-any-return]
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print JSON (one object, or one per line for events) for scripts.")
+wide_option = click.option("--wide", is_flag=True,
+                           help="Lay tables out at their natural width and list every hash "
+                                "range, whatever the terminal's width.")
+
+
+# ---------------------------------------------------------------- parameter types
+
+class StartType(click.ParamType["str | int | Mapping[str, int]", Any]):
+    """earliest | latest | OFFSET | scn:N -> the SDK's start value."""
+
+    name = "START"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> str | int | Mapping[str, int]:
+        if not isinstance(value, str):
+            return value  # type: ignore[no-any-return]
+        if value in ("earliest", "latest"):
+            return value
+        if value.startswith("scn:") and value[4:].isdigit():
+            return {"scn": int(value[4:])}
+        if value.isdigit():
+            return int(value)
+        self.fail(f"{value!r} is not a position; allowed: earliest, latest, an offset (e.g. 42) "
+                  "or scn:N", param, ctx)
+
+
+class RangesType(click.ParamType["list[HashRange]", Any]):
+    """0-16383,40000-65535 -> [HashRange]."""
+
+    name = "RANGES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> list[HashRange]:
+        if not isinstance(value, str):
+            return value  # type: ignore[no-any-return]
+        try:
+            return parse_ranges(value)
+        except (RangeError, ValueError) as e:
+            self.fail(str(e), param, ctx)
+
+
+class FilterType(click.ParamType[KeyFilterSpec, Any]):
+    """range:SIZE:[ids] | mod:N:[buckets] -> KeyFilterSpec."""
+
+    name = "FILTER"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> KeyFilterSpec:
+        if not isinstance(value, str):
+            return value  # type: ignore[no-any-return]
+        try:
+            return KeyFilterSpec.parse_cli(value)
+        except (FilterError, ValueError) as e:
+            self.fail(str(e), param, ctx)
+
+
+START = StartType()
+RANGES = RangesType()
+FILTER = FilterType()
+
+
+# ---------------------------------------------------------------- output and running
+
+def fail(message: str) -> NoReturn:
+    """Print one line on stderr and exit 1 (a failed call)."""
     click.echo(f"keybus: error: {message}", err=True)
-    sys.exit(1)
+    sys.exit(EXIT_FAILED)
+
+
+def note(message: str) -> None:
+    """One line on stderr that is not output (progress of a long-running command)."""
+    click.echo(f"keybus: {message}", err=True)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -72,8 +233,25 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def emit(line: str) -> None:
+    """One line of output through sys.stdout, so that while a progress bar is
+    drawn (rich redirects sys.stdout) the line goes above it. click.echo may
+    write to the stream's buffer underneath and leave bits of the bar behind."""
+    sys.stdout.write(line + "\n")
 
 
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, default=str))
+
+
+def stdout_console(wide: bool = False) -> Console:
+    """A rich console on stdout: the terminal's width, else 80 (COLUMNS
+    overrides); with wide, no limit (lines as long as their content)."""
+    return Console(width=100_000) if wide else Console()
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()

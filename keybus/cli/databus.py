@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from keybus.cli.common import broker_option, json_option, run
+from keybus.cli.common import FILTER, Connection, Group, connection_options, json_option, run
+from sdk.core.filters import KeyFilterSpec
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
 from sdk.databus.results import SUCCESS, CallbackResult
 from sdk.reader import Start
@@ -86,10 +87,17 @@ def _scn(scn: Scn) -> str:
     return str(int(scn)) if scn.partition == 0 else f"{int(scn)}@p{scn.partition}"
 
 
-async def tail(broker: str, topic: str, sources: list[str] | None, key_filter: str | None,
-               start: Start, windows_max: int | None, as_json: bool) -> None:
+async def tail(broker: str, topic: str, sources: list[str] | None,
+               key_filter: KeyFilterSpec | None, start: Start, windows_max: int | None,
+               as_json: bool, idle_s: float | None = None) -> None:
+    """Print callbacks until --windows, Ctrl-C, or (idle_s) no callback for that long."""
     done = asyncio.Event()
-    printer = TailPrinter(as_json, windows_max, lambda line: click.echo(line), done)
+    active = asyncio.Event()
+
+    def emit(line: str) -> None:
+        active.set()
+        click.echo(line)
+    printer = TailPrinter(as_json, windows_max, emit, done)
     client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0))
     registration = client.register(printer, topic=topic, sources=sources, filter=key_filter,
                                    start=start, name="tail")
@@ -97,7 +105,14 @@ async def tail(broker: str, topic: str, sources: list[str] | None, key_filter: s
     waiting = asyncio.ensure_future(registration.wait())
     stopping = asyncio.ensure_future(done.wait())
     try:
-        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        while not (waiting.done() or stopping.done()):
+            active.clear()
+            woken = asyncio.ensure_future(active.wait())
+            finished, _ = await asyncio.wait({waiting, stopping, woken}, timeout=idle_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            if not finished:  # idle for idle_s
+                break
     finally:
         stopping.cancel()
         await client.stop()
@@ -107,7 +122,7 @@ async def tail(broker: str, topic: str, sources: list[str] | None, key_filter: s
 def register(cli: click.Group) -> None:
     """Add `keybus databus ...` to the root group."""
 
-    @cli.group()
+    @cli.group(cls=Group)
     def databus() -> None:
         """Databus-style callback consumers: consistency windows, sources, SCNs."""
 
@@ -115,20 +130,23 @@ def register(cli: click.Group) -> None:
     @click.argument("topic")
     @click.option("--sources", help="Sources to present, in this order (comma-separated; "
                                     "default every source).")
-    @click.option("--filter", "filter_text",
-                  help="Broker-side key filter: range:SIZE:[ids] or mod:N:[buckets].")
+    @click.option("--filter", "key_filter", type=FILTER,
+                  help="Broker-side key filter: range:SIZE:[ids] or mod:N:[buckets] "
+                       "(see keybus filters explain).")
     @click.option("--from-scn", type=click.IntRange(0, None),
                   help="Start at the first window with SCN >= N (default: the earliest).")
     @click.option("--windows", "windows_max", type=click.IntRange(1, None),
                   help="Stop after this many windows (default: follow until Ctrl-C).")
-    @broker_option
+    @connection_options
     @json_option
-    def databus_tail(topic: str, sources: str | None, filter_text: str | None,
-                     from_scn: int | None, windows_max: int | None, broker: str,
+    def databus_tail(topic: str, sources: str | None, key_filter: KeyFilterSpec | None,
+                     from_scn: int | None, windows_max: int | None, conn: Connection,
                      as_json: bool) -> None:
         """Print TOPIC's windows as the callback sequence a consumer sees."""
         names = [s.strip() for s in sources.split(",")] if sources else None
         if names is not None and not all(names):
-            raise ValueError(f"--sources {sources!r} has an empty name; give names like a,b")
+            raise click.UsageError(f"--sources {sources!r} has an empty name; give names "
+                                   "like a,b")
         start: Start = {"scn": from_scn} if from_scn is not None else "earliest"
-        run(tail(broker, topic, names, filter_text, start, windows_max, as_json))
+        run(tail(conn.broker, topic, names, key_filter, start, windows_max, as_json,
+                 conn.timeout_s))

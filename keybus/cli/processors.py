@@ -11,29 +11,36 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console
 
 from keybus.cli import render_processors as render
-from keybus.cli.common import broker_option, json_option, print_json, run
-from sdk.admin import Admin
+from keybus.cli.common import (
+    Connection,
+    Group,
+    connection_options,
+    json_option,
+    print_json,
+    run,
+    stdout_console,
+    wide_option,
+)
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
 
-console = Console()
 namespace_option = click.option("--namespace", default="", show_default=True,
                                 help="The processors' namespace.")
 
 
-@click.group()
+@click.group(cls=Group)
 def processors() -> None:
     """Ownership and checkpoints of event processor groups."""
 
 
-async def _ownership(broker: str, redis: str | None, namespace: str, topic: str,
+async def _ownership(conn: Connection, redis: str | None, namespace: str, topic: str,
                      group: str) -> tuple[Any, list[Any]]:
-    async with Admin(broker) as admin:
+    async with conn.admin() as admin:
         info = await admin.describe_topic(topic)
     if redis is None:
-        async with BrokerOwnershipStore(broker) as store:
+        async with BrokerOwnershipStore(conn.broker,
+                                        request_timeout_ms=conn.request_timeout_ms) as store:
             return info, await store.list_ownership(namespace, topic, group)
     from sdk.stores.redis_ownership import RedisOwnershipStore
 
@@ -52,25 +59,29 @@ async def _ownership(broker: str, redis: str | None, namespace: str, topic: str,
 @click.option("--expiration-ms", default=60_000, show_default=True, type=click.IntRange(1, None),
               help="The processors' ownership expiration (for 'expires in').")
 @namespace_option
-@broker_option
+@connection_options
+@wide_option
 @json_option
 def processors_ownership(topic: str, group: str, redis: str | None, expiration_ms: int,
-                         namespace: str, broker: str, as_json: bool) -> None:
+                         namespace: str, conn: Connection, wide: bool, as_json: bool) -> None:
     """Who owns each partition of TOPIC for GROUP: owner, age, expires in, epoch."""
-    info, ownership = run(_ownership(broker, redis, namespace, topic, group))
+    info, ownership = run(_ownership(conn, redis, namespace, topic, group))
     rows = render.ownership_rows(info, ownership, time.time_ns() // 1_000_000, expiration_ms)
     if as_json:
         print_json(rows)
     else:
         store = f"redis {redis}" if redis else "the broker"
-        console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows))
+        console = stdout_console(wide)
+        console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows,
+                                             console.width, wide))
 
 
-async def _checkpoints(broker: str, namespace: str, topic: str, group: str
+async def _checkpoints(conn: Connection, namespace: str, topic: str, group: str
                        ) -> tuple[Any, list[Any]]:
-    async with Admin(broker) as admin:
+    async with conn.admin() as admin:
         info = await admin.describe_topic(topic)
-    async with BrokerCheckpointStore(broker) as store:
+    async with BrokerCheckpointStore(conn.broker,
+                                     request_timeout_ms=conn.request_timeout_ms) as store:
         return info, await store.list_checkpoints(namespace, topic, group)
 
 
@@ -78,17 +89,20 @@ async def _checkpoints(broker: str, namespace: str, topic: str, group: str
 @click.argument("topic")
 @click.argument("group")
 @namespace_option
-@broker_option
+@connection_options
+@wide_option
 @json_option
-def processors_checkpoints(topic: str, group: str, namespace: str, broker: str,
+def processors_checkpoints(topic: str, group: str, namespace: str, conn: Connection, wide: bool,
                            as_json: bool) -> None:
     """GROUP's checkpoint of each partition of TOPIC: offset, scn, epoch, lag to the end."""
-    info, checkpoints = run(_checkpoints(broker, namespace, topic, group))
+    info, checkpoints = run(_checkpoints(conn, namespace, topic, group))
     rows = render.checkpoint_rows(info, checkpoints)
     if as_json:
         print_json(rows)
     else:
-        console.print(render.checkpoints_table(f"checkpoints of {topic} for {group}", rows))
+        console = stdout_console(wide)
+        console.print(render.checkpoints_table(f"checkpoints of {topic} for {group}", rows,
+                                               console.width, wide))
 
 
 def register(cli: click.Group) -> None:

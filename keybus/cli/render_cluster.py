@@ -1,14 +1,24 @@
-"""Pure rendering of `keybus cluster status`: one row per topic and broker."""
+"""Pure rendering of `keybus cluster status`: one row per topic and broker.
+
+The table follows the CLI's rule (render.fit_table): it fits the terminal
+or becomes one block per row, never cutting a topic or broker; what does
+not fit a column (a broker's detail, why one did not answer) goes on notes
+under the table.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group, RenderableType
+from rich.text import Text
 
+from keybus.cli.render import fit_table
 from sdk.core.pb import keybus_pb2 as pb
 
 Answer = tuple[str, pb.ClusterInfo | str]  # (address asked, its answer or why none)
+HEADERS = ("topic", "broker", "role", "zookeeper", "epoch", "end offsets", "lag", "lag s",
+           "read s ago")
 
 
 def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
@@ -46,29 +56,34 @@ def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]
     }
 
 
-def cluster_table(answers: list[Answer]) -> Table:
-    """The human table: leader first per topic, then followers with their lag."""
-    table = Table(title="keybus cluster")
-    for column in ("topic", "broker", "role", "epoch", "end offsets", "lag events", "lag s",
-                   "upstream read s ago", "zookeeper", "detail"):
-        table.add_column(column, justify="right" if column in ("epoch", "lag events", "lag s")
-                         else "left")
-    status = cluster_dict(answers)
+def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """(table rows: leader first per topic, then followers, then unreachable brokers;
+    notes: each broker's detail and why a broker did not answer)."""
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
     for topic in status["topics"]:
-        rows = sorted(topic["brokers"], key=lambda b: (not b["writable"], b["address"]))
-        for row in rows:
+        for row in sorted(topic["brokers"], key=lambda b: (not b["writable"], b["address"])):
             parts = row["partitions"]
-            read_ago = [p["upstream_read_s_ago"] for p in parts if p["upstream_read_s_ago"] is not None]
-            table.add_row(
-                topic["topic"], row["address"], row["role"] + ("" if row["writable"] or
-                                                              row["role"] != "leader" else " (!)"),
-                str(row["leader_epoch"]), ",".join(str(p["end_offset"]) for p in parts),
-                str(sum(p["lag_events"] for p in parts)),
-                f"{max((p['lag_s'] for p in parts), default=0):.1f}",
-                f"{max(read_ago):.1f}" if read_ago else "-", row["zookeeper_state"],
-                row["detail"])
+            read_ago = [p["upstream_read_s_ago"] for p in parts
+                        if p["upstream_read_s_ago"] is not None]
+            role = row["role"] + ("" if row["writable"] or row["role"] != "leader" else " (!)")
+            rows.append((topic["topic"], row["address"], role, row["zookeeper_state"] or "-",
+                         str(row["leader_epoch"]),
+                         ",".join(str(p["end_offset"]) for p in parts) or "-",
+                         str(sum(p["lag_events"] for p in parts)),
+                         f"{max((p['lag_s'] for p in parts), default=0):.1f}",
+                         f"{max(read_ago):.1f}" if read_ago else "-"))
+            if row["detail"]:
+                notes.append(f"{topic['topic']} on {row['address']}: {row['detail']}")
     for broker in status["brokers"]:
         if "error" in broker:
-            table.add_row("-", broker["address"], "unreachable", "", "", "", "", "", "",
-                          broker["error"])
-    return table
+            rows.append(("-", broker["address"], "unreachable", *["-"] * 6))
+            notes.append(f"{broker['address']}: {broker['error']}")
+    return rows, notes
+
+
+def cluster_table(answers: list[Answer], width: int, wide: bool = False) -> RenderableType:
+    """The human view for `width` columns: the table, then the notes."""
+    rows, notes = cluster_rows(cluster_dict(answers))
+    table = fit_table("keybus cluster", HEADERS, rows, width, wide, numeric_from=4)
+    return Group(table, *(Text(note) for note in notes))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.console import RenderableType
 
+from keybus.cli.render import fit_table
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.stores.records import Checkpoint, PartitionOwnership
 
@@ -65,19 +66,20 @@ def _owner(row: dict[str, Any]) -> str:
     return str(row["owner"])
 
 
-def ownership_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table("partition", "owner", "age", "expires in", "epoch", title=title)
-    for row in rows:
-        table.add_row(str(row["partition"]), _owner(row), _seconds(row["age_ms"]),
-                      _seconds(row["expires_in_ms"]),
-                      "-" if row["epoch"] is None else str(row["epoch"]))
-    return table
+def ownership_table(title: str, rows: list[dict[str, Any]], width: int,
+                    wide: bool = False) -> RenderableType:
+    """Who owns each partition, laid out for `width` (owner ids never cut)."""
+    cells = [(str(row["partition"]), _owner(row), _seconds(row["age_ms"]),
+              _seconds(row["expires_in_ms"]), "-" if row["epoch"] is None else str(row["epoch"]))
+             for row in rows]
+    return fit_table(title, ("partition", "owner", "age", "expires in", "epoch"), cells, width,
+                     wide, numeric_from=2)
 
 
-def checkpoints_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table("partition", "offset", "scn", "epoch", "lag", title=title)
-    for row in rows:
-        table.add_row(*(str(row["partition"]), *("-" if row[k] is None else f"{row[k]}"
-                                                 for k in ("offset", "scn", "epoch")),
-                        f"{row['lag']:,}"))
-    return table
+def checkpoints_table(title: str, rows: list[dict[str, Any]], width: int,
+                      wide: bool = False) -> RenderableType:
+    """Each partition's checkpoint and its lag, laid out for `width`."""
+    cells = [(str(row["partition"]), *("-" if row[k] is None else f"{row[k]}"
+                                       for k in ("offset", "scn", "epoch")), f"{row['lag']:,}")
+             for row in rows]
+    return fit_table(title, ("partition", "offset", "scn", "epoch", "lag"), cells, width, wide)

@@ -30,10 +30,16 @@ OPTIONAL_COLUMNS = ("ordering_keys", "slots", "sources", "opcodes", "schemas", "
 
 
 class BatchError(ValueError):
-    """An EventBatch that breaks the column rules; the message names the field."""
+    """An EventBatch that breaks the column rules; the message names the field.
 
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
+    A column-shape error only a client bug can cause is prefixed with the wire
+    field (`batch.key_ints: ...`); what a user's own data can break (an empty
+    batch, too many events, an empty key, a value too large) is a `sentence`
+    in the user's words.
+    """
+
+    def __init__(self, field_name: str, message: str, *, sentence: bool = False) -> None:
+        super().__init__(message if sentence else f"{field_name}: {message}")
         self.field_name = field_name
 
 
@@ -65,9 +71,12 @@ def validate_batch(batch: pb.EventBatch, event_bytes_max: int, batch_events_max:
     """
     count = batch.count
     if count == 0:
-        raise BatchError("batch.count", "an empty batch or window is not allowed; send 1 or more events")
+        raise BatchError("batch.count", "an empty batch or window is not allowed; send 1 or more "
+                         "events", sentence=True)
     if count > batch_events_max:
-        raise BatchError("batch.count", f"{count} events is over the limit of {batch_events_max} per batch")
+        raise BatchError("batch.count", f"a batch of {count:,} events is over the broker's limit of "
+                         f"{batch_events_max:,} events per batch (batch_events_max); send smaller "
+                         "batches", sentence=True)
     if len(batch.values) != count:
         raise BatchError("batch.values", f"has {len(batch.values)} entries; need exactly count={count}")
     _check_keys(batch, count)
@@ -91,7 +100,8 @@ def _check_keys(batch: pb.EventBatch, count: int) -> None:
     if n_strings and not n_ints and "" in batch.key_strings:
         i = list(batch.key_strings).index("")
         raise BatchError("batch.key_strings",
-                         f"event {i} has an empty string key; a key is a non-empty string or an int64")
+                         f"event {i} has an empty string key; a key is a non-empty string or an int64",
+                         sentence=True)
 
 
 def _check_sizes(batch: pb.EventBatch, event_bytes_max: int) -> None:
@@ -102,7 +112,8 @@ def _check_sizes(batch: pb.EventBatch, event_bytes_max: int) -> None:
         if len(value) > event_bytes_max:
             raise BatchError(
                 "batch.values",
-                f"event {i} is {len(value)} bytes; the limit is {event_bytes_max} bytes per event",
+                f"the value of event {i} is {len(value):,} bytes, over the broker's limit of "
+                f"{event_bytes_max:,} bytes per event (event_bytes_max)", sentence=True,
             )
 
 

@@ -130,7 +130,7 @@ class DatabusClient:
 
         Args:
             subscription: the subscription's name (created by the first
-                consumer, from consumer_config.initial_position).
+                consumer, from consumer_config.start).
             consumer_config: the SDK consumer's settings (default: Key_Shared,
                 auto-split, from the earliest event); type may also be
                 "exclusive" or "failover", not "shared".
@@ -142,7 +142,7 @@ class DatabusClient:
         config = config or self.config
         name = self._name(name or subscription, topic, needs_name=False)
         consumer_settings = consumer_config or ConsumerConfig(type="key_shared",
-                                                              initial_position="earliest")
+                                                              start="earliest")
         if filter is not None:
             consumer_settings = replace(consumer_settings, key_filter=filter_to_proto(filter))
         if not subscription:

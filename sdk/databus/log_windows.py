@@ -78,7 +78,7 @@ class LogWindows(BrokerLink):
 
     async def _partitions(self) -> list[int]:
         assert self._channel is not None
-        count = await partitions_of(stub_of(self._channel), self.topic, 30_000)
+        count = await partitions_of(stub_of(self._channel), self.topic, 30_000, self.broker)
         if self.partitions is None:
             return list(range(count))
         wrong = [p for p in self.partitions if not 0 <= p < count]
@@ -98,7 +98,7 @@ class LogWindows(BrokerLink):
             info = await stub_of(self._channel).DescribeTopic(
                 pb.DescribeTopicRequest(topic=self.topic), timeout=30)
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+            raise errors.from_rpc_error(e, self.broker) from None
         return {p.partition: p.start_offset for p in info.partitions}
 
     async def _start_of(self, partition: int, log_start: int) -> Start | BootstrapStart:

@@ -27,6 +27,7 @@ import logging
 import random
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -76,9 +77,10 @@ class EventProcessor:
         load_balancing_interval_ms: between cycles (default 10000).
         ownership_expiration_ms: a claim not renewed this long may be taken
             (default 60000; keep it several intervals).
-        start_position: where a partition without a checkpoint starts:
-            "earliest" (default), "latest", an offset, {"scn": n}, or a dict
-            partition -> one of those.
+        start: where a partition without a checkpoint starts: "earliest"
+            (default), "latest", an offset, {"scn": n} (as Reader's and
+            Consumer's start), or a dict partition -> one of those.
+        start_position: deprecated spelling of `start`.
         namespace: groups deployments that share stores (default "").
         owner_id: this processor's id (default: a new UUID).
         fencing: write the ownership epoch into checkpoints so the store
@@ -102,12 +104,17 @@ class EventProcessor:
                  ownership_store: OwnershipStore | None = None,
                  checkpoint_store: CheckpointStore | None = None,
                  strategy: Strategy = "greedy", load_balancing_interval_ms: int = 10_000,
-                 ownership_expiration_ms: int = 60_000, start_position: StartPositions = "earliest",
+                 ownership_expiration_ms: int = 60_000, start: StartPositions = "earliest",
                  namespace: str = "", owner_id: str | None = None, fencing: bool | None = None,
                  events_max: int = 0, channel: grpc.aio.Channel | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 start_position: StartPositions | None = None) -> None:
+        if start_position is not None:
+            warnings.warn("EventProcessor(start_position=...) is now start=... (the same name "
+                          "as Reader's and Consumer's)", DeprecationWarning, stacklevel=2)
+            start = start_position
         _check_arguments(topic, consumer_group, strategy, load_balancing_interval_ms,
-                         ownership_expiration_ms, start_position)
+                         ownership_expiration_ms, start)
         if fencing and checkpoint_store is not None and not fences(checkpoint_store):
             raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
                              "(supports_fencing is false); pass fencing=False")
@@ -119,7 +126,7 @@ class EventProcessor:
         self.strategy: Strategy = strategy
         self.interval_ms = load_balancing_interval_ms
         self.expiration_ms = ownership_expiration_ms
-        self._start_position = start_position
+        self._start_position = start
         self._callbacks = Callbacks(on_event, on_partition_initialize, on_partition_close,
                                     on_error)
         self._ownership = ownership_store
@@ -293,7 +300,7 @@ def _check_arguments(topic: str, consumer_group: str, strategy: str, interval_ms
     if isinstance(start_position, Mapping) and set(start_position) != {"scn"}:
         for partition in start_position:
             if type(partition) is not int or partition < 0:
-                raise ValueError(f"start_position key {partition!r} is invalid: a partition >= 0")
+                raise ValueError(f"start key {partition!r} is invalid: a partition >= 0")
             start_to_proto(start_for(start_position, partition))
     else:
         start_to_proto(start_for(start_position, 0))  # raises ValueError naming what is allowed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from tests.e2e.test_cli import keybus, ok
 from tests.support.bootstrap_model import wait_for_partition
@@ -62,3 +63,29 @@ def test_bootstrap_of_a_topic_without_view_is_one_error_line(shared_broker: Brok
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "keeps no compacted view" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_bootstrap_covers_every_partition_unless_told(shared_broker: BrokerProcess) -> None:
+    ok(keybus(shared_broker, "topics", "create", "cli-state-2", "--partitions", "2", "--view"))
+    for partition in (0, 1):
+        ok(keybus(shared_broker, "produce", "cli-state-2", "--partition", str(partition),
+                  "--key", str(10 + partition), "--value", f"p{partition}"))
+        _wait_view_of(shared_broker, "cli-state-2", partition, 1)
+    out = _lines(ok(keybus(shared_broker, "bootstrap", "cli-state-2", "--no-follow", "--json")))
+    markers = sorted((line["partition"], line["marker"]) for line in out if "marker" in line)
+    assert markers == [(0, "catchup"), (0, "snapshot"), (1, "catchup"), (1, "snapshot")]
+    assert sorted((e["partition"], e["key"]) for e in out if "phase" in e) == [(0, 10), (1, 11)]
+    narrowed = _lines(ok(keybus(shared_broker, "bootstrap", "cli-state-2", "--partition", "1",
+                                "--no-follow", "--json")))
+    assert [(e["partition"], e["key"]) for e in narrowed if "phase" in e] == [(1, 11)]
+
+
+def _wait_view_of(broker: BrokerProcess, topic: str, partition: int, end: int) -> None:
+    """Poll `topics describe` until the partition's view reached `end` (bounded)."""
+    deadline = time.monotonic() + 60
+    while True:
+        info = json.loads(ok(keybus(broker, "topics", "describe", topic, "--json")))
+        if info["partition_info"][partition]["view_offset"] == end:
+            return
+        assert time.monotonic() < deadline, f"the view of {topic}/{partition}: {info}"
+        time.sleep(0.1)

@@ -64,7 +64,7 @@ def test_sdk_end_to_end_over_tls_with_tokens(secure_broker: BrokerProcess,
         async with Admin(secure_broker.address, security=alice) as admin:
             await admin.create_topic("tls.sdk")
         consumer = await Consumer.subscribe(secure_broker.address, "tls.sdk", "s",
-                                            type="key_shared", initial_position="earliest",
+                                            type="key_shared", start="earliest",
                                             security=alice)
         async with await Producer.create(secure_broker.address, "tls.sdk",
                                          security=alice) as producer:

@@ -100,7 +100,7 @@ BAD_PRODUCE = [
     (pb.ProduceRequest(topic="bad-input", window=True, batch=pb.EventBatch()),
      grpc.StatusCode.INVALID_ARGUMENT, "empty batch or window"),
     (pb.ProduceRequest(topic="bad-input", batch=pb.EventBatch(count=1, key_ints=[1], values=[b"x" * 2_000_000])),
-     grpc.StatusCode.INVALID_ARGUMENT, "limit is 1048576 bytes per event"),
+     grpc.StatusCode.INVALID_ARGUMENT, "limit of 1,048,576 bytes per event"),
     (pb.ProduceRequest(topic="bad-input", batch=pb.EventBatch(count=1, key_strings=[""], values=[b"x"])),
      grpc.StatusCode.INVALID_ARGUMENT, "empty string key"),
     (pb.ProduceRequest(topic="bad-input", batch=pb.EventBatch(count=2, key_ints=[1], values=[b"x", b"y"])),

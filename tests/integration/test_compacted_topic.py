@@ -47,7 +47,7 @@ def _check_latest_kept(events: list[Event], history: History) -> None:
 async def _subscribed(broker: str, last_offset: int) -> list[int]:
     offsets: list[int] = []
     async with await Consumer.subscribe(broker, TOPIC, "audit",
-                                        initial_position="earliest") as consumer:
+                                        start="earliest") as consumer:
         while not offsets or offsets[-1] < last_offset:
             batch = await consumer.receive_batch(timeout_s=30)
             offsets.extend(m.offset for m in batch.messages())

@@ -118,7 +118,7 @@ def test_a_broker_killed_mid_window_is_no_rollback_with_buffering(tmp_path: Path
         else:
             client.register_shared(consumer, topic="crash", subscription="crash",
                                    consumer_config=ConsumerConfig(
-                                       type="key_shared", initial_position="earliest",
+                                       type="key_shared", start="earliest",
                                        receiver_queue_size=8))
         async with client:
             await until(lambda: len(consumer.windows) >= 2 and consumer.in_window

@@ -106,7 +106,7 @@ async def _drain_bytes(address: str, subscription: str, key_filter: str | None,
     from sdk.consumer import Consumer
 
     consumer = await Consumer.subscribe(address, "filtered-subscription", subscription,
-                                        key_filter=key_filter, initial_position="earliest")
+                                        key_filter=key_filter, start="earliest")
     keys: list[int] = []
     size = 0
     try:

@@ -22,13 +22,11 @@ from typing import cast
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from broker.config import Settings
 from broker.log.rocks_store import RocksStore
-from broker.server import start_broker
-from sdk.admin import Admin
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from sdk.producer import Producer
+from tests.support.in_process import broker_on
 from tests.support.wire import events_of, int_batch
 
 WAIT_S = 30.0
@@ -66,43 +64,33 @@ async def _stored_events(stub: pb_grpc.KeybusAsyncStub, partition: int) -> list[
 
 
 async def _scenario(tmp_path: Path) -> None:
-    settings = Settings(data_dir=str(tmp_path), port=0, fsync=False,
-                        task_restart_backoff_ms=100, task_restart_backoff_max_ms=300)
-    store = PartitionZeroFaults(str(tmp_path / "log.rocksdb"), fsync=False)
-    broker = await start_broker(settings, store)
-    address = f"127.0.0.1:{broker.port}"
-    try:
-        admin = Admin(address)
-        await admin.create_topic("orders", partitions=2)
-        await admin.close()
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub = cast("pb_grpc.KeybusAsyncStub", pb_grpc.KeybusStub(channel))
-            store.fault = OSError("injected disk error")
-            refused = await _raw_produce(stub, 0)
-            assert refused.error_code == grpc.StatusCode.UNAVAILABLE.value[0]
-            assert "'orders'/0" in refused.error_message
-            assert "injected disk error" in refused.error_message
-            assert (await _raw_produce(stub, 1)).error_code == 0  # the other partition works
-            health = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
-            assert health.status == health_pb2.HealthCheckResponse.SERVING
+    async with broker_on(tmp_path, PartitionZeroFaults) as (address, store), \
+            grpc.aio.insecure_channel(address) as channel:
+        stub = cast("pb_grpc.KeybusAsyncStub", pb_grpc.KeybusStub(channel))
+        store.fault = OSError("injected disk error")
+        refused = await _raw_produce(stub, 0)
+        assert refused.error_code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert "'orders'/0" in refused.error_message
+        assert "injected disk error" in refused.error_message
+        assert (await _raw_produce(stub, 1)).error_code == 0  # the other partition works
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
 
-            producer = await Producer.create(address, "orders", idempotent=True,
-                                             linger_ms=1, delivery_timeout_ms=int(WAIT_S * 1000))
-            sent = [await producer.send(key, b"e%d" % key) for key in range(40)]
-            deadline = time.monotonic() + WAIT_S  # partition 1 gets its events meanwhile
-            while len(await _stored_events(stub, 1)) < 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert not all(f.done() for f in sent)  # partition 0's wait on the fault
-            store.fault = None
-            await asyncio.wait_for(producer.flush(), WAIT_S)
-            await producer.close()
-            assert all(f.exception() is None for f in sent)
-            stored = await _stored_events(stub, 0) + await _stored_events(stub, 1)
-            expected = sorted(b"e%d" % key for key in range(40))
-            assert sorted(v for v in stored if v.startswith(b"e")) == expected  # once each
-    finally:
-        await broker.stop()
+        producer = await Producer.create(address, "orders", idempotent=True,
+                                         linger_ms=1, delivery_timeout_ms=int(WAIT_S * 1000))
+        sent = [await producer.send(key, b"e%d" % key) for key in range(40)]
+        deadline = time.monotonic() + WAIT_S  # partition 1 gets its events meanwhile
+        while len(await _stored_events(stub, 1)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not all(f.done() for f in sent)  # partition 0's wait on the fault
+        store.fault = None
+        await asyncio.wait_for(producer.flush(), WAIT_S)
+        await producer.close()
+        assert all(f.exception() is None for f in sent)
+        stored = await _stored_events(stub, 0) + await _stored_events(stub, 1)
+        expected = sorted(b"e%d" % key for key in range(40))
+        assert sorted(v for v in stored if v.startswith(b"e")) == expected  # once each
 
 
 def test_failed_partition_is_reported_isolated_and_reopened(tmp_path: Path) -> None:

@@ -72,8 +72,8 @@ def test_fencing_with_a_store_that_cannot_fence_is_refused(tmp_path: Path) -> No
     for bad, match in (({"strategy": "fastest"}, "strategy"),
                        ({"ownership_expiration_ms": 100, "load_balancing_interval_ms": 500},
                         "ownership_expiration_ms"),
-                       ({"start_position": "middle"}, "start"),
-                       ({"start_position": {0: "earliest", -1: 3}}, "partition")):
+                       ({"start": "middle"}, "start"),
+                       ({"start": {0: "earliest", -1: 3}}, "partition")):
         with pytest.raises(ValueError, match=match):
             EventProcessor("127.0.0.1:1", "t", "g", on_event=print, **bad)  # type: ignore[arg-type]
 

@@ -72,7 +72,7 @@ async def produce_mix(address: str) -> None:
 
 async def consume_some(address: str) -> None:
     async with await Consumer.subscribe(address, "t", "ks", type="key_shared",
-                                        initial_position="earliest") as consumer:
+                                        start="earliest") as consumer:
         for _ in range(50):
             consumer.ack(await consumer.receive(timeout_s=10))
         await consumer.flush_acks()

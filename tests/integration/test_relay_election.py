@@ -173,7 +173,7 @@ class Load:
     async def consume(self, name: str) -> None:
         async with await Consumer.subscribe(self.address, "t", "ks", type="key_shared",
                                             consumer_name=name,
-                                            initial_position="earliest") as consumer:
+                                            start="earliest") as consumer:
             while not self.stop.is_set() or not self.all_received():
                 try:
                     message = await consumer.receive(timeout_s=0.5)

@@ -99,7 +99,7 @@ class Watchers:
     async def _main(self) -> None:
         try:
             async with await Consumer.subscribe(self.address, "t", "hw", type="shared",
-                                                initial_position="latest") as consumer:
+                                                start="latest") as consumer:
                 reading = asyncio.create_task(self._read())
                 self.ready.set()
                 while not self.stop.is_set():

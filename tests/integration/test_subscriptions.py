@@ -123,7 +123,7 @@ def test_exclusive_nack_keeps_key_order_and_counts_redeliveries(shared_broker: B
         keys = [1, 2, 2, 2, 1, 1]
         await topic_with(shared_broker.address, "nacks", keys)
         consumer = await Consumer.subscribe(shared_broker.address, "nacks", "s",
-                                            initial_position="earliest", receiver_queue_size=2)
+                                            start="earliest", receiver_queue_size=2)
         first = await consumer.receive(5)
         assert (first.offset, first.key, first.redelivery_count) == (0, 1, 0)
         consumer.nack(first, delay_ms=300)
@@ -144,7 +144,7 @@ def test_shared_spreads_events_over_consumers(shared_broker: BrokerProcess) -> N
     async def go() -> None:
         await topic_with(shared_broker.address, "shared", list(range(400)))
         a = await Consumer.subscribe(shared_broker.address, "shared", "s", type="shared",
-                                     initial_position="earliest", receiver_queue_size=20)
+                                     start="earliest", receiver_queue_size=20)
         b = await Consumer.subscribe(shared_broker.address, "shared", "s", type="shared",
                                      receiver_queue_size=20)
         got_a, got_b = await asyncio.gather(drain(a), drain(b))
@@ -162,7 +162,7 @@ def test_failover_tells_consumers_and_moves_unacked(shared_broker: BrokerProcess
         changes: list[tuple[str, int, bool]] = []
         standby = await Consumer.subscribe(
             shared_broker.address, "failover", "s", type="failover", priority=1,
-            consumer_name="b", initial_position="earliest",
+            consumer_name="b", start="earliest",
             on_active_change=lambda p, active: changes.append(("b", p, active)))
         main = await Consumer.subscribe(
             shared_broker.address, "failover", "s", type="failover", priority=0,
@@ -190,7 +190,7 @@ def test_key_shared_range_change_callbacks_fire(shared_broker: BrokerProcess) ->
         await topic_with(shared_broker.address, "ranges", list(range(200)))
         seen: dict[str, list[list[HashRange]]] = {"a": [], "b": []}
         a = await Consumer.subscribe(shared_broker.address, "ranges", "s", type="key_shared",
-                                     consumer_name="a", initial_position="earliest",
+                                     consumer_name="a", start="earliest",
                                      on_range_change=lambda p, r: seen["a"].append(r))
         await wait_for(lambda: _true(seen["a"] == [[HashRange(0, 65535)]]))
         b = await Consumer.subscribe(shared_broker.address, "ranges", "s", type="key_shared",
@@ -213,7 +213,7 @@ def test_filtered_subscription_and_its_backlog(shared_broker: BrokerProcess) -> 
     async def go() -> None:
         await topic_with(shared_broker.address, "filtered", list(range(100)))
         consumer = await Consumer.subscribe(shared_broker.address, "filtered", "even",
-                                            key_filter="mod:2:[0]", initial_position="earliest")
+                                            key_filter="mod:2:[0]", start="earliest")
         got = await drain(consumer, ack=False)
         assert [k for _, _, k in got] == list(range(0, 100, 2))
         async with SubscriptionAdmin(shared_broker.address) as admin:
@@ -237,7 +237,7 @@ def test_dead_letter_after_max_redeliveries(shared_broker: BrokerProcess) -> Non
     async def go() -> None:
         await topic_with(shared_broker.address, "poison", [7, 8])
         consumer = await Consumer.subscribe(shared_broker.address, "poison", "s",
-                                            type="shared", initial_position="earliest",
+                                            type="shared", start="earliest",
                                             max_redeliveries=2, nack_delay_ms=10)
         counts = []
         while True:
@@ -272,7 +272,7 @@ def test_seek_delete_and_topic_deletion(shared_broker: BrokerProcess) -> None:
     async def go() -> None:
         address = shared_broker.address
         await topic_with(address, "admin", list(range(20)))
-        consumer = await Consumer.subscribe(address, "admin", "s", initial_position="earliest")
+        consumer = await Consumer.subscribe(address, "admin", "s", start="earliest")
         assert len(await drain(consumer)) == 20
         async with SubscriptionAdmin(address) as admin:
             info = await admin.seek("admin", "s", 15)
@@ -335,7 +335,7 @@ def test_cursor_survives_sigkill(tmp_path: Path) -> None:
     async def before() -> None:
         await topic_with(broker.address, "durable", list(range(1000)))
         consumer = await Consumer.subscribe(broker.address, "durable", "s", type="shared",
-                                            initial_position="earliest")
+                                            start="earliest")
         got = []
         while len(got) < 1000:
             got.append((await consumer.receive(5)).offset)

@@ -205,7 +205,7 @@ async def scenario(address: str, seed: int, events: int, mode: str) -> Checker:
     async def join() -> None:
         name = rnd.choice([n for n in POOL if n not in workers])
         consumer = await Consumer.subscribe(address, TOPIC, "s", type="key_shared", mode=mode,
-                                            consumer_name=name, initial_position="earliest",
+                                            consumer_name=name, start="earliest",
                                             receiver_queue_size=rnd.choice([20, 100, 500]))
         workers[name] = Worker(name, consumer, checker, rnd, nack_probability=0.01)
 

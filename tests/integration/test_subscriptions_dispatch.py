@@ -113,7 +113,7 @@ def test_large_events_reach_every_type_within_the_message_limit(
     async def consume(topic: str, kind: str, consumers: int, count: int, size: int) -> None:
         attached = [await Consumer.subscribe(address, topic, kind, type=kind,
                                              consumer_name=f"{kind}{i}",
-                                             initial_position="earliest")
+                                             start="earliest")
                     for i in range(consumers)]
         got: list[int] = []
 
@@ -200,7 +200,7 @@ async def nack_run(address: str, seed: int) -> OrderCheck:
 
     await produce(1500)  # the long backlog, before anyone consumes
     consumer = await Consumer.subscribe(address, topic, "s", type="key_shared",
-                                        initial_position="earliest",
+                                        start="earliest",
                                         receiver_queue_size=rnd.choice([2, 10, 100, 1000]))
     production = asyncio.create_task(produce(1500))  # stops midway through the drain
     deadline = time.monotonic() + 90
@@ -264,7 +264,7 @@ def test_refused_subscribe_creates_no_subscription(shared_broker: BrokerProcess)
             await producer.flush()
         with pytest.raises((FailedPrecondition, InvalidArgument), match="no hash range"):
             await Consumer.subscribe(address, "refused", "sticky", type="key_shared",
-                                     mode="sticky", initial_position="earliest")
+                                     mode="sticky", start="earliest")
         with pytest.raises((FailedPrecondition, InvalidArgument), match="overlap"):
             await Consumer.subscribe(address, "refused", "own-overlap", type="key_shared",
                                      mode="sticky", ranges=[(0, 10), (5, 20)])
@@ -286,7 +286,7 @@ def test_ack_timeout_redelivers_unacknowledged_events(shared_broker: BrokerProce
             await producer.send_batch(list(range(10)), [b"v"] * 10)
             await producer.flush()
         consumer = await Consumer.subscribe(address, "timeouts", "s", type="key_shared",
-                                            initial_position="earliest", ack_timeout_ms=1000)
+                                            start="earliest", ack_timeout_ms=1000)
         first: dict[int, Message] = {}
         while len(first) < 10:
             message = await consumer.receive(5)
@@ -320,7 +320,7 @@ def test_window_ends_travel_with_split_deliveries(shared_broker: BrokerProcess) 
         last = result.offsets[-1]
         a = await Consumer.subscribe(address, "windows", "s", type="key_shared",
                                      consumer_name="a", mode="sticky", ranges="0-32767",
-                                     initial_position="earliest")
+                                     start="earliest")
         b = await Consumer.subscribe(address, "windows", "s", type="key_shared",
                                      consumer_name="b", mode="sticky", ranges="32768-65535")
         seen: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
@@ -351,7 +351,7 @@ def test_moved_slot_waits_for_its_old_owner(shared_broker: BrokerProcess) -> Non
             await producer.send_batch(keys * 5, [b"v"] * len(keys) * 5)
             await producer.flush()
         a = await Consumer.subscribe(address, "draining", "s", type="key_shared",
-                                     consumer_name="a", initial_position="earliest",
+                                     consumer_name="a", start="earliest",
                                      receiver_queue_size=10)
         async with SubscriptionAdmin(address) as admin:
             async def a_holds_ten() -> bool:

@@ -4,7 +4,7 @@ SIGSTOP one (`python -m tests.support.processor_process ...`).
 It appends one line per step to --out (line-buffered: each line reaches
 the OS before the next step, so a SIGKILL loses none that happened):
 
-    S <partition> <epoch> <start>          claimed: starts at offset <start> ("-" = start_position)
+    S <partition> <epoch> <start>          claimed: starts at offset <start> ("-" = the processor's start)
     H <partition> <first> <last>           handling a batch (before the handler's sleep)
     B <partition> <first> <last>           processed a batch (offsets first..last)
     C <partition> <offset> <epoch>         checkpoint stored

@@ -38,10 +38,32 @@ def test_json_names_the_leader_and_each_brokers_lag() -> None:
     assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable"}
 
 
+def rendered(width: int, wide: bool = False) -> list[str]:
+    console = Console(width=width, record=True)
+    console.print(cluster_table(answers(), width, wide))
+    return [line for line in console.export_text().splitlines() if line.strip()]
+
+
 def test_table_lists_leader_first_then_followers_and_the_unreachable() -> None:
-    console = Console(width=200, record=True)
-    console.print(cluster_table(answers()))
-    lines = [line for line in console.export_text().splitlines() if line.strip()]
+    lines = rendered(200)
     rows = [line for line in lines if " a:1 " in line or " b:1 " in line or " c:1 " in line]
     assert "leader" in rows[0] and "follower" in rows[1] and "unreachable" in rows[2]
     assert "10" in rows[1] and "1.5" in rows[1] and "0.2" in rows[1]
+    assert "c:1: broker unavailable" in lines  # why it did not answer, on a note
+
+
+def test_table_fits_80_columns_and_never_cuts_a_name() -> None:
+    many = answers()
+    long_name = "payments-settlements-europe-west"
+    for _, info in many[:2]:
+        assert not isinstance(info, str)
+        info.topics.add().CopyFrom(info.topics[0])
+        info.topics[-1].topic = long_name
+    console = Console(width=80, record=True)
+    console.print(cluster_table(many, 80))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "…" not in "".join(lines)
+    assert any(long_name in line for line in lines) and any("b:1" in line for line in lines)
+    text = "\n".join(lines)  # blocks break lines between `header value` pairs only
+    assert "end offsets 90" in text and "lag s 1.5" in text and "read s ago 0.2" in text

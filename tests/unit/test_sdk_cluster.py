@@ -6,12 +6,14 @@ broker would send them (no network).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 
 import pytest
 
 from sdk import errors
-from sdk.cluster import is_cluster, split_brokers
+from sdk.channel import parse_broker
+from sdk.cluster import is_cluster, split_brokers, topic_broker
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.sender import ProducerBatch, SendQueue
 
@@ -24,6 +26,15 @@ def test_split_brokers() -> None:
     assert is_cluster("a:1,b:2") and not is_cluster("a:1")
     with pytest.raises(ValueError, match="empty"):
         split_brokers("a:1,,b:2")
+
+
+def test_one_broker_calls_name_a_list_of_several() -> None:
+    with pytest.raises(ValueError, match="lists several brokers; this call talks to one"):
+        parse_broker("h1:1,h2:2")
+
+
+def test_topic_broker_of_one_address_is_itself() -> None:
+    assert asyncio.run(topic_broker("h1:1", "t")) == "h1:1"  # no network: one address is it
 
 
 def test_not_leader_names_the_leader() -> None:

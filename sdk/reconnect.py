@@ -1,0 +1,149 @@
+"""How a long-running SDK client (Reader, Consumer) treats its link to the broker.
+
+Never stuck, never silent: a client that cannot reach its broker says so
+within seconds, and one that loses it says so while it retries.
+
+Rules (pure: no I/O, time is an argument):
+
+1. Before the first connection, a call that never reached a broker (refused,
+   unknown host) is retried for `connect_timeout_ms`, then fails with
+   `cannot reach broker at HOST:PORT: <reason> — is it running?`. A wrong
+   address is an answer the caller needs now, not after minutes.
+2. Once the broker was reached, losing it is reported once (the shell calls
+   `on_connection_change(False, message)`), retried with capped doubling
+   backoff for `retry_timeout_ms` (0 = until it is back), and its return is
+   reported (`on_connection_change(True, message)`).
+3. Past `retry_timeout_ms` the client fails with Unavailable naming the
+   broker, the reason and the setting.
+
+The shell (reader.py, consumer.py) makes the calls, sleeps the delays this
+returns and runs the callbacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from sdk import errors
+
+# on_connection_change(connected, message): called with False when the broker
+# is lost (the client retries), with True when it is back. May be a coroutine
+# function. Runs on the client's event loop: keep it short.
+ConnectionCallback = Callable[[bool, str], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Limits of one client's retries; every duration in milliseconds.
+
+    Attributes:
+        connect_timeout_ms: how long the first connection may fail before the
+            client gives up (0 = retry forever, e.g. a relay waiting for its
+            upstream).
+        retry_timeout_ms: how long a lost broker is retried (0 = forever).
+        backoff_first_ms / backoff_max_ms: the wait between attempts doubles
+            from the first to the cap.
+    """
+
+    connect_timeout_ms: int = 5_000
+    retry_timeout_ms: int = 0
+    backoff_first_ms: int = 100
+    backoff_max_ms: int = 2_000
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout_ms", "retry_timeout_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name}={value!r} is invalid: need an int >= 0 (0 = forever)")
+        for name in ("backoff_first_ms", "backoff_max_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: need an int >= 1")
+
+
+class Link:
+    """The state of one client's link: never connected, connected, or lost since when."""
+
+    def __init__(self, broker: str, policy: RetryPolicy) -> None:
+        self.broker = broker
+        self.policy = policy
+        self.ever_connected = False
+        self.lost_since_ms: int | None = None
+        self._first_failure_ms: int | None = None
+        self._backoff_ms = policy.backoff_first_ms
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_since_ms is not None
+
+    def process_connected(self, now_ms: int) -> str | None:
+        """The broker answered. Returns the message to report if it was lost."""
+        self.ever_connected = True
+        self._first_failure_ms = None
+        self._backoff_ms = self.policy.backoff_first_ms
+        if self.lost_since_ms is None:
+            return None
+        down_s = (now_ms - self.lost_since_ms) / 1000
+        self.lost_since_ms = None
+        return f"the broker at {self.broker} is back after {down_s:.1f} s"
+
+    def process_failure(self, reason: str, never_reached: bool,
+                        now_ms: int) -> tuple[int, str | None]:
+        """An attempt failed in a way worth a retry.
+
+        Args:
+            reason: what went wrong, in a user's words.
+            never_reached: the call did not reach a broker (see
+                errors.connection_failure); otherwise the broker was there.
+        Returns:
+            (milliseconds to wait before the next attempt, message to report
+            now or None).
+        Raises:
+            Unavailable: the first connection failed for connect_timeout_ms,
+                or a lost broker did not come back within retry_timeout_ms.
+        """
+        delay_ms = self._backoff_ms
+        self._backoff_ms = min(self._backoff_ms * 2, self.policy.backoff_max_ms)
+        if not self.ever_connected and never_reached:
+            if self._first_failure_ms is None:
+                self._first_failure_ms = now_ms
+            limit = self.policy.connect_timeout_ms
+            if limit and now_ms - self._first_failure_ms + delay_ms > limit:
+                raise errors.unreachable(self.broker, reason)
+            return delay_ms, None
+        self.ever_connected = True
+        if self.lost_since_ms is None:
+            self.lost_since_ms = now_ms
+            return delay_ms, f"lost the broker at {self.broker} ({reason}); {self._plan()}"
+        limit = self.policy.retry_timeout_ms
+        if limit and now_ms - self.lost_since_ms + delay_ms > limit:
+            raise errors.Unavailable(
+                f"lost the broker at {self.broker} ({reason}) and it did not come back "
+                f"within {limit / 1000:g} s (retry_timeout_ms={limit})", errors.UNAVAILABLE)
+        return delay_ms, None
+
+    def _plan(self) -> str:
+        limit = self.policy.retry_timeout_ms
+        return f"retrying for up to {limit / 1000:g} s" if limit else "retrying"
+
+
+def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
+    """(reason in a user's words, whether the call never reached a broker)."""
+    details_fn = getattr(error, "details", None)
+    details = (details_fn() or "") if callable(details_fn) else ""
+    never = errors.connection_failure(details)
+    if never is not None:
+        return never, True
+    lowered = details.lower()
+    if not details or any(text in lowered for text in _CLOSED):
+        return "connection closed", False
+    return details.split("; ")[0], False
+
+
+# gRPC's texts for an open connection that ended (the broker stopped or went away).
+_CLOSED = ("socket closed", "cancelling all calls", "connection reset", "broken pipe", "goaway",
+           "stream removed", "rst_stream")

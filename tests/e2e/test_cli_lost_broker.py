@@ -1,0 +1,101 @@
+"""`keybus read --follow` and `keybus consume` when the broker goes away and returns.
+
+Goal: a long-running command never goes silent: it says on stderr within
+seconds that it lost the broker and is retrying, says when it is back, and
+prints what was produced afterwards; `--retry-timeout` makes it give up with
+one line and exit 1.
+Method: the commands as subprocesses (pipes read by threads) against a real
+broker process that is SIGKILLed and restarted on the same port.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.lines import Lines
+
+
+class Running:
+    """A keybus subprocess whose stdout and stderr lines are read as they come."""
+
+    def __init__(self, broker: BrokerProcess, *args: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+        self.process = subprocess.Popen([sys.executable, "-m", "keybus", *args], env=env, cwd=REPO,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.lines = {"out": Lines(self.process.stdout), "err": Lines(self.process.stderr)}
+
+    def expect(self, which: str, text: str, timeout_s: float) -> str:
+        return self.lines[which].expect(text, timeout_s)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
+def produce(broker: BrokerProcess, value: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    subprocess.run([sys.executable, "-m", "keybus", "produce", "lost", "--key", "1", "--value",
+                    value], env=env, cwd=REPO, check=True, timeout=60, capture_output=True)
+
+
+def test_follow_and_consume_tell_a_lost_broker_and_carry_on(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    subprocess.run([sys.executable, "-m", "keybus", "topics", "create", "lost", "--partitions",
+                    "2"], env=env, cwd=REPO, check=True, timeout=60, capture_output=True)
+    commands = [Running(broker, "read", "lost", "--follow"),
+                Running(broker, "consume", "lost", "-s", "s", "--start", "earliest")]
+    try:
+        produce(broker, "before")
+        for command in commands:
+            command.expect("out", ": before", 30)
+        broker.kill()
+        for command in commands:
+            line = command.expect("err", "lost the broker", 20)
+            assert line == f"keybus: lost the broker at {broker.address} (connection closed); " \
+                           "retrying"
+        broker.start()
+        for command in commands:
+            command.expect("err", f"keybus: the broker at {broker.address} is back after", 30)
+        produce(broker, "after")
+        for command in commands:
+            command.expect("out", ": after", 30)
+            assert command.process.poll() is None
+    finally:
+        for command in commands:
+            command.stop()
+        broker.stop()
+
+
+def test_retry_timeout_gives_up_in_one_line(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    subprocess.run([sys.executable, "-m", "keybus", "topics", "create", "lost"], env=env, cwd=REPO,
+                   check=True, timeout=60, capture_output=True)
+    command = Running(broker, "consume", "lost", "-s", "s", "--retry-timeout", "2")
+    try:
+        deadline = time.monotonic() + 30
+        while not _attached(broker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        broker.kill()
+        assert command.process.wait(30) == 1
+        line = command.expect("err", "keybus: error:", 5)
+        assert "did not come back within 2 s (retry_timeout_ms=2000)" in line
+    finally:
+        command.stop()
+        broker.stop()
+
+
+def _attached(broker: BrokerProcess) -> bool:
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    done = subprocess.run([sys.executable, "-m", "keybus", "subscriptions", "list", "lost",
+                           "--json"], env=env, cwd=REPO, timeout=60, capture_output=True, text=True)
+    return done.returncode == 0 and '"consumers": [{' in done.stdout

@@ -1,0 +1,167 @@
+"""Never stuck, never silent: SDK clients and a broker that is away.
+
+Goal: every client fails within seconds with one sentence when no broker
+answers (`cannot reach broker at HOST:PORT: connection refused — is it
+running? (keybus broker)`); a consumer and a following reader that lose their
+broker say so through on_connection_change while they retry, say when it is
+back, and carry on; retry_timeout_ms bounds the retrying.
+Method: a closed port on 127.0.0.1, and a real broker process killed with
+SIGKILL and restarted on the same port and data directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import Admin, Consumer, Producer, Reader, SyncConsumer, TopicReader, Unavailable
+from tests.support.broker_process import BrokerProcess, free_port
+
+
+def refused(port: int) -> str:
+    return (f"cannot reach broker at 127.0.0.1:{port}: connection refused — is it running? "
+            "(keybus broker)")
+
+
+async def _list(address: str) -> Any:
+    async with Admin(address) as admin:
+        return await admin.list_topics()
+
+
+async def _produce(address: str) -> Any:
+    return await Producer.create(address, "t")
+
+
+async def _read(address: str) -> Any:
+    async with Reader(address, "t", 0) as reader:
+        return [b async for b in reader]
+
+
+async def _read_topic(address: str) -> Any:
+    async with TopicReader(address, "t", follow=True) as reader:
+        return [b async for b in reader]
+
+
+async def _subscribe(address: str) -> Any:
+    return await Consumer.subscribe(address, "t", "s")
+
+
+@pytest.mark.parametrize("call", [_list, _produce, _read, _read_topic, _subscribe])
+def test_no_broker_fails_within_seconds_in_one_sentence(
+        call: Callable[[str], Awaitable[Any]]) -> None:
+    port = free_port()
+    began = time.monotonic()
+    with pytest.raises(Unavailable) as caught:
+        asyncio.run(asyncio.wait_for(call(f"127.0.0.1:{port}"), 30))
+    assert str(caught.value) == refused(port)
+    assert time.monotonic() - began < 8
+
+
+def test_sync_consumer_no_broker_fails_within_seconds() -> None:
+    port = free_port()
+    with pytest.raises(Unavailable, match="connection refused — is it running"):
+        SyncConsumer(f"127.0.0.1:{port}", "t", "s", connect_timeout_ms=1_000)
+
+
+async def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_lost_broker_is_told_while_retrying_and_work_resumes(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    told: dict[str, list[tuple[bool, str]]] = {"consumer": [], "reader": []}
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("away", 2)
+        consumer = await Consumer.subscribe(
+            broker.address, "away", "s", type="shared",
+            on_connection_change=lambda up, text: told["consumer"].append((up, text)))
+        reader = TopicReader(broker.address, "away", follow=True, start="latest",
+                             on_connection_change=lambda up, text: told["reader"].append((up, text)))
+        await reader.open()
+        await asyncio.sleep(0.5)  # both streams open, at the end of the log
+        broker.kill()
+        await _wait_for(lambda: all(told.values()), 20, "the lost broker to be told")
+        for events in told.values():
+            assert events == [(False, f"lost the broker at {broker.address} (connection "
+                                      "closed); retrying")]
+        await asyncio.to_thread(broker.start)
+        await _wait_for(lambda: all(len(v) == 2 for v in told.values()), 30, "the broker back")
+        for events in told.values():
+            up, text = events[1]
+            assert up and text.startswith(f"the broker at {broker.address} is back after ")
+        async with await Producer.create(broker.address, "away") as producer:
+            await producer.send(7, b"after", partition=1)
+            await producer.flush()
+        assert (await consumer.receive(20)).value == b"after"
+        batch = await asyncio.wait_for(reader.__anext__(), 20)
+        assert batch.values[0] == b"after"
+        await reader.close()
+        await consumer.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        broker.stop()
+
+
+def test_retry_timeout_bounds_the_retrying(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> float:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("gone", 1)
+        consumer = await Consumer.subscribe(broker.address, "gone", "s", retry_timeout_ms=1_500)
+        broker.kill()
+        began = time.monotonic()
+        with pytest.raises(Unavailable, match=r"did not come back within 1.5 s "
+                                              r"\(retry_timeout_ms=1500\)"):
+            await consumer.receive(30)
+        await consumer.close()
+        return time.monotonic() - began
+
+    try:
+        assert asyncio.run(go()) < 10
+    finally:
+        broker.stop()
+
+
+def test_a_follower_from_latest_resumes_where_it_stood(tmp_path: Path) -> None:
+    """Events produced while a `latest` follower reconnects are not skipped."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("resume", 1)
+        async with await Producer.create(broker.address, "resume") as producer:
+            await producer.send(1, b"old")
+            await producer.flush()
+        reader = Reader(broker.address, "resume", 0, start="latest", follow=True,
+                        retry_backoff_ms=3_000, retry_backoff_max_ms=3_000)
+        first = asyncio.ensure_future(reader.__anext__())
+        await _wait_for(lambda: reader.next_offset == 1, 20, "the follower's position")
+        broker.kill()
+        await asyncio.to_thread(broker.start)
+        async with await Producer.create(broker.address, "resume") as producer:
+            await producer.send(2, b"while away")  # before the reader's 3 s backoff ends
+            await producer.flush()
+        batch = await asyncio.wait_for(first, 30)
+        assert list(batch.values) == [b"while away"]
+        await reader.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        broker.stop()
