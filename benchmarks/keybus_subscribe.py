@@ -6,9 +6,14 @@ one consumer) and `benchmarks/e2e_failover.py` (Failover, one active consumer
 per partition, the others standby) expose `prepare` and `consume` built here,
 so all are measured the same way as the peers' consumer groups:
 
-- prepare (parent): a consumer attaches once with `start="latest"`
-  and leaves; that creates the durable subscription with its cursor at the
-  topic's end (offset 0 on the latency scenario's empty topic).
+- prepare (parent): first waits (bounded, untimed) until the topic's
+  compacted view, on by default, has folded in every stored event: the
+  broker's view maintainer would otherwise fold a fresh backlog during the
+  first drain and its CPU would count as that row's (Key_Shared's, which
+  runs first on the stored topic, or churn's). Then a consumer attaches once
+  with `start="latest"` and leaves; that creates the durable subscription
+  with its cursor at the topic's end (offset 0 on the latency scenario's
+  empty topic).
 - consume (each consumer process): `Consumer.subscribe` (SDK, asyncio on
   uvloop), then the shared loop. Subscribing happens before the common start,
   and the cursor is at the end, so nothing is delivered before the clock runs.
@@ -38,6 +43,8 @@ from benchmarks.payload import sent_ns_of
 RECEIVER_QUEUE_SIZE = 5_000  # permits per consumer, as benchmarks/e2e_key_shared.py
 RECEIVE_WAIT_S = 0.1  # an idle receive returns after this, so a consumer sees "done" in time
 CLOSE_TIMEOUT_S = 10.0
+VIEW_WAIT_S = 120.0  # the most `prepare` waits for the view to fold the stored events
+VIEW_POLL_S = 0.1
 
 
 def subscription_name(type_: str) -> str:
@@ -53,9 +60,30 @@ def run_loop(coroutine: Any) -> Any:
     return uvloop.run(coroutine)
 
 
+async def wait_view_folded(address: str, topic: str, timeout_s: float = VIEW_WAIT_S) -> None:
+    """Wait until the topic's view (when it keeps one) holds every stored event, or
+    `timeout_s` passed (then say so on stderr and go on)."""
+    from sdk import Admin
+    from sdk.core.pb import keybus_pb2 as pb
+
+    deadline = time.monotonic() + timeout_s
+    async with Admin(address) as admin:
+        while True:
+            info = await admin.describe_topic(topic)
+            if info.config.view != pb.VIEW_ON or all(
+                    p.view_offset >= p.end_offset for p in info.partitions):
+                return
+            if time.monotonic() >= deadline:
+                print(f"view of {topic} still folding after {timeout_s:.0f} s; going on",
+                      file=sys.stderr)  # stdout carries the comparison's JSON
+                return
+            await asyncio.sleep(VIEW_POLL_S)
+
+
 async def _create_subscription(address: str, topic: str, type_: str, name: str) -> None:
     from sdk.consumer import Consumer
 
+    await wait_view_folded(address, topic)
     consumer = await Consumer.subscribe(address, topic, name, type=type_,
                                         consumer_name="bench-prepare", start="latest",
                                         receiver_queue_size=2)

@@ -8,8 +8,12 @@ messages, none larger than `bytes_max` however many events that is.
 Rules:
 1. A consumer that gets every event of a record gets the stored bytes as
    they are (no re-encoding); otherwise a subset Record with an `offsets`
-   column is built from column lists made once per record (an itemgetter
-   per column, not an object per event).
+   column is cut from the stored bytes (`subset_wire.py`: the record's wire
+   layout found once, a few numpy gathers per subset). A few events of a
+   record (an eighth at most, a quarter in all) are picked from its parsed
+   columns instead, which costs less than finding the layout; so are the
+   subsets of bytes not laid out as protobuf writes them (with column lists
+   made once per record: an itemgetter per column, not an object per event).
 2. A message holds whole record parts until the next would pass
    `bytes_max`; a part larger than that alone is split in halves until each
    fits (an event is at most `event_bytes_max`, well below `bytes_max`; one
@@ -37,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.rpc.wire import varint
+from broker.subscription import subset_wire
 from sdk.core.columns import OPTIONAL_COLUMNS
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -62,6 +67,11 @@ class CachedRecord:
     # A compacted topic's sparse record, made dense: the positions that hold events
     # (the others are placeholders, never sent). None: every position.
     present: npt.NDArray[np.int64] | None = field(default=None)
+    # Where the stored bytes' parts lie (found on the first subset); None: not yet,
+    # False: not laid out as expected (subsets come from the parsed record).
+    layout: subset_wire.RecordLayout | bool | None = field(default=None)
+    # Events picked through the parsed record while it has no layout (small parts)
+    picked_small: int = field(default=0)
 
     @property
     def end(self) -> int:
@@ -74,7 +84,8 @@ class CachedRecord:
     @property
     def memory_bytes(self) -> int:
         """What keeping it costs, roughly: its bytes, its parsed form and (once a subset
-        was cut from it) its column lists, each about the size of the bytes."""
+        was cut from it) its layout or column lists, each at most about the size of the
+        bytes (a layout's equal-size rows are views of the bytes)."""
         return 3 * len(self.body)
 
     def column_lists(self) -> dict[str, list[Any]]:
@@ -84,18 +95,31 @@ class CachedRecord:
             self.columns = {name: list(getattr(batch, name)) for name in _COLUMNS}
         return self.columns
 
-    def subset_bytes(self, positions: Sequence[int], offsets: Sequence[int] | None = None,
-                     ) -> bytes:
-        """The serialized Record holding only the events at `positions` (ascending);
-        `offsets` may give their offsets (base + position) when the caller has them."""
+    def subset_bytes(self, positions: Sequence[int] | npt.NDArray[np.int64]) -> bytes:
+        """The serialized Record holding only the events at `positions` (ascending)."""
         if len(positions) == self.count:
             return self.body
+        n = len(positions)
+        if self.layout is None and 8 * n <= self.count and \
+                4 * (self.picked_small + n) <= self.count:
+            # a few events (a catch-up read's, a hot key's): picking them from the parsed
+            # columns costs less than finding the layout, until a quarter was picked so
+            self.picked_small += n
+            return self.proto_subset_bytes([int(p) for p in positions])
+        if self.layout is None:
+            self.layout = subset_wire.layout_of(self.body, self.record, self.base) or False
+        if isinstance(self.layout, subset_wire.RecordLayout):
+            return subset_wire.subset_bytes(self.layout, np.asarray(positions, np.int64))
+        return self.proto_subset_bytes([int(p) for p in positions])
+
+    def proto_subset_bytes(self, positions: Sequence[int]) -> bytes:
+        """`subset_bytes` built through the protobuf classes (bytes laid out otherwise)."""
         record = self.record
         subset = pb.Record(topic=record.topic, partition=record.partition,
                            base_offset=self.base, scn_first=record.scn_first,
                            window=record.window, publish_time_ms=record.publish_time_ms)
         base = self.base
-        subset.offsets.extend([base + p for p in positions] if offsets is None else offsets)
+        subset.offsets.extend([base + p for p in positions])
         batch = subset.batch
         batch.count = len(positions)
         pick: Callable[[Any], Any] = itemgetter(*positions)
@@ -209,7 +233,7 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
         if stop - first == entry.count:  # the whole record: its stored bytes
             parts += _fitting_parts(entry, list(range(entry.count)), part_counts, bytes_max)
             continue
-        body = entry.subset_bytes((chosen - entry.base).tolist(), chosen.tolist())
+        body = entry.subset_bytes(chosen - entry.base)
         if len(body) <= bytes_max or stop - first == 1:
             parts.append((body, entry.end - 1, part_counts))
         else:

@@ -73,16 +73,19 @@ def plan_keyed(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint3
         permits: permits left per owner index (entry 0 unused).
     """
     assert len(owner_of_slot) == SLOT_COUNT and len(flags) == SLOT_COUNT
-    owner = owner_of_slot[slots].astype(np.intp)
-    ok = (owner != 0) & ((flags[slots] & BLOCKING) == 0) & (permits[owner] > 0)
+    # take, not [...]: several times faster on these sizes; owners as 16-bit keys so the
+    # stable argsort is a radix sort; ranks within an owner from counts, not a search
+    owner = owner_of_slot.take(slots)
+    ok = (owner != 0) & ((flags.take(slots) & BLOCKING) == 0) & (permits.take(owner) > 0)
     eligible = np.flatnonzero(ok)
-    own = owner[eligible]
-    order = np.argsort(own, kind="stable")
-    grouped = own[order]
-    group_start = np.searchsorted(grouped, grouped, side="left")
-    rank = np.arange(len(grouped)) - group_start
-    sent = rank < permits[grouped]
-    positions = eligible[order[sent]]
+    key = owner.take(eligible).astype(np.uint16 if len(permits) <= 1 << 16 else np.int64)
+    order = np.argsort(key, kind="stable")
+    grouped = key.take(order).astype(np.intp)
+    counts = np.bincount(grouped, minlength=len(permits))
+    group_start = np.cumsum(counts) - counts
+    rank = np.arange(len(grouped)) - group_start.take(grouped)
+    sent = rank < permits.take(grouped)
+    positions = eligible.take(order[sent])
     sent_owners = grouped[sent]
     if not len(sent_owners):
         empty = np.zeros(0, np.intp)
