@@ -71,9 +71,9 @@ def test_client_security_rules(tmp_path: pytest.TempPathFactory) -> None:
     with pytest.raises(ValueError, match="together"):
         ClientSecurity(cert_file="c.pem")
     token = ClientSecurity(token="t")
-    with pytest.raises(ValueError, match=r"plain text to 10\.0\.0\.5"):
-        token.channel_credentials("10.0.0.5")
+    with pytest.raises(ValueError, match=r"plain text to broker\.invalid"):
+        token.channel_credentials("broker.invalid")
     assert token.channel_credentials("127.0.0.1") is not None  # local credentials
-    assert ClientSecurity().channel_credentials("10.0.0.5") is None
+    assert ClientSecurity().channel_credentials("broker.invalid") is None
     assert ClientSecurity.from_env({}) is None
     assert ClientSecurity.from_env({"KEYBUS_TOKEN": "x"}) == ClientSecurity(token="x")

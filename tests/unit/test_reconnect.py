@@ -78,7 +78,7 @@ def test_a_broker_reached_then_refusing_counts_as_lost_not_unreachable() -> None
     (REFUSED, "connection refused"),
     ("errors resolving nosuch.invalid:6650: [field:hostname lookup error:address lookup failed "
      "for nosuch.invalid:6650: Domain name not found]", "unknown host"),
-    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.1:6650: "
+    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:6651: "
      "Timeout occurred: FD Shutdown", "no answer (connect timed out)"),
     ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:7: Socket "
      "closed", "it closed the connection at once"),

@@ -23,12 +23,12 @@ def settings(**replication: dict[str, str]) -> Settings:
 
 def test_forms_of_a_topic_entry() -> None:
     relay = relay_settings(settings(
-        a={"upstream": "10.0.0.1:6650"}, b={"leader": "127.0.0.1:6650", "acks": "1"},
-        c={"leader": "10.0.0.2"}, d={"election": "zookeeper", "acks": "2"},
+        a={"upstream": "127.0.0.1:6651"}, b={"leader": "127.0.0.1:6650", "acks": "1"},
+        c={"leader": "localhost"}, d={"election": "zookeeper", "acks": "2"},
         e={"acks": "leader"}))
-    assert relay.for_topic("a") == TopicReplication("static", "10.0.0.1:6650", 0)
+    assert relay.for_topic("a") == TopicReplication("static", "127.0.0.1:6651", 0)
     assert relay.for_topic("b") == TopicReplication("static", "", 1)  # this broker leads
-    assert relay.for_topic("c") == TopicReplication("static", "10.0.0.2:6650", 0)
+    assert relay.for_topic("c") == TopicReplication("static", "localhost:6650", 0)
     assert relay.for_topic("d") == TopicReplication("zookeeper", "", 2)
     assert relay.for_topic("e") == TopicReplication("none", "", 0)
     assert relay.for_topic("other") is None and relay.broker_id == "127.0.0.1:6650"
