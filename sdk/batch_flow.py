@@ -11,8 +11,10 @@ sits on the path of an event sent to an idle partition:
 - when the broker answers a request (`schedule` from the producer's
   batch-done hook): a partition that became idle sends at once what gathered
   while its request was on the wire;
-- at the next linger-out of a busy partition, and on wakes from other
-  threads (`wake_threadsafe`, the SyncProducer's face): the linger task.
+- at the next linger-out of a busy partition: one loop timer (`call_at`),
+  armed only while a busy partition's batch waits and moved only when a batch
+  must leave earlier than it fires (no task, no event per look);
+- on wakes from other threads (`wake_threadsafe`, the SyncProducer's face).
 
 Runs on the producer's event loop; other threads only hand over batches
 (`handoff`, under the lock) and call `wake_threadsafe`.
@@ -28,7 +30,7 @@ from typing import Any
 from sdk.accumulator import Accumulator, ReadyBatch
 from sdk.sender import ProducerBatch, Sender, now_ms
 
-LINGER_WAIT_MIN_S = 0.0005  # the linger task never spins: it waits at least this long
+LINGER_WAIT_MIN_S = 0.0005  # the linger timer never spins: it waits at least this long
 
 
 class BatchFlow:
@@ -44,19 +46,18 @@ class BatchFlow:
         self._loop = asyncio.get_running_loop()
         # Batches drained by another thread, submitted first by the loop (order).
         self.handoff: list[ReadyBatch[Any]] = []
-        self._wakeup = asyncio.Event()  # the linger task should look again
         self._scheduled = False  # a look at the end of this loop turn is queued
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the next linger-out look
+        self._timer_ms = 0.0  # when it fires (monotonic ms, as sender.now_ms)
+        self._running = False
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._linger_loop(), name=f"keybus-linger-{self._topic}")
+        self._running = True
+        self.schedule()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._running = False
+        self._cancel_timer()
 
     def schedule(self) -> None:
         """Look for ready batches at the end of this loop turn (once per turn)."""
@@ -65,26 +66,56 @@ class BatchFlow:
             self._loop.call_soon(self._turn_end)
 
     def wake_threadsafe(self) -> None:
-        """From another thread: have the linger task look again."""
-        self._loop.call_soon_threadsafe(self._wakeup.set)
+        """From another thread: look again on the loop."""
+        self._loop.call_soon_threadsafe(self.schedule)
 
     def _turn_end(self) -> None:
         self._scheduled = False
-        self.drain()
+        self._look()
+
+    def _look(self) -> None:
+        """Submit what is ready; keep the linger timer at the next busy batch's linger-out."""
+        busy = self._sender.queue.busy_partitions()
+        self._drain(False, None, busy)
+        if not self._running:
+            return
         with self._lock:
-            waiting = self._acc.next_ready_ms() is not None
-        if waiting:  # a busy partition's batch: the linger task times it
-            self._wakeup.set()
+            next_ms = self._acc.next_ready_ms(self._sender.queue.busy_partitions())
+        if next_ms is None:
+            self._cancel_timer()
+        elif self._timer is None or next_ms < self._timer_ms:
+            self._arm(next_ms)
+
+    def _arm(self, at_ms: int) -> None:
+        self._cancel_timer()
+        now = now_ms()
+        delay_s = max((at_ms - now) / 1000, LINGER_WAIT_MIN_S)
+        self._timer_ms = now + delay_s * 1000
+        self._timer = self._loop.call_later(delay_s, self._fired)
+
+    def _fired(self) -> None:
+        self._timer = None
+        self._look()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def drain(self, force: bool = False, partition: int | None = None) -> None:
         """Submit what is ready (every open batch when force; the partition's too)."""
+        self._drain(force, partition, None if force else self._sender.queue.busy_partitions())
+
+    def _drain(self, force: bool, partition: int | None, busy: set[int] | None) -> None:
         with self._lock:
             if partition is not None:
                 self._acc.seal(partition)
-            busy = None if force else self._sender.queue.busy_partitions()
-            ready = self.handoff + self._acc.drain(now_ms(), force, busy)
-            self.handoff = []
-        self._submit(ready)
+            ready = self._acc.drain(now_ms(), force, busy)
+            if self.handoff:
+                ready = self.handoff + ready
+                self.handoff = []
+        if ready:
+            self._submit(ready)
 
     def _submit(self, ready: list[ReadyBatch[Any]]) -> None:
         topic = self._topic
@@ -93,19 +124,3 @@ class BatchFlow:
             r.request.topic = topic
             self._sender.submit(ProducerBatch(r.request, r.count, r.token,
                                               r.created_ms + timeout_ms, r.count))
-
-    async def _linger_loop(self) -> None:
-        """Drain what is ready; sleep until a busy partition's batch lingers out or a wake."""
-        acc = self._acc
-        while True:
-            self._wakeup.clear()
-            self.drain()
-            with self._lock:
-                next_ms = acc.next_ready_ms(self._sender.queue.busy_partitions())
-            if next_ms is None:
-                await self._wakeup.wait()
-                continue
-            delay_s = max((next_ms - now_ms()) / 1000, LINGER_WAIT_MIN_S)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay_s):
-                    await self._wakeup.wait()

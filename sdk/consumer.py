@@ -104,7 +104,7 @@ class Consumer:
         self._link = Link(broker, config.retry_policy())
         self._state = _State(FetchBuffer(config.receiver_queue_size))
         self._current: deque[Message] = deque()
-        self._available = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []  # receives waiting for a delivery
         self._flush_wanted = asyncio.Event()
         self._stream: SubscribeStream | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -188,19 +188,53 @@ class Consumer:
             raise errors.KeybusError("this consumer is not attached: use `await "
                                      "Consumer.subscribe(...)` or `async with Consumer(...)`",
                                      errors.FAILED_PRECONDITION)
-        async with asyncio.timeout(timeout_s):
-            while True:
-                batch = state.buffer.take()
-                if batch is not None:
-                    if state.buffer.grant_wanted():
-                        self._flush_wanted.set()
-                    return batch
-                if state.error is not None:
-                    raise state.error
-                if self._closed:
-                    raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
-                self._available.clear()
-                await self._available.wait()
+        buffer = state.buffer
+        batch = buffer.take()
+        if batch is not None:  # already here: no timer, no waiting
+            if buffer.grant_wanted():
+                self._flush_wanted.set()
+            return batch
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            if state.error is not None:
+                raise state.error
+            if self._closed:
+                raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
+            await self._wait_available(loop, deadline)
+            batch = buffer.take()
+            if batch is not None:
+                if buffer.grant_wanted():
+                    self._flush_wanted.set()
+                return batch
+
+    async def _wait_available(self, loop: asyncio.AbstractEventLoop,
+                              deadline: float | None) -> None:
+        """Wait until something arrives (`_wake`) or `deadline` (loop time) passes.
+
+        One future and at most one timer handle per wait: cheaper than an Event
+        plus asyncio.timeout, and the receive path runs once per delivery.
+
+        Raises:
+            TimeoutError: the deadline passed first.
+        """
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if deadline is None else loop.call_at(deadline, _time_out, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if self._waiters and waiter in self._waiters:  # timed out or cancelled
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        """Something arrived (or the consumer failed or closed): wake every receive."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -382,7 +416,7 @@ class Consumer:
                 self._handle(response)
         except errors.KeybusError as e:
             self._state.error = e
-            self._available.set()
+            self._wake()
 
     async def _retry_after(self, error: grpc.RpcError) -> None:
         """Wait before the next attempt; report a lost broker once (sdk/reconnect.py).
@@ -416,7 +450,7 @@ class Consumer:
                     batch = self._drop_stale(batch)  # type: ignore[arg-type]
                 if batch is not None:
                     self._state.buffer.put(record.partition, batch.count, batch)
-            self._available.set()
+            self._wake()
         elif body == "range_change":
             change = response.range_change
             ranges = [HashRange(r.slot_first, r.slot_last) for r in change.ranges]
@@ -452,9 +486,9 @@ class Consumer:
         flush_s = self.config.ack_flush_ms / 1000
         while True:
             await self._flush_wanted.wait()
-            self._flush_wanted.clear()
             if flush_s and not self._state.buffer.grant_wanted():
                 await asyncio.sleep(flush_s)  # let more acks gather into this message
+            self._flush_wanted.clear()  # what gathered meanwhile goes now, not next round
             with contextlib.suppress(asyncio.QueueFull):
                 await self._send_pending()
 
@@ -501,7 +535,7 @@ class Consumer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._available.set()
+        self._wake()
         await self._close_channel()
 
     async def _close_channel(self) -> None:
@@ -522,3 +556,8 @@ class Consumer:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())

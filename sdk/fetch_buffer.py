@@ -19,12 +19,12 @@ It must not know about gRPC, asyncio or clocks.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from sdk.core.offset_ranges import interleave, merge_ranges, runs_of
 
@@ -111,10 +111,13 @@ class FetchBuffer(Generic[B]):
 
 class AckBuffer:
     """Offsets to acknowledge, per partition, until the next flush, as ranges; and whole
-    delivered record parts as (send, start, stop) ranges (`Ack.sent_ranges`)."""
+    delivered record parts as (send, start, stop) ranges (`Ack.sent_ranges`).
+
+    Ranges are kept as flat Python int lists (a delivery acks one range: no numpy
+    array per ack); a flush merges them with numpy only when there are many."""
 
     def __init__(self) -> None:
-        self._pending: dict[int, list[npt.NDArray[np.int64]]] = {}  # flat bounds chunks
+        self._pending: dict[int, list[int]] = {}  # flat start, stop pairs
         self._sent: dict[int, list[int]] = {}  # flat send, start, stop triples
         self.count = 0
 
@@ -123,17 +126,27 @@ class AckBuffer:
         if len(starts):
             bounds = np.empty(2 * len(starts), np.int64)
             bounds[0::2], bounds[1::2] = starts, stops
-            self._pending.setdefault(partition, []).append(bounds)
+            self._pending.setdefault(partition, []).extend(bounds.tolist())
             self.count += int((stops - starts).sum())
 
     def add_range(self, partition: int, start: int, stop: int) -> None:
         """Acknowledge every offset in [start, stop) (a whole delivered record)."""
-        self._pending.setdefault(partition, []).append(np.array((start, stop), np.int64))
+        pending = self._pending.get(partition)
+        if pending is None:
+            self._pending[partition] = [start, stop]
+        elif pending[-1] == start:  # follows the last range (records in order): extend it
+            pending[-1] = stop
+        else:
+            pending += (start, stop)
         self.count += stop - start
 
     def add_sent(self, partition: int, send: int, start: int, stop: int) -> None:
         """Acknowledge what the broker sent in `send` within [start, stop) (a record part)."""
-        self._sent.setdefault(partition, []).extend((send, start, stop))
+        sent = self._sent.get(partition)
+        if sent is None:
+            self._sent[partition] = [send, start, stop]
+        else:
+            sent += (send, start, stop)
         self.count += 1
 
     def drain(self) -> dict[int, tuple[bytes, bytes]]:
@@ -141,14 +154,35 @@ class AckBuffer:
         empties the buffer."""
         pending, self._pending, self.count = self._pending, {}, 0
         sent, self._sent = self._sent, {}
+        if not sent:  # the common cases: one partition, whole records
+            return {partition: (_merged_bounds(flat), b"") for partition, flat in pending.items()}
         drained = {}
         for partition in pending.keys() | sent.keys():
-            bounds = b""
-            if partition in pending:
-                flat = np.concatenate(pending[partition])
-                bounds = interleave(*merge_ranges(flat[0::2], flat[1::2]))
-            drained[partition] = (bounds, np.array(sent.get(partition, ()), "<i8").tobytes())
+            flat = pending.get(partition)
+            triples = sent.get(partition, ())
+            drained[partition] = (_merged_bounds(flat) if flat else b"",
+                                  struct.pack(f"<{len(triples)}q", *triples))
         return drained
+
+
+SMALL_RANGES = 8  # up to this many ranges are merged in Python; more go through numpy
+
+
+def _merged_bounds(flat: list[int]) -> bytes:
+    """`Ack.bounds` of the flat (start, stop) pairs: sorted, merged, little-endian."""
+    pairs = len(flat) // 2
+    if pairs == 1:
+        return struct.pack("<2q", *flat)
+    if pairs > SMALL_RANGES:
+        array = np.array(flat, np.int64)
+        return interleave(*merge_ranges(array[0::2], array[1::2]))
+    merged: list[int] = []
+    for start, stop in sorted(zip(flat[0::2], flat[1::2], strict=True)):
+        if merged and start <= merged[-1]:
+            merged[-1] = max(merged[-1], stop)
+        else:
+            merged += (start, stop)
+    return struct.pack(f"<{len(merged)}q", *merged)
 
 
 class NackHolds:
