@@ -120,6 +120,7 @@ class Accumulator(Generic[T]):
         self._slot_get = self._slots.get
         self._open: list[OpenBatch[T] | None] = [None] * partitions
         self._sealed: deque[OpenBatch[T]] = deque()
+        self.open_batches = 0  # batches open now (being filled), over all partitions
         # Events appended and not yet released (open, sealed or in flight).
         self.buffered_events = 0
         # Set when a batch opens or seals, so a drain task knows to look again.
@@ -247,11 +248,13 @@ class Accumulator(Generic[T]):
     def _open_batch(self, partition: int, now_ms: int) -> OpenBatch[T]:
         batch = OpenBatch(partition, self._new_token(), now_ms)
         self._open[partition] = batch
+        self.open_batches += 1
         self.wake = True
         return batch
 
     def _seal(self, batch: OpenBatch[T]) -> None:
         self._open[batch.partition] = None
+        self.open_batches -= 1
         self._sealed.append(batch)
         self.wake = True
 
@@ -271,6 +274,11 @@ class Accumulator(Generic[T]):
         if busy is not None and any(b is not None and b.partition not in busy for b in self._open):
             return 0
         return min(times) + self.linger_ms if times else None
+
+    @property
+    def waiting(self) -> bool:
+        """Some batch is open or sealed (not drained yet)."""
+        return bool(self.open_batches or self._sealed)
 
     @property
     def has_sealed(self) -> bool:

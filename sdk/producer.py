@@ -438,7 +438,8 @@ class Producer:
     def _batch_done(self, batch: ProducerBatch) -> None:
         """Runs on the loop when the Sender finishes a batch: give room back, and
         send what gathered meanwhile if its partition is now idle (Nagle)."""
-        self._flow.schedule()
+        if self._room_changed is not None or self._acc.waiting:  # threaded: always look
+            self._flow.schedule()
         if not batch.buffered:
             return
         if self._room_changed is None:

@@ -250,8 +250,10 @@ class Sender:
                 if response is grpc.aio.EOF:
                     return
                 self._answered = True
-                self._finish(self.queue.process_response(response))
-                self._wakeup.set()
+                queue = self.queue
+                self._finish(queue.process_response(response))
+                if queue.unsent or queue.reconnect_requested or queue.needs_reinit:
+                    self._wakeup.set()  # the writer may go on (else submit wakes it)
         finally:
             self._wakeup.set()
 
