@@ -25,6 +25,45 @@ AsyncSend = Callable[[Sequence[int], bytes], Awaitable[None]]
 AsyncFetch = Callable[[], Awaitable[tuple[Sequence[bytes], int]]]
 Report = dict[str, Any]
 
+# The shared counters and the stop signal are cross-process locks: a loop touches them
+# at most this often (and whenever it idles or ends), not once per send or fetch.
+LINK_EVERY_S = 0.01
+
+
+class _LinkView:
+    """What one loop reads from and adds to the Link, at most every LINK_EVERY_S.
+
+    Counts gather here and go to the Link's counter in one locked add; the stop
+    signal is read once per interval. `publish` (idle, or done) adds what is left
+    at once, so a reader of the counters never waits on a count kept here."""
+
+    def __init__(self, link: Link, add: Callable[[int], None]) -> None:
+        self._link = link
+        self._add = add
+        self._pending = 0
+        self._next_s = 0.0
+        self._stopped = False
+
+    def add(self, n: int, now_s: float) -> None:
+        self._pending += n
+        if now_s >= self._next_s:
+            self._refresh(now_s)
+
+    def stopped(self, now_s: float) -> bool:
+        if now_s >= self._next_s:
+            self._refresh(now_s)
+        return self._stopped
+
+    def publish(self) -> None:
+        if self._pending:
+            self._add(self._pending)
+            self._pending = 0
+
+    def _refresh(self, now_s: float) -> None:
+        self.publish()
+        self._stopped = self._link.stopped()
+        self._next_s = now_s + LINK_EVERY_S
+
 
 class _Batches:
     """Which keys the next send carries and when it is due (shared by both loops)."""
@@ -41,13 +80,14 @@ class _Batches:
         # and scheduling, the same loop for every system), recorded after the warm-up.
         self.late_ms: list[float] = []
         self.recorded_from_s = self.began_s + task.workload.warmup_s
+        self.link = _LinkView(link, link.add_produced)
 
     def next_keys(self, link: Link) -> list[int]:
-        if link.stopped() or time.monotonic() > self.hard_stop_s:
+        now = time.monotonic()
+        if self.link.stopped(now) or now > self.hard_stop_s:
             self.stopped_early = True
             return []
-        n = next_batch_events(self.sent, time.monotonic() - self.began_s, self.task.workload,
-                              self.task.paced)
+        n = next_batch_events(self.sent, now - self.began_s, self.task.workload, self.task.paced)
         start = self.sent % len(self.keys)
         if start + n <= len(self.keys):
             return self.keys[start:start + n]
@@ -88,7 +128,11 @@ class _Batches:
 
     def sent_batch(self, n: int, link: Link) -> None:
         self.sent += n
-        link.add_produced(n)
+        self.link.add(n, time.monotonic())
+
+    def done(self) -> None:
+        """Sending is over: every count reaches the Link (before acks are awaited)."""
+        self.link.publish()
 
 
 def produce(task: Task, link: Link, send: Send, flush: Callable[[], None]) -> Report:
@@ -99,6 +143,7 @@ def produce(task: Task, link: Link, send: Send, flush: Callable[[], None]) -> Re
         batches.note_send()
         send(keys, batches.value())
         batches.sent_batch(len(keys), link)
+    batches.done()
     flush()
     report = batches.report()
     link.finish_producing()
@@ -114,6 +159,7 @@ async def produce_async(task: Task, link: Link, send: AsyncSend,
         batches.note_send()
         await send(keys, batches.value())
         batches.sent_batch(len(keys), link)
+    batches.done()
     await flush()
     report = batches.report()
     link.finish_producing()
@@ -134,18 +180,26 @@ class _Tally:
         # without a warm-up every value is (the producer's clock started a little earlier).
         warmup_ns = int(task.workload.warmup_s * 1e9)
         self.recorded_from_ns = monotonic_ns() + warmup_ns if warmup_ns else 0
+        self.link = _LinkView(link, link.add_consumed)
 
     def running(self, link: Link) -> bool:
-        return not link.stopped() and time.monotonic() < self.hard_stop_s
+        now = time.monotonic()
+        return not self.link.stopped(now) and now < self.hard_stop_s
+
+    def idle(self, link: Link) -> bool:
+        """Nothing came: publish the count, then say whether every event is consumed."""
+        self.link.publish()
+        return link.consumption_done()
 
     def add(self, values: Sequence[bytes], received_ns: int, link: Link) -> None:
         self.events += len(values)
         self.last_ns = received_ns
-        link.add_consumed(len(values))
+        self.link.add(len(values), time.monotonic())
         if self.paced:
             self.latencies_ms.extend(latencies_ms(values, received_ns, self.recorded_from_ns))
 
     def report(self) -> Report:
+        self.link.publish()
         return {"events": self.events, "last_ns": self.last_ns, "latencies_ms": self.latencies_ms}
 
 
@@ -156,7 +210,7 @@ def consume(task: Task, link: Link, fetch: Fetch) -> Report:
         values, received_ns = fetch()
         if values:
             tally.add(values, received_ns, link)
-        elif link.consumption_done():
+        elif tally.idle(link):
             break
     return tally.report()
 
@@ -168,6 +222,6 @@ async def consume_async(task: Task, link: Link, fetch: AsyncFetch) -> Report:
         values, received_ns = await fetch()
         if values:
             tally.add(values, received_ns, link)
-        elif link.consumption_done():
+        elif tally.idle(link):
             break
     return tally.report()
