@@ -37,8 +37,10 @@ class BatchFlow:
     """Moves ready batches from the accumulator to the Sender (see the module docstring)."""
 
     def __init__(self, acc: Accumulator[Any], lock: threading.Lock | contextlib.nullcontext[None],
-                 sender: Sender, topic: str, delivery_timeout_ms: int) -> None:
+                 sender: Sender, topic: str, delivery_timeout_ms: int,
+                 nagle_window: int = 1) -> None:
         self._acc = acc
+        self._window = nagle_window  # requests a partition may have out before it batches
         self._lock = lock
         self._sender = sender
         self._topic = topic
@@ -75,12 +77,12 @@ class BatchFlow:
 
     def _look(self) -> None:
         """Submit what is ready; keep the linger timer at the next busy batch's linger-out."""
-        busy = self._sender.queue.busy_partitions()
+        busy = self._sender.queue.busy_partitions(self._window)
         self._drain(False, None, busy)
         if not self._running:
             return
         with self._lock:
-            next_ms = self._acc.next_ready_ms(self._sender.queue.busy_partitions())
+            next_ms = self._acc.next_ready_ms(self._sender.queue.busy_partitions(self._window))
         if next_ms is None:
             self._cancel_timer()
         elif self._timer is None or next_ms < self._timer_ms:
@@ -104,7 +106,7 @@ class BatchFlow:
 
     def drain(self, force: bool = False, partition: int | None = None) -> None:
         """Submit what is ready (every open batch when force; the partition's too)."""
-        self._drain(force, partition, None if force else self._sender.queue.busy_partitions())
+        self._drain(force, partition, None if force else self._sender.queue.busy_partitions(self._window))
 
     def _drain(self, force: bool, partition: int | None, busy: set[int] | None) -> None:
         with self._lock:

@@ -92,7 +92,7 @@ class Producer:
         # When batches leave: Nagle's rule (at once to an idle partition, else after
         # the answer or the linger), see batch_flow.py.
         self._flow = BatchFlow(self._acc, self._lock, self._sender, topic,
-                               config.delivery_timeout_ms)
+                               config.delivery_timeout_ms, config.nagle_window)
         self._room = asyncio.Event()  # buffer room was given back
         self._closed = False
 

@@ -20,6 +20,9 @@ class ProducerConfig:
             the event; what arrives while a request is on the wire goes in
             the next request as soon as the answer comes (Nagle's rule), or
             after linger_ms, whichever is first. 0 sends every batch at once.
+        nagle_window: how many requests a partition may have outstanding
+            before its events wait to be batched (1: Nagle's rule as above; 2
+            sends a second request while the first is on the wire).
         batch_events_max / batch_bytes_max: a batch is sent when it reaches
             either (defaults 1000 events, 1 MiB estimated).
         buffer_events_max: events held from send() until the broker answers;
@@ -38,6 +41,7 @@ class ProducerConfig:
     """
 
     linger_ms: int = 5
+    nagle_window: int = 1
     batch_events_max: int = 1000
     batch_bytes_max: int = 1 << 20
     buffer_events_max: int = 100_000
@@ -52,7 +56,7 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        for name in ("batch_events_max", "batch_bytes_max", "buffer_events_max",
+        for name in ("nagle_window", "batch_events_max", "batch_bytes_max", "buffer_events_max",
                      "in_flight_max", "delivery_timeout_ms", "window_events_max",
                      "window_bytes_max", "retry_backoff_ms", "retry_backoff_max_ms",
                      "request_timeout_ms"):

@@ -156,12 +156,19 @@ class SendQueue:
     def __len__(self) -> int:
         return len(self.in_flight) + len(self.unsent) + sum(map(len, self.held.values()))
 
-    def busy_partitions(self) -> set[int]:
-        """Partitions with a request outstanding: written and unanswered, held, or
-        queued to be written. The producer batches only for these (Nagle's rule)."""
-        busy = {p for p, n in enumerate(self._in_flight_by_partition) if n}
-        busy.update(self.held)
-        busy.update(b.partition for b in self.unsent)
+    def busy_partitions(self, window: int = 1) -> set[int]:
+        """Partitions with `window` or more requests outstanding (written and
+        unanswered, or queued to be written), or held. The producer batches only
+        for these (Nagle's rule; `ProducerConfig.nagle_window`)."""
+        busy = set(self.held)
+        if window <= 1:
+            busy.update(p for p, n in enumerate(self._in_flight_by_partition) if n)
+            busy.update(b.partition for b in self.unsent)
+            return busy
+        outstanding = list(self._in_flight_by_partition)
+        for batch in self.unsent:
+            outstanding[batch.partition] += 1
+        busy.update(p for p, n in enumerate(outstanding) if n >= window)
         return busy
 
     def next_to_write(self, in_flight_max: int) -> ProducerBatch | None:

@@ -26,7 +26,7 @@ class FakeQueue:
     def __init__(self) -> None:
         self.busy: set[int] = set()
 
-    def busy_partitions(self) -> set[int]:
+    def busy_partitions(self, window: int = 1) -> set[int]:
         return set(self.busy)
 
 
@@ -132,3 +132,63 @@ def test_a_late_answer_does_not_hold_a_batch_past_its_linger() -> None:
 
 def test_force_sends_every_open_batch_busy_or_not() -> None:
     asyncio.run(_force_sends_every_open_batch_busy_or_not())
+
+
+async def _a_window_of_two_sends_a_second_request_before_the_first_is_answered() -> None:
+    loop = asyncio.get_running_loop()
+    acc: Accumulator[Any] = Accumulator(partitions=1, linger_ms=60_000, batch_events_max=100,
+                                        batch_bytes_max=1 << 20, buffer_events_max=1000,
+                                        new_token=loop.create_future)
+    sender = WindowSender()
+    flow = BatchFlow(acc, contextlib.nullcontext(), sender, "t", 60_000,  # type: ignore[arg-type]
+                     nagle_window=2)
+    for key in (1, 2, 3):
+        send(acc, flow, key)
+        await asyncio.sleep(0)
+    # 1 and 2 leave at once (up to two outstanding); 3 waits for an answer
+    assert [keys(b) for b in sender.submitted] == [[1], [2]]
+    sender.outstanding -= 1  # an answer
+    flow.schedule()
+    await until(lambda: len(sender.submitted) == 3)
+    assert keys(sender.submitted[2]) == [3]
+
+
+class WindowSender(FakeSender):
+    """Counts outstanding requests of partition 0 for busy_partitions(window)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outstanding = 0
+        self.queue = self  # type: ignore[assignment]
+
+    def submit(self, batch: ProducerBatch) -> None:
+        self.submitted.append(batch)
+        self.outstanding += 1
+
+    def busy_partitions(self, window: int = 1) -> set[int]:
+        return {0} if self.outstanding >= window else set()
+
+
+def test_a_window_of_two_sends_a_second_request_before_the_first_is_answered() -> None:
+    asyncio.run(_a_window_of_two_sends_a_second_request_before_the_first_is_answered())
+
+
+async def _an_answered_request_disarms_the_linger_timer() -> None:
+    acc, sender, flow = make(linger_ms=20)
+    flow.start()
+    try:
+        send(acc, flow, 1)
+        await until(lambda: len(sender.submitted) == 1)
+        send(acc, flow, 2)  # partition 0 is busy: the batch waits, the linger timer is armed
+        await asyncio.sleep(0)
+        assert len(sender.submitted) == 1 and flow._timer is not None
+        sender.queue.busy.discard(0)  # the answer: what gathered leaves, the timer goes
+        flow.schedule()
+        await until(lambda: len(sender.submitted) == 2)
+        assert flow._timer is None
+    finally:
+        await flow.stop()
+
+
+def test_an_answered_request_disarms_the_linger_timer() -> None:
+    asyncio.run(_an_answered_request_disarms_the_linger_timer())

@@ -53,3 +53,17 @@ def test_held_and_re_queued_partitions_stay_busy() -> None:
     assert queue.busy_partitions() == {1}  # queued again for the next stream
     queue.process_fail_all(errors.ProducerClosed("closed"))
     assert queue.busy_partitions() == set()
+
+
+def test_a_window_of_two_counts_a_partition_busy_from_its_second_outstanding_request() -> None:
+    queue = SendQueue("t", 2, idempotent=False)
+    queue.add(batch(0))
+    assert queue.busy_partitions(window=2) == set()  # one queued: room for a second
+    queue.add(batch(0))
+    queue.add(batch(1))
+    assert queue.busy_partitions(window=2) == {0}
+    first = queue.next_to_write(16)
+    assert first is not None and queue.busy_partitions(window=2) == {0}  # written + queued
+    queue.process_response(answer(first.request.request_id, 0))
+    assert queue.busy_partitions(window=2) == set()
+    assert queue.busy_partitions() == {0, 1}  # the default window is one request
