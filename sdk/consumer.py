@@ -106,6 +106,8 @@ class Consumer:
         self._current: deque[Message] = deque()
         self._waiters: list[asyncio.Future[None]] = []  # receives waiting for a delivery
         self._flush_wanted = asyncio.Event()
+        self._ack_wait: asyncio.Future[None] | None = None  # acks gathering; ends early for
+        # a permit grant or a nack (`_flush_soon`): those never wait for the ack window
         self._stream: SubscribeStream | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callback_tasks: set[asyncio.Task[Any]] = set()
@@ -192,7 +194,7 @@ class Consumer:
         batch = buffer.take()
         if batch is not None:  # already here: no timer, no waiting
             if buffer.grant_wanted():
-                self._flush_wanted.set()
+                self._flush_soon()
             return batch
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
@@ -205,7 +207,7 @@ class Consumer:
             batch = buffer.take()
             if batch is not None:
                 if buffer.grant_wanted():
-                    self._flush_wanted.set()
+                    self._flush_soon()
                 return batch
 
     async def _wait_available(self, loop: asyncio.AbstractEventLoop,
@@ -306,7 +308,7 @@ class Consumer:
             given += self._give_back_prefetched(partition, first)
         self._state.nacks.append((partition, given, delay, rest))
         self._holds.queue()  # the broker counts them: Delivery.nacks_seen
-        self._flush_wanted.set()
+        self._flush_soon()
 
     def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
         """Remove buffered events of `partition` whose slot has a nacked offset before them."""
@@ -470,7 +472,7 @@ class Consumer:
         if not drop:
             return batch
         self._state.buffer.count_taken(partition, len(drop))
-        self._flush_wanted.set()
+        self._flush_soon()
         return batch_without(batch, set(drop))
 
     def _callback(self, callback: Callable[..., Any] | None, *args: Any) -> None:
@@ -483,14 +485,31 @@ class Consumer:
             task.add_done_callback(self._callback_tasks.discard)
 
     async def _flush_loop(self) -> None:
+        """Send what is pending: acks after gathering for ack_flush_ms, permit grants
+        and nacks at once (`_flush_soon` ends the gathering early)."""
         flush_s = self.config.ack_flush_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
             await self._flush_wanted.wait()
             if flush_s and not self._state.buffer.grant_wanted():
-                await asyncio.sleep(flush_s)  # let more acks gather into this message
+                await self._gather_acks(loop, flush_s)  # more acks go into this message
             self._flush_wanted.clear()  # what gathered meanwhile goes now, not next round
             with contextlib.suppress(asyncio.QueueFull):
                 await self._send_pending()
+
+    async def _gather_acks(self, loop: asyncio.AbstractEventLoop, flush_s: float) -> None:
+        waiter = self._ack_wait = loop.create_future()
+        timer = loop.call_later(flush_s, _set_done, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._ack_wait = None
+
+    def _flush_soon(self) -> None:
+        """A permit grant or a nack is due: send it (and the acks so far) now."""
+        self._flush_wanted.set()
+        _set_done(self._ack_wait)
 
     async def _send_pending(self) -> None:
         stream = self._stream
@@ -556,6 +575,11 @@ class Consumer:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _set_done(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 def _time_out(waiter: asyncio.Future[None]) -> None:

@@ -43,7 +43,8 @@ class ConsumerConfig:
             "<topic>-<subscription>-DLQ").
         look_ahead_max: Key_Shared events the broker may hold past blocked
             keys (0 = broker default).
-        ack_flush_ms: how long acks gather before they are sent (5).
+        ack_flush_ms: how long acks gather before they are sent (20); permit
+            grants and nacks do not wait for it.
         nack_delay_ms: default delay of nack() (0 = the broker's default).
         reconnect: reconnect when the broker goes away (True).
         connect_timeout_ms: a broker never reached fails subscribe() after
@@ -67,7 +68,7 @@ class ConsumerConfig:
     max_redeliveries: int = 0
     dead_letter_topic: str = ""
     look_ahead_max: int = 0
-    ack_flush_ms: int = 5
+    ack_flush_ms: int = 20
     nack_delay_ms: int = 0
     reconnect: bool = True
     connect_timeout_ms: int = 5_000
