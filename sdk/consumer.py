@@ -21,7 +21,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -32,11 +31,12 @@ from sdk import errors
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig
+from sdk.consumer_state import ConsumerState
+from sdk.consumer_wakeups import Arrivals, FlushSignal
 from sdk.core.model import HashRange
-from sdk.core.offset_ranges import bounds_of
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
-from sdk.received import Message, ReceivedBatch, batch_without
+from sdk.fetch_buffer import FetchBuffer, NackHolds
+from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches
 from sdk.reconnect import ConnectionCallback, Link, failure_of
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
@@ -53,19 +53,6 @@ _RETRIABLE_ON_RECONNECT = _RETRIABLE | {grpc.StatusCode.ALREADY_EXISTS,
 
 RangeCallback = Callable[[int, list[HashRange]], Any]
 ActiveCallback = Callable[[int, bool], Any]
-
-
-@dataclass
-class _State:
-    """What the background task shares with the API methods."""
-
-    buffer: FetchBuffer[ReceivedBatch]
-    acks: AckBuffer = field(default_factory=AckBuffer)
-    nacks: list[tuple[int, list[int], int, list[int]]] = field(default_factory=list)
-    cumulative: dict[int, int] = field(default_factory=dict)
-    ranges: dict[int, list[HashRange]] = field(default_factory=dict)
-    active: dict[int, bool] = field(default_factory=dict)
-    error: errors.KeybusError | None = None
 
 
 class Consumer:
@@ -102,12 +89,10 @@ class Consumer:
         self._on_active_change = on_active_change
         self._on_connection_change = on_connection_change
         self._link = Link(broker, config.retry_policy())
-        self._state = _State(FetchBuffer(config.receiver_queue_size))
+        self._state = ConsumerState(FetchBuffer(config.receiver_queue_size))
         self._current: deque[Message] = deque()
-        self._waiters: list[asyncio.Future[None]] = []  # receives waiting for a delivery
-        self._flush_wanted = asyncio.Event()
-        self._ack_wait: asyncio.Future[None] | None = None  # acks gathering; ends early for
-        # a permit grant or a nack (`_flush_soon`): those never wait for the ack window
+        self._arrivals = Arrivals()  # receives waiting for a delivery
+        self._flush = FlushSignal()  # acks gather; grants and nacks go at once
         self._stream: SubscribeStream | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callback_tasks: set[asyncio.Task[Any]] = set()
@@ -194,7 +179,7 @@ class Consumer:
         batch = buffer.take()
         if batch is not None:  # already here: no timer, no waiting
             if buffer.grant_wanted():
-                self._flush_soon()
+                self._flush.soon()
             return batch
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
@@ -203,40 +188,12 @@ class Consumer:
                 raise state.error
             if self._closed:
                 raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
-            await self._wait_available(loop, deadline)
+            await self._arrivals.wait(loop, deadline)
             batch = buffer.take()
             if batch is not None:
                 if buffer.grant_wanted():
-                    self._flush_soon()
+                    self._flush.soon()
                 return batch
-
-    async def _wait_available(self, loop: asyncio.AbstractEventLoop,
-                              deadline: float | None) -> None:
-        """Wait until something arrives (`_wake`) or `deadline` (loop time) passes.
-
-        One future and at most one timer handle per wait: cheaper than an Event
-        plus asyncio.timeout, and the receive path runs once per delivery.
-
-        Raises:
-            TimeoutError: the deadline passed first.
-        """
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
-        timer = None if deadline is None else loop.call_at(deadline, _time_out, waiter)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if self._waiters and waiter in self._waiters:  # timed out or cancelled
-                self._waiters.remove(waiter)
-
-    def _wake(self) -> None:
-        """Something arrived (or the consumer failed or closed): wake every receive."""
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -267,11 +224,11 @@ class Consumer:
         else:
             self.ack_offsets(batch.partition, offsets)
             return
-        self._flush_wanted.set()
+        self._flush.want()
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
         self._state.acks.add(partition, offsets)
-        self._flush_wanted.set()
+        self._flush.want()
 
     def ack_cumulative(self, message: Message) -> None:
         """Acknowledge this event and every earlier one of its partition
@@ -279,7 +236,7 @@ class Consumer:
         partition = message.partition
         self._state.cumulative[partition] = max(self._state.cumulative.get(partition, 0),
                                                 message.offset + 1)
-        self._flush_wanted.set()
+        self._flush.want()
 
     def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
         """Give events back for redelivery after delay_ms (default: config.nack_delay_ms,
@@ -308,7 +265,7 @@ class Consumer:
             given += self._give_back_prefetched(partition, first)
         self._state.nacks.append((partition, given, delay, rest))
         self._holds.queue()  # the broker counts them: Delivery.nacks_seen
-        self._flush_soon()
+        self._flush.soon()
 
     def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
         """Remove buffered events of `partition` whose slot has a nacked offset before them."""
@@ -380,7 +337,7 @@ class Consumer:
         for partition, count in self._state.buffer.initial_grants(self.partitions):
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
-        self._flush_wanted.set()
+        self._flush.want()
 
     async def _find_leader(self, reconnecting: bool) -> bool:
         """Point the stub at the topic's leader; False (after waiting, as for a
@@ -418,7 +375,7 @@ class Consumer:
                 self._handle(response)
         except errors.KeybusError as e:
             self._state.error = e
-            self._wake()
+            self._arrivals.wake()
 
     async def _retry_after(self, error: grpc.RpcError) -> None:
         """Wait before the next attempt; report a lost broker once (sdk/reconnect.py).
@@ -438,21 +395,13 @@ class Consumer:
         body = response.WhichOneof("body")
         if body == "delivery":
             delivery = response.delivery
-            counts = delivery.redelivery_counts
-            lasts = delivery.window_last_offsets
             stale = self._holds.seen(delivery.nacks_seen)
-            position = 0
-            for i, record in enumerate(delivery.records):
-                n = record.batch.count
-                batch_counts = counts[position:position + n] if counts else ()
-                position += n
-                batch: ReceivedBatch | None = ReceivedBatch(record, batch_counts, lasts[i],
-                                                            delivery.send)
-                if stale:
-                    batch = self._drop_stale(batch)  # type: ignore[arg-type]
-                if batch is not None:
-                    self._state.buffer.put(record.partition, batch.count, batch)
-            self._wake()
+            put = self._state.buffer.put
+            for batch in delivered_batches(delivery):
+                kept = self._drop_stale(batch) if stale else batch
+                if kept is not None:
+                    put(kept.record.partition, kept.record.batch.count, kept)
+            self._arrivals.wake()
         elif body == "range_change":
             change = response.range_change
             ranges = [HashRange(r.slot_first, r.slot_last) for r in change.ranges]
@@ -472,7 +421,7 @@ class Consumer:
         if not drop:
             return batch
         self._state.buffer.count_taken(partition, len(drop))
-        self._flush_soon()
+        self._flush.soon()
         return batch_without(batch, set(drop))
 
     def _callback(self, callback: Callable[..., Any] | None, *args: Any) -> None:
@@ -486,53 +435,20 @@ class Consumer:
 
     async def _flush_loop(self) -> None:
         """Send what is pending: acks after gathering for ack_flush_ms, permit grants
-        and nacks at once (`_flush_soon` ends the gathering early)."""
+        and nacks at once (sdk/consumer_wakeups.py)."""
         flush_s = self.config.ack_flush_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            await self._flush_wanted.wait()
-            if flush_s and not self._state.buffer.grant_wanted():
-                await self._gather_acks(loop, flush_s)  # more acks go into this message
-            self._flush_wanted.clear()  # what gathered meanwhile goes now, not next round
+            await self._flush.next_flush(loop, flush_s, self._state.buffer.grant_wanted)
             with contextlib.suppress(asyncio.QueueFull):
                 await self._send_pending()
-
-    async def _gather_acks(self, loop: asyncio.AbstractEventLoop, flush_s: float) -> None:
-        waiter = self._ack_wait = loop.create_future()
-        timer = loop.call_later(flush_s, _set_done, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._ack_wait = None
-
-    def _flush_soon(self) -> None:
-        """A permit grant or a nack is due: send it (and the acks so far) now."""
-        self._flush_wanted.set()
-        _set_done(self._ack_wait)
 
     async def _send_pending(self) -> None:
         stream = self._stream
         if stream is None:
             return
-        state = self._state
-        # Nacks and acks before new permits: the broker must know what is held
-        # back before it may send more.
-        nacks, state.nacks = state.nacks, []
-        for partition, offsets, delay, rest in nacks:
-            await stream.send(pb.SubscribeRequest(nack=pb.Nack(
-                partition=partition, delay_ms=delay, bounds=bounds_of(offsets),
-                rest_of_slots=rest)))
-        for partition, stop in state.cumulative.items():
-            await stream.send(pb.SubscribeRequest(ack=pb.Ack(
-                partition=partition, cumulative=True, ranges=[pb.OffsetRange(start=0, stop=stop)])))
-        state.cumulative.clear()
-        for partition, (bounds, sent) in state.acks.drain().items():
-            await stream.send(pb.SubscribeRequest(ack=pb.Ack(partition=partition, bounds=bounds,
-                                                             sent_ranges=sent)))
-        for partition, count in state.buffer.grants_due():
-            await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
-                                                                     count=count)))
+        for request in self._state.drain_requests():
+            await stream.send(request)
 
     # ------------------------------------------------------------ closing
 
@@ -554,7 +470,7 @@ class Consumer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._wake()
+        self._arrivals.wake()
         await self._close_channel()
 
     async def _close_channel(self) -> None:
@@ -576,12 +492,3 @@ class Consumer:
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
-
-def _set_done(waiter: asyncio.Future[None] | None) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)
-
-
-def _time_out(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())

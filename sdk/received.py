@@ -1,6 +1,7 @@
 """What a consumer receives: `ReceivedBatch` (one delivered record, columns
-kept protobuf), `Message` (one event as a row) and `batch_without` (a batch
-less some of its events, for redeliveries already handed out).
+kept protobuf), `Message` (one event as a row), `delivered_batches` (a
+Delivery's records as batches) and `batch_without` (a batch less some of its
+events, for redeliveries already handed out).
 
 Split from consumer.py (one job per file); `sdk.consumer` re-exports them.
 """
@@ -67,6 +68,24 @@ class ReceivedBatch(ReadBatch):
         counts = self.redelivery_counts or [0] * self.count
         return [Message(e, c, self.window_last_offset)
                 for e, c in zip(record_events(self.record), counts, strict=True)]
+
+
+def delivered_batches(delivery: pb.Delivery) -> list[ReceivedBatch]:
+    """A Delivery's records as ReceivedBatches, each with its share of the
+    redelivery counts (empty: all first deliveries) and its window's last offset."""
+    counts = delivery.redelivery_counts
+    lasts = delivery.window_last_offsets
+    send = delivery.send
+    if not counts:
+        return [ReceivedBatch(record, (), last, send)
+                for record, last in zip(delivery.records, lasts, strict=True)]
+    batches = []
+    position = 0
+    for record, last in zip(delivery.records, lasts, strict=True):
+        n = record.batch.count
+        batches.append(ReceivedBatch(record, counts[position:position + n], last, send))
+        position += n
+    return batches
 
 
 def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
