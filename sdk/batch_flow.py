@@ -81,6 +81,9 @@ class BatchFlow:
         self._drain(False, None, busy)
         if not self._running:
             return
+        if not self._acc.waiting and not self.handoff:  # all sent: no linger to time
+            self._cancel_timer()
+            return
         with self._lock:
             next_ms = self._acc.next_ready_ms(self._sender.queue.busy_partitions(self._window))
         if next_ms is None:
