@@ -279,14 +279,17 @@ class Partition:
                     states[producer_id] = codec.encode_producer_results(kept)
         if appends:
             try:
-                await self._write(appends, states)
-            except Exception as e:  # storage failure: undo the in-memory moves, fail all
+                self.store.append(self.meta.topic_id, self.index, appends, states,
+                                  self.start_offset, self.bytes, sync=False)
+            except Exception as e:  # nothing written: undo the in-memory moves, fail all
                 self.clock, self.bytes = saved_clock, saved_bytes
                 self.producers.results.update(saved_producers)
                 for command in commands:
                     if not command.future.done():
                         command.future.set_exception(e)
                 return
+            if self.store.durable:  # a failed fsync raises to supervision: reopen from the store
+                await asyncio.to_thread(self.store.sync_wal)
             for append in appends:  # what dispatchers following the tail read next
                 self.recent.add(append.base_offset, append.count, append.value)
             self.publish()
@@ -299,16 +302,6 @@ class Partition:
                 command.future.set_exception(answer)
             else:
                 command.future.set_result(self._response(command.request, answer))
-
-    async def _write(self, appends: list[Append], states: dict[int, bytes]) -> None:
-        """One WriteBatch: on a worker thread (the fsync blocks), or inline when nothing
-        is fsynced and the group is small (no thread hop: see commit_inline_bytes_max)."""
-        args = (self.meta.topic_id, self.index, appends, states, self.start_offset, self.bytes)
-        if not self.settings.fsync and \
-                sum(len(a.value) for a in appends) <= self.settings.commit_inline_bytes_max:
-            self.store.append(*args)
-        else:
-            await asyncio.to_thread(self.store.append, *args)
 
     def _decide(self, request: pb.ProduceRequest, publish_time_ms: int,
                 saved_producers: dict[int, list[codec.ProducerResult]]) -> Decision:
