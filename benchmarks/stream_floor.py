@@ -78,16 +78,25 @@ async def _read(port: int, seconds: float, write_every_ms: int) -> tuple[float, 
         return used, messages
 
 
-def measure(rate: int, seconds: float, write_every_ms: int) -> dict[str, float]:
-    """Client CPU over `seconds` of reading `rate` messages/s (a server in its own process)."""
+def _client(port: int, seconds: float, write_every_ms: int, results: Any) -> None:
     import uvloop
 
+    results.put(uvloop.run(_read(port, seconds, write_every_ms)))
+
+
+def measure(rate: int, seconds: float, write_every_ms: int) -> dict[str, float]:
+    """Client CPU over `seconds` of reading `rate` messages/s. Server and client each run
+    in a process of their own (spawned), so the caller's process never starts grpcio."""
     context = multiprocessing.get_context("spawn")
-    ports = context.Queue()
+    ports, results = context.Queue(), context.Queue()
     server = context.Process(target=_serve, args=(rate, seconds, ports), daemon=True)
     server.start()
     try:
-        used, messages = uvloop.run(_read(ports.get(timeout=30), seconds, write_every_ms))
+        client = context.Process(target=_client, daemon=True,
+                                 args=(ports.get(timeout=30), seconds, write_every_ms, results))
+        client.start()
+        used, messages = results.get(timeout=seconds + 60)
+        client.join(10)
     finally:
         server.terminate()
         server.join(10)
