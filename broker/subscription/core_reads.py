@@ -22,7 +22,7 @@ from broker.subscription.cursor import Cursor
 from broker.subscription.dispatch import BLOCKING, FLOORED
 from broker.subscription.given_back import GivenBack
 from broker.subscription.holdings import I32, I64, Taken, concat, pick
-from broker.subscription.members import Member, permit_array
+from broker.subscription.members import Member, permits_available
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 from sdk.core.hashing import SLOT_COUNT
@@ -61,10 +61,12 @@ class ReadSide:
         """What to read next, or None. Catch-up reads go first (they move the mark-delete,
         and they must outrun the main read to rejoin it), but when both are wanted the
         main read gets at least one read in `CATCH_UP_READS_IN_A_ROW + 1`."""
-        permits = permit_array(self._by_index, self.limits.consumer_unacked_events_max)
-        catch_up = self._catch_up_request(permits, end_offset) \
-            if permits.any() or not self.keyed else None
-        main = self._main_wanted(permits, end_offset)
+        available = permits_available(self._by_index, self.limits.consumer_unacked_events_max)
+        wanted = any(available)
+        catch_up = None
+        if not self.keyed or (wanted and self.slots.floors):
+            catch_up = self._catch_up_request(np.array(available, np.int64), end_offset)
+        main = self._main_wanted(wanted, end_offset)
         if catch_up is not None and (self._catch_up_in_a_row < CATCH_UP_READS_IN_A_ROW
                                      or not main):
             self._catch_up_in_a_row += 1
@@ -75,11 +77,12 @@ class ReadSide:
         self._ticket += 1
         return ReadRequest(self._ticket, self.position, end_offset, self.limits.read_events_max)
 
-    def _main_wanted(self, permits: I64, end_offset: int) -> bool:
+    def _main_wanted(self, permits_left: bool, end_offset: int) -> bool:
+        """Whether the main read is wanted; `permits_left`: some owner index has permits."""
         if self.position >= end_offset:
             return False
         if self.keyed:
-            return bool(permits.any())
+            return permits_left
         demand = sum(m.available(self.limits.consumer_unacked_events_max)
                      for m in self.members.values())
         return demand > len(self.pending)
@@ -159,16 +162,19 @@ class ReadSide:
         (read past: counted on their floors; `caught_up` slots were taken by the
         catch-up part of the same read)."""
         offsets, slots = result.offsets, result.slots
-        keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
-        if self.keyed:
+        if self.filter is None and (not len(offsets) or offsets[0] >= self.position):
+            keep = None  # ascending offsets, all from the position on: every one passes
+        else:
+            keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
+        if self.keyed and self.slots.floors:
             floored = (self.slots.flags[slots] & FLOORED) != 0
             if floored.any():
-                past = floored & keep
+                past = floored if keep is None else floored & keep
                 if caught_up is not None:
-                    past &= ~caught_up[slots]
+                    past = past & ~caught_up[slots]
                 self.slots.count_past_floor(slots[past])
-                keep &= ~floored
-        if not keep.all():
+                keep = ~floored if keep is None else keep & ~floored
+        if keep is not None and not keep.all():
             offsets, slots = offsets[keep], slots[keep]
         return Taken(offsets, slots, np.zeros(len(offsets), np.int32))
 
