@@ -249,15 +249,16 @@ class Holding:
         size = max(_ROOM, 2 * (n + room))
         if size < len(self._offsets) <= 4 * size:
             size = len(self._offsets)  # the buffers fit and are not much too big: keep them
-        buffers = []
-        for column, buffer in zip(columns, (self._offsets, self._slots, self._counts,
-                                            self._sent_ms, self._sends), strict=True):
-            if len(buffer) != size:
-                buffer = np.zeros(size, buffer.dtype)
-            buffer[:n] = column
-            buffers.append(buffer)
-        self._offsets, self._slots, self._counts, self._sent_ms, self._sends = buffers
-        if len(self._live) != size:
+        if len(self._offsets) != size:
+            self._offsets = np.zeros(size, np.int64)
+            self._slots = np.zeros(size, np.int32)
+            self._counts = np.zeros(size, np.int32)
+            self._sent_ms = np.zeros(size, np.int64)
+            self._sends = np.zeros(size, np.int64)
             self._live = np.zeros(size, np.bool_)
+        buffers: tuple[npt.NDArray[Any], ...] = (self._offsets, self._slots, self._counts,
+                                                 self._sent_ms, self._sends)
+        for buffer, column in zip(buffers, columns, strict=True):
+            buffer[:n] = column
         self._live[:n] = True
         self._n = n
