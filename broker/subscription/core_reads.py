@@ -21,7 +21,7 @@ from broker.subscription.core_types import CoreLimits, ReadRequest, ReadResult
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatch import BLOCKING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import I32, I64, Taken, concat, pick
+from broker.subscription.holdings import I32, I64, Taken, concat, distinct, pick
 from broker.subscription.members import Member, permits_available
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
@@ -119,7 +119,7 @@ class ReadSide:
         ahead = starts >= self._sweep
         mask = np.zeros(SLOT_COUNT, np.bool_)
         mask[slots[ahead]] = True
-        wanted = int(permits[np.unique(owner[ahead])].sum()) + \
+        wanted = int(permits[distinct(owner[ahead])].sum()) + \
             self.limits.waiting_slot_events_max * int(ahead.sum())
         self._ticket += 1
         return ReadRequest(self._ticket, max(self._sweep, int(starts[ahead].min())),

@@ -36,7 +36,7 @@ from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInv
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import RecordCache, delivery_messages
 from broker.subscription.dispatcher_supervision import DispatcherSupervision
-from broker.subscription.holdings import Taken
+from broker.subscription.holdings import Taken, distinct
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
 from broker.subscription.members import MemberSpec
 from broker.subscription.selector import SelectorError
@@ -207,7 +207,7 @@ class PartitionDispatcher:
             if len(missing):
                 for record in await asyncio.to_thread(
                         read_records_holding, self.store, self.partition.meta.topic_id,
-                        self.index, np.unique(missing).tolist()):
+                        self.index, distinct(missing).tolist()):
                     self.cache.add(record)
             for send, nacks_seen in zip(sends, seen, strict=True):
                 self._deliver(send.consumer, send.events, nacks_seen, send.send)

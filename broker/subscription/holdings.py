@@ -67,6 +67,18 @@ def pick(events: Taken, positions: npt.NDArray[np.intp]) -> Taken:
     return Taken(events.offsets[positions], events.slots[positions], events.counts[positions])
 
 
+def distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The distinct values, ascending: `np.unique` by a stable sort (which finds the
+    sorted runs these arrays are made of). numpy 2's `np.unique` hashes instead, some
+    50x slower on 20,000 offsets, and a cursor save sorts every unacked offset."""
+    values = np.sort(values, kind="stable")
+    if len(values) > 1:
+        new = values[1:] != values[:-1]
+        if not new.all():
+            values = values[np.concatenate(([True], new))]
+    return values
+
+
 def union(a: Taken, b: Taken) -> Taken:
     """Both, in offset order."""
     merged = concat([a, b])
@@ -200,6 +212,12 @@ class Holding:
         """Take out every held offset below `stop` (a cumulative ack)."""
         high = int(np.searchsorted(self._offsets[:self._n], stop, side="left"))
         return self._take_positions(np.flatnonzero(self._live[:high]))
+
+    def first_offset(self) -> int | None:
+        """The lowest held offset (None when nothing is held), without copying."""
+        if not self.count:
+            return None
+        return int(self._offsets[int(np.argmax(self._live[:self._n]))])
 
     def oldest_sent_ms(self) -> int | None:
         """When the oldest held event was sent (None when nothing is held)."""

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, FLOORED
+from broker.subscription.holdings import distinct
 from sdk.core.hashing import SLOT_COUNT
 
 
@@ -132,7 +133,7 @@ class SlotState:
     # ------------------------------------------------------------ delays
 
     def delay(self, slots: npt.NDArray[np.int32], due_ms: int) -> None:
-        for slot in np.unique(slots).tolist():
+        for slot in distinct(slots).tolist():
             if due_ms > self.delays.get(slot, -1):
                 self.delays[slot] = due_ms
                 heapq.heappush(self._delay_heap, (due_ms, slot))
