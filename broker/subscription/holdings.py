@@ -33,6 +33,7 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 _COMPACT_MIN = 1024
 _ROOM = 64  # first size of a holding's buffers
+_FEW_PARTS = 4  # `take_sent` of at most this many record parts goes part by part
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +148,8 @@ class Holding:
         if not self.count or not len(sends):
             return EMPTY
         offsets = self._offsets[:self._n]
-        if len(sends) == 1:  # one record part (following the tail: most acks)
-            low, high = offsets.searchsorted((starts[0], stops[0])).tolist()
-            mine = self._live[low:high] & (self._sends[low:high] == sends[0])
-            return self._take_positions(np.flatnonzero(mine) + low)
+        if len(sends) <= _FEW_PARTS:  # a few record parts (following the tail: most acks)
+            return self._take_positions(self._sent_positions(sends, starts, stops, offsets))
         low = np.searchsorted(offsets, starts, side="left")
         spans = np.searchsorted(offsets, stops, side="left") - low
         total = int(spans.sum())
@@ -162,6 +161,24 @@ class Holding:
         if len(chosen) > 1 and not bool(np.all(np.diff(chosen) > 0)):
             chosen = np.unique(chosen)  # ranges out of order or overlapping
         return self._take_positions(chosen)
+
+    def _sent_positions(self, sends: I64, starts: I64, stops: I64,
+                        offsets: I64) -> npt.NDArray[np.intp]:
+        """`take_sent`'s positions for a few parts, part by part: a slice each."""
+        lows = offsets.searchsorted(starts).tolist()
+        highs = offsets.searchsorted(stops).tolist()
+        found = []
+        for send, low, high in zip(sends.tolist(), lows, highs, strict=True):
+            if high > low:
+                mine = np.flatnonzero(self._live[low:high] & (self._sends[low:high] == send))
+                if len(mine):
+                    found.append(mine + low)
+        if len(found) < 2:
+            return found[0] if found else np.zeros(0, np.intp)
+        chosen = np.concatenate(found)
+        if not bool(np.all(chosen[1:] > chosen[:-1])):
+            chosen = distinct(chosen)  # parts out of order or overlapping
+        return chosen
 
     def take_ranges(self, starts: I64, stops: I64) -> Taken:
         """Take out the held offsets inside the half-open ranges (sorted, disjoint)."""
