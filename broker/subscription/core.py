@@ -290,7 +290,7 @@ class PartitionCore(DispatchSide, ReadSide):
             self.slots.release_held(member.holding.take_below(stop).slots, member.name)
         self.given_back.take_between(0, stop)
         pending = self.pending.events
-        self.pending.take(np.flatnonzero(pending.offsets < stop))
+        self.pending.take((pending.offsets < stop).nonzero()[0])
         for slot, floor in list(self.slots.floors.items()):
             if floor < stop:
                 if stop >= self.position:
@@ -344,8 +344,8 @@ class PartitionCore(DispatchSide, ReadSide):
         folded = self.pending.take_slots(mask)
         again = folded.counts > 0  # given back before, read again: given back still
         if again.any():
-            self.given_back.add(pick(folded, np.flatnonzero(again)), 0)
-            folded = pick(folded, np.flatnonzero(~again))
+            self.given_back.add(pick(folded, again.nonzero()[0]), 0)
+            folded = pick(folded, (~again).nonzero()[0])
         self.slots.count_past_floor(folded.slots)
         floor_slots = np.concatenate((folded.slots, slots.astype(np.int32)))
         floor_offsets = np.concatenate((folded.offsets,

@@ -111,7 +111,7 @@ class ReadSide:
         slots, starts, owner = floor_slots[ready], floor_offsets[ready].copy(), owner[ready]
         given = self.given_back
         if len(given):  # a slot's given-back events come before its floor
-            i = np.minimum(np.searchsorted(slots, given.slots), len(slots) - 1)
+            i = np.minimum(slots.searchsorted(given.slots), len(slots) - 1)
             mine = slots[i] == given.slots
             np.minimum.at(starts, i[mine], given.offsets[mine])
         if self._sweep >= self.position or not (starts >= self._sweep).any():
@@ -133,7 +133,7 @@ class ReadSide:
             return None
         if self._sweep >= self.position or given.offsets[-1] < self._sweep:
             self._sweep = int(given.offsets[0])
-        start = int(given.offsets[np.searchsorted(given.offsets, self._sweep)])
+        start = int(given.offsets[given.offsets.searchsorted(self._sweep)])
         self._ticket += 1
         return ReadRequest(self._ticket, start, self.position, self.limits.read_events_max, True)
 
@@ -190,13 +190,13 @@ class ReadSide:
             positions = positions[given.due_ms[positions] <= now_ms]
         back = given.take(positions)
         if len(back):  # events retention removed meanwhile are gone: acknowledged
-            i = np.minimum(np.searchsorted(offsets, back.offsets), max(len(offsets) - 1, 0))
+            i = np.minimum(offsets.searchsorted(back.offsets), max(len(offsets) - 1, 0))
             found = offsets[i] == back.offsets if len(offsets) else np.zeros(len(back), np.bool_)
-            back = pick(back, np.flatnonzero(found))
+            back = pick(back, found.nonzero()[0])
         if mask is None:
             return back
         floor_slots, floor_offsets = self.slots.floor_arrays()
-        j = np.minimum(np.searchsorted(floor_slots, slots), max(len(floor_slots) - 1, 0))
+        j = np.minimum(floor_slots.searchsorted(slots), max(len(floor_slots) - 1, 0))
         region = mask[slots] & (floor_slots[j] == slots) & (offsets >= floor_offsets[j]) \
             if len(floor_slots) else np.zeros(len(slots), np.bool_)
         region &= self._filter_mask(offsets, slots)
@@ -207,7 +207,7 @@ class ReadSide:
         if not len(back):
             return fresh
         merged = concat([back, fresh])
-        return pick(merged, np.argsort(merged.offsets, kind="stable"))
+        return pick(merged, merged.offsets.argsort(kind="stable"))
 
     def _still_ahead(self, request: ReadRequest) -> npt.NDArray[np.bool_] | None:
         """The slots of a catch-up read whose every event to read again still lies at or

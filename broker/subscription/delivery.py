@@ -193,7 +193,7 @@ class RecordCache:
 
     def find(self, offset: int) -> CachedRecord | None:
         bases, ends = self._index()
-        i = int(np.searchsorted(bases, offset, side="right")) - 1
+        i = int(bases.searchsorted(offset, side="right")) - 1
         if i < 0 or offset >= ends[i]:
             return None
         return self._records[int(bases[i])]
@@ -203,7 +203,7 @@ class RecordCache:
         bases, ends = self._index()
         if not len(bases):
             return offsets
-        i = np.searchsorted(bases, offsets, side="right") - 1
+        i = bases.searchsorted(offsets, side="right") - 1
         held = (i >= 0) & (offsets < ends[np.maximum(i, 0)])
         return offsets[~held]
 
@@ -212,7 +212,7 @@ class RecordCache:
         records = self._records
         if mark_delete >= 0 and records:
             bases, ends = self._index()
-            below = int(np.searchsorted(ends, mark_delete, side="right"))
+            below = int(ends.searchsorted(mark_delete, side="right"))
             for base in bases[:below].tolist():
                 self.bytes -= records.pop(base).memory_bytes
             self._first += below
@@ -252,7 +252,7 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
     the caller fetched what the log still holds)."""
     bases, ends = cache._index()
-    i = np.searchsorted(bases, offsets, side="right") - 1
+    i = bases.searchsorted(offsets, side="right") - 1
     held = (i >= 0) & (offsets < ends[np.maximum(i, 0)]) if len(bases) else \
         np.zeros(len(offsets), np.bool_)
     gone = offsets[~held]
@@ -267,7 +267,7 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     elif i[0] == i[-1]:  # one record (following the tail: most sends)
         groups = [(0, len(offsets))]
     else:
-        splits = np.flatnonzero(np.diff(i)) + 1
+        splits = (i[1:] != i[:-1]).nonzero()[0] + 1
         groups = list(zip(np.concatenate(([0], splits)).tolist(),
                           np.concatenate((splits, [len(offsets)])).tolist(), strict=True))
     for first, stop in groups:

@@ -82,12 +82,12 @@ def plan_keyed(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint3
     # stable argsort is a radix sort; ranks within an owner from counts, not a search
     owner = owner_of_slot.take(slots)
     ok = (owner != 0) & ((flags.take(slots) & BLOCKING) == 0) & (permits.take(owner) > 0)
-    eligible = np.flatnonzero(ok)
+    eligible = ok.nonzero()[0]
     key = owner.take(eligible).astype(np.uint16 if len(permits) <= 1 << 16 else np.int64)
-    order = np.argsort(key, kind="stable")
+    order = key.argsort(kind="stable")
     grouped = key.take(order).astype(np.intp)
     counts = np.bincount(grouped, minlength=len(permits))
-    group_start = np.cumsum(counts) - counts
+    group_start = counts.cumsum() - counts
     rank = np.arange(len(grouped)) - group_start.take(grouped)
     sent = rank < permits.take(grouped)
     positions = eligible.take(order[sent])
@@ -95,7 +95,7 @@ def plan_keyed(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint3
     if not len(sent_owners):
         empty = np.zeros(0, np.intp)
         return KeyedPlan(empty, empty, np.zeros(1, np.intp))
-    starts = np.flatnonzero(np.concatenate(([True], sent_owners[1:] != sent_owners[:-1])))
+    starts = np.concatenate(([True], sent_owners[1:] != sent_owners[:-1])).nonzero()[0]
     return KeyedPlan(positions, sent_owners[starts],
                      np.concatenate((starts, [len(sent_owners)])).astype(np.intp))
 

@@ -83,7 +83,7 @@ def distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
 def union(a: Taken, b: Taken) -> Taken:
     """Both, in offset order."""
     merged = concat([a, b])
-    return pick(merged, np.argsort(merged.offsets, kind="stable"))
+    return pick(merged, merged.offsets.argsort(kind="stable"))
 
 
 class Holding:
@@ -131,9 +131,9 @@ class Holding:
         self._compact(force=True)
         used = self._n
         offsets = np.concatenate((self._offsets[:used], taken.offsets))
-        order = np.argsort(offsets, kind="stable")
+        order = offsets.argsort(kind="stable")
         offsets = offsets[order]
-        assert bool(np.all(np.diff(offsets) > 0)), "an event was sent to a consumer that holds it"
+        assert bool((offsets[1:] > offsets[:-1]).all()), "an event was sent to a consumer that holds it"
         columns = (offsets,
                    np.concatenate((self._slots[:used], taken.slots))[order],
                    np.concatenate((self._counts[:used], taken.counts))[order],
@@ -150,15 +150,15 @@ class Holding:
         offsets = self._offsets[:self._n]
         if len(sends) <= _FEW_PARTS:  # a few record parts (following the tail: most acks)
             return self._take_positions(self._sent_positions(sends, starts, stops, offsets))
-        low = np.searchsorted(offsets, starts, side="left")
-        spans = np.searchsorted(offsets, stops, side="left") - low
+        low = offsets.searchsorted(starts, side="left")
+        spans = offsets.searchsorted(stops, side="left") - low
         total = int(spans.sum())
         if not total:
             return EMPTY
-        which = np.repeat(np.arange(len(sends)), spans)
-        positions = np.repeat(low - np.cumsum(spans) + spans, spans) + np.arange(total)
+        which = np.arange(len(sends)).repeat(spans)
+        positions = (low - spans.cumsum() + spans).repeat(spans) + np.arange(total)
         chosen = positions[self._live[positions] & (self._sends[positions] == sends[which])]
-        if len(chosen) > 1 and not bool(np.all(np.diff(chosen) > 0)):
+        if len(chosen) > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
             chosen = np.unique(chosen)  # ranges out of order or overlapping
         return self._take_positions(chosen)
 
@@ -170,13 +170,13 @@ class Holding:
         found = []
         for send, low, high in zip(sends.tolist(), lows, highs, strict=True):
             if high > low:
-                mine = np.flatnonzero(self._live[low:high] & (self._sends[low:high] == send))
+                mine = (self._live[low:high] & (self._sends[low:high] == send)).nonzero()[0]
                 if len(mine):
                     found.append(mine + low)
         if len(found) < 2:
             return found[0] if found else np.zeros(0, np.intp)
         chosen = np.concatenate(found)
-        if not bool(np.all(chosen[1:] > chosen[:-1])):
+        if not bool((chosen[1:] > chosen[:-1]).all()):
             chosen = distinct(chosen)  # parts out of order or overlapping
         return chosen
 
@@ -185,8 +185,8 @@ class Holding:
         if not self.count or not len(starts):
             return EMPTY
         offsets = self._offsets[:self._n]
-        low = np.searchsorted(offsets, starts, side="left")
-        high = np.searchsorted(offsets, stops, side="left")
+        low = offsets.searchsorted(starts, side="left")
+        high = offsets.searchsorted(stops, side="left")
         spans = high - low
         if not spans.any():
             return EMPTY
@@ -195,7 +195,7 @@ class Holding:
         else:
             keep = spans > 0
             low, spans = low[keep], spans[keep]
-            positions = np.repeat(low - np.cumsum(spans) + spans, spans) + np.arange(spans.sum())
+            positions = (low - spans.cumsum() + spans).repeat(spans) + np.arange(spans.sum())
         positions = positions[self._live[positions]]
         return self._take_positions(positions)
 
@@ -204,12 +204,12 @@ class Holding:
         if not self.count:
             return EMPTY
         n = self._n
-        positions = np.flatnonzero(self._live[:n] & (self._sent_ms[:n] + timeout_ms <= now_ms))
+        positions = (self._live[:n] & (self._sent_ms[:n] + timeout_ms <= now_ms)).nonzero()[0]
         return self._take_positions(positions)
 
     def take_all(self) -> Taken:
         """Take out everything (the consumer left)."""
-        return self._take_positions(np.flatnonzero(self._live[:self._n]))
+        return self._take_positions(self._live[:self._n].nonzero()[0])
 
     def take_after(self, firsts: dict[int, int]) -> Taken:
         """Take out the held events of these slots above their given offsets
@@ -218,17 +218,17 @@ class Holding:
             return EMPTY
         n = self._n
         slots = np.fromiter(firsts.keys(), np.int64, len(firsts))
-        order = np.argsort(slots)
+        order = slots.argsort()
         slots, lows = slots[order], np.fromiter(firsts.values(), np.int64, len(firsts))[order]
         held_slots = self._slots[:n]
-        i = np.minimum(np.searchsorted(slots, held_slots), len(slots) - 1)
+        i = np.minimum(slots.searchsorted(held_slots), len(slots) - 1)
         chosen = self._live[:n] & (slots[i] == held_slots) & (self._offsets[:n] > lows[i])
-        return self._take_positions(np.flatnonzero(chosen))
+        return self._take_positions(chosen.nonzero()[0])
 
     def take_below(self, stop: int) -> Taken:
         """Take out every held offset below `stop` (a cumulative ack)."""
-        high = int(np.searchsorted(self._offsets[:self._n], stop, side="left"))
-        return self._take_positions(np.flatnonzero(self._live[:high]))
+        high = int(self._offsets[:self._n].searchsorted(stop, side="left"))
+        return self._take_positions(self._live[:high].nonzero()[0])
 
     def first_offset(self) -> int | None:
         """The lowest held offset (None when nothing is held), without copying."""

@@ -59,7 +59,7 @@ class Pending:
         """Take out every event of the masked slots."""
         if not len(self._events):
             return EMPTY
-        return self.take(np.flatnonzero(slot_mask[self._events.slots]))
+        return self.take(slot_mask[self._events.slots].nonzero()[0])
 
     def take_all(self) -> Taken:
         return self.take(np.arange(len(self._events)))
@@ -71,15 +71,15 @@ class Pending:
         if not n:
             return np.zeros(0, np.bool_), EMPTY
         slots = waiting.slots
-        order = np.argsort(slots, kind="stable")
+        order = slots.argsort(kind="stable")
         ordered = slots[order]
-        group_start = np.searchsorted(ordered, ordered, side="left")
+        group_start = ordered.searchsorted(ordered, side="left")
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n) - group_start
         fits = rank + self.per_slot[slots] < slot_events_max  # a prefix of each slot's run
         room = events_max - len(self._events)
         if room < n:  # a prefix in candidate order: still a prefix of each slot's run
-            fits &= np.cumsum(fits) <= max(room, 0)
+            fits &= fits.cumsum() <= max(room, 0)
         kept = Taken(waiting.offsets[fits], slots[fits], waiting.counts[fits])
         self._events = concat([self._events, kept])
         np.add.at(self.per_slot, kept.slots, 1)

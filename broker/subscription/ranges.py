@@ -41,13 +41,13 @@ def checked_ranges(ranges: Sequence[pb.OffsetRange], bounds: bytes, end_offset: 
         raise BrokerError("ack_invalid", what=what, detail="an offset is beyond 2**63 - 1") from None
     if not len(starts):
         raise BrokerError("ack_invalid", what=what, detail="no offset ranges given")
-    bad = np.flatnonzero((starts >= stops) | (stops > end_offset) | (starts < 0))
+    bad = ((starts >= stops) | (stops > end_offset) | (starts < 0)).nonzero()[0]
     if len(bad):
         start, stop = int(starts[bad[0]]), int(stops[bad[0]])
         raise BrokerError("ack_invalid", what=what, detail=(
             f"offset range [{start}, {stop}) of partition {partition} is invalid; need "
             f"start < stop <= {end_offset} (the partition's end offset), half-open"))
-    if len(starts) > 1 and not bool(np.all(starts[1:] > stops[:-1])):
+    if len(starts) > 1 and not bool((starts[1:] > stops[:-1]).all()):
         starts, stops = merge_ranges(starts, stops)
     return starts, stops
 
@@ -67,7 +67,7 @@ def sent_ranges(data: bytes, end_offset: int, partition: int) -> tuple[I64, I64,
     sends, starts, stops = flat[0::3], flat[1::3], flat[2::3]
     invalid = (starts >= stops) | (stops > end_offset) | (starts < 0)
     if invalid.any():
-        bad = np.flatnonzero(invalid)
+        bad = invalid.nonzero()[0]
         start, stop = int(starts[bad[0]]), int(stops[bad[0]])
         raise BrokerError("ack_invalid", what="ack", detail=(
             f"sent range [{start}, {stop}) of partition {partition} is invalid; need "

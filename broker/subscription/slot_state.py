@@ -85,7 +85,7 @@ class SlotState:
         if self._floor_arrays is None:
             slots = np.fromiter(self.floors.keys(), np.int64, len(self.floors))
             offsets = np.fromiter(self.floors.values(), np.int64, len(self.floors))
-            order = np.argsort(slots)
+            order = slots.argsort()
             self._floor_arrays = (slots[order], offsets[order])
         return self._floor_arrays
 

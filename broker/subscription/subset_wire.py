@@ -301,5 +301,5 @@ def _packed_elements(payload: npt.NDArray[np.uint8], entries: int) -> Rows | Var
     if width * entries == len(payload) and bool(ends[width - 1::width].all()):
         return Rows(payload.reshape(entries, width))  # every varint `width` bytes long
     element_of_byte = np.zeros(len(payload), np.intp)
-    np.cumsum(ends[:-1], out=element_of_byte[1:])
+    ends[:-1].cumsum(out=element_of_byte[1:])
     return Varints(payload, element_of_byte, entries)
