@@ -97,7 +97,8 @@ class CachedRecord:
         """Per-event columns as lists (made once per record, for subsets)."""
         if self.columns is None:
             batch = self.record.batch
-            self.columns = {name: list(getattr(batch, name)) for name in _COLUMNS}
+            self.columns = {name: list(column) for name in _COLUMNS
+                            if (column := getattr(batch, name))}  # empty ones: nothing to pick
         return self.columns
 
     def subset_bytes(self, positions: Sequence[int] | npt.NDArray[np.int64]) -> bytes:

@@ -89,6 +89,7 @@ class PartitionDispatcher:
         # the metrics' children, looked up once (a `labels` call costs microseconds a send)
         self._dispatched = DISPATCHED_EVENTS.labels(spec.topic, spec.name)
         self._redelivered = REDELIVERED_EVENTS.labels(spec.topic, spec.name)
+        self._sent_counts = [0, 0]  # (dispatched, redelivered) not yet in the metrics
         self.supervision = DispatcherSupervision(self)  # restarts it after a failure
 
     # ------------------------------------------------------------ lifecycle
@@ -203,7 +204,8 @@ class PartitionDispatcher:
             # what each consumer's nacks the broker had seen when the core decided (a
             # nack may land while records are fetched below)
             seen = [self._nacks_seen(send.consumer) for send in sends]
-            missing = self.cache.missing(np.concatenate([s.events.offsets for s in sends]))
+            missing = self.cache.missing(sends[0].events.offsets if len(sends) == 1 else
+                                         np.concatenate([s.events.offsets for s in sends]))
             if len(missing):
                 for record in await asyncio.to_thread(
                         read_records_holding, self.store, self.partition.meta.topic_id,
@@ -211,6 +213,7 @@ class PartitionDispatcher:
                     self.cache.add(record)
             for send, nacks_seen in zip(sends, seen, strict=True):
                 self._deliver(send.consumer, send.events, nacks_seen, send.send)
+            self._count_sent()
         for notice in core.take_notices():
             session = self.sessions.get(notice.consumer)
             if session is None:
@@ -243,10 +246,18 @@ class PartitionDispatcher:
             self.core.process_ack(consumer, starts, stops)
         for message in messages:
             session.send(message)
-        n = len(events) - len(gone)
-        self._dispatched.inc(n)
+        self._sent_counts[0] += len(events) - len(gone)
         if counts is not None:
-            self._redelivered.inc(int(np.count_nonzero(counts)))
+            self._sent_counts[1] += int(np.count_nonzero(counts))
+
+    def _count_sent(self) -> None:
+        """Add what `_deliver` sent to the metrics, once a round (an inc takes a lock)."""
+        dispatched, redelivered = self._sent_counts
+        if dispatched:
+            self._dispatched.inc(dispatched)
+        if redelivered:
+            self._redelivered.inc(redelivered)
+        self._sent_counts = [0, 0]
 
     # ------------------------------------------------------------ dead letters
 
