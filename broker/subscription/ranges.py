@@ -65,9 +65,8 @@ def sent_ranges(data: bytes, end_offset: int, partition: int) -> tuple[I64, I64,
             f"int64 (send, start, stop: 24 bytes each)"))
     flat = np.frombuffer(data, "<i8").astype(np.int64, copy=False)  # read only
     sends, starts, stops = flat[0::3], flat[1::3], flat[2::3]
-    invalid = (starts >= stops) | (stops > end_offset) | (starts < 0)
-    if invalid.any():
-        bad = invalid.nonzero()[0]
+    if len(flat) and ((starts >= stops).any() or stops.max() > end_offset or starts.min() < 0):
+        bad = ((starts >= stops) | (stops > end_offset) | (starts < 0)).nonzero()[0]
         start, stop = int(starts[bad[0]]), int(stops[bad[0]])
         raise BrokerError("ack_invalid", what="ack", detail=(
             f"sent range [{start}, {stop}) of partition {partition} is invalid; need "

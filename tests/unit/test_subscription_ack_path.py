@@ -111,3 +111,8 @@ def test_sent_ranges_are_checked() -> None:
         sent_ranges(np.array([1, 7, 7], "<i8").tobytes(), 100, 3)
     with pytest.raises(BrokerError, match="the partition's end offset"):
         sent_ranges(np.array([1, 7, 200], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match=r"sent range \[-4, 3\) of partition 3 is invalid"):
+        sent_ranges(np.array([1, 5, 9, 2, -4, 3], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match=r"sent range \[90, 101\) of partition 3"):
+        sent_ranges(np.array([1, 5, 9, 2, 90, 101], "<i8").tobytes(), 100, 3)
+    assert [a.tolist() for a in sent_ranges(b"", 100, 3)] == [[], [], []]
