@@ -148,12 +148,12 @@ def layout_of(body: bytes, record: pb.Record, base: int) -> RecordLayout | None:
 def subset_bytes(layout: RecordLayout, positions: npt.NDArray[np.int64]) -> bytes:
     """The serialized subset Record of the events at `positions` (ascending, at least
     one; rule 3)."""
-    out = [b"%c" % _COUNT_TAG, varint(len(positions))]
+    batch = [b"%c" % _COUNT_TAG, varint(len(positions))]
     for part in layout.parts:
-        out.append(part if isinstance(part, bytes) else part.pick(positions))
-    batch = b"".join(out)
+        batch.append(part if isinstance(part, bytes) else part.pick(positions))
     packed = layout.offsets.pick(positions)
-    return b"".join((layout.head, _BATCH_TAG, varint(len(batch)), batch,
+    size = sum(map(len, batch))  # one join: the batch's bytes are copied once
+    return b"".join((layout.head, _BATCH_TAG, varint(size), *batch,
                      _OFFSETS_TAG, varint(len(packed)), packed))
 
 
@@ -276,7 +276,7 @@ def _element_run(body: bytes, data: npt.NDArray[np.uint8], i: int, stop: int, en
     end = i + entries * size
     if entries and end <= stop:
         rows = data[i:end].reshape(entries, size)
-        if (rows[:, :head] == rows[0, :head]).all():
+        if all((rows[:, j] == rows[0, j]).all() for j in range(head)):  # a column at a time
             return end, Column(None, Rows(rows))
     elements: list[bytes] = []
     for _ in range(entries):
@@ -300,6 +300,7 @@ def _packed_elements(payload: npt.NDArray[np.uint8], entries: int) -> Rows | Var
     width = len(payload) // entries
     if width * entries == len(payload) and bool(ends[width - 1::width].all()):
         return Rows(payload.reshape(entries, width))  # every varint `width` bytes long
-    element_of_byte = np.zeros(len(payload), np.intp)
-    ends[:-1].cumsum(out=element_of_byte[1:])
+    element_of_byte = np.empty(len(payload), np.intp)
+    element_of_byte[0] = 0
+    np.cumsum(ends[:-1].view(np.uint8), dtype=np.intp, out=element_of_byte[1:])
     return Varints(payload, element_of_byte, entries)
