@@ -34,6 +34,7 @@ I32 = npt.NDArray[np.int32]
 _COMPACT_MIN = 1024
 _ROOM = 64  # first size of a holding's buffers
 _FEW_PARTS = 4  # `take_sent` of at most this many record parts goes part by part
+_FEW_ENTRIES = 16  # ... and a part spanning at most this many entries, entry by entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,19 +165,22 @@ class Holding:
 
     def _sent_positions(self, sends: I64, starts: I64, stops: I64,
                         offsets: I64) -> npt.NDArray[np.intp]:
-        """`take_sent`'s positions for a few parts, part by part: a slice each."""
+        """`take_sent`'s positions for a few parts, part by part: a slice each, or one
+        Python step per entry when the part spans a few (following the tail)."""
         lows = offsets.searchsorted(starts).tolist()
         highs = offsets.searchsorted(stops).tolist()
-        found = []
+        live, held_sends = self._live, self._sends
+        few: list[int] = []
+        found: list[npt.NDArray[np.intp]] = []
         for send, low, high in zip(sends.tolist(), lows, highs, strict=True):
-            if high > low:
-                mine = (self._live[low:high] & (self._sends[low:high] == send)).nonzero()[0]
-                if len(mine):
-                    found.append(mine + low)
-        if len(found) < 2:
-            return found[0] if found else np.zeros(0, np.intp)
-        chosen = np.concatenate(found)
-        if not bool((chosen[1:] > chosen[:-1]).all()):
+            if high - low <= _FEW_ENTRIES:
+                few += [p for p in range(low, high) if live[p] and held_sends[p] == send]
+            else:
+                found.append((live[low:high] & (held_sends[low:high] == send)).nonzero()[0] + low)
+        if few or not found:
+            found.append(np.array(few, np.intp))
+        chosen = found[0] if len(found) == 1 else np.concatenate(found)
+        if len(chosen) > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
             chosen = distinct(chosen)  # parts out of order or overlapping
         return chosen
 

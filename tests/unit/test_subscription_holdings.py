@@ -71,7 +71,7 @@ class HoldingMachine(RuleBasedStateMachine):
         """Whole record parts: (send, start, stop) triples, one or several, any order."""
         drawn = data.draw(st.lists(st.tuples(st.integers(0, self.now + 1),
                                              st.integers(0, self.next_offset + 3),
-                                             st.integers(1, 12)), min_size=1, max_size=6))
+                                             st.integers(1, 40)), min_size=1, max_size=6))
         triples = [(send, start, start + length) for send, start, length in drawn]
         sends, starts, stops = (np.array(column, np.int64) for column in zip(*triples, strict=True))
         got = self.holding.take_sent(sends, starts, stops)
