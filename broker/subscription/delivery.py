@@ -56,7 +56,7 @@ _SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
 _INDEX_ROOM = 64  # first size of a cache's index arrays
 # A record of at most this many events: its subsets come from the parsed columns (a few
 # microseconds each), never from a layout (about 50 us to find, worth it for big records)
-SMALL_RECORD_EVENTS = 32
+SMALL_RECORD_EVENTS = 64
 
 
 @dataclass(slots=True)

@@ -41,7 +41,7 @@ DRAINING = 2  # a consumer other than the slot's owner holds unacked events of i
 DELAYED = 4  # an event of the slot waits out a nack delay
 DEAD_LETTERING = 8  # an event of the slot is on its way to the dead-letter topic
 BLOCKING = DRAINING | DELAYED | DEAD_LETTERING
-SMALL_PLAN_EVENTS = 16  # plans of at most this many candidates run in Python (rule 4)
+SMALL_PLAN_EVENTS = 32  # plans of at most this many candidates run in Python (rule 4)
 
 
 class WaitReason(IntEnum):
