@@ -90,6 +90,7 @@ class PartitionDispatcher:
         self._dispatched = DISPATCHED_EVENTS.labels(spec.topic, spec.name)
         self._redelivered = REDELIVERED_EVENTS.labels(spec.topic, spec.name)
         self._sent_counts = [0, 0]  # (dispatched, redelivered) not yet in the metrics
+        self._idle_clean = False  # the round idles with a clean cursor (see `_idle`)
         self.supervision = DispatcherSupervision(self)  # restarts it after a failure
 
     # ------------------------------------------------------------ lifecycle
@@ -174,12 +175,17 @@ class PartitionDispatcher:
         if self._has_demand() and self.core.position < self.partition.end_offset:
             return  # the log grew while the round awaited
         timeout_s = self._timeout_s()
-        if timeout_s is None:
-            await self._wake.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
+        # a clean cursor: no persist timer runs, so an ack must wake it (`_ack_wakes`)
+        self._idle_clean = not self.core.dirty
+        try:
+            if timeout_s is None:
                 await self._wake.wait()
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._wake.wait()
+        finally:
+            self._idle_clean = False
 
     def _has_demand(self) -> bool:
         unacked_max = self.settings.consumer_unacked_events_max
@@ -400,14 +406,25 @@ class PartitionDispatcher:
 
     def ack(self, name: str, starts: np.ndarray, stops: np.ndarray) -> None:
         """Acknowledge what `name` holds in these ranges (sorted, disjoint, checked)."""
-        if self.core.process_ack(name, starts, stops):
+        if self.core.process_ack(name, starts, stops) and self._ack_wakes():
             self._wake.set()
 
     def ack_sent(self, name: str, sends: np.ndarray, starts: np.ndarray,
                  stops: np.ndarray) -> None:
         """Acknowledge whole record parts: what `name` holds of each send in its range."""
-        if self.core.process_ack_sent(name, sends, starts, stops):
+        if self.core.process_ack_sent(name, sends, starts, stops) and self._ack_wakes():
             self._wake.set()
+
+    def _ack_wakes(self) -> bool:
+        """Whether an ack may give the round something to do: events wait (in memory,
+        on floors, given back, unread in the log: a slot drained, a consumer was at its
+        unacked limit) or the round idles with no timer to persist the cursor the ack
+        makes dirty. Otherwise a round per ack message (following the tail: most of them)
+        would find nothing; the log growing wakes it (`_on_durable`)."""
+        core = self.core
+        return bool(self._idle_clean or core.position < self.partition.end_offset
+                    or len(core.pending) or core.slots.floors or core.slots.draining
+                    or len(core.given_back))
 
     def ack_cumulative(self, name: str, stop: int) -> None:
         self.core.process_ack_cumulative(name, stop)
