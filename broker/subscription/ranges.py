@@ -20,6 +20,7 @@ from sdk.core.offset_ranges import ranges_of_bounds
 from sdk.core.pb import keybus_pb2 as pb
 
 I64 = npt.NDArray[np.int64]
+_FEW_TRIPLES = 8  # `sent_ranges` of at most this many triples are checked one by one
 
 
 def checked_ranges(ranges: Sequence[pb.OffsetRange], bounds: bytes, end_offset: int,
@@ -65,9 +66,17 @@ def sent_ranges(data: bytes, end_offset: int, partition: int) -> tuple[I64, I64,
             f"int64 (send, start, stop: 24 bytes each)"))
     flat = np.frombuffer(data, "<i8").astype(np.int64, copy=False)  # read only
     sends, starts, stops = flat[0::3], flat[1::3], flat[2::3]
-    if len(flat) and ((starts >= stops).any() or stops.max() > end_offset or starts.min() < 0):
-        bad = ((starts >= stops) | (stops > end_offset) | (starts < 0)).nonzero()[0]
-        start, stop = int(starts[bad[0]]), int(stops[bad[0]])
+    if len(flat) <= 3 * _FEW_TRIPLES:  # a few (following the tail): checked in Python
+        values = flat.tolist()
+        bad = [(a, b) for a, b in zip(values[1::3], values[2::3], strict=True)
+               if not 0 <= a < b <= end_offset]
+    elif (starts >= stops).any() or stops.max() > end_offset or starts.min() < 0:
+        first = ((starts >= stops) | (stops > end_offset) | (starts < 0)).nonzero()[0][0]
+        bad = [(int(starts[first]), int(stops[first]))]
+    else:
+        bad = []
+    if bad:
+        start, stop = bad[0]
         raise BrokerError("ack_invalid", what="ack", detail=(
             f"sent range [{start}, {stop}) of partition {partition} is invalid; need "
             f"start < stop <= {end_offset} (the partition's end offset), half-open"))
