@@ -81,13 +81,19 @@ class DispatchSide:
 
     def _send_keyed(self, candidates: Taken, permits: I64, now_ms: int) -> npt.NDArray[np.bool_]:
         plan = plan_keyed(candidates.slots, self._owners, self.slots.flags, permits)
+        owners = plan.owners.tolist()
+        if len(owners) == 1 and len(plan.positions) == len(candidates):  # all to one owner
+            member = self._by_index[owners[0]]
+            assert member is not None
+            self._send(member, candidates, now_ms)  # in candidate order: they are the plan's
+            return np.ones(len(candidates), np.bool_)
         sent = np.zeros(len(candidates), np.bool_)
         sent[plan.positions] = True
-        for k, owner in enumerate(plan.owners.tolist()):
-            positions = plan.positions[plan.bounds[k]:plan.bounds[k + 1]]
+        bounds = plan.bounds.tolist()
+        for k, owner in enumerate(owners):
             member = self._by_index[owner]
             assert member is not None
-            self._send(member, pick(candidates, positions), now_ms)
+            self._send(member, pick(candidates, plan.positions[bounds[k]:bounds[k + 1]]), now_ms)
         return sent
 
     def _send_shared(self, candidates: Taken, now_ms: int) -> npt.NDArray[np.bool_]:
