@@ -33,8 +33,8 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 _COMPACT_MIN = 1024
 _ROOM = 64  # first size of a holding's buffers
-_FEW_PARTS = 4  # `take_sent` of at most this many record parts goes part by part
-_FEW_ENTRIES = 16  # ... and a part spanning at most this many entries, entry by entry
+_FEW_PARTS = 4  # a take of at most this many ranges goes range by range
+_FEW_ENTRIES = 16  # ... and a range spanning at most this many entries, entry by entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +150,7 @@ class Holding:
             return EMPTY
         offsets = self._offsets[:self._n]
         if len(sends) <= _FEW_PARTS:  # a few record parts (following the tail: most acks)
-            return self._take_positions(self._sent_positions(sends, starts, stops, offsets))
+            return self._take_positions(self._few_positions(starts, stops, sends))
         low = offsets.searchsorted(starts, side="left")
         spans = offsets.searchsorted(stops, side="left") - low
         total = int(spans.sum())
@@ -160,46 +160,51 @@ class Holding:
         positions = (low - spans.cumsum() + spans).repeat(spans) + np.arange(total)
         chosen = positions[self._live[positions] & (self._sends[positions] == sends[which])]
         if len(chosen) > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
-            chosen = np.unique(chosen)  # ranges out of order or overlapping
+            chosen = distinct(chosen)  # ranges out of order or overlapping
         return self._take_positions(chosen)
 
-    def _sent_positions(self, sends: I64, starts: I64, stops: I64,
-                        offsets: I64) -> npt.NDArray[np.intp]:
-        """`take_sent`'s positions for a few parts, part by part: a slice each, or one
-        Python step per entry when the part spans a few (following the tail)."""
+    def _few_positions(self, starts: I64, stops: I64,
+                       sends: I64 | None) -> npt.NDArray[np.intp]:
+        """The live positions in a few ranges (of send `sends[i]` when given), range by
+        range: a slice each, or one Python step per entry when a range spans a few
+        (following the tail); ascending."""
+        offsets = self._offsets[:self._n]
         lows = offsets.searchsorted(starts).tolist()
         highs = offsets.searchsorted(stops).tolist()
+        wanted = [None] * len(lows) if sends is None else sends.tolist()
         live, held_sends = self._live, self._sends
         few: list[int] = []
         found: list[npt.NDArray[np.intp]] = []
-        for send, low, high in zip(sends.tolist(), lows, highs, strict=True):
+        for send, low, high in zip(wanted, lows, highs, strict=True):
             if high - low <= _FEW_ENTRIES:
-                few += [p for p in range(low, high) if live[p] and held_sends[p] == send]
+                few += [p for p in range(low, high)
+                        if live[p] and (send is None or held_sends[p] == send)]
             else:
-                found.append((live[low:high] & (held_sends[low:high] == send)).nonzero()[0] + low)
+                mine = live[low:high] if send is None else \
+                    live[low:high] & (held_sends[low:high] == send)
+                found.append(mine.nonzero()[0] + low)
         if few or not found:
             found.append(np.array(few, np.intp))
         chosen = found[0] if len(found) == 1 else np.concatenate(found)
         if len(chosen) > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
-            chosen = distinct(chosen)  # parts out of order or overlapping
+            chosen = distinct(chosen)  # ranges out of order or overlapping
         return chosen
 
     def take_ranges(self, starts: I64, stops: I64) -> Taken:
         """Take out the held offsets inside the half-open ranges (sorted, disjoint)."""
         if not self.count or not len(starts):
             return EMPTY
+        if len(starts) <= _FEW_PARTS:  # a few ranges (following the tail: most acks)
+            return self._take_positions(self._few_positions(starts, stops, None))
         offsets = self._offsets[:self._n]
         low = offsets.searchsorted(starts, side="left")
         high = offsets.searchsorted(stops, side="left")
         spans = high - low
         if not spans.any():
             return EMPTY
-        if len(starts) == 1:
-            positions = np.arange(low[0], high[0])
-        else:
-            keep = spans > 0
-            low, spans = low[keep], spans[keep]
-            positions = (low - spans.cumsum() + spans).repeat(spans) + np.arange(spans.sum())
+        keep = spans > 0
+        low, spans = low[keep], spans[keep]
+        positions = (low - spans.cumsum() + spans).repeat(spans) + np.arange(spans.sum())
         positions = positions[self._live[positions]]
         return self._take_positions(positions)
 

@@ -60,6 +60,11 @@ def test_ranges_are_sorted_merged_and_refused() -> None:
         checked([0, 1 << 63])  # read as a negative int64
     with pytest.raises(BrokerError, match="beyond 2\\*\\*63"):
         checked([], [(0, 1 << 63)])
+    many = [bound for k in range(12) for bound in (5 * k, 5 * k + 2)]  # checked with numpy
+    assert checked(many) == [(5 * k, 5 * k + 2) for k in range(12)]
+    many[15] = many[14]  # the eighth range empty
+    with pytest.raises(BrokerError, match=r"\[35, 35\) of partition 0 is invalid"):
+        checked(many)
 
 
 RANGES = st.lists(st.tuples(st.integers(0, HORIZON), st.integers(1, 3)), max_size=60)

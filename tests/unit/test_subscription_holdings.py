@@ -55,7 +55,7 @@ class HoldingMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def take_ranges(self, data: st.DataObject) -> None:
-        cuts = sorted(set(data.draw(st.lists(st.integers(0, self.next_offset + 3), max_size=8))))
+        cuts = sorted(set(data.draw(st.lists(st.integers(0, self.next_offset + 3), max_size=16))))
         starts = np.array(cuts[0::2][:len(cuts) // 2], np.int64)
         stops = np.array(cuts[1::2], np.int64)
         got = self.holding.take_ranges(starts, stops)
