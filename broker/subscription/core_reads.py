@@ -201,8 +201,7 @@ class ReadSide:
             if len(floor_slots) else np.zeros(len(slots), np.bool_)
         region &= self._filter_mask(offsets, slots)
         self.slots.count_past_floor(slots[region], -1)
-        for slot in floor_slots[mask[floor_slots]].tolist():
-            self.slots.raise_floor(slot, result.stop)  # lowered again for what waits
+        self.slots.raise_floors(mask, result.stop)  # lowered again for what waits
         fresh = Taken(offsets[region], slots[region], np.zeros(int(region.sum()), np.int32))
         if not len(back):
             return fresh
@@ -230,9 +229,8 @@ class ReadSide:
         if not done.any():
             return
         waiting = set(self.given_back.slots.tolist()) | set(self._dead_out.slots.tolist())
-        for slot in floor_slots[done].tolist():
-            if slot not in waiting:
-                self.slots.unfloor(slot)
+        self.slots.unfloor_all([slot for slot in floor_slots[done].tolist()
+                                if slot not in waiting])
 
     def _filter_mask(self, offsets: I64, slots: I32) -> npt.NDArray[np.bool_]:
         """After a restart: which of these events the persisted cursor says are unacked."""

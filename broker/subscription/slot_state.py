@@ -66,18 +66,34 @@ class SlotState:
             return
         values, counts = np.unique(slots, return_counts=True)
         table = self.floor_events
-        for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
-            table[slot] = max(0, table.get(slot, 0) + sign * n)
+        get = table.get
+        table.update({slot: max(0, get(slot, 0) + n) for slot, n in
+                      zip(values.tolist(), (counts if sign > 0 else -counts).tolist(),
+                          strict=True)})
 
     def raise_floor(self, slot: int, offset: int) -> None:
         if offset > self.floors[slot]:
             self.floors[slot] = offset
             self._floor_arrays = None
 
+    def raise_floors(self, slot_mask: npt.NDArray[np.bool_], offset: int) -> None:
+        """`raise_floor(slot, offset)` for every floored slot in the mask, in one update."""
+        slots, floors = self.floor_arrays()
+        raised = slots[slot_mask[slots] & (floors < offset)]
+        if len(raised):
+            self.floors.update(dict.fromkeys(raised.tolist(), offset))
+            self._floor_arrays = None
+
     def unfloor(self, slot: int) -> None:
-        del self.floors[slot]
-        self.floor_events.pop(slot, None)
-        self.flags[slot] &= ~np.uint8(FLOORED)
+        self.unfloor_all([slot])
+
+    def unfloor_all(self, slots: list[int]) -> None:
+        """These slots leave their floors (each is floored)."""
+        floors, past = self.floors, self.floor_events
+        for slot in slots:
+            del floors[slot]
+            past.pop(slot, None)
+        self.flags[slots] &= ~np.uint8(FLOORED)
         self._floor_arrays = None
 
     def floor_arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
