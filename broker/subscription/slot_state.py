@@ -9,10 +9,12 @@ move, and how many), a nack delay, events out for the dead-letter topic.
 Rules:
 1. One flags byte per slot (`dispatch.FLOORED`, `DRAINING`, `DELAYED`,
    `DEAD_LETTERING`) for the vectorized checks; a dict entry per slot that
-   waits for the details. 64 KiB plus a few dozen bytes per waiting slot.
+   waits for the details. 64 KiB plus a few dozen bytes per waiting slot,
+   and while any slot is floored 256 KiB of counts (rule 2).
 2. A floor only moves down by `lower_floors` (min wins) and up by
-   `raise_floor`; `floor_events` counts the slot's events past its floor
-   (for the backlog), as reads skip and re-read them.
+   `raise_floor(s)`; `floor_events` counts the slot's events past its floor
+   (for the backlog), as reads skip and re-read them: an int32 per slot,
+   updated with one gather per read however many slots it touches.
 3. Delays keep the latest due time per slot; `process_due(now_ms)` clears
    the ones that passed (a heap, stale entries skipped).
 
@@ -37,7 +39,9 @@ class SlotState:
     def __init__(self) -> None:
         self.flags = np.zeros(SLOT_COUNT, np.uint8)
         self.floors: dict[int, int] = {}  # slot -> first offset to read again
-        self.floor_events: dict[int, int] = {}  # slot -> events past the floor (approximate)
+        # events past each slot's floor (approximate, for the backlog): allocated while
+        # any slot is floored, so updating the counts of thousands of slots is one gather
+        self._past: npt.NDArray[np.int32] | None = None
         self.draining: dict[int, list[str | int]] = {}  # slot -> [holder, events it holds]
         self.delays: dict[int, int] = {}  # slot -> due ms
         self._delay_heap: list[tuple[int, int]] = []
@@ -64,12 +68,19 @@ class SlotState:
         """Events of floored slots read past (+1 each) or read again (-1 each)."""
         if not len(slots):
             return
+        if self._past is None:
+            self._past = np.zeros(SLOT_COUNT, np.int32)
         values, counts = np.unique(slots, return_counts=True)
-        table = self.floor_events
-        get = table.get
-        table.update({slot: max(0, get(slot, 0) + n) for slot, n in
-                      zip(values.tolist(), (counts if sign > 0 else -counts).tolist(),
-                          strict=True)})
+        past = self._past
+        past[values] = np.maximum(past[values] + (counts if sign > 0 else -counts), 0)
+
+    @property
+    def floor_events(self) -> dict[int, int]:
+        """slot -> events past its floor, for the slots with any (for stats)."""
+        if self._past is None:
+            return {}
+        slots = self._past.nonzero()[0]
+        return dict(zip(slots.tolist(), self._past[slots].tolist(), strict=True))
 
     def raise_floor(self, slot: int, offset: int) -> None:
         if offset > self.floors[slot]:
@@ -89,10 +100,13 @@ class SlotState:
 
     def unfloor_all(self, slots: list[int]) -> None:
         """These slots leave their floors (each is floored)."""
-        floors, past = self.floors, self.floor_events
+        floors = self.floors
         for slot in slots:
             del floors[slot]
-            past.pop(slot, None)
+        if self._past is not None:
+            self._past[slots] = 0
+            if not floors:
+                self._past = None
         self.flags[slots] &= ~np.uint8(FLOORED)
         self._floor_arrays = None
 
