@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from broker.subscription.holdings import EMPTY, Taken, concat
+from broker.subscription.holdings import EMPTY, Taken, add_slot_counts, concat
 from sdk.core.hashing import SLOT_COUNT
 
 
@@ -52,7 +52,7 @@ class Pending:
         keep = np.ones(len(events), np.bool_)
         keep[positions] = False
         self._events = Taken(events.offsets[keep], events.slots[keep], events.counts[keep])
-        np.subtract.at(self.per_slot, taken.slots, 1)
+        add_slot_counts(self.per_slot, taken.slots, -1)
         return taken
 
     def take_slots(self, slot_mask: npt.NDArray[np.bool_]) -> Taken:
@@ -82,7 +82,7 @@ class Pending:
             fits &= fits.cumsum() <= max(room, 0)
         kept = Taken(waiting.offsets[fits], slots[fits], waiting.counts[fits])
         self._events = concat([self._events, kept])
-        np.add.at(self.per_slot, kept.slots, 1)
+        add_slot_counts(self.per_slot, kept.slots, 1)
         refused = ~fits
         return fits, Taken(waiting.offsets[refused], slots[refused], waiting.counts[refused])
 

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, FLOORED
-from broker.subscription.holdings import distinct
+from broker.subscription.holdings import distinct, slot_counts
 from sdk.core.hashing import SLOT_COUNT
 
 
@@ -70,7 +70,7 @@ class SlotState:
             return
         if self._past is None:
             self._past = np.zeros(SLOT_COUNT, np.int32)
-        values, counts = np.unique(slots, return_counts=True)
+        values, counts = slot_counts(slots)
         past = self._past
         past[values] = np.maximum(past[values] + (counts if sign > 0 else -counts), 0)
 
@@ -124,7 +124,7 @@ class SlotState:
     def start_draining(self, slots: npt.NDArray[np.int32], holder: str) -> None:
         """`holder` holds unacked events of these slots (one entry per event), which it
         no longer owns."""
-        values, counts = np.unique(slots, return_counts=True)
+        values, counts = slot_counts(slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             entry = self.draining.get(slot)
             assert entry is None or entry[0] == holder, (
@@ -139,7 +139,7 @@ class SlotState:
         draining_slots = slots[(self.flags[slots] & DRAINING) != 0]
         if not len(draining_slots):
             return
-        values, counts = np.unique(draining_slots, return_counts=True)
+        values, counts = slot_counts(draining_slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             entry = self.draining[slot]
             if entry[0] != holder:
@@ -190,7 +190,7 @@ class SlotState:
 
     def dead_letter(self, slots: npt.NDArray[np.int32], sign: int) -> None:
         """Events of these slots went out to (+1) or came back from (-1) the dead-letter topic."""
-        values, counts = np.unique(slots, return_counts=True)
+        values, counts = slot_counts(slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             left = self.dead_lettering.get(slot, 0) + sign * n
             if left > 0:

@@ -20,7 +20,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from broker.subscription.dispatch import DELAYED, DRAINING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import Holding, Taken, concat, distinct
+from broker.subscription.holdings import (
+    Holding,
+    Taken,
+    add_slot_counts,
+    concat,
+    distinct,
+    slot_counts,
+)
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 
@@ -128,6 +135,23 @@ def test_a_holding_compacts_and_grows_past_its_first_buffers() -> None:
     assert holding.count == 0 and holding.first_offset() is None
     holding.add(taken([5, 6]), 0, 1)  # below everything held before: fine once empty
     assert holding.live().offsets.tolist() == [5, 6]
+
+
+def test_slot_counts_are_np_unique_and_np_add_at_for_few_and_many() -> None:
+    rng = np.random.default_rng(5)
+    for n in (0, 7, 383, 384, 5000):  # below and from the bincount threshold
+        slots = rng.integers(0, 65536 if n > 100 else 50, n).astype(np.int32)
+        values, counts = slot_counts(slots)
+        expected_values, expected_counts = np.unique(slots, return_counts=True)
+        assert values.tolist() == expected_values.tolist()
+        assert counts.tolist() == expected_counts.tolist()
+        per_slot = np.full(65536, 3, np.int32)
+        add_slot_counts(per_slot, slots, 1)
+        expected = np.full(65536, 3, np.int32)
+        np.add.at(expected, slots, 1)
+        assert (per_slot == expected).all() and per_slot.dtype == np.int32
+        add_slot_counts(per_slot, slots, -1)
+        assert (per_slot == 3).all()
 
 
 def test_distinct_is_np_unique() -> None:
