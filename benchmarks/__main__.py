@@ -20,6 +20,9 @@ NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 latency at several rates beside the disk's fsync and a gRPC round trip, with
 Redis in the same run (see benchmarks/latency.py).
 
+`python -m benchmarks stages [options]` splits that latency by stage: a traced
+broker, one producer and Key_Shared consumers (see benchmarks/stages.py).
+
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
 
@@ -88,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import latency  # open-loop latency against the disk and gRPC floor
 
         return latency.main(arguments[1:])
+    if arguments[:1] == ["stages"]:
+        from benchmarks import stages  # where each millisecond of the latency goes
+
+        return stages.main(arguments[1:])
     if arguments[:1] == ["simulate"]:
         from benchmarks import simulate  # the dispatch simulation, on every core
 

@@ -212,9 +212,10 @@ class Settings:
         "(broker/log/recent.py); 0 turns it off.")
     recent_records_max: int = setting(
         64, "Latency: records of each partition kept in memory (see recent_records_bytes_max).")
-    commit_inline_bytes_max: int = setting(
-        64 << 10, "Without fsync, a group commit of at most this many bytes is written on the "
-        "event loop instead of a worker thread (no thread hop); 0 always uses the thread.")
+    gil_switch_interval_us: int = setting(
+        500, "Latency: how long a worker thread running Python (view passes, log reads on a "
+        "thread) keeps the GIL while the event loop waits for it (sys.setswitchinterval; "
+        "Python's default is 5000).")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -232,7 +233,8 @@ class Settings:
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms",
                      "consumer_outbox_bytes_max", "waiting_slot_events_max",
                      "dispatch_read_bytes_max", "dispatch_cache_bytes_max",
-                     "delivery_bytes_max", "cursor_ranges_persisted_max"):
+                     "delivery_bytes_max", "cursor_ranges_persisted_max",
+                     "gil_switch_interval_us"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",

@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from itertools import takewhile
 from typing import Any
 
 from broker.config import Settings
@@ -26,9 +25,10 @@ from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.recent import RecentRecords
-from broker.log.retention import HeadRecord, plan_trim
-from broker.log.rocks_store import Append, RocksStore, Tail, head_records
+from broker.log.rocks_store import Append, RocksStore, Tail
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
+from broker.partition_trim import trim
+from broker.produce_records import append_of, response_of
 from broker.read_limit import ReadLimit
 from broker.read_path import Chunk, ReadSpec, read_chunk
 from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
@@ -89,12 +89,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def below(head: Iterable[HeadRecord], floor: int | None) -> Iterable[HeadRecord]:
-    """The head records retention may look at: those starting at or below
-    `floor` (the one starting at it is never removed: plan_trim keeps the last)."""
-    return head if floor is None else takewhile(lambda r: r.base_offset <= floor, head)
-
-
 class Partition:
     """One topic partition: its queue, its task, its in-memory tail state."""
 
@@ -135,7 +129,7 @@ class Partition:
         self.listeners: set[Callable[[], None]] = set()
         self._closed = False
         self._deleted = False
-        self._producers_checked_ms = 0
+        self.producers_checked_ms = 0  # retention's last producer-expiry pass
         self._task: asyncio.Task[None] | None = None
         # Supervision (broker/supervision.py): the commands the task is working
         # on, and why it refuses requests while it waits to be reopened.
@@ -270,7 +264,8 @@ class Partition:
                 continue
             outcomes.append(outcome)
             if not outcome.duplicate:
-                appends.append(self._append_of(command.request, outcome))
+                appends.append(append_of(self.meta.name, self.index, self.leader_epoch,
+                                         command.request, outcome))
                 self.bytes += len(appends[-1].value)
                 advance(self.clock, outcome.result)
                 producer_id = command.request.producer_id
@@ -279,14 +274,17 @@ class Partition:
                     states[producer_id] = codec.encode_producer_results(kept)
         if appends:
             try:
-                await self._write(appends, states)
-            except Exception as e:  # storage failure: undo the in-memory moves, fail all
+                self.store.append(self.meta.topic_id, self.index, appends, states,
+                                  self.start_offset, self.bytes, sync=False)
+            except Exception as e:  # nothing written: undo the in-memory moves, fail all
                 self.clock, self.bytes = saved_clock, saved_bytes
                 self.producers.results.update(saved_producers)
                 for command in commands:
                     if not command.future.done():
                         command.future.set_exception(e)
                 return
+            if self.store.durable:  # a failed fsync raises to supervision: reopen from the store
+                await asyncio.to_thread(self.store.sync_wal)
             for append in appends:  # what dispatchers following the tail read next
                 self.recent.add(append.base_offset, append.count, append.value)
             self.publish()
@@ -298,17 +296,8 @@ class Partition:
             if isinstance(answer, BrokerError):
                 command.future.set_exception(answer)
             else:
-                command.future.set_result(self._response(command.request, answer))
-
-    async def _write(self, appends: list[Append], states: dict[int, bytes]) -> None:
-        """One WriteBatch: on a worker thread (the fsync blocks), or inline when nothing
-        is fsynced and the group is small (no thread hop: see commit_inline_bytes_max)."""
-        args = (self.meta.topic_id, self.index, appends, states, self.start_offset, self.bytes)
-        if not self.settings.fsync and \
-                sum(len(a.value) for a in appends) <= self.settings.commit_inline_bytes_max:
-            self.store.append(*args)
-        else:
-            await asyncio.to_thread(self.store.append, *args)
+                command.future.set_result(
+                    response_of(self.meta.name, self.index, command.request, answer))
 
     def _decide(self, request: pb.ProduceRequest, publish_time_ms: int,
                 saved_producers: dict[int, list[codec.ProducerResult]]) -> Decision:
@@ -322,26 +311,6 @@ class Partition:
         request_input = ProduceInput(self.meta.name, self.index, request.batch.count,
                                      request.window, request.scn, producer_id, request.sequence)
         return decide(request_input, self.clock, self.producers, publish_time_ms)
-
-    def _append_of(self, request: pb.ProduceRequest, decision: Decision) -> Append:
-        result = decision.result
-        record = pb.Record(topic=self.meta.name, partition=self.index,
-                           base_offset=result.base_offset, scn_first=result.scn_first,
-                           window=result.window, publish_time_ms=result.publish_time_ms,
-                           producer_id=request.producer_id, sequence=request.sequence,
-                           leader_epoch=self.leader_epoch)
-        record.batch.CopyFrom(request.batch)  # slots verified or filled in by submit()
-        value = codec.encode_record(record.SerializeToString(), result.publish_time_ms,
-                                    result.count, result.scn_first, result.window)
-        return Append(result.base_offset, result.scn_first, result.count, result.window, value)
-
-    def _response(self, request: pb.ProduceRequest, decision: Decision) -> pb.ProduceResponse:
-        result = decision.result
-        return pb.ProduceResponse(
-            request_id=request.request_id, topic=self.meta.name, partition=self.index,
-            base_offset=result.base_offset, count=result.count, scn_first=result.scn_first,
-            window=result.window, publish_time_ms=result.publish_time_ms,
-            duplicate=decision.duplicate)
 
     # ------------------------------------------------------------ read
 
@@ -504,30 +473,9 @@ class Partition:
             raise
 
     async def _trim(self, command: _Trim) -> None:
-        self.recent.clear()  # retention and compaction remove or rewrite records
-        meta = self.meta
-        floor = self.retention_floor() if self.retention_floor is not None else None
-        plan = None
-        if self.compact_head is not None:  # a compacted topic rewrites its head instead
-            self.start_offset, removed = await self.compact_head(floor, command.now_ms)
-            self.bytes -= removed
-        elif meta.retention_ms or meta.retention_bytes:
-            plan = await asyncio.to_thread(lambda: plan_trim(
-                below(head_records(self.store, meta.topic_id, self.index), floor),
-                command.now_ms, meta.retention_ms, meta.retention_bytes, self.bytes))
-        if plan is not None:
-            self.removing_below = plan.stop_offset
-            await asyncio.to_thread(self.store.trim, meta.topic_id, self.index, plan.stop_offset,
-                                    plan.stop_scn, plan.stop_offset, self.bytes - plan.bytes_removed)
-            self.start_offset = plan.stop_offset
-            self.bytes -= plan.bytes_removed
-        if command.now_ms - self._producers_checked_ms >= self.settings.producer_expiry_check_interval_ms:
-            self._producers_checked_ms = command.now_ms
-            expired = await asyncio.to_thread(self.store.expire_producers, meta.topic_id,
-                                              self.index, command.now_ms - self.settings.producer_expiry_ms)
-            self.producers.forget(expired)
+        removed = await trim(self, command.now_ms)
         if not command.future.done():
-            command.future.set_result(plan.records_removed if plan else 0)
+            command.future.set_result(removed)
 
     def info(self) -> pb.PartitionInfo:
         return pb.PartitionInfo(partition=self.index, start_offset=self.start_offset,

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 
 import grpc
@@ -253,6 +254,8 @@ def security_interceptors(settings: Settings, access: AccessTable
 
 async def serve(settings: Settings, ready_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM. Writes the bound port to ready_file when serving."""
+    # The process's, not start_broker's: an embedding application keeps its own.
+    sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
     broker = await start_broker(settings)
     log.info("keybus broker serving on %s:%d, data in %s, fsync=%s, tls=%s, authentication=%s",
              settings.host, broker.port, settings.data_dir, settings.fsync,

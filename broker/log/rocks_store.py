@@ -1,8 +1,17 @@
 """The RocksDB store: one database per broker, one column family per kind.
 
-Layout is in `codec.py`. Every method is a blocking call; the partition task
-runs the slow ones (sync writes, reads) on a worker thread. RocksDB itself
-is thread-safe; this class keeps no mutable state beyond the handles.
+Layout is in `codec.py`. Every method is a blocking call. RocksDB itself is
+thread-safe; this class keeps no mutable state beyond the handles.
+
+Durable writes are two steps (`_write`): the WriteBatch is written without
+sync, then RocksDB's write-ahead log is fsynced (`sync_wal`). rocksdict's
+`write` holds the GIL for its whole call, so a synced write stops every
+Python thread (the broker's event loop too, even when the write runs on a
+worker thread) for the length of the fsync; `flush_wal(sync=True)` releases
+the GIL. Acknowledging after `sync_wal` returns is exactly as durable as a
+synced write: every write made before it is on disk. The partition task uses
+the two steps itself (write on the loop, fsync on a worker thread while the
+loop goes on serving); every other caller gets both in one call.
 """
 
 from __future__ import annotations
@@ -59,12 +68,9 @@ class RocksStore:
         self._db = rocksdict.Rdict(path, options=options, column_families=families)
         self._cf = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._views = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
-        self._write_options = rocksdict.WriteOptions()
-        self._write_options.sync = fsync
-        self._sync_options = rocksdict.WriteOptions()
-        self._sync_options.sync = True
-        self._cursor_write_options = rocksdict.WriteOptions()
-        self._cursor_write_options.sync = False
+        self.durable = fsync  # data writes are fsynced before they count (metadata always is)
+        self._unsynced = rocksdict.WriteOptions()
+        self._unsynced.sync = False
 
     def close(self) -> None:
         for view in self._views.values():
@@ -86,7 +92,7 @@ class RocksStore:
     def save_topic(self, topic: dict[str, Any]) -> None:
         batch = self._batch()
         batch.put(b"topic/" + topic["name"].encode(), json.dumps(topic).encode(), self._cf["meta"])
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     def next_id(self, counter: str) -> int:
         """Take the next value of a persisted counter (1, 2, ...). Sync write."""
@@ -95,7 +101,7 @@ class RocksStore:
         value = (codec.U64.unpack(current)[0] if current else 0) + 1
         batch = self._batch()
         batch.put(key, codec.U64.pack(value), self._cf["meta"])
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
         return int(value)
 
     def peek_id(self, counter: str) -> int:
@@ -111,7 +117,7 @@ class RocksStore:
         for family in ("log", "scn_index", "producers", "partitions", "cursors", "view",
                        "ownership", "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     # ------------------------------------------------------------ partitions
 
@@ -129,9 +135,11 @@ class RocksStore:
         return Tail(start_offset, base_offset + header.count, header.scn_last, size)
 
     def append(self, topic_id: int, partition: int, appends: list[Append],
-               producer_states: dict[int, bytes], start_offset: int, size: int) -> None:
+               producer_states: dict[int, bytes], start_offset: int, size: int,
+               sync: bool = True) -> None:
         """Write records, their SCN index, producer state and partition state in
-        one WriteBatch, fsynced when the store is durable: all or nothing."""
+        one WriteBatch, fsynced when the store is durable: all or nothing.
+        `sync=False`: the caller calls `sync_wal` before it counts on them."""
         batch = self._batch()
         log, scn_index = self._cf["log"], self._cf["scn_index"]
         for item in appends:
@@ -143,7 +151,7 @@ class RocksStore:
             batch.put(codec.log_key(topic_id, partition, producer_id), state, producers)
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._db.write(batch, self._write_options)
+        self._write(batch, sync=sync and self.durable)
 
     def load_producer(self, topic_id: int, partition: int, producer_id: int) -> bytes | None:
         value = self._views["producers"].get(codec.log_key(topic_id, partition, producer_id))
@@ -165,7 +173,7 @@ class RocksStore:
             batch = self._batch()
             for producer_id in expired:
                 batch.delete(codec.log_key(topic_id, partition, producer_id), self._cf["producers"])
-            self._db.write(batch, self._write_options)
+            self._write(batch, sync=self.durable)
         return expired
 
     def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
@@ -213,7 +221,7 @@ class RocksStore:
                            codec.log_key(topic_id, partition, stop_scn), self._cf["scn_index"])
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._db.write(batch, self._write_options)
+        self._write(batch, sync=self.durable)
 
     # ------------------------------------------------------------ relay: truncation
 
@@ -247,7 +255,7 @@ class RocksStore:
                 batch.put(key, state, producers)
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     # ------------------------------------------------------------ subscriptions
 
@@ -271,7 +279,7 @@ class RocksStore:
         batch.put(codec.subscription_key(topic_id, name), json.dumps(config).encode(), family)
         for partition, data in cursors.items():
             batch.put(codec.cursor_key(topic_id, partition, name), data, family)
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     def get_cursor(self, topic_id: int, partition: int, name: str) -> bytes | None:
         value = self._views["cursors"].get(codec.cursor_key(topic_id, partition, name))
@@ -284,7 +292,7 @@ class RocksStore:
         batch = self._batch()
         for partition, data in cursors.items():
             batch.put(codec.cursor_key(topic_id, partition, name), data, self._cf["cursors"])
-        self._db.write(batch, self._cursor_write_options)
+        self._write(batch, sync=False)
 
     def delete_subscription(self, topic_id: int, name: str, partitions: int) -> None:
         """Remove a subscription's settings and every cursor of it, atomically."""
@@ -293,7 +301,7 @@ class RocksStore:
         batch.delete(codec.subscription_key(topic_id, name), family)
         for partition in range(partitions):
             batch.delete(codec.cursor_key(topic_id, partition, name), family)
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     # ------------------------------------------------------------ access control
 
@@ -315,7 +323,7 @@ class RocksStore:
             batch.put(key, b"", family)
         for key in delete:
             batch.delete(key, family)
-        self._db.write(batch, self._sync_options)
+        self._write(batch, sync=True)
 
     # ------------------------------------------------------------ processor stores
 
@@ -340,7 +348,17 @@ class RocksStore:
         batch = self._batch()
         for family, key, value in puts:
             batch.put(key, value, self._cf[family])
-        self._db.write(batch, self._write_options if durable else self._cursor_write_options)
+        self._write(batch, sync=durable and self.durable)
+
+    def sync_wal(self) -> None:
+        """fsync the write-ahead log: every write made before this call is then on
+        disk. Releases the GIL while the disk works (see the module docstring)."""
+        self._db.flush_wal(True)
+
+    def _write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
+        self._db.write(batch, self._unsynced)  # holds the GIL: memtable + WAL append only
+        if sync:
+            self.sync_wal()
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
@@ -354,7 +372,7 @@ class RocksStore:
 
     def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
         """Write a WriteBatch built on `column_family` handles, fsynced if asked."""
-        self._db.write(batch, self._sync_options if sync else self._cursor_write_options)
+        self._write(batch, sync=sync)
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:

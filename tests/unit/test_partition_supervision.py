@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -118,6 +117,45 @@ def test_failure_in_append_loop_fails_in_flight_and_later_requests_then_reopens(
     assert "disk on fire" in str(tracebacks[0].exc_info[1])  # type: ignore[index]
 
 
+class FailingSyncStore(RocksStore):
+    """A durable RocksStore whose WAL fsync raises while `fault` is set (the group's
+    WriteBatch is already in RocksDB's memtable and WAL by then)."""
+
+    fault: Exception | None = None
+
+    def sync_wal(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+        super().sync_wal()
+
+
+def test_failed_fsync_fails_the_group_and_reopens_from_what_the_store_holds(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FailingSyncStore(str(tmp_path / "log.rocksdb"), fsync=True)
+        settings = Settings(task_restart_backoff_ms=200, task_restart_backoff_max_ms=400)
+        partition = Partition(store, TopicMeta("t", 1, 1, 0, 0, 0), 0, settings,
+                              store.recover_tail(1, 0))
+        partition.start()
+        assert (await asyncio.wait_for(partition.submit(_request([1, 2])), WAIT_S)).base_offset == 0
+        store.fault = OSError("fsync failed")
+        with pytest.raises(BrokerError) as failed:  # never acknowledged: not known durable
+            await asyncio.wait_for(partition.submit(_request([3, 4, 5])), WAIT_S)
+        assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "fsync failed" in failed.value.message
+        assert partition.end_offset == 2  # nobody read what was not synced
+        store.fault = None
+        again = await _produce_when_back(partition, [6])
+        # Reopened from the store, which holds the unsynced group: no offset is reused
+        # for different events (a retry of an idempotent producer is a duplicate).
+        assert again.base_offset == 5
+        assert partition.end_offset == 6
+        await partition.stop()
+        store.close()
+
+    asyncio.run(scenario())
+
+
 def test_failure_in_retention_answers_the_trim_and_resumes(tmp_path: Path) -> None:
     async def scenario() -> None:
         store, partition = await _open(tmp_path)
@@ -137,17 +175,18 @@ def test_failure_in_retention_answers_the_trim_and_resumes(tmp_path: Path) -> No
 
 
 class BlockingStore(RocksStore):
-    """A RocksStore whose appends wait until released (a write stuck in the kernel)."""
+    """A RocksStore whose WAL fsync waits until released (an fsync stuck in the kernel;
+    the partition runs it on a worker thread after writing the group on the loop)."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, fsync=False)
+        super().__init__(path, fsync=True)
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def append(self, *args: Any, **kwargs: Any) -> None:
+    def sync_wal(self) -> None:
         self.entered.set()
         self.release.wait(WAIT_S)
-        super().append(*args, **kwargs)
+        super().sync_wal()
 
 
 def test_stop_answers_the_group_in_flight(tmp_path: Path) -> None:

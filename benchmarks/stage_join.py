@@ -1,0 +1,95 @@
+"""Join the stage notes of `stage_trace.py` with the clients' stamps: where each millisecond goes. Pure.
+
+Inputs, all CLOCK_MONOTONIC nanoseconds: per event its offset, the producer's
+`send` call and its arrival at a consumer (`Arrival`); per value stamp when
+its batch left the producer's accumulator for the Sender (`left`); and the
+broker's notes (`stage_trace.py`). Output: per event the consecutive stages
+below, which add up to its whole latency (a stage that the clocks of two
+threads make slightly negative counts as 0 in the percentiles, never dropped).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+STAGES = (
+    ("send → batch leaves the producer", "the producer's batching (Nagle's rule / linger)"),
+    ("→ the partition has the request", "gRPC hop in, the Produce servicer"),
+    ("→ decided", "the partition's queue: waiting for the group commit in flight"),
+    ("→ written and fsynced", "the WriteBatch on the loop, the WAL fsync on a worker thread"),
+    ("→ published", "back on the event loop: the durable end moves"),
+    ("→ dispatcher round starts", "the dispatcher's wake"),
+    ("→ delivery queued", "the round: read the recent records, decide, cut the delivery"),
+    ("→ arrival at the consumer", "the stream's outbox, gRPC hop out, the consumer's receive"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    offset: int
+    sent_ns: int
+    arrived_ns: int
+
+
+def _by_offset(notes: Sequence[Sequence[Any]], kind: str) -> dict[int, tuple[int, int]]:
+    """decide notes: offset -> (submitted, decided)."""
+    found: dict[int, tuple[int, int]] = {}
+    for note in notes:
+        if note[0] == kind:
+            _, base, count, submitted, decided = note
+            for offset in range(base, base + count):
+                found[offset] = (submitted, decided)
+    return found
+
+
+def _groups(notes: Sequence[Sequence[Any]]) -> tuple[list[int], list[int], list[int]]:
+    """The groups' (start, stop, synced_ns), sorted by start."""
+    synced = sorted((n[1], n[2], n[3]) for n in notes if n[0] == "synced")
+    return [g[0] for g in synced], [g[1] for g in synced], [g[2] for g in synced]
+
+
+def _delivered(notes: Sequence[Sequence[Any]], published: dict[int, int]) -> dict[int, int]:
+    """offset -> when the first delivery holding it after its publish was queued."""
+    found: dict[int, int] = {}
+    for note in notes:
+        if note[0] != "deliver":
+            continue
+        _, low, high, at = note
+        for offset in range(low, high + 1):
+            if offset not in found and published.get(offset, at + 1) <= at:
+                found[offset] = at
+    return found
+
+
+def stage_rows(notes: Sequence[Sequence[Any]], arrivals: Sequence[Arrival],
+               left: dict[int, int]) -> list[list[int]]:
+    """Per joined event, the stages' durations in ns (in STAGES order)."""
+    decided = _by_offset(notes, "decide")
+    starts, stops, synced_at = _groups(notes)
+    publishes = [(n[1], n[2]) for n in notes if n[0] == "publish"]
+    ends = [end for end, _ in publishes]
+    rounds = sorted(n[1] for n in notes if n[0] == "round")
+    published = {}
+    for arrival in arrivals:
+        i = bisect.bisect_right(ends, arrival.offset)
+        if i < len(publishes):
+            published[arrival.offset] = publishes[i][1]
+    delivered = _delivered(notes, published)
+    rows = []
+    for a in arrivals:
+        g = bisect.bisect_right(starts, a.offset) - 1
+        if a.offset not in decided or a.offset not in delivered or g < 0 or \
+                a.offset >= stops[g] or a.sent_ns not in left:
+            continue
+        submitted, decided_at = decided[a.offset]
+        publish_at, deliver_at = published[a.offset], delivered[a.offset]
+        r = bisect.bisect_right(rounds, deliver_at) - 1
+        round_at = max(rounds[r] if r >= 0 else publish_at, publish_at)
+        points = [a.sent_ns, left[a.sent_ns], submitted, decided_at, synced_at[g], publish_at,
+                  round_at, deliver_at, a.arrived_ns]
+        rows.append([later - earlier for earlier, later in pairwise(points)])
+    return rows

@@ -1,0 +1,125 @@
+"""The processes of `python -m benchmarks stages`: a traced broker, the producer, consumers.
+
+Each value begins with the CLOCK_MONOTONIC time of its `send` call (8 bytes,
+little-endian); the producer notes when each batch left its accumulator for
+the Sender (a wrapper around `Sender.submit`, so a rename breaks it loudly);
+each consumer process returns (offset, sent, arrived) for what it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TOPIC = "stages"
+SUBSCRIPTION = "stages"
+KEYS = 1_000
+RECEIVE_WAIT_S = 0.1
+PERMITS = 5_000
+
+
+@contextlib.contextmanager
+def running_traced_broker(tmp: Path, notes_file: Path, no_fsync: bool
+                          ) -> Iterator[tuple[str, int]]:
+    """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition."""
+    ready = tmp / "ready"
+    command = [sys.executable, "-m", "benchmarks.stage_trace", str(notes_file),
+               "--data-dir", str(tmp / "data"), "--host", "127.0.0.1", "--port", "0",
+               "--ready-file", str(ready), "--log-level", "WARNING",
+               *(["--no-fsync"] if no_fsync else [])]
+    process = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the traced broker did not start")
+            time.sleep(0.02)
+        address = f"127.0.0.1:{ready.read_text()}"
+        asyncio.run(_create_topic(address))
+        yield address, process.pid
+    finally:
+        process.terminate()  # the broker stops cleanly and the trace writes its notes
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def _create_topic(address: str) -> None:
+    from sdk import Admin
+
+    async with Admin(address) as admin:
+        await admin.create_topic(TOPIC, partitions=1)
+
+
+async def produce(address: str, rate: int, events: int, value_bytes: int) -> dict[int, int]:
+    """Send `events` at `rate` in 1 ms ticks; returns sent stamp -> when its batch left."""
+    import sdk.sender
+    from sdk import Producer
+
+    left: dict[int, int] = {}
+    submit = sdk.sender.Sender.submit
+
+    def noted_submit(self: Any, batch: Any) -> None:
+        now = time.monotonic_ns()
+        for value in batch.request.batch.values:
+            left[int.from_bytes(value[:8], "little")] = now
+        submit(self, batch)
+
+    sdk.sender.Sender.submit = noted_submit  # type: ignore[method-assign]
+    try:
+        producer = await Producer.create(address, TOPIC)
+        per_tick = max(1, rate // 1000)
+        padding = b"x" * (value_bytes - 8)
+        start, sent = time.monotonic(), 0
+        while sent < events:
+            due = start + sent / rate
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            for _ in range(min(per_tick, events - sent)):
+                producer.send_nowait(sent % KEYS, time.monotonic_ns().to_bytes(8, "little") + padding)
+                sent += 1
+        await producer.close()
+    finally:
+        sdk.sender.Sender.submit = submit  # type: ignore[method-assign]
+    return left
+
+
+def consumers_process(address: str, events: int, results: multiprocessing.Queue[Any],
+                      done: Any) -> None:
+    """One Key_Shared consumer: says it is subscribed, then sends its arrivals in chunks."""
+    import uvloop
+
+    uvloop.run(_consume(address, events, results, done))
+
+
+async def _consume(address: str, events: int, results: multiprocessing.Queue[Any],
+                   done: Any) -> None:
+    from sdk import Consumer
+
+    consumer = await Consumer.subscribe(address, TOPIC, SUBSCRIPTION, type="key_shared",
+                                        receiver_queue_size=PERMITS)
+    results.put([])
+    chunk: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 120
+    while not done.is_set() and time.monotonic() < deadline:
+        try:
+            batch = await consumer.receive_batch(RECEIVE_WAIT_S)
+        except TimeoutError:
+            if chunk:
+                results.put(chunk)
+                chunk = []
+            continue
+        arrived = time.monotonic_ns()
+        for offset, value in zip(batch.offsets, batch.values, strict=True):
+            chunk.append((offset, int.from_bytes(value[:8], "little"), arrived))
+        consumer.ack_batch(batch)
+    if chunk:
+        results.put(chunk)
+    await consumer.close()

@@ -1,0 +1,125 @@
+"""A broker process that stamps each event's way through it, for `benchmarks/stages.py`.
+
+`python -m benchmarks.stage_trace OUT_JSON [broker options]` runs the real
+broker (`broker.main`) after wrapping a few of its methods to note
+CLOCK_MONOTONIC nanoseconds (the clock every process on the machine shares)
+at each step of the latency path, and writes the notes to OUT_JSON when the
+process exits (SIGTERM included):
+
+- ``submit``: a produce request reaches its partition (`Partition.submit`);
+- ``decide``: the partition task decided it (offsets assigned), with its
+  base offset and count (`append_of`, called once per stored request);
+- ``write`` / ``synced``: the group's WriteBatch starts on the loop
+  (`RocksStore.append(sync=False)`) and its WAL fsync returns on the worker
+  thread (`RocksStore.sync_wal`), with the group's offsets;
+- ``publish``: the durable end moved (`Partition.publish`), with the new end;
+- ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
+- ``deliver``: a delivery to a consumer is assembled and queued for its
+  stream (`PartitionDispatcher._deliver`), with its lowest and highest offset.
+
+A diagnostic for benchmarks only: it names private methods, so a rename
+breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+Note = tuple[Any, ...]
+
+
+def install(notes: list[Note]) -> None:
+    """Wrap the broker's methods so each step appends a note (see the module docstring)."""
+    import broker.partition as partition_module
+    from broker.log.rocks_store import RocksStore
+    from broker.subscription.dispatcher import PartitionDispatcher
+
+    ns = time.monotonic_ns
+    partition_class = partition_module.Partition
+    submitted: dict[int, int] = {}
+    group: list[tuple[int, int]] = []  # the offsets of the group being written
+
+    submit = partition_class.submit
+
+    def traced_submit(self: Any, request: Any) -> Any:
+        submitted[id(request)] = ns()
+        return submit(self, request)
+
+    append_of = getattr(partition_module, "append_of")  # noqa: B009 (imported there, not exported)
+
+    def traced_append_of(topic: str, index: int, epoch: int, request: Any, decision: Any) -> Any:
+        result = decision.result
+        notes.append(("decide", result.base_offset, result.count,
+                      submitted.pop(id(request), 0), ns()))
+        return append_of(topic, index, epoch, request, decision)
+
+    append = RocksStore.append
+
+    def traced_append(self: Any, topic_id: int, index: int, appends: list[Any], *args: Any,
+                      **kwargs: Any) -> None:
+        if appends:
+            group[:] = [(appends[0].base_offset, appends[-1].base_offset + appends[-1].count)]
+            notes.append(("write", *group[0], ns()))
+        append(self, topic_id, index, appends, *args, **kwargs)
+
+    sync_wal = RocksStore.sync_wal
+
+    def traced_sync_wal(self: Any) -> None:
+        sync_wal(self)
+        if group:
+            notes.append(("synced", *group[0], ns()))
+
+    publish = partition_class.publish
+
+    def traced_publish(self: Any) -> None:
+        notes.append(("publish", self.clock.next_offset, ns()))
+        publish(self)
+
+    round_ = PartitionDispatcher._round
+
+    async def traced_round(self: Any) -> None:
+        notes.append(("round", ns()))
+        await round_(self)
+
+    deliver = PartitionDispatcher._deliver
+
+    def traced_deliver(self: Any, consumer: str, events: Any, *args: Any) -> None:
+        if len(events):
+            notes.append(("deliver", int(events.offsets[0]), int(events.offsets[-1]), ns()))
+        deliver(self, consumer, events, *args)
+
+    replaced: list[tuple[Any, str, Callable[..., Any]]] = [
+        (partition_class, "submit", traced_submit),
+        (partition_module, "append_of", traced_append_of),
+        (RocksStore, "append", traced_append), (RocksStore, "sync_wal", traced_sync_wal),
+        (partition_class, "publish", traced_publish),
+        (PartitionDispatcher, "_round", traced_round),
+        (PartitionDispatcher, "_deliver", traced_deliver)]
+    for owner, name, traced in replaced:
+        setattr(owner, name, traced)
+
+
+def main(argv: list[str]) -> int:
+    out, broker_argv = argv[0], argv[1:]
+    notes: list[Note] = []
+    install(notes)
+
+    def dump() -> None:
+        with open(out, "w") as f:
+            json.dump(notes, f)
+
+    atexit.register(dump)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the broker replaces it once serving
+    from broker.main import main as broker_main
+
+    return broker_main(broker_argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""`python -m benchmarks stages [options]`: where each millisecond of publish-to-delivery goes.
+
+The latency benchmark (`latency.py`) says how long; this says where. One
+broker runs under `stage_trace.py` (stamps at each step of the path), one
+producer process sends at `--rates` in 1 ms ticks (each value carries the
+time of its `send` call), `--consumers` Key_Shared consumer processes note
+each event's arrival; the producer also notes when each batch left its
+accumulator for the Sender. `stage_join.py` joins the notes on the offsets
+and prints, per rate, p50 / p99 / p99.9 / max of every stage beside the disk's own
+fsync, and the CPU each process used. All clocks are CLOCK_MONOTONIC.
+
+It patches private methods of the broker and the SDK: a diagnostic, not a
+measure of the product (its stamps cost a few µs per step). The figures go
+to benchmarks/out/stages.json and a block of RESULTS.md (unless --no-record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import floor, machine
+from benchmarks.histogram import figures_ms, of_ms
+from benchmarks.results import record_block
+from benchmarks.stage_join import STAGES, Arrival, stage_rows
+from benchmarks.stage_run import consumers_process, produce, running_traced_broker
+
+OUT = Path(__file__).resolve().parent / "out"
+VALUE_BYTES = 100
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks stages",
+                                     description=__doc__.split("\n\n")[1])
+    parser.add_argument("--rates", default="1000,10000", help="events/s, comma-separated")
+    parser.add_argument("--duration-s", type=float, default=5.0)
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--no-fsync", action="store_true", help="the broker acks before fsync")
+    parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
+    return parser.parse_args(argv)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
+    """One broker, producer and consumers at `rate`; the stage figures."""
+    events = max(1, int(rate * options.duration_s))
+    with tempfile.TemporaryDirectory(prefix="keybus-stages-") as tmp:
+        notes_file = Path(tmp) / "notes.json"
+        with running_traced_broker(Path(tmp), notes_file, options.no_fsync) as (address, pid):
+            results: multiprocessing.Queue[Any] = multiprocessing.Queue()
+            done = multiprocessing.Event()
+            children = [multiprocessing.Process(target=consumers_process,
+                                                args=(address, events, results, done))
+                        for _ in range(options.consumers)]
+            for child in children:
+                child.start()
+            for _ in children:
+                results.get(timeout=60)  # each says it is subscribed
+            before = {"broker": _cpu_s(pid), "consumers": sum(_cpu_s(c.pid or 0) for c in children)}
+            began, producer_cpu = time.monotonic(), time.process_time()
+            left = asyncio.run(produce(address, rate, events, VALUE_BYTES))
+            arrivals: list[Arrival] = []
+            deadline = time.monotonic() + 60
+            while len(arrivals) < events and time.monotonic() < deadline:
+                arrivals.extend(Arrival(*a) for a in results.get(timeout=60))
+            seconds = time.monotonic() - began
+            cpu = {"producer": (time.process_time() - producer_cpu) / seconds,
+                   "broker": (_cpu_s(pid) - before["broker"]) / seconds,
+                   "consumers": (sum(_cpu_s(c.pid or 0) for c in children)
+                                 - before["consumers"]) / seconds}
+            done.set()
+            for child in children:
+                child.join(10)
+        notes = json.loads(notes_file.read_text())
+    rows = stage_rows(notes, arrivals, left)
+    columns: list[tuple[int, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in STAGES]
+    stages = [{"stage": name, "what": what, **figures_ms(of_ms(max(0, v) / 1e6 for v in column))}
+              for (name, what), column in zip(STAGES, columns, strict=True)]
+    total = of_ms(sum(row) / 1e6 for row in rows)
+    return {"rate": rate, "events": events, "joined": len(rows), "stages": stages,
+            "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},
+            "load": os.getloadavg()[0]}
+
+
+def render(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    disk = report["disk_fsync"]
+    lines = [f"`{report['command']}` — {m['date']}, {m['nproc']} cores, {m['cpu']}, Python "
+             f"{m['python']}; every process on this machine, 127.0.0.1; "
+             f"disk append 4 KiB + fsync p50 {disk['p50_ms']} / p99 {disk['p99_ms']} ms"]
+    for run in report["runs"]:
+        cpu = run["cpu_cores"]
+        lines += ["", f"#### {run['rate']:,} events/s: {run['joined']:,} of {run['events']:,} "
+                  f"events joined; CPU cores: broker {cpu['broker']}, producer "
+                  f"{cpu['producer']}, consumers (together) {cpu['consumers']}; load "
+                  f"{run['load']:.2f}", "",
+                  "| stage | what it holds | p50 ms | p99 ms | p99.9 ms | max ms |",
+                  "|---|---|---|---|---|---|"]
+        for s in run["stages"] + [{"stage": "**send → arrival**", "what": "the whole latency",
+                                   **run["total"]}]:
+            lines.append(f"| {s['stage']} | {s['what']} | " + " | ".join(
+                str(s.get(k, "—")) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    options = parse_args(argv)
+    rates = [int(r) for r in options.rates.split(",") if r.strip()]
+    report: dict[str, Any] = {
+        "machine": machine.describe(), "command": "python -m benchmarks stages " + " ".join(argv),
+        "disk_fsync": floor.disk_fsync(None, 500), "runs": []}
+    for rate in rates:
+        report["runs"].append(run_rate(rate, options))
+    print(render(report))
+    OUT.mkdir(exist_ok=True)
+    (OUT / "stages.json").write_text(json.dumps(report, indent=2))
+    if not options.no_record:
+        record_block(report["command"].strip(), render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
