@@ -29,6 +29,7 @@ from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.manager import SubscriptionManager
 from broker.topics import TopicRegistry
 from sdk.core.pb import keybus_pb2 as pb
+from tests.support.managers import subscription_manager
 from tests.support.wire import int_batch
 
 WAIT_S = 10.0
@@ -43,16 +44,10 @@ def subscribe(consumer: str) -> pb.SubscribeOpen:
 async def opened(path: Path, settings: Settings
                  ) -> AsyncIterator[tuple[TopicRegistry, SubscriptionManager, RocksStore]]:
     store = RocksStore(str(path), fsync=False)
-    registry = TopicRegistry(store, settings)
-    await registry.open()
-    manager = SubscriptionManager(registry, store, settings, {})
-    await manager.open()
     try:
-        await registry.create("t", pb.TopicConfig(partitions=1))
-        yield registry, manager, store
+        async with subscription_manager(store, settings) as (registry, manager):
+            yield registry, manager, store
     finally:
-        await manager.close()
-        await registry.close()
         store.close()
 
 
