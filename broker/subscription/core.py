@@ -78,7 +78,7 @@ from broker.subscription.dispatch import (
     pick_active,
 )
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import EMPTY, I64, Taken, concat, pick, union
+from broker.subscription.holdings import EMPTY, I64, Taken, concat, distinct, pick, union
 from broker.subscription.members import Member, MemberSpec, RateMeter
 from broker.subscription.pending import Pending
 from broker.subscription.persist import merge_cursor
@@ -290,7 +290,7 @@ class PartitionCore(DispatchSide, ReadSide):
             self.slots.release_held(member.holding.take_below(stop).slots, member.name)
         self.given_back.take_between(0, stop)
         pending = self.pending.events
-        self.pending.take(np.flatnonzero(pending.offsets < stop))
+        self.pending.take((pending.offsets < stop).nonzero()[0])
         for slot, floor in list(self.slots.floors.items()):
             if floor < stop:
                 if stop >= self.position:
@@ -319,7 +319,7 @@ class PartitionCore(DispatchSide, ReadSide):
         if not len(taken):
             return
         taken = Taken(taken.offsets, taken.slots, taken.counts + 1)
-        slots = np.unique(taken.slots)
+        slots = distinct(taken.slots)
         limit = self.limits.max_redeliveries
         if limit:
             dead = taken.counts > limit
@@ -344,8 +344,8 @@ class PartitionCore(DispatchSide, ReadSide):
         folded = self.pending.take_slots(mask)
         again = folded.counts > 0  # given back before, read again: given back still
         if again.any():
-            self.given_back.add(pick(folded, np.flatnonzero(again)), 0)
-            folded = pick(folded, np.flatnonzero(~again))
+            self.given_back.add(pick(folded, again.nonzero()[0]), 0)
+            folded = pick(folded, (~again).nonzero()[0])
         self.slots.count_past_floor(folded.slots)
         floor_slots = np.concatenate((folded.slots, slots.astype(np.int32)))
         floor_offsets = np.concatenate((folded.offsets,
@@ -365,7 +365,7 @@ class PartitionCore(DispatchSide, ReadSide):
         if not ok:
             self.given_back.add(done, now_ms)
             if self.keyed:  # they go first again: their slots wait behind them
-                self._floor_given_back(np.unique(done.slots))
+                self._floor_given_back(distinct(done.slots))
         self.dirty = True
 
     # ------------------------------------------------------------ time
@@ -421,8 +421,9 @@ class PartitionCore(DispatchSide, ReadSide):
         """Every offset below it is acknowledged (rule 6)."""
         lows = [self.position]
         for member in self.members.values():
-            if member.holding.count:
-                lows.append(int(member.holding.live().offsets[0]))
+            first = member.holding.first_offset()
+            if first is not None:
+                lows.append(first)
         for events in (self.given_back.offsets, self.pending.events.offsets,
                        self._dead_out.offsets):
             if len(events):
@@ -435,7 +436,7 @@ class PartitionCore(DispatchSide, ReadSide):
         """Every offset held, given back, pending or out to the dead-letter topic, sorted."""
         parts = [m.holding.live().offsets for m in self.members.values() if m.holding.count]
         parts += [self.given_back.offsets, self.pending.events.offsets, self._dead_out.offsets]
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        return distinct(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def snapshot(self) -> Cursor:
         """The cursor to persist now (clears `dirty`)."""

@@ -77,17 +77,23 @@ class DispatchSide:
         owner = self._owners[events.slots].astype(np.intp)
         ready = (owner != 0) & (permits[owner] > 0) & \
             ((self.slots.flags[events.slots] & BLOCKING) == 0)
-        return self.pending.take(np.flatnonzero(ready))
+        return self.pending.take(ready.nonzero()[0])
 
     def _send_keyed(self, candidates: Taken, permits: I64, now_ms: int) -> npt.NDArray[np.bool_]:
         plan = plan_keyed(candidates.slots, self._owners, self.slots.flags, permits)
+        owners = plan.owners.tolist()
+        if len(owners) == 1 and len(plan.positions) == len(candidates):  # all to one owner
+            member = self._by_index[owners[0]]
+            assert member is not None
+            self._send(member, candidates, now_ms)  # in candidate order: they are the plan's
+            return np.ones(len(candidates), np.bool_)
         sent = np.zeros(len(candidates), np.bool_)
         sent[plan.positions] = True
-        for k, owner in enumerate(plan.owners.tolist()):
-            positions = plan.positions[plan.bounds[k]:plan.bounds[k + 1]]
+        bounds = plan.bounds.tolist()
+        for k, owner in enumerate(owners):
             member = self._by_index[owner]
             assert member is not None
-            self._send(member, pick(candidates, positions), now_ms)
+            self._send(member, pick(candidates, plan.positions[bounds[k]:bounds[k + 1]]), now_ms)
         return sent
 
     def _send_shared(self, candidates: Taken, now_ms: int) -> npt.NDArray[np.bool_]:
@@ -106,8 +112,8 @@ class DispatchSide:
         return sent
 
     def _send(self, member: Member, events: Taken, now_ms: int) -> None:
-        if len(events.offsets) > 1 and not bool(np.all(np.diff(events.offsets) > 0)):
-            order = np.argsort(events.offsets, kind="stable")
+        if len(events.offsets) > 1 and not bool((events.offsets[1:] > events.offsets[:-1]).all()):
+            order = events.offsets.argsort(kind="stable")
             events = Taken(events.offsets[order], events.slots[order], events.counts[order])
         n = len(events)
         self._last_send += 1
@@ -127,7 +133,7 @@ class DispatchSide:
         given back before, goes back to `GivenBack`)."""
         if sent.all():
             return
-        waiting = pick(candidates, np.flatnonzero(~sent))
+        waiting = pick(candidates, (~sent).nonzero()[0])
         limits = self.limits
         if not self.keyed:  # bounded by demand: Shared reads only what consumers asked for
             self.pending.admit(waiting, len(waiting) + 1, len(self.pending) + len(waiting))
@@ -138,10 +144,10 @@ class DispatchSide:
             return
         again = refused.counts > 0
         if again.any():  # given back before: given back still, and their slots wait for them
-            back = pick(refused, np.flatnonzero(again))
+            back = pick(refused, again.nonzero()[0])
             self.given_back.add(back, 0)
             self.slots.lower_floors(back.slots, np.full(len(back), self.position, np.int64))
-        fresh = pick(refused, np.flatnonzero(~again))
+        fresh = pick(refused, (~again).nonzero()[0])
         if len(fresh):
             self.slots.lower_floors(fresh.slots, fresh.offsets)
             self.slots.count_past_floor(fresh.slots)

@@ -21,8 +21,8 @@ from broker.subscription.core_types import CoreLimits, ReadRequest, ReadResult
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatch import BLOCKING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import I32, I64, Taken, concat, pick
-from broker.subscription.members import Member, permit_array
+from broker.subscription.holdings import I32, I64, Taken, concat, distinct, pick
+from broker.subscription.members import Member, permits_available
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 from sdk.core.hashing import SLOT_COUNT
@@ -61,10 +61,12 @@ class ReadSide:
         """What to read next, or None. Catch-up reads go first (they move the mark-delete,
         and they must outrun the main read to rejoin it), but when both are wanted the
         main read gets at least one read in `CATCH_UP_READS_IN_A_ROW + 1`."""
-        permits = permit_array(self._by_index, self.limits.consumer_unacked_events_max)
-        catch_up = self._catch_up_request(permits, end_offset) \
-            if permits.any() or not self.keyed else None
-        main = self._main_wanted(permits, end_offset)
+        available = permits_available(self._by_index, self.limits.consumer_unacked_events_max)
+        wanted = any(available)
+        catch_up = None
+        if not self.keyed or (wanted and self.slots.floors):
+            catch_up = self._catch_up_request(np.array(available, np.int64), end_offset)
+        main = self._main_wanted(wanted, end_offset)
         if catch_up is not None and (self._catch_up_in_a_row < CATCH_UP_READS_IN_A_ROW
                                      or not main):
             self._catch_up_in_a_row += 1
@@ -75,11 +77,12 @@ class ReadSide:
         self._ticket += 1
         return ReadRequest(self._ticket, self.position, end_offset, self.limits.read_events_max)
 
-    def _main_wanted(self, permits: I64, end_offset: int) -> bool:
+    def _main_wanted(self, permits_left: bool, end_offset: int) -> bool:
+        """Whether the main read is wanted; `permits_left`: some owner index has permits."""
         if self.position >= end_offset:
             return False
         if self.keyed:
-            return bool(permits.any())
+            return permits_left
         demand = sum(m.available(self.limits.consumer_unacked_events_max)
                      for m in self.members.values())
         return demand > len(self.pending)
@@ -108,7 +111,7 @@ class ReadSide:
         slots, starts, owner = floor_slots[ready], floor_offsets[ready].copy(), owner[ready]
         given = self.given_back
         if len(given):  # a slot's given-back events come before its floor
-            i = np.minimum(np.searchsorted(slots, given.slots), len(slots) - 1)
+            i = np.minimum(slots.searchsorted(given.slots), len(slots) - 1)
             mine = slots[i] == given.slots
             np.minimum.at(starts, i[mine], given.offsets[mine])
         if self._sweep >= self.position or not (starts >= self._sweep).any():
@@ -116,7 +119,7 @@ class ReadSide:
         ahead = starts >= self._sweep
         mask = np.zeros(SLOT_COUNT, np.bool_)
         mask[slots[ahead]] = True
-        wanted = int(permits[np.unique(owner[ahead])].sum()) + \
+        wanted = int(permits[distinct(owner[ahead])].sum()) + \
             self.limits.waiting_slot_events_max * int(ahead.sum())
         self._ticket += 1
         return ReadRequest(self._ticket, max(self._sweep, int(starts[ahead].min())),
@@ -130,7 +133,7 @@ class ReadSide:
             return None
         if self._sweep >= self.position or given.offsets[-1] < self._sweep:
             self._sweep = int(given.offsets[0])
-        start = int(given.offsets[np.searchsorted(given.offsets, self._sweep)])
+        start = int(given.offsets[given.offsets.searchsorted(self._sweep)])
         self._ticket += 1
         return ReadRequest(self._ticket, start, self.position, self.limits.read_events_max, True)
 
@@ -159,16 +162,19 @@ class ReadSide:
         (read past: counted on their floors; `caught_up` slots were taken by the
         catch-up part of the same read)."""
         offsets, slots = result.offsets, result.slots
-        keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
-        if self.keyed:
+        if self.filter is None and (not len(offsets) or offsets[0] >= self.position):
+            keep = None  # ascending offsets, all from the position on: every one passes
+        else:
+            keep = self._filter_mask(offsets, slots) & (offsets >= self.position)
+        if self.keyed and self.slots.floors:
             floored = (self.slots.flags[slots] & FLOORED) != 0
             if floored.any():
-                past = floored & keep
+                past = floored if keep is None else floored & keep
                 if caught_up is not None:
-                    past &= ~caught_up[slots]
+                    past = past & ~caught_up[slots]
                 self.slots.count_past_floor(slots[past])
-                keep &= ~floored
-        if not keep.all():
+                keep = ~floored if keep is None else keep & ~floored
+        if keep is not None and not keep.all():
             offsets, slots = offsets[keep], slots[keep]
         return Taken(offsets, slots, np.zeros(len(offsets), np.int32))
 
@@ -184,24 +190,23 @@ class ReadSide:
             positions = positions[given.due_ms[positions] <= now_ms]
         back = given.take(positions)
         if len(back):  # events retention removed meanwhile are gone: acknowledged
-            i = np.minimum(np.searchsorted(offsets, back.offsets), max(len(offsets) - 1, 0))
+            i = np.minimum(offsets.searchsorted(back.offsets), max(len(offsets) - 1, 0))
             found = offsets[i] == back.offsets if len(offsets) else np.zeros(len(back), np.bool_)
-            back = pick(back, np.flatnonzero(found))
+            back = pick(back, found.nonzero()[0])
         if mask is None:
             return back
         floor_slots, floor_offsets = self.slots.floor_arrays()
-        j = np.minimum(np.searchsorted(floor_slots, slots), max(len(floor_slots) - 1, 0))
+        j = np.minimum(floor_slots.searchsorted(slots), max(len(floor_slots) - 1, 0))
         region = mask[slots] & (floor_slots[j] == slots) & (offsets >= floor_offsets[j]) \
             if len(floor_slots) else np.zeros(len(slots), np.bool_)
         region &= self._filter_mask(offsets, slots)
         self.slots.count_past_floor(slots[region], -1)
-        for slot in floor_slots[mask[floor_slots]].tolist():
-            self.slots.raise_floor(slot, result.stop)  # lowered again for what waits
+        self.slots.raise_floors(mask, result.stop)  # lowered again for what waits
         fresh = Taken(offsets[region], slots[region], np.zeros(int(region.sum()), np.int32))
         if not len(back):
             return fresh
         merged = concat([back, fresh])
-        return pick(merged, np.argsort(merged.offsets, kind="stable"))
+        return pick(merged, merged.offsets.argsort(kind="stable"))
 
     def _still_ahead(self, request: ReadRequest) -> npt.NDArray[np.bool_] | None:
         """The slots of a catch-up read whose every event to read again still lies at or
@@ -224,9 +229,8 @@ class ReadSide:
         if not done.any():
             return
         waiting = set(self.given_back.slots.tolist()) | set(self._dead_out.slots.tolist())
-        for slot in floor_slots[done].tolist():
-            if slot not in waiting:
-                self.slots.unfloor(slot)
+        self.slots.unfloor_all([slot for slot in floor_slots[done].tolist()
+                                if slot not in waiting])
 
     def _filter_mask(self, offsets: I64, slots: I32) -> npt.NDArray[np.bool_]:
         """After a restart: which of these events the persisted cursor says are unacked."""

@@ -10,9 +10,10 @@ Rules:
    they are (no re-encoding); otherwise a subset Record with an `offsets`
    column is cut from the stored bytes (`subset_wire.py`: the record's wire
    layout found once, a few numpy gathers per subset). A few events of a
-   record (an eighth at most, a quarter in all) are picked from its parsed
-   columns instead, which costs less than finding the layout; so are the
-   subsets of bytes not laid out as protobuf writes them (with column lists
+   record (an eighth at most, a quarter in all), and any subset of a small
+   record (`SMALL_RECORD_EVENTS`), are picked from its parsed columns
+   instead, which costs less than finding the layout; so are the subsets
+   of bytes not laid out as protobuf writes them (with column lists
    made once per record: an itemgetter per column, not an object per event).
 2. A message holds whole record parts until the next would pass
    `bytes_max`; a part larger than that alone is split in halves until each
@@ -52,6 +53,10 @@ _REDELIVERY_COUNTS_TAG = b"\x1a"  # Delivery.redelivery_counts: field 3, packed
 _WINDOW_LAST_OFFSETS_TAG = b"\x22"  # Delivery.window_last_offsets: field 4, packed
 _NACKS_SEEN_TAG = b"\x30"  # Delivery.nacks_seen: field 6, varint
 _SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
+_INDEX_ROOM = 64  # first size of a cache's index arrays
+# A record of at most this many events: its subsets come from the parsed columns (a few
+# microseconds each), never from a layout (about 50 us to find, worth it for big records)
+SMALL_RECORD_EVENTS = 64
 
 
 @dataclass(slots=True)
@@ -92,7 +97,8 @@ class CachedRecord:
         """Per-event columns as lists (made once per record, for subsets)."""
         if self.columns is None:
             batch = self.record.batch
-            self.columns = {name: list(getattr(batch, name)) for name in _COLUMNS}
+            self.columns = {name: list(column) for name in _COLUMNS
+                            if (column := getattr(batch, name))}  # empty ones: nothing to pick
         return self.columns
 
     def subset_bytes(self, positions: Sequence[int] | npt.NDArray[np.int64]) -> bytes:
@@ -100,6 +106,8 @@ class CachedRecord:
         if len(positions) == self.count:
             return self.body
         n = len(positions)
+        if self.count <= SMALL_RECORD_EVENTS:
+            return self.proto_subset_bytes([int(p) for p in positions])
         if self.layout is None and 8 * n <= self.count and \
                 4 * (self.picked_small + n) <= self.count:
             # a few events (a catch-up read's, a hot key's): picking them from the parsed
@@ -143,14 +151,22 @@ class CachedRecord:
 
 
 class RecordCache:
-    """Recently read records by base offset, within a byte budget (rule 4)."""
+    """Recently read records by base offset, within a byte budget (rule 4).
+
+    Its index (bases and ends, ascending) lives in two arrays with room to grow:
+    records come in offset order and leave from the low end, so adding and
+    trimming are O(1) and a look-up never rebuilds it; a record added out of
+    order (a re-read below the newest) marks it for one rebuild.
+    """
 
     def __init__(self, bytes_max: int) -> None:
         self.bytes_max = bytes_max
         self.bytes = 0
         self._records: OrderedDict[int, CachedRecord] = OrderedDict()  # insertion order
-        self._bases: npt.NDArray[np.int64] | None = None  # sorted, rebuilt lazily
-        self._ends: npt.NDArray[np.int64] | None = None
+        self._bases = np.zeros(_INDEX_ROOM, np.int64)  # [_first, _stop): sorted by base
+        self._ends = np.zeros(_INDEX_ROOM, np.int64)
+        self._first = self._stop = 0
+        self._stale = False  # the index must be rebuilt from `_records`
 
     def __len__(self) -> int:
         return len(self._records)
@@ -160,16 +176,25 @@ class RecordCache:
             return
         self._records[entry.base] = entry
         self.bytes += entry.memory_bytes
-        self._bases = None
+        if self._stale or (self._stop > self._first
+                           and entry.base < int(self._ends[self._stop - 1])):
+            self._stale = True
+            return
+        if self._stop == len(self._bases):
+            self._make_room()
+        self._bases[self._stop] = entry.base
+        self._ends[self._stop] = entry.end
+        self._stop += 1
 
     def clear(self) -> None:
         self._records.clear()
         self.bytes = 0
-        self._bases = None
+        self._first = self._stop = 0
+        self._stale = False
 
     def find(self, offset: int) -> CachedRecord | None:
         bases, ends = self._index()
-        i = int(np.searchsorted(bases, offset, side="right")) - 1
+        i = int(bases.searchsorted(offset, side="right")) - 1
         if i < 0 or offset >= ends[i]:
             return None
         return self._records[int(bases[i])]
@@ -179,30 +204,46 @@ class RecordCache:
         bases, ends = self._index()
         if not len(bases):
             return offsets
-        i = np.searchsorted(bases, offsets, side="right") - 1
+        i = bases.searchsorted(offsets, side="right") - 1
         held = (i >= 0) & (offsets < ends[np.maximum(i, 0)])
         return offsets[~held]
 
     def trim(self, mark_delete: int) -> None:
         """Drop records wholly below `mark_delete`, then the oldest past the budget."""
-        if mark_delete >= 0:
-            for base in [b for b, r in self._records.items() if r.end <= mark_delete]:
-                self.bytes -= self._records.pop(base).memory_bytes
-                self._bases = None
-        while self.bytes > self.bytes_max and self._records:
-            _, entry = self._records.popitem(last=False)
+        records = self._records
+        if mark_delete >= 0 and records:
+            bases, ends = self._index()
+            below = int(ends.searchsorted(mark_delete, side="right"))
+            for base in bases[:below].tolist():
+                self.bytes -= records.pop(base).memory_bytes
+            self._first += below
+        while self.bytes > self.bytes_max and records:
+            base, entry = records.popitem(last=False)
             self.bytes -= entry.memory_bytes
-            self._bases = None
+            if not self._stale and self._first < self._stop and \
+                    int(self._bases[self._first]) == base:
+                self._first += 1
+            else:
+                self._stale = True
+
+    def _make_room(self) -> None:
+        used = self._stop - self._first
+        size = len(self._bases) if 2 * used <= len(self._bases) else 2 * len(self._bases)
+        bases, ends = np.zeros(size, np.int64), np.zeros(size, np.int64)
+        bases[:used] = self._bases[self._first:self._stop]
+        ends[:used] = self._ends[self._first:self._stop]
+        self._bases, self._ends, self._first, self._stop = bases, ends, 0, used
 
     def _index(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        if self._bases is None or self._ends is None:
-            bases = np.fromiter(self._records.keys(), np.int64, len(self._records))
-            order = np.argsort(bases)
-            self._bases = bases[order]
-            ends = np.fromiter((r.end for r in self._records.values()), np.int64,
-                               len(self._records))
-            self._ends = ends[order]
-        return self._bases, self._ends
+        """(bases, ends) of the cached records, ascending (views: read only)."""
+        if self._stale:
+            entries = sorted(self._records.values(), key=lambda r: r.base)
+            size = max(_INDEX_ROOM, 2 * len(entries))
+            self._bases, self._ends = np.zeros(size, np.int64), np.zeros(size, np.int64)
+            self._bases[:len(entries)] = [r.base for r in entries]
+            self._ends[:len(entries)] = [r.end for r in entries]
+            self._first, self._stop, self._stale = 0, len(entries), False
+        return self._bases[self._first:self._stop], self._ends[self._first:self._stop]
 
 
 def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
@@ -212,7 +253,7 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
     the caller fetched what the log still holds)."""
     bases, ends = cache._index()
-    i = np.searchsorted(bases, offsets, side="right") - 1
+    i = bases.searchsorted(offsets, side="right") - 1
     held = (i >= 0) & (offsets < ends[np.maximum(i, 0)]) if len(bases) else \
         np.zeros(len(offsets), np.bool_)
     gone = offsets[~held]
@@ -222,11 +263,15 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
             redelivery_counts = redelivery_counts[held]
     parts: list[tuple[bytes, int, list[int]]] = []  # (record bytes, window end, counts)
     counts = redelivery_counts.tolist() if redelivery_counts is not None else None
-    splits = np.flatnonzero(np.diff(i)) + 1
-    for first, stop in zip(np.concatenate(([0], splits)).tolist(),
-                           np.concatenate((splits, [len(offsets)])).tolist(), strict=True):
-        if first == stop:
-            continue
+    if not len(offsets):
+        groups: list[tuple[int, int]] = []
+    elif i[0] == i[-1]:  # one record (following the tail: most sends)
+        groups = [(0, len(offsets))]
+    else:
+        splits = (i[1:] != i[:-1]).nonzero()[0] + 1
+        groups = list(zip(np.concatenate(([0], splits)).tolist(),
+                          np.concatenate((splits, [len(offsets)])).tolist(), strict=True))
+    for first, stop in groups:
         entry = cache._records[int(bases[i[first]])]
         chosen = offsets[first:stop]
         part_counts = counts[first:stop] if counts is not None else []
@@ -282,5 +327,5 @@ def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
         out += (_NACKS_SEEN_TAG, varint(nacks_seen))
     if send:
         out += (_SEND_TAG, varint(send))
-    delivery = b"".join(out)
-    return _RESPONSE_DELIVERY_TAG + varint(len(delivery)) + delivery
+    size = sum(map(len, out))  # one join: the records' bytes are copied once
+    return b"".join((_RESPONSE_DELIVERY_TAG, varint(size), *out))

@@ -36,7 +36,7 @@ from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInv
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import RecordCache, delivery_messages
 from broker.subscription.dispatcher_supervision import DispatcherSupervision
-from broker.subscription.holdings import Taken
+from broker.subscription.holdings import Taken, distinct
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
 from broker.subscription.members import MemberSpec
 from broker.subscription.selector import SelectorError
@@ -86,6 +86,11 @@ class PartitionDispatcher:
         self._cache_floor = -1  # the cache may drop records below this (persisted)
         self._task: asyncio.Task[None] | None = None
         self.closed = False
+        # the metrics' children, looked up once (a `labels` call costs microseconds a send)
+        self._dispatched = DISPATCHED_EVENTS.labels(spec.topic, spec.name)
+        self._redelivered = REDELIVERED_EVENTS.labels(spec.topic, spec.name)
+        self._sent_counts = [0, 0]  # (dispatched, redelivered) not yet in the metrics
+        self._idle_clean = False  # the round idles with a clean cursor (see `_idle`)
         self.supervision = DispatcherSupervision(self)  # restarts it after a failure
 
     # ------------------------------------------------------------ lifecycle
@@ -170,12 +175,17 @@ class PartitionDispatcher:
         if self._has_demand() and self.core.position < self.partition.end_offset:
             return  # the log grew while the round awaited
         timeout_s = self._timeout_s()
-        if timeout_s is None:
-            await self._wake.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
+        # a clean cursor: no persist timer runs, so an ack must wake it (`_ack_wakes`)
+        self._idle_clean = not self.core.dirty
+        try:
+            if timeout_s is None:
                 await self._wake.wait()
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._wake.wait()
+        finally:
+            self._idle_clean = False
 
     def _has_demand(self) -> bool:
         unacked_max = self.settings.consumer_unacked_events_max
@@ -200,14 +210,16 @@ class PartitionDispatcher:
             # what each consumer's nacks the broker had seen when the core decided (a
             # nack may land while records are fetched below)
             seen = [self._nacks_seen(send.consumer) for send in sends]
-            missing = self.cache.missing(np.concatenate([s.events.offsets for s in sends]))
+            missing = self.cache.missing(sends[0].events.offsets if len(sends) == 1 else
+                                         np.concatenate([s.events.offsets for s in sends]))
             if len(missing):
                 for record in await asyncio.to_thread(
                         read_records_holding, self.store, self.partition.meta.topic_id,
-                        self.index, np.unique(missing).tolist()):
+                        self.index, distinct(missing).tolist()):
                     self.cache.add(record)
             for send, nacks_seen in zip(sends, seen, strict=True):
                 self._deliver(send.consumer, send.events, nacks_seen, send.send)
+            self._count_sent()
         for notice in core.take_notices():
             session = self.sessions.get(notice.consumer)
             if session is None:
@@ -240,11 +252,18 @@ class PartitionDispatcher:
             self.core.process_ack(consumer, starts, stops)
         for message in messages:
             session.send(message)
-        n = len(events) - len(gone)
-        DISPATCHED_EVENTS.labels(self.spec.topic, self.spec.name).inc(n)
+        self._sent_counts[0] += len(events) - len(gone)
         if counts is not None:
-            REDELIVERED_EVENTS.labels(self.spec.topic, self.spec.name).inc(
-                int(np.count_nonzero(counts)))
+            self._sent_counts[1] += int(np.count_nonzero(counts))
+
+    def _count_sent(self) -> None:
+        """Add what `_deliver` sent to the metrics, once a round (an inc takes a lock)."""
+        dispatched, redelivered = self._sent_counts
+        if dispatched:
+            self._dispatched.inc(dispatched)
+        if redelivered:
+            self._redelivered.inc(redelivered)
+        self._sent_counts = [0, 0]
 
     # ------------------------------------------------------------ dead letters
 
@@ -387,14 +406,25 @@ class PartitionDispatcher:
 
     def ack(self, name: str, starts: np.ndarray, stops: np.ndarray) -> None:
         """Acknowledge what `name` holds in these ranges (sorted, disjoint, checked)."""
-        if self.core.process_ack(name, starts, stops):
+        if self.core.process_ack(name, starts, stops) and self._ack_wakes():
             self._wake.set()
 
     def ack_sent(self, name: str, sends: np.ndarray, starts: np.ndarray,
                  stops: np.ndarray) -> None:
         """Acknowledge whole record parts: what `name` holds of each send in its range."""
-        if self.core.process_ack_sent(name, sends, starts, stops):
+        if self.core.process_ack_sent(name, sends, starts, stops) and self._ack_wakes():
             self._wake.set()
+
+    def _ack_wakes(self) -> bool:
+        """Whether an ack may give the round something to do: events wait (in memory,
+        on floors, given back, unread in the log: a slot drained, a consumer was at its
+        unacked limit) or the round idles with no timer to persist the cursor the ack
+        makes dirty. Otherwise a round per ack message (following the tail: most of them)
+        would find nothing; the log growing wakes it (`_on_durable`)."""
+        core = self.core
+        return bool(self._idle_clean or core.position < self.partition.end_offset
+                    or len(core.pending) or core.slots.floors or core.slots.draining
+                    or len(core.given_back))
 
     def ack_cumulative(self, name: str, stop: int) -> None:
         self.core.process_ack_cumulative(name, stop)

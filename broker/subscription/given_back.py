@@ -42,9 +42,9 @@ class GivenBack:
         if not len(taken):
             return
         offsets = np.concatenate((self.offsets, taken.offsets))
-        order = np.argsort(offsets, kind="stable")
+        order = offsets.argsort(kind="stable")
         self.offsets = offsets[order]
-        assert bool(np.all(np.diff(self.offsets) > 0)), "an event was given back twice"
+        assert bool((self.offsets[1:] > self.offsets[:-1]).all()), "an event was given back twice"
         self.slots = np.concatenate((self.slots, taken.slots))[order]
         self.counts = np.concatenate((self.counts, taken.counts))[order]
         self.due_ms = np.concatenate((self.due_ms, np.full(len(taken), due_ms, np.int64)))[order]
@@ -61,11 +61,11 @@ class GivenBack:
 
     def take_between(self, start: int, stop: int) -> Taken:
         """Take out every event with start <= offset < stop."""
-        low, high = np.searchsorted(self.offsets, (start, stop), side="left")
+        low, high = self.offsets.searchsorted((start, stop), side="left")
         return self.take(np.arange(low, high))
 
     def positions_between(self, start: int, stop: int) -> npt.NDArray[np.intp]:
-        low, high = np.searchsorted(self.offsets, (start, stop), side="left")
+        low, high = self.offsets.searchsorted((start, stop), side="left")
         return np.arange(low, high)
 
     def first_due_ms(self) -> int | None:

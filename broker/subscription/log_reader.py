@@ -18,7 +18,7 @@ sent and count as acknowledged too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,8 +45,9 @@ def parse_record(base: int, value: bytes) -> CachedRecord:
         present = np.array(kept, np.int64)
     batch = record.batch
     count = header.count
-    if len(batch.slots) == count:
-        slots = np.array(batch.slots, np.int32)  # ~15x faster than np.fromiter here
+    if len(batch.slots) == count:  # np.array: ~15x faster on big records, 5x slower on tiny
+        slots = np.fromiter(batch.slots, np.int32, count) if count <= 64 else \
+            np.array(batch.slots, np.int32)
     else:  # written before slots were stored
         slots = np.array(batch_slots(batch), np.int32)
     return CachedRecord(base, count, body, record, slots, present=present)
@@ -94,13 +95,17 @@ def scan(request: ReadRequest, records: Iterable[R],
             continue
         kept.append(entry)
         positions = passing(entry)
-        if positions is None:
-            positions = np.arange(entry.count, dtype=np.int64)
-        if entry.base < start or entry.end > stop:
-            positions = positions[(positions >= start - entry.base)
-                                  & (positions < stop - entry.base)]
-        offsets.append(positions + entry.base)
-        slots.append(entry.slots[positions])
+        if positions is None and start <= entry.base and entry.end <= stop:
+            offsets.append(np.arange(entry.base, entry.end, dtype=np.int64))
+            slots.append(entry.slots)  # every event of it: its slot column as it is
+        else:
+            if positions is None:
+                positions = np.arange(entry.count, dtype=np.int64)
+            if entry.base < start or entry.end > stop:
+                positions = positions[(positions >= start - entry.base)
+                                      & (positions < stop - entry.base)]
+            offsets.append(positions + entry.base)
+            slots.append(entry.slots[positions])
         scanned += entry.count
         size += entry.size
         if mask is not None:
@@ -109,10 +114,15 @@ def scan(request: ReadRequest, records: Iterable[R],
                 (mask is not None and selected >= request.selected_max):
             covered = min(entry.end, stop)
             break
-    result = ReadResult(max(covered, start),
-                        np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
-                        np.concatenate(slots) if slots else np.zeros(0, np.int32))
+    result = ReadResult(max(covered, start), _joined(offsets, np.int64),
+                        _joined(slots, np.int32))
     return kept, result
+
+
+def _joined(parts: list[npt.NDArray[Any]], dtype: type) -> npt.NDArray[Any]:
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def read_events(store: RocksStore, topic_id: int, partition: int, request: ReadRequest,

@@ -82,6 +82,11 @@ class Member:
         return max(0, min(self.permits, unacked_max - self.holding.count))
 
 
-def permit_array(members: list[Member | None], unacked_max: int) -> npt.NDArray[np.int64]:
+def permits_available(members: list[Member | None], unacked_max: int) -> list[int]:
     """Permits available per owner index (index 0, no owner, has none)."""
-    return np.array([0 if m is None else m.available(unacked_max) for m in members], np.int64)
+    return [0 if m is None else m.available(unacked_max) for m in members]
+
+
+def permit_array(members: list[Member | None], unacked_max: int) -> npt.NDArray[np.int64]:
+    """`permits_available` as an array."""
+    return np.array(permits_available(members, unacked_max), np.int64)

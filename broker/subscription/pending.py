@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from broker.subscription.holdings import EMPTY, Taken, concat
+from broker.subscription.holdings import EMPTY, Taken, add_slot_counts, concat
 from sdk.core.hashing import SLOT_COUNT
 
 
@@ -52,14 +52,14 @@ class Pending:
         keep = np.ones(len(events), np.bool_)
         keep[positions] = False
         self._events = Taken(events.offsets[keep], events.slots[keep], events.counts[keep])
-        np.subtract.at(self.per_slot, taken.slots, 1)
+        add_slot_counts(self.per_slot, taken.slots, -1)
         return taken
 
     def take_slots(self, slot_mask: npt.NDArray[np.bool_]) -> Taken:
         """Take out every event of the masked slots."""
         if not len(self._events):
             return EMPTY
-        return self.take(np.flatnonzero(slot_mask[self._events.slots]))
+        return self.take(slot_mask[self._events.slots].nonzero()[0])
 
     def take_all(self) -> Taken:
         return self.take(np.arange(len(self._events)))
@@ -71,18 +71,18 @@ class Pending:
         if not n:
             return np.zeros(0, np.bool_), EMPTY
         slots = waiting.slots
-        order = np.argsort(slots, kind="stable")
+        order = slots.argsort(kind="stable")
         ordered = slots[order]
-        group_start = np.searchsorted(ordered, ordered, side="left")
+        group_start = ordered.searchsorted(ordered, side="left")
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n) - group_start
         fits = rank + self.per_slot[slots] < slot_events_max  # a prefix of each slot's run
         room = events_max - len(self._events)
         if room < n:  # a prefix in candidate order: still a prefix of each slot's run
-            fits &= np.cumsum(fits) <= max(room, 0)
+            fits &= fits.cumsum() <= max(room, 0)
         kept = Taken(waiting.offsets[fits], slots[fits], waiting.counts[fits])
         self._events = concat([self._events, kept])
-        np.add.at(self.per_slot, kept.slots, 1)
+        add_slot_counts(self.per_slot, kept.slots, 1)
         refused = ~fits
         return fits, Taken(waiting.offsets[refused], slots[refused], waiting.counts[refused])
 

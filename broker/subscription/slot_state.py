@@ -9,10 +9,12 @@ move, and how many), a nack delay, events out for the dead-letter topic.
 Rules:
 1. One flags byte per slot (`dispatch.FLOORED`, `DRAINING`, `DELAYED`,
    `DEAD_LETTERING`) for the vectorized checks; a dict entry per slot that
-   waits for the details. 64 KiB plus a few dozen bytes per waiting slot.
+   waits for the details. 64 KiB plus a few dozen bytes per waiting slot,
+   and while any slot is floored 256 KiB of counts (rule 2).
 2. A floor only moves down by `lower_floors` (min wins) and up by
-   `raise_floor`; `floor_events` counts the slot's events past its floor
-   (for the backlog), as reads skip and re-read them.
+   `raise_floor(s)`; `floor_events` counts the slot's events past its floor
+   (for the backlog), as reads skip and re-read them: an int32 per slot,
+   updated with one gather per read however many slots it touches.
 3. Delays keep the latest due time per slot; `process_due(now_ms)` clears
    the ones that passed (a heap, stale entries skipped).
 
@@ -27,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, FLOORED
+from broker.subscription.holdings import distinct, slot_counts
 from sdk.core.hashing import SLOT_COUNT
 
 
@@ -36,7 +39,9 @@ class SlotState:
     def __init__(self) -> None:
         self.flags = np.zeros(SLOT_COUNT, np.uint8)
         self.floors: dict[int, int] = {}  # slot -> first offset to read again
-        self.floor_events: dict[int, int] = {}  # slot -> events past the floor (approximate)
+        # events past each slot's floor (approximate, for the backlog): allocated while
+        # any slot is floored, so updating the counts of thousands of slots is one gather
+        self._past: npt.NDArray[np.int32] | None = None
         self.draining: dict[int, list[str | int]] = {}  # slot -> [holder, events it holds]
         self.delays: dict[int, int] = {}  # slot -> due ms
         self._delay_heap: list[tuple[int, int]] = []
@@ -63,20 +68,46 @@ class SlotState:
         """Events of floored slots read past (+1 each) or read again (-1 each)."""
         if not len(slots):
             return
-        values, counts = np.unique(slots, return_counts=True)
-        table = self.floor_events
-        for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
-            table[slot] = max(0, table.get(slot, 0) + sign * n)
+        if self._past is None:
+            self._past = np.zeros(SLOT_COUNT, np.int32)
+        values, counts = slot_counts(slots)
+        past = self._past
+        past[values] = np.maximum(past[values] + (counts if sign > 0 else -counts), 0)
+
+    @property
+    def floor_events(self) -> dict[int, int]:
+        """slot -> events past its floor, for the slots with any (for stats)."""
+        if self._past is None:
+            return {}
+        slots = self._past.nonzero()[0]
+        return dict(zip(slots.tolist(), self._past[slots].tolist(), strict=True))
 
     def raise_floor(self, slot: int, offset: int) -> None:
         if offset > self.floors[slot]:
             self.floors[slot] = offset
             self._floor_arrays = None
 
+    def raise_floors(self, slot_mask: npt.NDArray[np.bool_], offset: int) -> None:
+        """`raise_floor(slot, offset)` for every floored slot in the mask, in one update."""
+        slots, floors = self.floor_arrays()
+        raised = slots[slot_mask[slots] & (floors < offset)]
+        if len(raised):
+            self.floors.update(dict.fromkeys(raised.tolist(), offset))
+            self._floor_arrays = None
+
     def unfloor(self, slot: int) -> None:
-        del self.floors[slot]
-        self.floor_events.pop(slot, None)
-        self.flags[slot] &= ~np.uint8(FLOORED)
+        self.unfloor_all([slot])
+
+    def unfloor_all(self, slots: list[int]) -> None:
+        """These slots leave their floors (each is floored)."""
+        floors = self.floors
+        for slot in slots:
+            del floors[slot]
+        if self._past is not None:
+            self._past[slots] = 0
+            if not floors:
+                self._past = None
+        self.flags[slots] &= ~np.uint8(FLOORED)
         self._floor_arrays = None
 
     def floor_arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -84,7 +115,7 @@ class SlotState:
         if self._floor_arrays is None:
             slots = np.fromiter(self.floors.keys(), np.int64, len(self.floors))
             offsets = np.fromiter(self.floors.values(), np.int64, len(self.floors))
-            order = np.argsort(slots)
+            order = slots.argsort()
             self._floor_arrays = (slots[order], offsets[order])
         return self._floor_arrays
 
@@ -93,7 +124,7 @@ class SlotState:
     def start_draining(self, slots: npt.NDArray[np.int32], holder: str) -> None:
         """`holder` holds unacked events of these slots (one entry per event), which it
         no longer owns."""
-        values, counts = np.unique(slots, return_counts=True)
+        values, counts = slot_counts(slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             entry = self.draining.get(slot)
             assert entry is None or entry[0] == holder, (
@@ -108,7 +139,7 @@ class SlotState:
         draining_slots = slots[(self.flags[slots] & DRAINING) != 0]
         if not len(draining_slots):
             return
-        values, counts = np.unique(draining_slots, return_counts=True)
+        values, counts = slot_counts(draining_slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             entry = self.draining[slot]
             if entry[0] != holder:
@@ -132,7 +163,7 @@ class SlotState:
     # ------------------------------------------------------------ delays
 
     def delay(self, slots: npt.NDArray[np.int32], due_ms: int) -> None:
-        for slot in np.unique(slots).tolist():
+        for slot in distinct(slots).tolist():
             if due_ms > self.delays.get(slot, -1):
                 self.delays[slot] = due_ms
                 heapq.heappush(self._delay_heap, (due_ms, slot))
@@ -159,7 +190,7 @@ class SlotState:
 
     def dead_letter(self, slots: npt.NDArray[np.int32], sign: int) -> None:
         """Events of these slots went out to (+1) or came back from (-1) the dead-letter topic."""
-        values, counts = np.unique(slots, return_counts=True)
+        values, counts = slot_counts(slots)
         for slot, n in zip(values.tolist(), counts.tolist(), strict=True):
             left = self.dead_lettering.get(slot, 0) + sign * n
             if left > 0:

@@ -30,6 +30,7 @@ from broker.metrics import (
 from broker.subscription.core import Kind, PartitionCore
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, WaitReason
 from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.holdings import distinct
 from broker.subscription.members import permit_array
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -62,7 +63,7 @@ def waiting_slots(core: PartitionCore) -> Waiting:
         return Waiting(empty, empty, empty)
     floor_slots, _ = core.slots.floor_arrays()
     given = core.given_back.slots.astype(np.int64)
-    slots = np.unique(np.concatenate((floor_slots, np.flatnonzero(core.pending.per_slot),
+    slots = distinct(np.concatenate((floor_slots, np.flatnonzero(core.pending.per_slot),
                                       given)))
     if not len(slots):
         return Waiting(empty, empty, empty)

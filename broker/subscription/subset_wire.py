@@ -15,7 +15,8 @@ Rules:
    tag and same length prefix, so the run is exact by induction) the run is
    a 2-D array of rows, otherwise its elements are walked one by one. A
    packed numeric column (key_ints, slots, opcodes, event_times_ms) is split
-   at the varint ends (bytes below 0x80) into a padded 2-D array.
+   at the varint ends (bytes below 0x80): rows when every varint has one
+   size, else each payload byte is marked with its element (one cumsum).
 2. Anything the walk does not expect (an unknown field, a numeric column
    not packed, a column in two pieces, element counts that differ from the
    parsed record's) gives no layout: the caller builds the subset from the
@@ -80,6 +81,21 @@ class Padded:
 
 
 @dataclass(slots=True)
+class Varints:
+    """Packed varints of different sizes: the payload and, per byte, its element (one
+    cumsum to find; a pick masks the payload's bytes, no padded rows to build)."""
+
+    payload: npt.NDArray[np.uint8]
+    element_of_byte: npt.NDArray[np.intp]
+    entries: int
+
+    def pick(self, positions: npt.NDArray[np.int64]) -> bytes:
+        chosen = np.zeros(self.entries, np.bool_)
+        chosen[positions] = True
+        return self.payload.compress(chosen.take(self.element_of_byte)).tobytes()
+
+
+@dataclass(slots=True)
 class Elements:
     """Elements of different sizes, each its own bytes (tag included)."""
 
@@ -95,7 +111,7 @@ class Column:
     """One per-event column: picked elements, or (packed) wrapped in one field."""
 
     packed_tag: bytes | None  # None: a run of elements that carry their own tags
-    elements: Rows | Padded | Elements
+    elements: Rows | Padded | Varints | Elements
 
     def pick(self, positions: npt.NDArray[np.int64]) -> bytes:
         picked = self.elements.pick(positions)
@@ -132,12 +148,12 @@ def layout_of(body: bytes, record: pb.Record, base: int) -> RecordLayout | None:
 def subset_bytes(layout: RecordLayout, positions: npt.NDArray[np.int64]) -> bytes:
     """The serialized subset Record of the events at `positions` (ascending, at least
     one; rule 3)."""
-    out = [b"%c" % _COUNT_TAG, varint(len(positions))]
+    batch = [b"%c" % _COUNT_TAG, varint(len(positions))]
     for part in layout.parts:
-        out.append(part if isinstance(part, bytes) else part.pick(positions))
-    batch = b"".join(out)
+        batch.append(part if isinstance(part, bytes) else part.pick(positions))
     packed = layout.offsets.pick(positions)
-    return b"".join((layout.head, _BATCH_TAG, varint(len(batch)), batch,
+    size = sum(map(len, batch))  # one join: the batch's bytes are copied once
+    return b"".join((layout.head, _BATCH_TAG, varint(size), *batch,
                      _OFFSETS_TAG, varint(len(packed)), packed))
 
 
@@ -260,7 +276,7 @@ def _element_run(body: bytes, data: npt.NDArray[np.uint8], i: int, stop: int, en
     end = i + entries * size
     if entries and end <= stop:
         rows = data[i:end].reshape(entries, size)
-        if (rows[:, :head] == rows[0, :head]).all():
+        if all((rows[:, j] == rows[0, j]).all() for j in range(head)):  # a column at a time
             return end, Column(None, Rows(rows))
     elements: list[bytes] = []
     for _ in range(entries):
@@ -274,18 +290,17 @@ def _element_run(body: bytes, data: npt.NDArray[np.uint8], i: int, stop: int, en
     return i, Column(None, Elements(elements))
 
 
-def _packed_elements(payload: npt.NDArray[np.uint8], entries: int) -> Rows | Padded:
+def _packed_elements(payload: npt.NDArray[np.uint8], entries: int) -> Rows | Varints:
     """A packed varint payload split into its `entries` varints (rule 1)."""
-    ends = np.flatnonzero(payload < 0x80)
-    if len(ends) != entries or (entries and ends[-1] != len(payload) - 1):
+    ends = payload < 0x80
+    if int(np.count_nonzero(ends)) != entries or (entries and not ends[-1]):
         raise LayoutMismatch("packed column count")
-    starts = np.empty(entries, np.int64)
-    starts[:1] = 0
-    starts[1:] = ends[:-1] + 1
-    widths = ends - starts + 1
-    width_max = int(widths.max()) if entries else 1
-    padded = np.concatenate((payload, np.zeros(width_max, np.uint8)))
-    rows = np.empty((entries, width_max), np.uint8)
-    for j in range(width_max):  # bytes past an element's end are never picked
-        rows[:, j] = padded.take(starts + j)
-    return _elements(rows, widths, width_max)
+    if not entries:
+        return Rows(np.zeros((0, 1), np.uint8))
+    width = len(payload) // entries
+    if width * entries == len(payload) and bool(ends[width - 1::width].all()):
+        return Rows(payload.reshape(entries, width))  # every varint `width` bytes long
+    element_of_byte = np.empty(len(payload), np.intp)
+    element_of_byte[0] = 0
+    np.cumsum(ends[:-1].view(np.uint8), dtype=np.intp, out=element_of_byte[1:])
+    return Varints(payload, element_of_byte, entries)

@@ -32,8 +32,8 @@ from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.subscription.consumer_state import Session
 from broker.subscription.manager import SubscriptionManager
-from broker.topics import TopicRegistry
 from sdk.core.pb import keybus_pb2 as pb
+from tests.support.managers import subscription_manager
 from tests.support.wire import events_of, int_batch
 
 WAIT_S = 10.0
@@ -98,18 +98,12 @@ async def opened(store: R, backoff_ms: int, events: int
     # (otherwise reads of the newest records come from memory: broker/log/recent.py)
     settings = Settings(task_restart_backoff_ms=backoff_ms,
                         task_restart_backoff_max_ms=backoff_ms * 4, recent_records_bytes_max=0)
-    registry = TopicRegistry(store, settings)
-    await registry.open()
-    manager = SubscriptionManager(registry, store, settings, {})
-    await manager.open()
     try:
-        await registry.create("t", pb.TopicConfig(partitions=1))
-        await registry.partition("t", 0).submit(pb.ProduceRequest(
-            topic="t", batch=int_batch(list(range(events)))))
-        yield store, manager
+        async with subscription_manager(store, settings) as (registry, manager):
+            await registry.partition("t", 0).submit(pb.ProduceRequest(
+                topic="t", batch=int_batch(list(range(events)))))
+            yield store, manager
     finally:
-        await manager.close()
-        await registry.close()
         store.close()
 
 

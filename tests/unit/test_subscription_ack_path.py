@@ -60,6 +60,11 @@ def test_ranges_are_sorted_merged_and_refused() -> None:
         checked([0, 1 << 63])  # read as a negative int64
     with pytest.raises(BrokerError, match="beyond 2\\*\\*63"):
         checked([], [(0, 1 << 63)])
+    many = [bound for k in range(12) for bound in (5 * k, 5 * k + 2)]  # checked with numpy
+    assert checked(many) == [(5 * k, 5 * k + 2) for k in range(12)]
+    many[15] = many[14]  # the eighth range empty
+    with pytest.raises(BrokerError, match=r"\[35, 35\) of partition 0 is invalid"):
+        checked(many)
 
 
 RANGES = st.lists(st.tuples(st.integers(0, HORIZON), st.integers(1, 3)), max_size=60)
@@ -111,3 +116,14 @@ def test_sent_ranges_are_checked() -> None:
         sent_ranges(np.array([1, 7, 7], "<i8").tobytes(), 100, 3)
     with pytest.raises(BrokerError, match="the partition's end offset"):
         sent_ranges(np.array([1, 7, 200], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match=r"sent range \[-4, 3\) of partition 3 is invalid"):
+        sent_ranges(np.array([1, 5, 9, 2, -4, 3], "<i8").tobytes(), 100, 3)
+    with pytest.raises(BrokerError, match=r"sent range \[90, 101\) of partition 3"):
+        sent_ranges(np.array([1, 5, 9, 2, 90, 101], "<i8").tobytes(), 100, 3)
+    assert [a.tolist() for a in sent_ranges(b"", 100, 3)] == [[], [], []]
+    many = np.array([[send, 10 * send, 10 * send + 5] for send in range(12)], "<i8")
+    many[7, 2] = 201  # past the end, in a field of many triples (checked with numpy)
+    with pytest.raises(BrokerError, match=r"sent range \[70, 201\) of partition 3"):
+        sent_ranges(many.tobytes(), 200, 3)
+    many[7, 2] = 75
+    assert sent_ranges(many.tobytes(), 200, 3)[2].tolist() == [10 * s + 5 for s in range(12)]

@@ -17,6 +17,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.subscription import dispatch
 from broker.subscription.dispatch import (
     BLOCKING,
     DELAYED,
@@ -115,3 +116,29 @@ def test_pick_active_follows_pulsar() -> None:
     assert pick_active(consumers, 0) == "a"
     assert pick_active(consumers, 1) == "b"  # partition % consumers at the top priority
     assert pick_active([("x", 2), ("y", 1)], 0) == "y"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=24), st.lists(st.integers(0, 3), min_size=8,
+                                                           max_size=8),
+       st.lists(st.integers(0, 5), min_size=4, max_size=4),
+       st.sets(st.integers(0, 7), max_size=3))
+def test_small_plans_equal_the_vectorized_plan(slots: list[int], owner_of: list[int],
+                                               permits: list[int], blocked: set[int]) -> None:
+    """A few candidates are planned in Python: the same plan, array for array."""
+    owners = np.zeros(SLOT_COUNT, np.uint32)
+    owners[:8] = owner_of
+    flags = np.zeros(SLOT_COUNT, np.uint8)
+    for slot in blocked:
+        flags[slot] = DELAYED
+    args = (np.array(slots, np.int32), owners, flags, np.array([0, *permits[1:]], np.int64))
+    small = dispatch._plan_keyed_small(*args)
+    saved = dispatch.SMALL_PLAN_EVENTS
+    dispatch.SMALL_PLAN_EVENTS = -1  # every plan vectorized
+    try:
+        vectorized = plan_keyed(*args)
+    finally:
+        dispatch.SMALL_PLAN_EVENTS = saved
+    for a, b in ((small.positions, vectorized.positions), (small.owners, vectorized.owners),
+                 (small.bounds, vectorized.bounds)):
+        assert a.tolist() == b.tolist() and a.dtype == b.dtype

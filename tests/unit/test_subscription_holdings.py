@@ -20,7 +20,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from broker.subscription.dispatch import DELAYED, DRAINING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import Holding, Taken, concat
+from broker.subscription.holdings import (
+    Holding,
+    Taken,
+    add_slot_counts,
+    concat,
+    distinct,
+    slot_counts,
+)
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 
@@ -37,7 +44,7 @@ class HoldingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.holding = Holding()
-        self.model: dict[int, int] = {}  # offset -> sent ms
+        self.model: dict[int, int] = {}  # offset -> sent ms (each add is send `sent ms`)
         self.next_offset = 0
         self.now = 0
 
@@ -50,12 +57,12 @@ class HoldingMachine(RuleBasedStateMachine):
         else:
             offsets = list(range(self.next_offset, self.next_offset + n))
             self.next_offset += n
-        self.holding.add(taken(offsets), self.now)
+        self.holding.add(taken(offsets), self.now, send=self.now)
         self.model.update(dict.fromkeys(offsets, self.now))
 
     @rule(data=st.data())
     def take_ranges(self, data: st.DataObject) -> None:
-        cuts = sorted(set(data.draw(st.lists(st.integers(0, self.next_offset + 3), max_size=8))))
+        cuts = sorted(set(data.draw(st.lists(st.integers(0, self.next_offset + 3), max_size=16))))
         starts = np.array(cuts[0::2][:len(cuts) // 2], np.int64)
         stops = np.array(cuts[1::2], np.int64)
         got = self.holding.take_ranges(starts, stops)
@@ -63,6 +70,21 @@ class HoldingMachine(RuleBasedStateMachine):
                           if any(a <= o < b for a, b in zip(starts, stops, strict=True)))
         assert got.offsets.tolist() == expected
         assert got.slots.tolist() == [o % 7 for o in expected]
+        for offset in expected:
+            del self.model[offset]
+
+    @rule(data=st.data())
+    def take_sent(self, data: st.DataObject) -> None:
+        """Whole record parts: (send, start, stop) triples, one or several, any order."""
+        drawn = data.draw(st.lists(st.tuples(st.integers(0, self.now + 1),
+                                             st.integers(0, self.next_offset + 3),
+                                             st.integers(1, 40)), min_size=1, max_size=6))
+        triples = [(send, start, start + length) for send, start, length in drawn]
+        sends, starts, stops = (np.array(column, np.int64) for column in zip(*triples, strict=True))
+        got = self.holding.take_sent(sends, starts, stops)
+        expected = sorted(o for o, send in self.model.items()
+                          if any(s == send and a <= o < b for s, a, b in triples))
+        assert got.offsets.tolist() == expected
         for offset in expected:
             del self.model[offset]
 
@@ -88,10 +110,55 @@ class HoldingMachine(RuleBasedStateMachine):
         assert self.holding.live().offsets.tolist() == sorted(self.model)
         oldest = self.holding.oldest_sent_ms()
         assert oldest == (min(self.model.values()) if self.model else None)
+        assert self.holding.first_offset() == (min(self.model) if self.model else None)
 
 
 TestHoldingMachine = HoldingMachine.TestCase
 TestHoldingMachine.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
+
+
+def test_a_holding_compacts_and_grows_past_its_first_buffers() -> None:
+    """Thousands of adds and takes: the buffers grow, compact and start over when empty."""
+    holding = Holding()
+    model: set[int] = set()
+    for send in range(1, 400):
+        offsets = list(range(send * 10, send * 10 + 9))
+        holding.add(taken(offsets), send, send)
+        model.update(offsets)
+        if send % 3:  # ack most of what the send before carried
+            got = holding.take_sent(np.array([send - 1]), np.array([(send - 1) * 10]),
+                                    np.array([(send - 1) * 10 + 7]))
+            model.difference_update(got.offsets.tolist())
+        assert holding.count == len(model)
+    assert holding.live().offsets.tolist() == sorted(model)
+    holding.take_all()
+    assert holding.count == 0 and holding.first_offset() is None
+    holding.add(taken([5, 6]), 0, 1)  # below everything held before: fine once empty
+    assert holding.live().offsets.tolist() == [5, 6]
+
+
+def test_slot_counts_are_np_unique_and_np_add_at_for_few_and_many() -> None:
+    rng = np.random.default_rng(5)
+    for n in (0, 7, 383, 384, 5000):  # below and from the bincount threshold
+        slots = rng.integers(0, 65536 if n > 100 else 50, n).astype(np.int32)
+        values, counts = slot_counts(slots)
+        expected_values, expected_counts = np.unique(slots, return_counts=True)
+        assert values.tolist() == expected_values.tolist()
+        assert counts.tolist() == expected_counts.tolist()
+        per_slot = np.full(65536, 3, np.int32)
+        add_slot_counts(per_slot, slots, 1)
+        expected = np.full(65536, 3, np.int32)
+        np.add.at(expected, slots, 1)
+        assert (per_slot == expected).all() and per_slot.dtype == np.int32
+        add_slot_counts(per_slot, slots, -1)
+        assert (per_slot == 3).all()
+
+
+def test_distinct_is_np_unique() -> None:
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 5, 300):
+        values = rng.integers(0, 40, n)
+        assert distinct(values).tolist() == np.unique(values).tolist()
 
 
 def test_take_all_and_concat() -> None:

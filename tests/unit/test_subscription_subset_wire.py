@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from broker.rpc.wire import varint
 from broker.subscription import subset_wire
-from broker.subscription.delivery import CachedRecord
+from broker.subscription.delivery import SMALL_RECORD_EVENTS, CachedRecord
 from sdk.core.pb import keybus_pb2 as pb
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -140,14 +140,26 @@ def test_a_column_in_two_pieces_or_an_unknown_field_gives_no_layout() -> None:
 
 
 def test_the_layout_is_found_once_and_kept_on_the_record() -> None:
-    record = pb.Record(topic="t", base_offset=100, batch=batch_of(5))
+    record = pb.Record(topic="t", base_offset=100, batch=batch_of(100))
     entry = cached(record.SerializeToString(), 100)
-    entry.subset_bytes([1, 3])
+    entry.subset_bytes(list(range(1, 100, 2)))
     layout = entry.layout
     assert isinstance(layout, subset_wire.RecordLayout)
     entry.subset_bytes([0])
     assert entry.layout is layout
-    assert entry.subset_bytes(range(5)) == entry.body  # the whole record: as stored
+    assert entry.subset_bytes(range(100)) == entry.body  # the whole record: as stored
+
+
+def test_a_small_record_s_subsets_come_from_the_parsed_record() -> None:
+    """Finding a layout costs more than picking from a record of a few events."""
+    count = SMALL_RECORD_EVENTS
+    record = pb.Record(topic="t", base_offset=7, batch=batch_of(count))
+    entry = cached(record.SerializeToString(), 7)
+    reference = cached(record.SerializeToString(), 7)
+    reference.layout = subset_wire.layout_of(reference.body, reference.record, 7)
+    for positions in ([0], list(range(1, count, 2)), list(range(count - 1))):
+        assert entry.subset_bytes(positions) == reference.subset_bytes(positions)
+    assert entry.layout is None
 
 
 def test_a_few_events_are_picked_from_the_parsed_record_until_a_quarter_was() -> None:
