@@ -59,10 +59,13 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="keybus-stages-") as tmp:
         notes_file = Path(tmp) / "notes.json"
         with running_traced_broker(Path(tmp), notes_file, options.no_fsync) as (address, pid):
-            results: multiprocessing.Queue[Any] = multiprocessing.Queue()
-            done = multiprocessing.Event()
-            children = [multiprocessing.Process(target=consumers_process,
-                                                args=(address, events, results, done))
+            # spawn, not fork: the caller may already run gRPC (a test process does), and a
+            # forked child of a process with gRPC's threads can abort
+            spawn = multiprocessing.get_context("spawn")
+            results: multiprocessing.Queue[Any] = spawn.Queue()
+            done = spawn.Event()
+            children = [spawn.Process(target=consumers_process,
+                                      args=(address, events, results, done))
                         for _ in range(options.consumers)]
             for child in children:
                 child.start()
