@@ -8,16 +8,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 
 @contextlib.contextmanager
-def running_broker(*extra_args: str) -> Iterator[tuple[str, int]]:
-    """Yield (address, pid) of a fresh broker on a temp data dir; stop it after."""
+def running_broker(*extra_args: str, launcher: Sequence[str] = ("-m", "broker")
+                   ) -> Iterator[tuple[str, int]]:
+    """Yield (address, pid) of a fresh broker on a temp data dir; stop it after.
+    `launcher`: what runs it (python's arguments before the broker's options)."""
     with tempfile.TemporaryDirectory(prefix="keybus-bench-") as tmp:
         ready = Path(tmp) / "ready"
-        command = [sys.executable, "-m", "broker", "--data-dir", str(Path(tmp) / "data"),
+        command = [sys.executable, *launcher, "--data-dir", str(Path(tmp) / "data"),
                    "--host", "127.0.0.1", "--port", "0", "--ready-file", str(ready),
                    "--log-level", "WARNING", *extra_args]
         process = subprocess.Popen(command, env=dict(os.environ))

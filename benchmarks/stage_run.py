@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from benchmarks.broker import running_broker
 
 TOPIC = "stages"
 SUBSCRIPTION = "stages"
@@ -26,30 +26,13 @@ PERMITS = 5_000
 
 
 @contextlib.contextmanager
-def running_traced_broker(tmp: Path, notes_file: Path, no_fsync: bool
-                          ) -> Iterator[tuple[str, int]]:
-    """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition."""
-    ready = tmp / "ready"
-    command = [sys.executable, "-m", "benchmarks.stage_trace", str(notes_file),
-               "--data-dir", str(tmp / "data"), "--host", "127.0.0.1", "--port", "0",
-               "--ready-file", str(ready), "--log-level", "WARNING",
-               *(["--no-fsync"] if no_fsync else [])]
-    process = subprocess.Popen(command)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the traced broker did not start")
-            time.sleep(0.02)
-        address = f"127.0.0.1:{ready.read_text()}"
+def running_traced_broker(notes_file: Path, no_fsync: bool) -> Iterator[tuple[str, int]]:
+    """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition; it
+    writes its notes to `notes_file` when it stops."""
+    launcher = ("-m", "benchmarks.stage_trace", str(notes_file))
+    with running_broker(*(["--no-fsync"] if no_fsync else []), launcher=launcher) as (address, pid):
         asyncio.run(_create_topic(address))
-        yield address, process.pid
-    finally:
-        process.terminate()  # the broker stops cleanly and the trace writes its notes
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        yield address, pid
 
 
 async def _create_topic(address: str) -> None:

@@ -58,7 +58,7 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     events = max(1, int(rate * options.duration_s))
     with tempfile.TemporaryDirectory(prefix="keybus-stages-") as tmp:
         notes_file = Path(tmp) / "notes.json"
-        with running_traced_broker(Path(tmp), notes_file, options.no_fsync) as (address, pid):
+        with running_traced_broker(notes_file, options.no_fsync) as (address, pid):
             # spawn, not fork: the caller may already run gRPC (a test process does), and a
             # forked child of a process with gRPC's threads can abort
             spawn = multiprocessing.get_context("spawn")
