@@ -59,6 +59,7 @@ import copy
 import numpy as np
 import numpy.typing as npt
 
+from broker.subscription.array_ops import distinct
 from broker.subscription.core_dispatch import DispatchSide
 from broker.subscription.core_reads import ReadSide
 from broker.subscription.core_types import (
@@ -78,7 +79,7 @@ from broker.subscription.dispatch import (
     pick_active,
 )
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import EMPTY, I64, Taken, concat, distinct, pick, union
+from broker.subscription.holdings import EMPTY, I64, Taken, concat, pick, union
 from broker.subscription.members import Member, MemberSpec, RateMeter
 from broker.subscription.pending import Pending
 from broker.subscription.persist import merge_cursor

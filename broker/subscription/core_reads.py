@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from broker.subscription.array_ops import distinct
 from broker.subscription.core_types import CoreLimits, ReadRequest, ReadResult
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatch import BLOCKING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import I32, I64, Taken, concat, distinct, pick
+from broker.subscription.holdings import I32, I64, Taken, concat, pick
 from broker.subscription.members import Member, permits_available
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState

@@ -31,12 +31,13 @@ from broker.log.rocks_store import RocksStore
 from broker.metrics import DISPATCHED_EVENTS, REDELIVERED_EVENTS
 from broker.partition import Partition, now_ms
 from broker.read_path import EventSelector
+from broker.subscription.array_ops import distinct
 from broker.subscription.consumer_state import Session
 from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInvalid, ReadRequest
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import RecordCache, delivery_messages
 from broker.subscription.dispatcher_supervision import DispatcherSupervision
-from broker.subscription.holdings import Taken, distinct
+from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
 from broker.subscription.members import MemberSpec
 from broker.subscription.selector import SelectorError

@@ -29,13 +29,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sdk.core.hashing import SLOT_COUNT
+from broker.subscription.array_ops import distinct
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 _COMPACT_MIN = 1024
 _ROOM = 64  # first size of a holding's buffers
-_BINCOUNT_MIN = 384  # per-slot counts of at least this many events: by bincount
 _FEW_PARTS = 4  # a take of at most this many ranges goes range by range
 _FEW_ENTRIES = 16  # ... and a range spanning at most this many entries, entry by entry
 
@@ -70,40 +69,6 @@ def concat(parts: list[Taken]) -> Taken:
 def pick(events: Taken, positions: npt.NDArray[np.intp]) -> Taken:
     """The events at these positions."""
     return Taken(events.offsets[positions], events.slots[positions], events.counts[positions])
-
-
-def distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The distinct values, ascending: `np.unique` by a stable sort (which finds the
-    sorted runs these arrays are made of). numpy 2's `np.unique` hashes instead, some
-    50x slower on 20,000 offsets, and a cursor save sorts every unacked offset."""
-    values = np.sort(values, kind="stable")
-    if len(values) > 1:
-        new = values[1:] != values[:-1]
-        if not new.all():
-            values = values[np.concatenate(([True], new))]
-    return values
-
-
-def slot_counts(slots: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """(distinct slots ascending, how often each occurs): `np.unique(return_counts=True)`,
-    by one `bincount` over the 65,536 slots once there are more than a few hundred."""
-    if len(slots) < _BINCOUNT_MIN:
-        values, counts = np.unique(slots, return_counts=True)
-        return values.astype(np.intp), counts.astype(np.intp)
-    all_counts = np.bincount(slots, minlength=SLOT_COUNT)
-    values = all_counts.nonzero()[0]
-    return values, all_counts[values]
-
-
-def add_slot_counts(per_slot: npt.NDArray[np.int32], slots: npt.NDArray[Any], sign: int) -> None:
-    """`np.add.at(per_slot, slots, sign)`: which is ~100 ns an element; a `bincount` over
-    the 65,536 slots costs less once there are more than a few hundred."""
-    if len(slots) < _BINCOUNT_MIN:
-        np.add.at(per_slot, slots, sign)
-    elif sign > 0:
-        per_slot += np.bincount(slots, minlength=SLOT_COUNT).astype(np.int32)
-    else:
-        per_slot -= np.bincount(slots, minlength=SLOT_COUNT).astype(np.int32)
 
 
 def union(a: Taken, b: Taken) -> Taken:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from broker.subscription.holdings import EMPTY, Taken, add_slot_counts, concat
+from broker.subscription.array_ops import add_slot_counts
+from broker.subscription.holdings import EMPTY, Taken, concat
 from sdk.core.hashing import SLOT_COUNT
 
 

@@ -28,8 +28,8 @@ import heapq
 import numpy as np
 import numpy.typing as npt
 
+from broker.subscription.array_ops import distinct, slot_counts
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, FLOORED
-from broker.subscription.holdings import distinct, slot_counts
 from sdk.core.hashing import SLOT_COUNT
 
 

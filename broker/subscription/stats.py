@@ -27,10 +27,10 @@ from broker.metrics import (
     SUBSCRIPTION_UNACKED,
     SUBSCRIPTION_WAITING_SLOTS,
 )
+from broker.subscription.array_ops import distinct
 from broker.subscription.core import Kind, PartitionCore
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, WaitReason
 from broker.subscription.dispatcher import PartitionDispatcher
-from broker.subscription.holdings import distinct
 from broker.subscription.members import permit_array
 from sdk.core.pb import keybus_pb2 as pb
 

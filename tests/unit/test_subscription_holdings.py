@@ -18,16 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from broker.subscription.array_ops import add_slot_counts, distinct, slot_counts
 from broker.subscription.dispatch import DELAYED, DRAINING, FLOORED
 from broker.subscription.given_back import GivenBack
-from broker.subscription.holdings import (
-    Holding,
-    Taken,
-    add_slot_counts,
-    concat,
-    distinct,
-    slot_counts,
-)
+from broker.subscription.holdings import Holding, Taken, concat
 from broker.subscription.pending import Pending
 from broker.subscription.slot_state import SlotState
 
