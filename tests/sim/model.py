@@ -159,7 +159,10 @@ class Model:
                                     f"{bool(self.acked[earlier])}, holder "
                                     f"{self.holder.get(earlier)})")
                 i += 1
-        self.app_held[consumer].add(offset)
+        held = self.app_held[consumer]
+        if offset in held:  # a second copy: a nack sent before a seek took back the copy
+            return          # sent after it, which is then sent again (at least once)
+        held.add(offset)
         holders = self.app_slot_holders[event.slot]
         holders[consumer] = holders.get(consumer, 0) + 1
 
