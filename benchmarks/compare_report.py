@@ -84,12 +84,15 @@ def scenario_table(rows: list[Row], latency: bool) -> str:
 CHURN_HEADER = ["system", "consumers", "events", "events/s", "MB/s",
                 "CPU s per M events, clients", "CPU s per M events, server",
                 "leaves + joins", "rejoin to first delivery p50 / max ms",
-                "most slots / events waiting", "churn ÷ steady Key_Shared (events/s)"]
+                "most slots / events waiting",
+                "churn ÷ the same drain without churn (their events/s)",
+                "churn ÷ steady Key_Shared consume (events/s)"]
 
 
 def churn_table(rows: list[Row], steady: Row | None) -> str:
-    """The churn scenario: throughput beside the steady Key_Shared consume row, and how long
-    slots that moved waited for their old owner (drain episodes)."""
+    """The churn scenario: throughput beside the same backlog drained without membership
+    changes (in the same run, before and after) and beside the steady Key_Shared consume
+    row, and how long slots that moved waited for their old owner (drain episodes)."""
     lines = ["| " + " | ".join(CHURN_HEADER) + " |", "|" + "---|" * len(CHURN_HEADER)]
     for row in rows:
         if "events_per_s" not in row:
@@ -103,9 +106,19 @@ def churn_table(rows: list[Row], steady: Row | None) -> str:
                      f"{_number(row.get('join_wait_max_ms'), 1)}",
                      f"{_number(row.get('waiting_slots_max'))} / "
                      f"{_number(row.get('waiting_events_max'))}",
+                     _own_steady(row),
                      ratio(row["events_per_s"], steady["events_per_s"] if steady else None)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _own_steady(row: Row) -> str:
+    """The churn row against its own drains without membership changes (keybus_churn.run)."""
+    each = row.get("steady_events_per_s_each")
+    if not each:
+        return "—"
+    return (f"{ratio(row['events_per_s'], row['steady_events_per_s'])} "
+            f"({' / '.join(_number(r) for r in each)})")
 
 
 def _measured(rows: list[Row], scenario: str, system: str) -> Row | None:
@@ -197,7 +210,9 @@ def _heading(scenario: str, workload: dict[str, Any], rows: list[Row] | None = N
                 f"{w.get('churn_events', 0):,} events stored first (untimed) while, every "
                 f"{w.get('churn_period_s', 2.0)} s, one leaves and "
                 f"the one that was away rejoins; a rejoining consumer's first delivery waits until "
-                f"the slots it took have drained (their old owner acknowledged what it held)")
+                f"the slots it took have drained (their old owner acknowledged what it held); "
+                f"the same backlog is drained without changes before and after, on the same "
+                f"subscription, for the steady rate")
     return (f"#### latency, end to end: one producer at {w['rate_per_s']:,} events/s and "
             f"{w['consumers']} consumer processes, {w['latency_events']:,} events, "
             f"{w['value_bytes']}-byte values; send time (in the value) to arrival at a consumer"

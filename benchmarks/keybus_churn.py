@@ -13,6 +13,13 @@ was away rejoins. A leaving consumer's slots move to another consumer; a
 joining consumer takes half of the busiest range; a moved slot waits until its
 old owner has acknowledged what it was sent or has gone.
 
+The steady rate the churn is held against is the same backlog drained on the
+same subscription without membership changes, once before and once after the
+churn drain, in the same run (`steady_events_per_s`: their mean). The
+comparison's `consume` row drains another backlog (`workload.events`) at
+another moment, so its ratio to the churn row mixes the machine's load drift
+into the figure; the report shows both.
+
 How long moved slots wait, measured two ways:
 
 - by the consumers: a consumer that rejoins takes half of the busiest
@@ -31,10 +38,11 @@ How long moved slots wait, measured two ways:
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks import client_loops, keybus_subscribe
@@ -43,7 +51,7 @@ from benchmarks.measurement import CompareWorkload, Measurement, percentile, sum
 from benchmarks.payload import key_sequence, stamped_value
 from benchmarks.peer_scenarios import CHURN, CHURN_LABEL
 from benchmarks.progress import progress
-from benchmarks.runner import ClientFailed, run_clients
+from benchmarks.runner import ClientFailed, ClientRun, run_clients
 from benchmarks.systems import Server
 
 TYPE = "key_shared"
@@ -249,34 +257,63 @@ async def _fill(address: str, topic: str, workload: CompareWorkload) -> None:
 
 
 def run(server: Server, workload: CompareWorkload, show_progress: bool) -> dict[str, Any]:
-    """The churn row: store `churn_events`, then drain them while consumers come and go."""
+    """The churn row: store `churn_events`, then drain them three times over, each drain
+    from the earliest offset on the same subscription: without membership changes, with
+    them (the row's figures), and without again. The two drains without changes are the
+    churn's own steady rate: same backlog, same broker, same minute of a shared machine
+    (their mean, so a load that drifts over the three counts on both sides)."""
     try:
         keybus_subscribe.run_loop(_fill(server.address, STREAM, workload))
         keybus_subscribe.create_subscription(server.address, STREAM, TYPE, SUBSCRIPTION)
     except Exception as error:  # the row says why; the comparison goes on
         return _note(f"failed storing the backlog: {type(error).__name__}: {error}")
-    task = Task(server.address, STREAM, workload)
-    bar = progress(LABEL, workload.churn_events, show_progress)
+    steady = replace(workload, churn_period_s=math.inf)
     try:
-        with _Poller(server.address, STREAM) as poller:
-            run_ = run_clients(None, consume, task, server.pid, bar, workload.churn_events)
+        before, _ = _drain(server, steady, show_progress, "steady")
+        run_, samples = _drain(server, workload, show_progress, LABEL)
+        after, _ = _drain(server, steady, show_progress, "steady")
     except ClientFailed as error:
         return _note(f"failed: {str(error).strip().splitlines()[-1][:300]}")
-    finally:
-        bar.close()
     row = summarize(Measurement(
         system=LABEL, scenario=CHURN, events=run_.events, seconds=run_.seconds,
         client_cpu_s=run_.client_cpu_s, server_cpu_s=run_.server_cpu_s,
         value_bytes=workload.value_bytes, consumers=workload.consumers,
         complete=run_.complete))
     consumers = [r for r in run_.reports if r["role"].startswith("consumer")]
-    row.update(churn_figures(poller.samples,
+    row.update(churn_figures(samples,
                              [w for r in consumers for w in r.get("join_waits_ms", ())],
                              sum(r.get("membership_changes", 0) for r in consumers)),
                family="Keybus", churn_period_s=workload.churn_period_s,
                planned_changes=len(schedule(workload.consumers, workload.churn_period_s,
                                             run_.seconds)))
+    row.update(steady_figures([before, after]))
     return row
+
+
+def steady_figures(drains: Sequence[ClientRun]) -> dict[str, Any]:
+    """The drains without membership changes: each one's events/s, their mean, and the
+    broker's CPU per event over them."""
+    rates = [d.events / d.seconds if d.seconds > 0 else 0.0 for d in drains]
+    events = sum(d.events for d in drains)
+    return {"steady_events_per_s_each": [round(r) for r in rates],
+            "steady_events_per_s": round(sum(rates) / len(rates)) if rates else None,
+            "steady_cpu_s_per_m_server": round(sum(d.server_cpu_s for d in drains)
+                                               / events * 1e6, 2) if events else None,
+            "steady_complete": all(d.complete for d in drains)}
+
+
+def _drain(server: Server, workload: CompareWorkload, show_progress: bool, label: str,
+           ) -> tuple[ClientRun, list[Sample]]:
+    """One drain of the stored backlog by `workload.consumers` consumer processes, with
+    the describe poller's samples."""
+    task = Task(server.address, STREAM, workload)
+    bar = progress(label, workload.churn_events, show_progress)
+    try:
+        with _Poller(server.address, STREAM) as poller:
+            run_ = run_clients(None, consume, task, server.pid, bar, workload.churn_events)
+    finally:
+        bar.close()
+    return run_, poller.samples
 
 
 def _note(note: str) -> dict[str, Any]:

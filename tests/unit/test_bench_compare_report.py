@@ -110,15 +110,22 @@ def test_cost_of_order_compares_key_shared_with_shared() -> None:
     assert cost_of_order_table(rows[:1]) is None
 
 
-def test_churn_table_compares_with_steady_key_shared() -> None:
+def test_churn_table_compares_with_its_own_steady_drains_and_steady_key_shared() -> None:
     from benchmarks.compare_report import churn_table
+    from benchmarks.keybus_churn import steady_figures
+    from benchmarks.runner import ClientRun
 
     steady = _row("Keybus Key_Shared", "Keybus", "consume", 400_000)
     row = _row("Keybus Key_Shared, churn", "Keybus", "churn", 300_000, consumers=4,
                membership_changes=9, join_wait_p50_ms=40.0, join_wait_max_ms=95.5,
                waiting_slots_max=120, waiting_events_max=20_000)
     line = churn_table([row], steady).splitlines()[2]
-    assert "| 9 | 40.0 / 95.5 | 120 / 20,000 | 0.75x |" in line
+    assert "| 9 | 40.0 / 95.5 | 120 / 20,000 | — | 0.75x |" in line
+    row.update(steady_figures([ClientRun(200_000, 0.5, 0, 0.3, [], True),
+                               ClientRun(200_000, 1.0, 0, 0.3, [], True)]))
+    assert row["steady_events_per_s"] == 300_000 and row["steady_cpu_s_per_m_server"] == 1.5
+    line = churn_table([row], steady).splitlines()[2]
+    assert "| 1.00x (400,000 / 200,000) | 0.75x |" in line
     failed = {"system": "Keybus Key_Shared, churn", "scenario": "churn", "note": "failed: x"}
     assert "failed: x" in churn_table([failed], None)
 
