@@ -67,15 +67,22 @@ async def describe_role(address: str, topic: str, timeout_s: float = PROBE_TIMEO
 
 async def find_leader(addresses: list[str], topic: str, timeout_ms: int = FIND_TIMEOUT_MS,
                       backoff_ms: int = 100, backoff_max_ms: int = 1_000,
-                      security: ClientSecurity | None = None) -> str:
+                      security: ClientSecurity | None = None,
+                      unreachable_ms: int | None = None) -> str:
     """The address of the broker that takes produce for `topic` now.
+
+    `unreachable_ms`: fail sooner when no broker at all could be reached for this long
+    (a failover keeps brokers answering, so only a cluster that is down, or a wrong
+    list, ends there); None: only `timeout_ms` ends the search.
 
     Raises:
         TopicNotFound: no broker has the topic.
-        Unavailable: no leader within timeout_ms; the message says what each
-            broker answered last.
+        Unavailable: no leader within timeout_ms, or no broker reached within
+            unreachable_ms; the message says what each broker answered last.
     """
-    deadline = time.monotonic() + timeout_ms / 1000
+    began = time.monotonic()
+    deadline = began + timeout_ms / 1000
+    reached_last = began
     while True:
         answers = await asyncio.gather(*(_probe(a, topic, security) for a in addresses))
         writable = [(info.leader_epoch, -i, address) for i, (address, info) in enumerate(answers)
@@ -84,8 +91,14 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = FIND_T
             return max(writable)[2]
         if all(isinstance(info, errors.TopicNotFound) for _, info in answers):
             raise errors.TopicNotFound(f"no broker of {','.join(addresses)} has topic {topic!r}")
-        if time.monotonic() >= deadline:
-            said = "; ".join(f"{a}: {_said(info)}" for a, info in answers)
+        now = time.monotonic()
+        if not all(isinstance(info, errors.Unavailable) for _, info in answers):
+            reached_last = now
+        said = "; ".join(f"{a}: {_said(info)}" for a, info in answers)
+        if unreachable_ms is not None and now - reached_last >= unreachable_ms / 1000:
+            raise errors.Unavailable(f"no broker of {','.join(addresses)} could be reached "
+                                     f"within {unreachable_ms} ms ({said})")
+        if now >= deadline:
             raise errors.Unavailable(f"no leader of topic {topic!r} within {timeout_ms} ms ({said})")
         await asyncio.sleep(backoff_ms / 1000)
         backoff_ms = min(backoff_ms * 2, backoff_max_ms)
@@ -130,14 +143,14 @@ class LeaderChannel:
         self.address = ""
         self.channel: grpc.aio.Channel | None = None
 
-    async def connect(self) -> pb_grpc.KeybusAsyncStub:
+    async def connect(self, unreachable_ms: int | None = None) -> pb_grpc.KeybusAsyncStub:
         """Find the leader and open a channel to it (again after a failure).
 
         Raises:
-            TopicNotFound, Unavailable: as find_leader.
+            TopicNotFound, Unavailable: as find_leader (`unreachable_ms` is its).
         """
         address = await find_leader(self.addresses, self.topic, self.find_timeout_ms,
-                                    security=self.security)
+                                    security=self.security, unreachable_ms=unreachable_ms)
         if address != self.address or self.channel is None:
             if self.address:
                 log.info("topic %s: leader moved from %s to %s", self.topic, self.address, address)

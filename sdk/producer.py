@@ -147,7 +147,7 @@ class Producer:
         deadline = time.monotonic() + config.request_timeout_ms / 1000
         while True:
             if leader is not None:  # several brokers: ask the leader (again, if it moved)
-                await leader.connect()
+                await leader.connect(unreachable_ms=config.connect_timeout_ms)
             channel = leader.channel if leader is not None and leader.channel \
                 else open_channel(broker, security)
             try:

@@ -38,6 +38,9 @@ class ProducerConfig:
         retry_backoff_ms / retry_backoff_max_ms: reconnect backoff, doubling
             from the first to the cap (100, 1000, as Kafka).
         request_timeout_ms: deadline of unary calls such as InitProducer (30000).
+        connect_timeout_ms: given several brokers, create() fails after this when none
+            of them can be reached at all (5000, as a consumer's); while some answer
+            (a failover under way) it looks for the leader until request_timeout_ms.
     """
 
     linger_ms: int = 5
@@ -54,12 +57,13 @@ class ProducerConfig:
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
     request_timeout_ms: int = 30_000
+    connect_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for name in ("nagle_window", "batch_events_max", "batch_bytes_max", "buffer_events_max",
                      "in_flight_max", "delivery_timeout_ms", "window_events_max",
                      "window_bytes_max", "retry_backoff_ms", "retry_backoff_max_ms",
-                     "request_timeout_ms"):
+                     "request_timeout_ms", "connect_timeout_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: need an int >= 1")

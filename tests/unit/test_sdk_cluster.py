@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -71,3 +72,51 @@ def test_not_leader_is_retried_with_several_brokers() -> None:
     queue.process_stream_broken()
     again = queue.next_to_write(16)
     assert again is sent and again.sequence == 0  # the same sequence: idempotent re-send
+
+
+Probe = Callable[[str, str, object], Awaitable[tuple[str, object]]]
+
+
+def _probes(answers: dict[str, object]) -> Probe:
+    """`cluster._probe` answering from a table (what each broker says)."""
+    async def probe(address: str, topic: str, security: object) -> tuple[str, object]:
+        return address, answers[address]
+    return probe
+
+
+def test_find_leader_gives_up_early_only_when_no_broker_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster that is down fails within `unreachable_ms`; one that answers without a
+    leader (a failover under way) is searched until `timeout_ms`."""
+    import time
+
+    from sdk import cluster
+
+    down = errors.Unavailable("cannot reach broker at 127.0.0.1:1: connection refused")
+    monkeypatch.setattr(cluster, "_probe", _probes({"a:1": down, "b:2": down}))
+    began = time.monotonic()
+    with pytest.raises(errors.Unavailable, match="no broker of a:1,b:2 could be reached "
+                                                 "within 300 ms"):
+        asyncio.run(cluster.find_leader(["a:1", "b:2"], "t", timeout_ms=30_000,
+                                        unreachable_ms=300))
+    assert time.monotonic() - began < 5
+    follower = pb.TopicRoleInfo(topic="t", role="follower", writable=False)
+    monkeypatch.setattr(cluster, "_probe", _probes({"a:1": down, "b:2": follower}))
+    began = time.monotonic()
+    with pytest.raises(errors.Unavailable, match="no leader of topic 't' within 1500 ms"):
+        asyncio.run(cluster.find_leader(["a:1", "b:2"], "t", timeout_ms=1_500,
+                                        unreachable_ms=300))
+    assert time.monotonic() - began >= 1.5
+
+
+def test_a_producer_given_brokers_none_of_which_runs_says_so_within_seconds() -> None:
+    import time
+
+    from sdk import Producer
+    from tests.support.broker_process import free_port
+
+    brokers = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"  # closed ports
+    began = time.monotonic()
+    with pytest.raises(errors.Unavailable, match="could be reached within 1000 ms"):
+        asyncio.run(Producer.create(brokers, "t", connect_timeout_ms=1_000))
+    assert time.monotonic() - began < 10
