@@ -63,7 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="events/s in the latency scenario")
     parser.add_argument("--latency-events", type=int, default=defaults.latency_events)
     parser.add_argument("--churn-events", type=int, default=defaults.churn_events,
-                        help="churn scenario: events stored (untimed) and then drained")
+                        help="churn scenario: events stored (untimed), then drained three times: "
+                             "without membership changes, with them, without again")
     parser.add_argument("--churn-period-s", type=float, default=defaults.churn_period_s,
                         help="churn scenario: one consumer leaves and another rejoins this often")
     parser.add_argument("--deadline-s", type=float, default=defaults.deadline_s,
