@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, machine
+from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.results import record_block
 from benchmarks.stage_join import STAGES, Arrival, stage_rows
@@ -48,11 +49,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     """One broker, producer and consumers at `rate`; the stage figures."""
     events = max(1, int(rate * options.duration_s))
@@ -71,7 +67,8 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
                 child.start()
             for _ in children:
                 results.get(timeout=60)  # each says it is subscribed
-            before = {"broker": _cpu_s(pid), "consumers": sum(_cpu_s(c.pid or 0) for c in children)}
+            before = {"broker": process_cpu_s(pid),
+                      "consumers": sum(process_cpu_s(c.pid or 0) for c in children)}
             began, producer_cpu = time.monotonic(), time.process_time()
             left = asyncio.run(produce(address, rate, events, VALUE_BYTES))
             arrivals: list[Arrival] = []
@@ -80,8 +77,8 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
                 arrivals.extend(Arrival(*a) for a in results.get(timeout=60))
             seconds = time.monotonic() - began
             cpu = {"producer": (time.process_time() - producer_cpu) / seconds,
-                   "broker": (_cpu_s(pid) - before["broker"]) / seconds,
-                   "consumers": (sum(_cpu_s(c.pid or 0) for c in children)
+                   "broker": (process_cpu_s(pid) - before["broker"]) / seconds,
+                   "consumers": (sum(process_cpu_s(c.pid or 0) for c in children)
                                  - before["consumers"]) / seconds}
             done.set()
             for child in children:

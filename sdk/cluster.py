@@ -94,12 +94,12 @@ async def find_leader(addresses: list[str], topic: str, timeout_ms: int = FIND_T
         now = time.monotonic()
         if not all(isinstance(info, errors.Unavailable) for _, info in answers):
             reached_last = now
-        said = "; ".join(f"{a}: {_said(info)}" for a, info in answers)
         if unreachable_ms is not None and now - reached_last >= unreachable_ms / 1000:
             raise errors.Unavailable(f"no broker of {','.join(addresses)} could be reached "
-                                     f"within {unreachable_ms} ms ({said})")
+                                     f"within {unreachable_ms} ms ({_all_said(answers)})")
         if now >= deadline:
-            raise errors.Unavailable(f"no leader of topic {topic!r} within {timeout_ms} ms ({said})")
+            raise errors.Unavailable(f"no leader of topic {topic!r} within {timeout_ms} ms "
+                                     f"({_all_said(answers)})")
         await asyncio.sleep(backoff_ms / 1000)
         backoff_ms = min(backoff_ms * 2, backoff_max_ms)
 
@@ -123,6 +123,10 @@ async def _probe(address: str, topic: str, security: ClientSecurity | None
         return address, await describe_role(address, topic, security=security)
     except errors.KeybusError as e:
         return address, e
+
+
+def _all_said(answers: list[tuple[str, pb.TopicRoleInfo | errors.KeybusError]]) -> str:
+    return "; ".join(f"{a}: {_said(info)}" for a, info in answers)
 
 
 def _said(info: pb.TopicRoleInfo | errors.KeybusError) -> str:

@@ -176,24 +176,23 @@ class Consumer:
                                      "Consumer.subscribe(...)` or `async with Consumer(...)`",
                                      errors.FAILED_PRECONDITION)
         buffer = state.buffer
-        batch = buffer.take()
-        if batch is not None:  # already here: no timer, no waiting
-            if buffer.grant_wanted():
-                self._flush.soon()
-            return batch
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
+        # set on the first wait: a batch already buffered needs no timer
+        loop: asyncio.AbstractEventLoop | None = None
+        deadline: float | None = None
         while True:
-            if state.error is not None:
-                raise state.error
-            if self._closed:
-                raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
-            await self._arrivals.wait(loop, deadline)
             batch = buffer.take()
             if batch is not None:
                 if buffer.grant_wanted():
                     self._flush.soon()
                 return batch
+            if state.error is not None:
+                raise state.error
+            if self._closed:
+                raise errors.KeybusError("the consumer is closed", errors.CANCELLED)
+            if loop is None:
+                loop = asyncio.get_running_loop()
+                deadline = None if timeout_s is None else loop.time() + timeout_s
+            await self._arrivals.wait(loop, deadline)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -491,4 +490,3 @@ class Consumer:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-

@@ -161,10 +161,6 @@ class SendQueue:
         unanswered, or queued to be written), or held. The producer batches only
         for these (Nagle's rule; `ProducerConfig.nagle_window`)."""
         busy = set(self.held)
-        if window <= 1:
-            busy.update(p for p, n in enumerate(self._in_flight_by_partition) if n)
-            busy.update(b.partition for b in self.unsent)
-            return busy
         outstanding = list(self._in_flight_by_partition)
         for batch in self.unsent:
             outstanding[batch.partition] += 1

@@ -3,7 +3,7 @@
 Layout is in `codec.py`. Every method is a blocking call. RocksDB itself is
 thread-safe; this class keeps no mutable state beyond the handles.
 
-Durable writes are two steps (`_write`): the WriteBatch is written without
+Durable writes are two steps (`write`): the WriteBatch is written without
 sync, then RocksDB's write-ahead log is fsynced (`sync_wal`). rocksdict's
 `write` holds the GIL for its whole call, so a synced write stops every
 Python thread (the broker's event loop too, even when the write runs on a
@@ -92,7 +92,7 @@ class RocksStore:
     def save_topic(self, topic: dict[str, Any]) -> None:
         batch = self._batch()
         batch.put(b"topic/" + topic["name"].encode(), json.dumps(topic).encode(), self._cf["meta"])
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     def next_id(self, counter: str) -> int:
         """Take the next value of a persisted counter (1, 2, ...). Sync write."""
@@ -101,7 +101,7 @@ class RocksStore:
         value = (codec.U64.unpack(current)[0] if current else 0) + 1
         batch = self._batch()
         batch.put(key, codec.U64.pack(value), self._cf["meta"])
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
         return int(value)
 
     def peek_id(self, counter: str) -> int:
@@ -117,7 +117,7 @@ class RocksStore:
         for family in ("log", "scn_index", "producers", "partitions", "cursors", "view",
                        "ownership", "checkpoints"):
             batch.delete_range(start, stop, self._cf[family])
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     # ------------------------------------------------------------ partitions
 
@@ -151,7 +151,7 @@ class RocksStore:
             batch.put(codec.log_key(topic_id, partition, producer_id), state, producers)
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._write(batch, sync=sync and self.durable)
+        self.write(batch, sync=sync and self.durable)
 
     def load_producer(self, topic_id: int, partition: int, producer_id: int) -> bytes | None:
         value = self._views["producers"].get(codec.log_key(topic_id, partition, producer_id))
@@ -173,7 +173,7 @@ class RocksStore:
             batch = self._batch()
             for producer_id in expired:
                 batch.delete(codec.log_key(topic_id, partition, producer_id), self._cf["producers"])
-            self._write(batch, sync=self.durable)
+            self.write(batch, sync=self.durable)
         return expired
 
     def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
@@ -221,7 +221,7 @@ class RocksStore:
                            codec.log_key(topic_id, partition, stop_scn), self._cf["scn_index"])
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._write(batch, sync=self.durable)
+        self.write(batch, sync=self.durable)
 
     # ------------------------------------------------------------ relay: truncation
 
@@ -255,7 +255,7 @@ class RocksStore:
                 batch.put(key, state, producers)
         batch.put(codec.prefix(topic_id, partition),
                   codec.PARTITION_STATE.pack(start_offset, size), self._cf["partitions"])
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     # ------------------------------------------------------------ subscriptions
 
@@ -279,7 +279,7 @@ class RocksStore:
         batch.put(codec.subscription_key(topic_id, name), json.dumps(config).encode(), family)
         for partition, data in cursors.items():
             batch.put(codec.cursor_key(topic_id, partition, name), data, family)
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     def get_cursor(self, topic_id: int, partition: int, name: str) -> bytes | None:
         value = self._views["cursors"].get(codec.cursor_key(topic_id, partition, name))
@@ -292,7 +292,7 @@ class RocksStore:
         batch = self._batch()
         for partition, data in cursors.items():
             batch.put(codec.cursor_key(topic_id, partition, name), data, self._cf["cursors"])
-        self._write(batch, sync=False)
+        self.write(batch, sync=False)
 
     def delete_subscription(self, topic_id: int, name: str, partitions: int) -> None:
         """Remove a subscription's settings and every cursor of it, atomically."""
@@ -301,7 +301,7 @@ class RocksStore:
         batch.delete(codec.subscription_key(topic_id, name), family)
         for partition in range(partitions):
             batch.delete(codec.cursor_key(topic_id, partition, name), family)
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     # ------------------------------------------------------------ access control
 
@@ -323,7 +323,7 @@ class RocksStore:
             batch.put(key, b"", family)
         for key in delete:
             batch.delete(key, family)
-        self._write(batch, sync=True)
+        self.write(batch, sync=True)
 
     # ------------------------------------------------------------ processor stores
 
@@ -348,17 +348,13 @@ class RocksStore:
         batch = self._batch()
         for family, key, value in puts:
             batch.put(key, value, self._cf[family])
-        self._write(batch, sync=durable and self.durable)
+        self.write(batch, sync=durable and self.durable)
 
     def sync_wal(self) -> None:
         """fsync the write-ahead log: every write made before this call is then on
         disk. Releases the GIL while the disk works (see the module docstring)."""
         self._db.flush_wal(True)
 
-    def _write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
-        self._db.write(batch, self._unsynced)  # holds the GIL: memtable + WAL append only
-        if sync:
-            self.sync_wal()
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
@@ -371,8 +367,11 @@ class RocksStore:
         return self._cf[name], self._views[name]
 
     def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
-        """Write a WriteBatch built on `column_family` handles, fsynced if asked."""
-        self._write(batch, sync=sync)
+        """Write a WriteBatch built on `column_family` handles, fsynced if asked (two
+        steps: see the module docstring)."""
+        self._db.write(batch, self._unsynced)  # holds the GIL: memtable + WAL append only
+        if sync:
+            self.sync_wal()
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:
