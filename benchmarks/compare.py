@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import compare_report, machine, plots
-from benchmarks.measurement import CompareWorkload
+from benchmarks.measurement import KEY_SHARED_MODES, CompareWorkload
 from benchmarks.peer_scenarios import SCENARIOS, Plan, run_all
 from benchmarks.results import RESULTS
 from benchmarks.systems import System
@@ -67,6 +67,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "without membership changes, with them, without again")
     parser.add_argument("--churn-period-s", type=float, default=defaults.churn_period_s,
                         help="churn scenario: one consumer leaves and another rejoins this often")
+    parser.add_argument("--key-shared-mode", choices=KEY_SHARED_MODES,
+                        default=defaults.key_shared_mode,
+                        help="how Keybus's Key_Shared subscriptions assign keys to consumers "
+                             "(auto_split: PIP-34's hash ranges, the SDK's default; consistent: "
+                             "consistent hashing, Pulsar's default)")
     parser.add_argument("--deadline-s", type=float, default=defaults.deadline_s,
                         help="a scenario still running after this is stopped, marked incomplete")
     parser.add_argument("--no-progress", action="store_true")
@@ -90,7 +95,8 @@ def _workload(options: argparse.Namespace) -> CompareWorkload:
                            rate_per_s=options.rate, latency_events=options.latency_events,
                            deadline_s=options.deadline_s,
                            churn_events=options.churn_events,
-                           churn_period_s=options.churn_period_s)
+                           churn_period_s=options.churn_period_s,
+                           key_shared_mode=options.key_shared_mode)
 
 
 DISPLAY_ONLY = ("--no-progress", "--no-plots", "--no-record")  # the figures do not depend on them

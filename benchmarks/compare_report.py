@@ -207,7 +207,8 @@ def _heading(scenario: str, workload: dict[str, Any], rows: list[Row] | None = N
                 f"stored, until every one is delivered and acknowledged{others}")
     if scenario == "churn":
         return (f"#### churn: {w['consumers']} Key_Shared consumer processes drain "
-                f"{w.get('churn_events', 0):,} events stored first (untimed) while, every "
+                f"{w.get('churn_events', 0):,} events stored first (untimed), in mode "
+                f"{w.get('key_shared_mode', 'auto_split')}, while, every "
                 f"{w.get('churn_period_s', 2.0)} s, one leaves and "
                 f"the one that was away rejoins; a rejoining consumer's first delivery waits until "
                 f"the slots it took have drained (their old owner acknowledged what it held); "

@@ -21,7 +21,7 @@ TYPE = "failover"
 
 
 def prepare(address: str, topic: str, workload: CompareWorkload) -> None:
-    keybus_subscribe.prepare(address, topic, TYPE)
+    keybus_subscribe.prepare(address, topic, TYPE, workload)
 
 
 def consume(task: Task, link: Link) -> dict[str, Any]:

@@ -329,8 +329,9 @@ def main() -> None:
 
 
 def prepare(address: str, topic: str, workload: CompareWorkload) -> None:
-    """The comparison's Key_Shared subscription (auto-split), cursor at the topic's end."""
-    keybus_subscribe.prepare(address, topic, "key_shared")
+    """The comparison's Key_Shared subscription (in the workload's mode), cursor at the
+    topic's end."""
+    keybus_subscribe.prepare(address, topic, "key_shared", workload)
 
 
 def consume(task: Task, link: Link) -> dict[str, Any]:

@@ -4,14 +4,18 @@ The comparison's `churn` scenario (Keybus only: neither peer keeps key order,
 so nothing of theirs waits when a consumer moves). `workload.churn_events`
 events are stored first (untimed, topic "churn": a backlog long enough for
 several changes), then `workload.consumers` consumer processes drain them on a
-Key_Shared subscription (auto-split), measured like `consume` (start signal to
+Key_Shared subscription (in `workload.key_shared_mode`, auto-split by default),
+measured like `consume` (start signal to
 the last delivery; consumer 0 seeks to the earliest offset first). Every
 `workload.churn_period_s` the membership changes (see `detached`): consumer 0
 stays; in period p >= 1 consumer 1 + (p - 1) % (n - 1) is away, so at each
 boundary one consumer leaves (acks what it took, then closes) and the one that
-was away rejoins. A leaving consumer's slots move to another consumer; a
-joining consumer takes half of the busiest range; a moved slot waits until its
-old owner has acknowledged what it was sent or has gone.
+was away rejoins. In auto-split a leaving consumer's range moves to a neighbour
+(which then serves half the keys: its permits pace its half of the drain) and
+a joining consumer takes half of the busiest range; in consistent hashing the
+leaver's keys spread over the others and come back to it when it rejoins. A
+moved slot waits until its old owner has acknowledged what it was sent or has
+gone.
 
 The steady rate the churn is held against is the same backlog drained on the
 same subscription without membership changes, once before and once after the
@@ -22,8 +26,8 @@ into the figure; the report shows both.
 
 How long moved slots wait, measured two ways:
 
-- by the consumers: a consumer that rejoins takes half of the busiest
-  consumer's range; those slots wait until their old owner has acknowledged
+- by the consumers: a consumer that rejoins takes slots from the others;
+  those slots wait until their old owner has acknowledged
   what it was sent. The time from its `subscribe` returning to its first
   delivery (`join_wait_ms`) is that drain plus one dispatch.
 - by the broker: the parent polls `DescribeSubscription` every `POLL_S` and
@@ -147,7 +151,8 @@ async def _consume(task: Task, link: Link) -> dict[str, Any]:
     async def attach() -> Any:
         return await Consumer.subscribe(task.address, task.stream, SUBSCRIPTION, type=TYPE,
                                         consumer_name=name,
-                                        receiver_queue_size=keybus_subscribe.RECEIVER_QUEUE_SIZE)
+                                        receiver_queue_size=keybus_subscribe.RECEIVER_QUEUE_SIZE,
+                                        mode=task.workload.key_shared_mode)
 
     state: dict[str, Any] = {"consumer": await attach(), "began": None, "changes": 0,
                              "joined": None}
@@ -264,7 +269,8 @@ def run(server: Server, workload: CompareWorkload, show_progress: bool) -> dict[
     (their mean, so a load that drifts over the three counts on both sides)."""
     try:
         keybus_subscribe.run_loop(_fill(server.address, STREAM, workload))
-        keybus_subscribe.create_subscription(server.address, STREAM, TYPE, SUBSCRIPTION)
+        keybus_subscribe.create_subscription(server.address, STREAM, TYPE, SUBSCRIPTION,
+                                             workload.key_shared_mode)
     except Exception as error:  # the row says why; the comparison goes on
         return _note(f"failed storing the backlog: {type(error).__name__}: {error}")
     steady = replace(workload, churn_period_s=math.inf)

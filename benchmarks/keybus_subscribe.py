@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks import client_loops
 from benchmarks.link import Link, Task, monotonic_ns
+from benchmarks.measurement import CompareWorkload
 from benchmarks.payload import sent_ns_of
 
 RECEIVER_QUEUE_SIZE = 5_000  # permits per consumer, as benchmarks/e2e_key_shared.py
@@ -80,13 +81,21 @@ async def wait_view_folded(address: str, topic: str, timeout_s: float = VIEW_WAI
             await asyncio.sleep(VIEW_POLL_S)
 
 
-async def _create_subscription(address: str, topic: str, type_: str, name: str) -> None:
+def mode_for(type_: str, key_shared_mode: str) -> str:
+    """The `mode` to subscribe with: the workload's for Key_Shared, the SDK's default
+    (which the other types ignore) otherwise."""
+    return key_shared_mode if type_ == "key_shared" else "auto_split"
+
+
+async def _create_subscription(address: str, topic: str, type_: str, name: str,
+                               key_shared_mode: str) -> None:
     from sdk.consumer import Consumer
 
     await wait_view_folded(address, topic)
     consumer = await Consumer.subscribe(address, topic, name, type=type_,
                                         consumer_name="bench-prepare", start="latest",
-                                        receiver_queue_size=2)
+                                        receiver_queue_size=2,
+                                        mode=mode_for(type_, key_shared_mode))
     await asyncio.wait_for(consumer.close(), CLOSE_TIMEOUT_S)
 
 
@@ -104,7 +113,8 @@ async def _consume(task: Task, link: Link, type_: str) -> dict[str, Any]:
     subscription = subscription_name(type_)
     consumer = await Consumer.subscribe(task.address, task.stream, subscription, type=type_,
                                         consumer_name=f"c{task.index}",
-                                        receiver_queue_size=RECEIVER_QUEUE_SIZE)
+                                        receiver_queue_size=RECEIVER_QUEUE_SIZE,
+                                        mode=mode_for(type_, task.workload.key_shared_mode))
     receive_batch, ack_batch = consumer.receive_batch, consumer.ack_batch
     release = [task.index == 0 and not task.paced]  # consume scenario: consumer 0 seeks
     stages = Stages(task.workload.warmup_s) if task.paced else None
@@ -162,15 +172,18 @@ class Stages:
                 to_arrival.append((arrived_ns - committed_ns) / 1e6)
 
 
-def create_subscription(address: str, topic: str, type_: str, name: str) -> None:
-    """Subscription `name` of `type_` on `topic`, its cursor at the topic's end."""
-    run_loop(_create_subscription(address, topic, type_, name))
+def create_subscription(address: str, topic: str, type_: str, name: str,
+                        key_shared_mode: str) -> None:
+    """Subscription `name` of `type_` on `topic` (Key_Shared: in `key_shared_mode`), its
+    cursor at the topic's end."""
+    run_loop(_create_subscription(address, topic, type_, name, key_shared_mode))
 
 
-def prepare(address: str, topic: str, type_: str) -> None:
+def prepare(address: str, topic: str, type_: str, workload: CompareWorkload) -> None:
     """Create subscription `subscription_name(type_)` of `type_` ("key_shared", "shared",
-    "exclusive", "failover")."""
-    create_subscription(address, topic, type_, subscription_name(type_))
+    "exclusive", "failover"; Key_Shared in the workload's mode)."""
+    create_subscription(address, topic, type_, subscription_name(type_),
+                        workload.key_shared_mode)
 
 
 def consume(task: Task, link: Link, type_: str) -> dict[str, Any]:

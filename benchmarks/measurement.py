@@ -15,6 +15,7 @@ from typing import Any
 from benchmarks import histogram
 
 STAMP_BYTES = 8  # the send time at the head of every value (see payload.py)
+KEY_SHARED_MODES = ("auto_split", "consistent")
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,15 @@ class CompareWorkload:
     latency_events / rate_per_s: length and pace of the latency scenario.
     deadline_s: a scenario still running after this is stopped and marked incomplete.
     churn_events / churn_period_s: the churn scenario's backlog, and how often it
-        changes its consumers.
+        changes its consumers (1 s: a 4 M-event drain here takes 3-4 s, so it sees
+        leaves and rejoins; at 2 s it ended before the first rejoin).
     warmup_s: latency scenario: events due in its first `warmup_s` are delivered and
         counted, but their latencies are not recorded (connections and caches warming).
+    key_shared_mode: how Keybus's Key_Shared subscriptions assign keys: "auto_split"
+        (the SDK's default, PIP-34's hash ranges: 4 consumers get equal quarters, but a
+        leave hands the leaver's whole range to one neighbour, so 3 of them serve 1/2,
+        1/4 and 1/4 of the keys) or "consistent" (consistent hashing, Pulsar's default
+        since apache/pulsar#6791: a leaver's keys spread, shares differ by up to ~25%).
     """
 
     events: int = 1_000_000
@@ -41,8 +48,9 @@ class CompareWorkload:
     latency_events: int = 100_000
     deadline_s: float = 300.0
     churn_events: int = 4_000_000
-    churn_period_s: float = 2.0
+    churn_period_s: float = 1.0
     warmup_s: float = 0.0
+    key_shared_mode: str = "auto_split"
 
     def __post_init__(self) -> None:
         if self.value_bytes < STAMP_BYTES:
@@ -60,6 +68,9 @@ class CompareWorkload:
             raise ValueError(f"churn_period_s must be > 0, got {self.churn_period_s}")
         if self.deadline_s <= 0:
             raise ValueError(f"deadline_s must be > 0, got {self.deadline_s}")
+        if self.key_shared_mode not in KEY_SHARED_MODES:
+            raise ValueError(f"key_shared_mode {self.key_shared_mode!r} is invalid; allowed: "
+                             f"{', '.join(KEY_SHARED_MODES)} (sticky needs ranges per consumer)")
 
 
 @dataclass
