@@ -70,8 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--key-shared-mode", choices=KEY_SHARED_MODES,
                         default=defaults.key_shared_mode,
                         help="how Keybus's Key_Shared subscriptions assign keys to consumers "
-                             "(auto_split: PIP-34's hash ranges, the SDK's default; consistent: "
-                             "consistent hashing, Pulsar's default)")
+                             "(consistent: consistent hashing, the broker's default as "
+                             "Pulsar's; auto_split: PIP-34's hash ranges)")
     parser.add_argument("--deadline-s", type=float, default=defaults.deadline_s,
                         help="a scenario still running after this is stopped, marked incomplete")
     parser.add_argument("--no-progress", action="store_true")

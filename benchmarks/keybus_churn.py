@@ -4,7 +4,8 @@ The comparison's `churn` scenario (Keybus only: neither peer keeps key order,
 so nothing of theirs waits when a consumer moves). `workload.churn_events`
 events are stored first (untimed, topic "churn": a backlog long enough for
 several changes), then `workload.consumers` consumer processes drain them on a
-Key_Shared subscription (in `workload.key_shared_mode`, auto-split by default),
+Key_Shared subscription (in `workload.key_shared_mode`, consistent hashing by
+default),
 measured like `consume` (start signal to
 the last delivery; consumer 0 seeks to the earliest offset first). Every
 `workload.churn_period_s` the membership changes (see `detached`): consumer 0

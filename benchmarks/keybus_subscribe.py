@@ -81,10 +81,9 @@ async def wait_view_folded(address: str, topic: str, timeout_s: float = VIEW_WAI
             await asyncio.sleep(VIEW_POLL_S)
 
 
-def mode_for(type_: str, key_shared_mode: str) -> str:
-    """The `mode` to subscribe with: the workload's for Key_Shared, the SDK's default
-    (which the other types ignore) otherwise."""
-    return key_shared_mode if type_ == "key_shared" else "auto_split"
+def mode_for(type_: str, key_shared_mode: str) -> str | None:
+    """The `mode` to subscribe with: the workload's for Key_Shared, none otherwise."""
+    return key_shared_mode if type_ == "key_shared" else None
 
 
 async def _create_subscription(address: str, topic: str, type_: str, name: str,

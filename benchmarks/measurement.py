@@ -15,7 +15,7 @@ from typing import Any
 from benchmarks import histogram
 
 STAMP_BYTES = 8  # the send time at the head of every value (see payload.py)
-KEY_SHARED_MODES = ("auto_split", "consistent")
+KEY_SHARED_MODES = ("consistent", "auto_split")
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,11 @@ class CompareWorkload:
         leaves and rejoins; at 2 s it ended before the first rejoin).
     warmup_s: latency scenario: events due in its first `warmup_s` are delivered and
         counted, but their latencies are not recorded (connections and caches warming).
-    key_shared_mode: how Keybus's Key_Shared subscriptions assign keys: "auto_split"
-        (the SDK's default, PIP-34's hash ranges: 4 consumers get equal quarters, but a
-        leave hands the leaver's whole range to one neighbour, so 3 of them serve 1/2,
-        1/4 and 1/4 of the keys) or "consistent" (consistent hashing, Pulsar's default
-        since apache/pulsar#6791: a leaver's keys spread, shares differ by up to ~25%).
+    key_shared_mode: how Keybus's Key_Shared subscriptions assign keys: "consistent"
+        (consistent hashing, the broker's default as Pulsar's since apache/pulsar#6791: a
+        leaver's keys spread, shares differ by up to ~25%) or "auto_split" (PIP-34's
+        hash ranges: 4 consumers get equal quarters, but a leave hands the leaver's whole
+        range to one neighbour, so 3 of them serve 1/2, 1/4 and 1/4 of the keys).
     """
 
     events: int = 1_000_000
@@ -50,7 +50,7 @@ class CompareWorkload:
     churn_events: int = 4_000_000
     churn_period_s: float = 1.0
     warmup_s: float = 0.0
-    key_shared_mode: str = "auto_split"
+    key_shared_mode: str = "consistent"
 
     def __post_init__(self) -> None:
         if self.value_bytes < STAMP_BYTES:

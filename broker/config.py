@@ -100,6 +100,9 @@ class Settings:
                                       "whatever its permits.")
     key_shared_points_per_consumer: int = setting(100, "Key_Shared consistent mode: points "
                                                   "per consumer on the hash ring.")
+    key_shared_default_mode: str = setting(
+        "consistent", "Key_Shared mode of a subscription whose first consumer names none: "
+        "consistent (consistent hashing, Pulsar's default) or auto_split (PIP-34 hash ranges).")
     nack_delay_ms_default: int = setting(1_000, "Redelivery delay of a nack that gives none.")
     nack_delay_ms_max: int = setting(3_600_000, "Longest redelivery delay a nack may ask for.")
     ack_timeout_ms_min: int = setting(1_000, "Shortest ack timeout a consumer may ask for.")
@@ -253,6 +256,10 @@ class Settings:
             raise ConfigError(f"task_restart_backoff_ms={self.task_restart_backoff_ms} must be > 0 "
                               f"and at most task_restart_backoff_max_ms="
                               f"{self.task_restart_backoff_max_ms}")
+        if self.key_shared_default_mode not in ("consistent", "auto_split"):
+            raise ConfigError(f"key_shared_default_mode={self.key_shared_default_mode!r} is "
+                              "invalid; allowed: consistent, auto_split (sticky needs each "
+                              "consumer's ranges)")
         for name in ("port", "metrics_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535:

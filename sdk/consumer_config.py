@@ -26,7 +26,9 @@ class ConsumerConfig:
 
     Attributes:
         type: "exclusive" (default), "shared", "failover" or "key_shared".
-        mode: Key_Shared mode: "auto_split" (default), "sticky" or "consistent".
+        mode: Key_Shared mode: "consistent", "auto_split" or "sticky"; None (the
+            default) joins a subscription in the mode it has, and creates one in
+            the broker's `key_shared_default_mode` (consistent, as Pulsar's).
         ranges: sticky mode: the hash ranges to serve ("0-32767" or pairs).
         start: where a new subscription starts: "latest" (default),
             "earliest", an offset or {"scn": n} (the same values as Reader's
@@ -56,7 +58,7 @@ class ConsumerConfig:
     """
 
     type: str = "exclusive"
-    mode: str = "auto_split"
+    mode: str | None = None
     ranges: str | Sequence[HashRange | tuple[int, int]] | None = None
     start: Start = "latest"
     key_filter: Any = None
@@ -103,8 +105,9 @@ class ConsumerConfig:
         """The SubscribeOpen message. Raises ValueError naming a bad setting."""
         if self.type not in TYPES:
             raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)}")
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is invalid; allowed: {', '.join(MODES)} "
+                             "or None (the subscription's, or the broker's default)")
         if self.ranges and not (self.type == "key_shared" and self.mode == "sticky"):
             raise ValueError(f"ranges={self.ranges!r} are only for type='key_shared' with "
                              f"mode='sticky' (here type={self.type!r}, mode={self.mode!r}); "
@@ -113,11 +116,13 @@ class ConsumerConfig:
             raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
         request = pb.SubscribeOpen(
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
-            key_shared_mode=MODES[self.mode], sticky_ranges=ranges_to_proto(self.ranges),
+            sticky_ranges=ranges_to_proto(self.ranges),
             initial_position=start_to_proto(self.start), priority=self.priority,
             ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
             dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
             look_ahead_max=self.look_ahead_max)
+        if self.mode is not None:
+            request.key_shared_mode = MODES[self.mode]
         key_filter = filter_to_proto(self.key_filter)
         if key_filter is not None:
             request.filter.CopyFrom(key_filter)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
-from broker.subscription.spec import SubscriptionSpec
+from broker.subscription.spec import SubscriptionSpec, mode_named, mode_value
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.topics import TOPIC_NAME, TopicRegistry
 from sdk.core.filters import KeyFilterSpec
@@ -69,6 +70,7 @@ class SubscriptionManager:
         self.store = store
         self.settings = settings
         self.config_filters = config_filters
+        self._default_mode = mode_value(settings.key_shared_default_mode)
         self._topics: dict[str, dict[str, Subscription]] = {}
         self._create_lock = asyncio.Lock()
         self._metrics_task: asyncio.Task[None] | None = None
@@ -142,11 +144,14 @@ class SubscriptionManager:
         """
         meta = self.registry.meta(request.topic)
         spec = self._consumer_spec(request, meta)
-        asked = SubscriptionSpec.of_open(request, now_ms())
+        asked = SubscriptionSpec.of_open(request, now_ms(), self._default_mode)
         self._check_open(request, asked)
-        self._check_sticky(request)
         async with self._create_lock:
             subscription = self._topics.get(meta.name, {}).get(request.subscription)
+            if subscription is not None and not mode_named(request) and \
+                    asked.type == subscription.spec.type:
+                asked = dataclasses.replace(asked, mode=subscription.spec.mode)
+            self._check_sticky(request, asked)
             created = subscription is None
             if subscription is None:
                 subscription = self._new(asked, meta, request.initial_position)
@@ -213,10 +218,11 @@ class SubscriptionManager:
         compile_selector(asked.key_filter(), {})  # raises filter_invalid
 
     @staticmethod
-    def _check_sticky(request: pb.SubscribeOpen) -> None:
-        """A consumer's sticky ranges: required in sticky mode, refused otherwise (a
-        subscription created without a consumer, by `ensure`, needs none)."""
-        sticky = request.type == pb.KEY_SHARED and request.key_shared_mode == pb.STICKY
+    def _check_sticky(request: pb.SubscribeOpen, asked: SubscriptionSpec) -> None:
+        """A consumer's sticky ranges: required in sticky mode (named, or the existing
+        subscription's when it names none), refused otherwise (a subscription created
+        without a consumer, by `ensure`, needs none)."""
+        sticky = asked.type == pb.KEY_SHARED and asked.mode == pb.STICKY
         if request.sticky_ranges and not sticky:
             raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
                               "type key_shared with mode sticky")
@@ -420,7 +426,7 @@ class SubscriptionManager:
         consumer; True when created. Relay followers mirror their upstream's
         subscriptions with it (broker/relay/cursor_sync.py)."""
         meta = self.registry.meta(request.topic)
-        asked = SubscriptionSpec.of_open(request, created_ms)
+        asked = SubscriptionSpec.of_open(request, created_ms, self._default_mode)
         self._check_open(request, asked)
         async with self._create_lock:
             if request.subscription in self._topics.get(meta.name, {}):

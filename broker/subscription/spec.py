@@ -54,11 +54,16 @@ class SubscriptionSpec:
                    raw["dead_letter_topic"], raw["created_ms"])
 
     @classmethod
-    def of_open(cls, request: pb.SubscribeOpen, created_ms: int) -> SubscriptionSpec:
+    def of_open(cls, request: pb.SubscribeOpen, created_ms: int,
+                default_mode: int = pb.AUTO_SPLIT) -> SubscriptionSpec:
+        """What an `open` asks for; a Key_Shared open that names no mode asks for
+        `default_mode` (see `mode_named`)."""
         key_filter = request.filter if request.HasField("filter") else pb.KeyFilter()
         filter_bytes = b"" if key_filter.type == pb.KeyFilter.NONE else \
             key_filter.SerializeToString(deterministic=True)
-        mode = request.key_shared_mode if request.type == pb.KEY_SHARED else pb.AUTO_SPLIT
+        mode: int = pb.AUTO_SPLIT
+        if request.type == pb.KEY_SHARED:
+            mode = request.key_shared_mode if mode_named(request) else default_mode
         dead_letter = request.dead_letter_topic
         if request.max_redeliveries and not dead_letter:
             dead_letter = f"{request.topic}-{request.subscription}-DLQ"
@@ -87,6 +92,18 @@ class SubscriptionSpec:
                 raise BrokerError("subscription_setting_mismatch", subscription=self.name,
                                   topic=self.topic, field=field, existing=mine_text,
                                   consumer=consumer, asked=their_text)
+
+
+def mode_named(request: pb.SubscribeOpen) -> bool:
+    """Whether an open names its Key_Shared mode. One that does not joins an existing
+    subscription in whatever mode it has, and creates one in the broker's
+    `key_shared_default_mode`."""
+    return request.HasField("key_shared_mode")
+
+
+def mode_value(name: str) -> int:
+    """The pb.KeySharedMode of a mode's name ("consistent", "auto_split", "sticky")."""
+    return next(value for value, text in MODE_NAMES.items() if text == name)
 
 
 def _filter_text(filter_bytes: bytes) -> str:

@@ -38,9 +38,11 @@ from sdk.reader import Start
 @click.option("--type", "sub_type", default="exclusive", show_default=True,
               type=click.Choice(["exclusive", "shared", "failover", "key_shared"]),
               help="Subscription type (fixed when the subscription is created).")
-@click.option("--mode", default="auto_split", show_default=True,
-              type=click.Choice(["auto_split", "sticky", "consistent"]),
-              help="Key_Shared mode: how hash ranges are given to consumers.")
+@click.option("--mode", default=None,
+              type=click.Choice(["consistent", "auto_split", "sticky"]),
+              help="Key_Shared mode: how hash ranges are given to consumers (default: the "
+                   "subscription's; a new one gets the broker's key_shared_default_mode, "
+                   "consistent).")
 @click.option("--ranges", type=RANGES, help="Sticky mode: the hash ranges this consumer "
                                             "serves, e.g. 0-32767.")
 @click.option("--start", type=START, metavar="START",
@@ -62,7 +64,7 @@ from sdk.reader import Start
                                       "(default 0 = until it is back).")
 @connection_options
 @json_option
-def consume(topic: str, subscription: str, sub_type: str, mode: str,
+def consume(topic: str, subscription: str, sub_type: str, mode: str | None,
             ranges: list[HashRange] | None, start: Start | None, start_old: Start | None,
             partitions: tuple[int, ...], key_filter: KeyFilterSpec | None, consumer_name: str,
             events_max: int | None, no_ack: bool, retry_timeout_s: float | None,

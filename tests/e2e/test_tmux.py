@@ -109,7 +109,7 @@ def test_main_flows_at_80_columns(terminal: tuple[Tmux, BrokerProcess], tmp_path
 
     consumers = [subprocess.Popen(
         [sys.executable, "-m", "keybus", "consume", "tm-orders", "-s", SUB, "--type",
-         "key_shared", "--name", name], env=dict(tmux.env), cwd=REPO,
+         "key_shared", "--mode", "auto_split", "--name", name], env=dict(tmux.env), cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in NAMES]
     try:
         code, lines = tmux.run(f"keybus subscriptions describe tm-orders {SUB}")

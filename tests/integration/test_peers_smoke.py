@@ -78,16 +78,16 @@ def test_keybus_producer_under_the_same_harness() -> None:
 def test_keybus_subscriptions_and_churn_under_the_same_harness() -> None:
     """Every subscription type's consume and latency rows (Exclusive with its one consumer,
     Failover with standbys that receive nothing and still end), and the churn row, count
-    every event. Key_Shared runs in consistent-hashing mode here (the subscription and
-    every consumer must agree on it, or the subscribe is refused); auto-split, the SDK's
-    default, is what the rest of the suite runs."""
+    every event. Key_Shared runs in auto-split mode here (the subscription and every
+    consumer must agree on it, or the subscribe is refused); consistent hashing is the
+    benchmark's default."""
     from dataclasses import replace
 
     from benchmarks import keybus_driver
     from benchmarks.peer_scenarios import CHURN
 
     workload = replace(WORKLOAD, churn_events=20_000, churn_period_s=0.3,
-                       key_shared_mode="consistent")
+                       key_shared_mode="auto_split")
     rows, _ = run_system(keybus_driver.system(), Plan(workload, show_progress=False))
     consumers = {"Keybus Key_Shared": 2, "Keybus Shared": 2, "Keybus Exclusive (1 consumer)": 1,
                  "Keybus Failover (1 active, others standby)": 2}

@@ -190,7 +190,7 @@ def test_key_shared_range_change_callbacks_fire(shared_broker: BrokerProcess) ->
         await topic_with(shared_broker.address, "ranges", list(range(200)))
         seen: dict[str, list[list[HashRange]]] = {"a": [], "b": []}
         a = await Consumer.subscribe(shared_broker.address, "ranges", "s", type="key_shared",
-                                     consumer_name="a", start="earliest",
+                                     mode="auto_split", consumer_name="a", start="earliest",
                                      on_range_change=lambda p, r: seen["a"].append(r))
         await wait_for(lambda: _true(seen["a"] == [[HashRange(0, 65535)]]))
         b = await Consumer.subscribe(shared_broker.address, "ranges", "s", type="key_shared",
@@ -205,6 +205,49 @@ def test_key_shared_range_change_callbacks_fire(shared_broker: BrokerProcess) ->
         await wait_for(lambda: _true(len(seen["a"]) == 3))
         assert seen["a"][-1] == [HashRange(0, 65535)]
         await a.close()
+
+    run(go())
+
+
+def test_a_consumer_naming_no_mode_takes_the_subscriptions_or_the_brokers(
+        shared_broker: BrokerProcess) -> None:
+    """No mode named: a new Key_Shared subscription gets the broker's default
+    (consistent hashing); an existing one is joined in whatever mode it has (here
+    auto-split, so the second consumer takes the upper half); a named mode that differs
+    is refused; joining a sticky subscription without ranges is refused, not attached."""
+    address = shared_broker.address
+
+    async def mode_of(subscription: str) -> int:
+        async with SubscriptionAdmin(address) as admin:
+            info = await admin.describe_subscription("modes", subscription)
+        return int(info.key_shared_mode)
+
+    async def go() -> None:
+        await topic_with(address, "modes", list(range(20)))
+        fresh = await Consumer.subscribe(address, "modes", "new", type="key_shared",
+                                         consumer_name="a")
+        assert await mode_of("new") == pb.CONSISTENT
+        await fresh.close()
+        seen: list[list[HashRange]] = []
+        a = await Consumer.subscribe(address, "modes", "split", type="key_shared",
+                                     mode="auto_split", consumer_name="a")
+        b = await Consumer.subscribe(address, "modes", "split", type="key_shared",
+                                     consumer_name="b",
+                                     on_range_change=lambda p, r: seen.append(r))
+        await wait_for(lambda: _true(seen == [[HashRange(32768, 65535)]]))
+        assert await mode_of("split") == pb.AUTO_SPLIT
+        with pytest.raises(FailedPrecondition, match=r"is key_shared \(mode auto_split\); "
+                                                     r"consumer 'c' asked for key_shared "
+                                                     r"\(mode consistent\)"):
+            await Consumer.subscribe(address, "modes", "split", type="key_shared",
+                                     mode="consistent", consumer_name="c")
+        sticky = await Consumer.subscribe(address, "modes", "sticky", type="key_shared",
+                                          mode="sticky", ranges="0-100", consumer_name="a")
+        with pytest.raises(InvalidArgument, match="declared no hash range; sticky mode"):
+            await Consumer.subscribe(address, "modes", "sticky", type="key_shared",
+                                     consumer_name="b")
+        for consumer in (a, b, sticky):
+            await consumer.close()
 
     run(go())
 

@@ -351,7 +351,7 @@ def test_moved_slot_waits_for_its_old_owner(shared_broker: BrokerProcess) -> Non
             await producer.send_batch(keys * 5, [b"v"] * len(keys) * 5)
             await producer.flush()
         a = await Consumer.subscribe(address, "draining", "s", type="key_shared",
-                                     consumer_name="a", start="earliest",
+                                     mode="auto_split", consumer_name="a", start="earliest",
                                      receiver_queue_size=10)
         async with SubscriptionAdmin(address) as admin:
             async def a_holds_ten() -> bool:

@@ -85,7 +85,7 @@ def test_summarize_without_latencies_or_events() -> None:
     ("consumers", 0, "consumers must be >= 1"),
     ("duration_s", 0.0, "duration_s must be > 0"),
     ("deadline_s", -1.0, "deadline_s must be > 0"),
-    ("key_shared_mode", "sticky", "allowed: auto_split, consistent"),
+    ("key_shared_mode", "sticky", "allowed: consistent, auto_split"),
 ])
 def test_workload_rejects_what_cannot_run(field: str, value: float | str, message: str) -> None:
     with pytest.raises(ValueError, match=message):

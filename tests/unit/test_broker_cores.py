@@ -126,6 +126,10 @@ def test_settings_precedence_and_errors(tmp_path: Path) -> None:
         load_settings(None, env={"KEYBUS_READ_EVENTS_MAX": "0"})
     with pytest.raises(ConfigError, match="not a valid bool"):
         load_settings(None, env={"KEYBUS_FSYNC": "maybe"})
+    assert load_settings(None, env={}).key_shared_default_mode == "consistent"
+    with pytest.raises(ConfigError, match="key_shared_default_mode='sticky' is invalid; "
+                                          "allowed: consistent, auto_split"):
+        load_settings(None, env={"KEYBUS_KEY_SHARED_DEFAULT_MODE": "sticky"})
 
 
 def test_bad_filter_config_names_the_line(tmp_path: Path) -> None:

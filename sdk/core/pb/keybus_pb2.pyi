@@ -1035,6 +1035,9 @@ class SubscribeOpen(_message.Message):
     consumer_name: _builtins.str
     type: Global___SubscriptionType.ValueType
     key_shared_mode: Global___KeySharedMode.ValueType
+    """Key_Shared only. Unset: the subscription's mode; a subscription this open
+    creates gets the broker's key_shared_default_mode (consistent).
+    """
     priority: _builtins.int
     ack_timeout_ms: _builtins.int
     max_redeliveries: _builtins.int
@@ -1060,7 +1063,7 @@ class SubscribeOpen(_message.Message):
         subscription: _builtins.str = ...,
         consumer_name: _builtins.str = ...,
         type: Global___SubscriptionType.ValueType = ...,
-        key_shared_mode: Global___KeySharedMode.ValueType = ...,
+        key_shared_mode: Global___KeySharedMode.ValueType | None = ...,
         sticky_ranges: _abc.Iterable[Global___HashRange] | None = ...,
         initial_position: Global___StartPosition | None = ...,
         filter: Global___KeyFilter | None = ...,
@@ -1071,11 +1074,13 @@ class SubscribeOpen(_message.Message):
         partitions: _abc.Iterable[_builtins.int] | None = ...,
         look_ahead_max: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "initial_position", b"initial_position"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "look_ahead_max", b"look_ahead_max", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "look_ahead_max", b"look_ahead_max", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__key_shared_mode: _TypeAlias = _typing.Literal["key_shared_mode"]  # noqa: Y015
+    _WhichOneofArgType__key_shared_mode: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_shared_mode) -> _WhichOneofReturnType__key_shared_mode | None: ...
 
 Global___SubscribeOpen: _TypeAlias = SubscribeOpen  # noqa: Y015
 
