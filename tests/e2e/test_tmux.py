@@ -12,10 +12,12 @@ against a real broker process; the test types commands and reads the screen.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +143,24 @@ def test_main_flows_at_80_columns(terminal: tuple[Tmux, BrokerProcess], tmp_path
     assert code == 2 and len(lines) == 1
 
 
+def wait_persisted(address: str, topic: str, subscription: str, partition: int,
+                   offset: int, timeout_s: float = 20) -> None:
+    """Until the subscription's cursor on disk acknowledges everything below `offset`."""
+    from sdk.subscription_admin import SubscriptionAdmin
+
+    async def persisted() -> int:
+        async with SubscriptionAdmin(address) as admin:
+            info = await admin.describe_subscription(topic, subscription)
+        return next(p.persisted_mark_delete for p in info.partitions
+                    if p.partition == partition)
+
+    deadline = time.monotonic() + timeout_s
+    while asyncio.run(persisted()) < offset:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}/{partition} not persisted past {offset} in {timeout_s}s")
+        time.sleep(0.05)
+
+
 def test_consume_tells_a_lost_broker_and_carries_on(terminal: tuple[Tmux, BrokerProcess]) -> None:
     tmux, broker = terminal
     assert tmux.run("keybus topics create tm-live --partitions 2")[0] == 0
@@ -149,6 +169,9 @@ def test_consume_tells_a_lost_broker_and_carries_on(terminal: tuple[Tmux, Broker
     subprocess.run([sys.executable, "-m", "keybus", "produce", "tm-live", "--key", "1", "--value",
                     "before"], env=tmux.env, cwd=REPO, check=True, timeout=60)
     tmux.wait_for("before")
+    # kill only once the ack of "before" is on disk, or the consumer is sent it again
+    # (at least once: a cursor is written every cursor_persist_interval_ms)
+    wait_persisted(broker.address, "tm-live", "live", partition=1, offset=1)
     broker.kill()
     tmux.wait_for(f"keybus: lost the broker at {broker.address}", 20)
     broker.start()
