@@ -5,9 +5,8 @@ so nothing of theirs waits when a consumer moves). `workload.churn_events`
 events are stored first (untimed, topic "churn": a backlog long enough for
 several changes), then `workload.consumers` consumer processes drain them on a
 Key_Shared subscription (in `workload.key_shared_mode`, consistent hashing by
-default),
-measured like `consume` (start signal to
-the last delivery; consumer 0 seeks to the earliest offset first). Every
+default), measured like `consume` (start signal to the last delivery; consumer
+0 seeks to the earliest offset first). Every
 `workload.churn_period_s` the membership changes (see `detached`): consumer 0
 stays; in period p >= 1 consumer 1 + (p - 1) % (n - 1) is away, so at each
 boundary one consumer leaves (acks what it took, then closes) and the one that

@@ -355,7 +355,6 @@ class RocksStore:
         disk. Releases the GIL while the disk works (see the module docstring)."""
         self._db.flush_wal(True)
 
-
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
 

@@ -37,9 +37,10 @@ from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
-from broker.subscription.spec import SubscriptionSpec, mode_named, mode_value
+from broker.subscription.spec import SubscriptionSpec, mode_named
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.topics import TOPIC_NAME, TopicRegistry
+from sdk.consumer_config import MODES
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.hashing import SLOT_MAX
 from sdk.core.model import HashRange, RangeError
@@ -70,7 +71,7 @@ class SubscriptionManager:
         self.store = store
         self.settings = settings
         self.config_filters = config_filters
-        self._default_mode = mode_value(settings.key_shared_default_mode)
+        self._default_mode = MODES[settings.key_shared_default_mode]
         self._topics: dict[str, dict[str, Subscription]] = {}
         self._create_lock = asyncio.Lock()
         self._metrics_task: asyncio.Task[None] | None = None

@@ -101,11 +101,6 @@ def mode_named(request: pb.SubscribeOpen) -> bool:
     return request.HasField("key_shared_mode")
 
 
-def mode_value(name: str) -> int:
-    """The pb.KeySharedMode of a mode's name ("consistent", "auto_split", "sticky")."""
-    return next(value for value, text in MODE_NAMES.items() if text == name)
-
-
 def _filter_text(filter_bytes: bytes) -> str:
     if not filter_bytes:
         return "none"

@@ -1036,7 +1036,9 @@ class SubscribeOpen(_message.Message):
     type: Global___SubscriptionType.ValueType
     key_shared_mode: Global___KeySharedMode.ValueType
     """Key_Shared only. Unset: the subscription's mode; a subscription this open
-    creates gets the broker's key_shared_default_mode (consistent).
+    creates gets the broker's key_shared_default_mode (consistent). A client
+    built when this field was not `optional` sends nothing for AUTO_SPLIT (the
+    zero value), so the broker takes its AUTO_SPLIT as unset.
     """
     priority: _builtins.int
     ack_timeout_ms: _builtins.int
