@@ -10,11 +10,11 @@ Redis's client is sync, nats-py and the Keybus SDK are asyncio.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from benchmarks.due_timer import DueTimer
 from benchmarks.link import Link, Task, monotonic_ns
 from benchmarks.pacing import due_s, events_limit, next_batch_events
 from benchmarks.payload import key_sequence, latencies_ms, stamped_value
@@ -95,10 +95,13 @@ class _Batches:
 
     def wait_s(self) -> float:
         """Seconds until the next send is due (0 when not paced or late)."""
+        return max(0.0, self.due() - time.monotonic())
+
+    def due(self) -> float:
+        """CLOCK_MONOTONIC time the next send is due (the start when not paced)."""
         if not self.task.paced:
-            return 0.0
-        due = self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
-        return max(0.0, due - time.monotonic())
+            return self.began_s
+        return self.began_s + due_s(self.sent, self.task.workload.rate_per_s)
 
     def note_send(self) -> None:
         """A paced send starts now: record how late it is."""
@@ -152,13 +155,15 @@ def produce(task: Task, link: Link, send: Send, flush: Callable[[], None]) -> Re
 
 async def produce_async(task: Task, link: Link, send: AsyncSend,
                         flush: Callable[[], Awaitable[None]]) -> Report:
-    """`produce` for asyncio clients."""
+    """`produce` for asyncio clients; paced sends wait on a DueTimer (see due_timer.py),
+    as precise as the sync loop's `time.sleep`."""
     batches = _Batches(task, link)
-    while keys := batches.next_keys(link):
-        await asyncio.sleep(batches.wait_s())
-        batches.note_send()
-        await send(keys, batches.value())
-        batches.sent_batch(len(keys), link)
+    async with DueTimer(active=task.paced) as timer:
+        while keys := batches.next_keys(link):
+            await timer.wait_until(batches.due())
+            batches.note_send()
+            await send(keys, batches.value())
+            batches.sent_batch(len(keys), link)
     batches.done()
     await flush()
     report = batches.report()

@@ -3,7 +3,9 @@
 One run measures, in this order:
 
 1. the physical floor (`floor.py`): append 4 KiB + fsync on the disk that holds
-   the brokers' temp data dirs, and a unary gRPC round trip on 127.0.0.1;
+   the brokers' temp data dirs, one at a time and as an ideal group commit
+   (`--group-commit-s` of fsyncs back to back, weighted by the events that
+   would wait on them), and a unary gRPC round trip on 127.0.0.1;
 2. each system (Keybus Key_Shared with fsync before ack, the same with
    `--no-fsync`, Redis Streams with a consumer group, NATS JetStream with a
    pull consumer; `--systems` picks some), on a fresh server: optionally the produce and
@@ -118,6 +120,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--throughput-events", type=int, default=500_000,
                         help="events of the produce and consume throughput runs (0: skip)")
     parser.add_argument("--floor-samples", type=int, default=1_000)
+    parser.add_argument("--group-commit-s", type=float, default=5.0,
+                        help="seconds of the ideal group commit on the disk (0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy on the Keybus brokers during their 10,000 events/s run: "
                              "benchmarks/out/profile-latency-*-broker.txt")
@@ -125,9 +129,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
     options = parser.parse_args(argv)
     if options.warmup_s < 0 or options.duration_s <= 0 or options.consumers < 1 \
-            or options.floor_samples < 1 or options.throughput_events < 0:
+            or options.floor_samples < 1 or options.throughput_events < 0 \
+            or options.group_commit_s < 0:
         parser.error("--duration-s, --consumers and --floor-samples must be positive, "
-                     "--throughput-events and --warmup-s >= 0")
+                     "--throughput-events, --warmup-s and --group-commit-s >= 0")
     return options
 
 
@@ -204,6 +209,8 @@ def main(argv: list[str]) -> int:
     makers = _makers()
     load_before = _load()
     disk = {**floor.disk_fsync(None, options.floor_samples), "load_1min": _load()}
+    group_commit = ({**floor.disk_group_commit(None, options.group_commit_s),
+                     "load_1min": _load()} if options.group_commit_s else None)
     rows: list[Row] = []
     infos: list[Row] = []
     round_trip: Row | None = None
@@ -218,7 +225,8 @@ def main(argv: list[str]) -> int:
                     "load_1min_after": _load()},
         "workload": {**asdict(workload), "rates": list(options.rates),
                      "duration_s": options.duration_s},
-        "floor": {"disk_fsync": disk, "grpc_round_trip": round_trip},
+        "floor": {"disk_fsync": disk, "disk_group_commit": group_commit,
+                  "grpc_round_trip": round_trip},
         "systems": infos, "results": rows}
     report["targets"] = latency_report.targets(report)
     OUT.mkdir(exist_ok=True)

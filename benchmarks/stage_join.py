@@ -52,6 +52,12 @@ def _groups(notes: Sequence[Sequence[Any]]) -> tuple[list[int], list[int], list[
     return [g[0] for g in synced], [g[1] for g in synced], [g[2] for g in synced]
 
 
+def wal_fsyncs_ns(notes: Sequence[Sequence[Any]]) -> list[int]:
+    """How long each of the broker's WAL fsyncs took on its worker thread (its `synced`
+    note's end minus its start; older notes without a start are left out)."""
+    return [n[3] - n[4] for n in notes if n[0] == "synced" and len(n) > 4]
+
+
 def _delivered(notes: Sequence[Sequence[Any]], published: dict[int, int]) -> dict[int, int]:
     """offset -> when the first delivery holding it after its publish was queued."""
     found: dict[int, int] = {}

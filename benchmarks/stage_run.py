@@ -75,11 +75,15 @@ async def produce(address: str, rate: int, events: int, value_bytes: int) -> dic
 
 
 def consumers_process(address: str, events: int, results: multiprocessing.Queue[Any],
-                      done: Any) -> None:
-    """One Key_Shared consumer: says it is subscribed, then sends its arrivals in chunks."""
+                      done: Any, count: int = 1) -> None:
+    """`count` Key_Shared consumers on one event loop: each says it is subscribed, then
+    sends its arrivals in chunks."""
     import uvloop
 
-    uvloop.run(_consume(address, events, results, done))
+    async def all_of_them() -> None:
+        await asyncio.gather(*(_consume(address, events, results, done) for _ in range(count)))
+
+    uvloop.run(all_of_them())
 
 
 async def _consume(address: str, events: int, results: multiprocessing.Queue[Any],

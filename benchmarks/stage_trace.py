@@ -11,7 +11,8 @@ process exits (SIGTERM included):
   base offset and count (`append_of`, called once per stored request);
 - ``write`` / ``synced``: the group's WriteBatch starts on the loop
   (`RocksStore.append(sync=False)`) and its WAL fsync returns on the worker
-  thread (`RocksStore.sync_wal`), with the group's offsets;
+  thread (`RocksStore.sync_wal`), with the group's offsets and when that
+  fsync began on the thread (so its own length is known);
 - ``publish``: the durable end moved (`Partition.publish`), with the new end;
 - ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
 - ``deliver``: a delivery to a consumer is assembled and queued for its
@@ -71,9 +72,10 @@ def install(notes: list[Note]) -> None:
     sync_wal = RocksStore.sync_wal
 
     def traced_sync_wal(self: Any) -> None:
+        began = ns()
         sync_wal(self)
         if group:
-            notes.append(("synced", *group[0], ns()))
+            notes.append(("synced", *group[0], ns(), began))
 
     publish = partition_class.publish
 

@@ -7,7 +7,10 @@ time of its `send` call), `--consumers` Key_Shared consumer processes note
 each event's arrival; the producer also notes when each batch left its
 accumulator for the Sender. `stage_join.py` joins the notes on the offsets
 and prints, per rate, p50 / p99 / p99.9 / max of every stage beside the disk's own
-fsync, and the CPU each process used. All clocks are CLOCK_MONOTONIC.
+fsync, the broker's WAL fsyncs of the run (how many stalled 10 ms or more), and the
+CPU each process used. `--consumer-processes` puts the consumers on fewer
+processes (one event loop each): what the processes' own wake-ups cost on a
+small machine. All clocks are CLOCK_MONOTONIC.
 
 It patches private methods of the broker and the SDK: a diagnostic, not a
 measure of the product (its stamps cost a few µs per step). The figures go
@@ -31,11 +34,12 @@ from benchmarks import floor, machine
 from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.results import record_block
-from benchmarks.stage_join import STAGES, Arrival, stage_rows
+from benchmarks.stage_join import STAGES, Arrival, stage_rows, wal_fsyncs_ns
 from benchmarks.stage_run import consumers_process, produce, running_traced_broker
 
 OUT = Path(__file__).resolve().parent / "out"
 VALUE_BYTES = 100
+SLOW_FSYNC_NS = 10_000_000  # a WAL fsync this long is counted as a disk stall
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,9 +48,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rates", default="1000,10000", help="events/s, comma-separated")
     parser.add_argument("--duration-s", type=float, default=5.0)
     parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--consumer-processes", type=int, default=0,
+                        help="processes the consumers are spread over (default: one each)")
     parser.add_argument("--no-fsync", action="store_true", help="the broker acks before fsync")
     parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    processes = options.consumer_processes or options.consumers
+    if options.consumers < 1 or not 1 <= processes <= options.consumers \
+            or options.consumers % processes:
+        parser.error("--consumers must be positive and a multiple of --consumer-processes")
+    options.consumer_processes = processes
+    return options
 
 
 def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
@@ -60,13 +72,14 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
             spawn = multiprocessing.get_context("spawn")
             results: multiprocessing.Queue[Any] = spawn.Queue()
             done = spawn.Event()
+            each = options.consumers // options.consumer_processes
             children = [spawn.Process(target=consumers_process,
-                                      args=(address, events, results, done))
-                        for _ in range(options.consumers)]
+                                      args=(address, events, results, done, each))
+                        for _ in range(options.consumer_processes)]
             for child in children:
                 child.start()
-            for _ in children:
-                results.get(timeout=60)  # each says it is subscribed
+            for _ in range(options.consumers):
+                results.get(timeout=60)  # each consumer says it is subscribed
             before = {"broker": process_cpu_s(pid),
                       "consumers": sum(process_cpu_s(c.pid or 0) for c in children)}
             began, producer_cpu = time.monotonic(), time.process_time()
@@ -89,7 +102,11 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     stages = [{"stage": name, "what": what, **figures_ms(of_ms(max(0, v) / 1e6 for v in column))}
               for (name, what), column in zip(STAGES, columns, strict=True)]
     total = of_ms(sum(row) / 1e6 for row in rows)
-    return {"rate": rate, "events": events, "joined": len(rows), "stages": stages,
+    fsyncs = wal_fsyncs_ns(notes)
+    wal_fsync = {**figures_ms(of_ms(d / 1e6 for d in fsyncs)),
+                 "over_10ms": sum(d >= SLOW_FSYNC_NS for d in fsyncs)}
+    return {"rate": rate, "consumer_processes": options.consumer_processes,
+            "wal_fsync": wal_fsync, "events": events, "joined": len(rows), "stages": stages,
             "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},
             "load": os.getloadavg()[0]}
 
@@ -102,8 +119,11 @@ def render(report: dict[str, Any]) -> str:
              f"disk append 4 KiB + fsync p50 {disk['p50_ms']} / p99 {disk['p99_ms']} ms"]
     for run in report["runs"]:
         cpu = run["cpu_cores"]
+        processes = run.get("consumer_processes")
+        spread = (f", consumers in {processes} process{'es' if processes > 1 else ''}"
+                  if processes else "")
         lines += ["", f"#### {run['rate']:,} events/s: {run['joined']:,} of {run['events']:,} "
-                  f"events joined; CPU cores: broker {cpu['broker']}, producer "
+                  f"events joined{spread}; CPU cores: broker {cpu['broker']}, producer "
                   f"{cpu['producer']}, consumers (together) {cpu['consumers']}; load "
                   f"{run['load']:.2f}", "",
                   "| stage | what it holds | p50 ms | p99 ms | p99.9 ms | max ms |",
@@ -112,6 +132,11 @@ def render(report: dict[str, Any]) -> str:
                                    **run["total"]}]:
             lines.append(f"| {s['stage']} | {s['what']} | " + " | ".join(
                 str(s.get(k, "—")) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")) + " |")
+        wal = run.get("wal_fsync") or {}
+        if wal.get("samples"):
+            lines += ["", f"The broker's WAL fsyncs, on their worker thread: {wal['samples']:,}, "
+                      f"p50 {wal['p50_ms']} / p99 {wal['p99_ms']} / max {wal['max_ms']} ms; "
+                      f"{wal['over_10ms']} took 10 ms or more (the disk stalled)."]
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 wraps private methods of the broker and the SDK; a rename must fail here, not silently
 in a long benchmark).
 
-Method: the real traced broker, producer and 2 Key_Shared consumer processes at 200
-events/s for 1 s; every event is joined and its stages add up to its latency.
+Method: the real traced broker, producer and 2 Key_Shared consumers (in one process, the
+`--consumer-processes` path) at 200 events/s for 1 s; every event is joined, its stages add
+up to its latency, and the broker's WAL fsyncs are timed.
 """
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ from benchmarks import stages
 
 
 def test_a_short_run_joins_every_event() -> None:
-    options = stages.parse_args(["--duration-s", "1", "--consumers", "2", "--no-record"])
+    options = stages.parse_args(["--duration-s", "1", "--consumers", "2",
+                                 "--consumer-processes", "1", "--no-record"])
     run = stages.run_rate(200, options)
     assert run["events"] == 200
     assert run["joined"] == 200, run
     assert all(stage["samples"] == 200 for stage in run["stages"])
     assert run["total"]["samples"] == 200
     assert run["cpu_cores"]["broker"] > 0
+    assert run["consumer_processes"] == 1
+    assert 1 <= run["wal_fsync"]["samples"] <= 200  # one per group commit
+    assert "WAL fsyncs" in stages.render({"machine": {k: "-" for k in ("date", "nproc", "cpu",
+                                                                        "python")},
+                                          "command": "stages", "runs": [run],
+                                          "disk_fsync": {"p50_ms": 0.2, "p99_ms": 0.3}})

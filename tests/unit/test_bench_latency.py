@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import histogram, latency_report
+from benchmarks import floor, histogram, latency_report
 from benchmarks.payload import latencies_ms, stamped_value
 
 
@@ -54,6 +54,33 @@ def test_targets_use_the_same_runs_floor_and_redis() -> None:
     assert met["--no-fsync, 10,000/s: p99 <= 2 x Redis p99"] is False  # 3.0 > 2.8
     assert found["produce throughput, Keybus ÷ Redis (same run)"]["measured"] == 5.0
     assert found["consume throughput, Keybus ÷ Redis (same run)"]["measured"] is None
+
+
+def test_an_fsync_stall_weighs_on_every_event_arriving_during_it() -> None:
+    us = 1000  # spans are in ns
+    spans = [(0, 100 * us), (100 * us, 1100 * us), (1100 * us, 1200 * us)]  # the middle stalls
+    waits = floor.group_commit_waits_us(spans, 50)
+    assert len(waits) == 23  # arrivals at 0, 50, ..., 1100 µs
+    assert waits[:3] == [100, 1050, 1000]  # at 50 µs: wait out the stall, then the next fsync
+    assert waits[3] == 1050 and waits[-1] == 100  # at 150 µs: the next fsync, after the stall
+    assert sum(w > 200 for w in waits) == 19  # one slow fsync of three, most events slow
+    assert floor.group_commit_waits_us(spans[:1], 50) == []
+
+
+def test_the_ideal_group_commit_is_context_beside_the_targets() -> None:
+    rows = [_latency("Keybus Key_Shared", 10_000, 5.5, 30.0)]
+    with_group_commit = report(rows)
+    with_group_commit["floor"]["disk_group_commit"] = {"p50_ms": 0.3, "p99_ms": 27.5}
+    found = {t["target"]: t for t in latency_report.targets(with_group_commit)}
+    context = found["context, not an issue target: fsync, 10,000/s: p99 <= ideal group commit "
+                    "p99 + 3 ms"]
+    assert context["met"] is True and context["limit"] == 30.5  # 30 <= 27.5 + 3
+    assert found["fsync, 10,000/s: p99 <= disk fsync p99 + 3 ms"]["met"] is False  # 30 > 11
+    assert not any(t["target"].startswith("context") for t in latency_report.targets(report(rows)))
+    table = latency_report.floor_table({**with_group_commit["floor"], "disk_group_commit": {
+        "p50_ms": 0.3, "p99_ms": 27.5, "what": "ideal group commit", "fsyncs": 20_000,
+        "slowest_fsync_ms": 61.0}})
+    assert "20,000 fsyncs, the slowest 61.00 ms" in table
 
 
 def test_a_missing_figure_is_not_measured_not_met() -> None:

@@ -7,14 +7,15 @@ spans another consumer's offset), with known answers.
 
 from __future__ import annotations
 
-from benchmarks.stage_join import STAGES, Arrival, stage_rows
+from benchmarks.stage_join import STAGES, Arrival, stage_rows, wal_fsyncs_ns
 
 MS = 1_000_000
 
 
 def test_each_event_gets_every_stage_and_they_add_up() -> None:
     notes = [
-        ("decide", 0, 1, 2 * MS, 3 * MS), ("write", 0, 1, 3 * MS), ("synced", 0, 1, 5 * MS),
+        ("decide", 0, 1, 2 * MS, 3 * MS), ("write", 0, 1, 3 * MS),
+        ("synced", 0, 1, 5 * MS, 4 * MS),  # its fsync began at 4 ms on the worker thread
         ("publish", 1, 6 * MS), ("round", 7 * MS), ("deliver", 0, 0, 8 * MS),
         ("decide", 1, 1, 12 * MS, 13 * MS), ("write", 1, 2, 13 * MS),
         ("synced", 1, 2, 15 * MS), ("publish", 2, 16 * MS), ("round", 17 * MS),
@@ -33,3 +34,9 @@ def test_each_event_gets_every_stage_and_they_add_up() -> None:
 def test_an_event_missing_from_the_notes_is_left_out() -> None:
     notes = [("decide", 0, 1, 2 * MS, 3 * MS), ("synced", 0, 1, 5 * MS), ("publish", 1, 6 * MS)]
     assert stage_rows(notes, [Arrival(0, 0, 10 * MS)], {0: MS}) == []  # never delivered
+
+
+def test_the_wal_fsyncs_own_lengths_come_from_the_synced_notes() -> None:
+    notes = [("synced", 0, 1, 5 * MS, 4 * MS), ("synced", 1, 9, 40 * MS, 10 * MS),
+             ("synced", 9, 10, 50 * MS), ("write", 0, 1, 3 * MS)]  # an old note: no start
+    assert wal_fsyncs_ns(notes) == [1 * MS, 30 * MS]
