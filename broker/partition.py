@@ -26,6 +26,7 @@ from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.recent import RecentRecords
 from broker.log.rocks_store import Append, RocksStore, Tail
+from broker.log.wal_sync import wait_synced
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.partition_trim import trim
 from broker.produce_records import append_of, response_of
@@ -270,8 +271,8 @@ class Partition:
                 advance(self.clock, outcome.result)
                 producer_id = command.request.producer_id
                 if producer_id:
-                    kept = self.producers.commit(producer_id, outcome.result)
-                    states[producer_id] = codec.encode_producer_results(kept)
+                    self.producers.commit(producer_id, outcome.result)
+                    states[producer_id] = self.producers.encoded(producer_id)
         if appends:
             try:
                 self.store.append(self.meta.topic_id, self.index, appends, states,
@@ -284,7 +285,7 @@ class Partition:
                         command.future.set_exception(e)
                 return
             if self.store.durable:  # a failed fsync raises to supervision: reopen from the store
-                await asyncio.to_thread(self.store.sync_wal)
+                await wait_synced(self.store.wal_syncer)
             for append in appends:  # what dispatchers following the tail read next
                 self.recent.add(append.base_offset, append.count, append.value)
             self.publish()

@@ -10,8 +10,9 @@ Python thread (the broker's event loop too, even when the write runs on a
 worker thread) for the length of the fsync; `flush_wal(sync=True)` releases
 the GIL. Acknowledging after `sync_wal` returns is exactly as durable as a
 synced write: every write made before it is on disk. The partition task uses
-the two steps itself (write on the loop, fsync on a worker thread while the
-loop goes on serving); every other caller gets both in one call.
+the two steps itself (write on the loop, fsync on the store's `wal_syncer`
+thread while the loop goes on serving); every other caller gets both in one
+call.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import rocksdict
 
 from broker.log import codec
 from broker.log.retention import HeadRecord
+from broker.log.wal_sync import WalSyncer
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
                    "view",  # the compacted view (broker/view/codec.py)
@@ -71,8 +73,12 @@ class RocksStore:
         self.durable = fsync  # data writes are fsynced before they count (metadata always is)
         self._unsynced = rocksdict.WriteOptions()
         self._unsynced.sync = False
+        # The partitions' group commits fsync here (wal_sync.py); looked up per call, so a
+        # subclass's or a tracer's sync_wal is the one that runs.
+        self.wal_syncer = WalSyncer(lambda: self.sync_wal())
 
     def close(self) -> None:
+        self.wal_syncer.close()  # no fsync runs once the database closes
         for view in self._views.values():
             view.close()
         self._db.close()

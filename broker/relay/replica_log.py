@@ -133,7 +133,8 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
             stored = store.load_producer(topic_id, index, producer_id)
             if stored is not None:
                 producers.load(producer_id, codec.decode_producer_results(stored))
-        states[producer_id] = codec.encode_producer_results(producers.commit(producer_id, result))
+        producers.commit(producer_id, result)
+        states[producer_id] = producers.encoded(producer_id)
     saved_clock = partition.clock
     partition.clock = PartitionClock(plan.next_offset, plan.last_scn)  # ahead of the write, as _commit
     try:

@@ -1,0 +1,94 @@
+"""Goal: the store's WAL syncer acknowledges a request only after an fsync that began after
+it, covers every request made during one fsync with the next, hands an fsync's error to
+every request it covered, and closes without leaving an fsync running or a request unanswered.
+
+Method: a fake fsync that can be held (threading events) and counts its calls; the real
+thread; `wait_synced` on a real asyncio loop. Waits are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from broker.log.wal_sync import Done, StoreClosed, WalSyncer, wait_synced
+
+WAIT_S = 10
+
+
+class HeldSync:
+    """An fsync that counts its calls and waits for `release` on the first one."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail: Exception | None = None
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(WAIT_S)
+        if self.fail is not None:
+            raise self.fail
+
+
+def test_requests_made_during_an_fsync_share_the_next_one() -> None:
+    sync = HeldSync()
+    syncer = WalSyncer(sync)
+    answers: list[tuple[str, Exception | None]] = []
+    everyone = threading.Semaphore(0)
+
+    def done(name: str) -> Done:
+        def record(error: Exception | None) -> None:
+            answers.append((name, error))
+            everyone.release()
+        return record
+
+    syncer.request(done("first"))
+    assert sync.entered.wait(WAIT_S)
+    for name in ("a", "b", "c"):  # while the first fsync runs: it does not cover them
+        syncer.request(done(name))
+    assert answers == []
+    sync.release.set()
+    for _ in range(4):
+        assert everyone.acquire(timeout=WAIT_S)
+    assert answers[0] == ("first", None)
+    assert sorted(answers[1:]) == [("a", None), ("b", None), ("c", None)]
+    assert sync.calls == 2  # one more fsync for the three
+    syncer.close()
+
+
+def test_an_fsync_error_reaches_every_request_it_covered_and_close_ends_the_thread() -> None:
+    sync = HeldSync()
+    sync.fail = OSError("fsync failed")
+    sync.release.set()
+    syncer = WalSyncer(sync)
+
+    async def scenario() -> None:
+        results = await asyncio.gather(*(wait_synced(syncer) for _ in range(3)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, OSError) and "fsync failed" in str(r) for r in results)
+        sync.fail = None
+        await asyncio.wait_for(wait_synced(syncer), WAIT_S)
+
+    asyncio.run(scenario())
+    syncer.close()
+    assert not any(t.name == "wal-sync" and t.is_alive() for t in threading.enumerate())
+    with pytest.raises(StoreClosed, match="closed"):
+        syncer.request(lambda error: None)
+
+
+def test_close_answers_what_was_asked_before_it() -> None:
+    sync = HeldSync()
+    syncer = WalSyncer(sync)
+    answered = threading.Event()
+    syncer.request(lambda error: answered.set())
+    assert sync.entered.wait(WAIT_S)
+    closing = threading.Thread(target=syncer.close)
+    closing.start()
+    sync.release.set()
+    closing.join(WAIT_S)
+    assert not closing.is_alive() and answered.is_set()
