@@ -20,7 +20,7 @@ STAGES = (
     ("send → batch leaves the producer", "the producer's batching (Nagle's rule / linger)"),
     ("→ the partition has the request", "gRPC hop in, the Produce servicer"),
     ("→ decided", "the partition's queue: waiting for the group commit in flight"),
-    ("→ written and fsynced", "the WriteBatch on the loop, the WAL fsync on a worker thread"),
+    ("→ written and fsynced", "the WriteBatch on the loop, the WAL fsync on the syncer thread"),
     ("→ published", "back on the event loop: the durable end moves"),
     ("→ dispatcher round starts", "the dispatcher's wake"),
     ("→ delivery queued", "the round: read the recent records, decide, cut the delivery"),
@@ -53,7 +53,7 @@ def _groups(notes: Sequence[Sequence[Any]]) -> tuple[list[int], list[int], list[
 
 
 def wal_fsyncs_ns(notes: Sequence[Sequence[Any]]) -> list[int]:
-    """How long each of the broker's WAL fsyncs took on its worker thread (its `synced`
+    """How long each of the broker's WAL fsyncs took on its syncer thread (its `synced`
     note's end minus its start; older notes without a start are left out)."""
     return [n[3] - n[4] for n in notes if n[0] == "synced" and len(n) > 4]
 

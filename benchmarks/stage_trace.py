@@ -10,8 +10,8 @@ process exits (SIGTERM included):
 - ``decide``: the partition task decided it (offsets assigned), with its
   base offset and count (`append_of`, called once per stored request);
 - ``write`` / ``synced``: the group's WriteBatch starts on the loop
-  (`RocksStore.append(sync=False)`) and its WAL fsync returns on the worker
-  thread (`RocksStore.sync_wal`), with the group's offsets and when that
+  (`RocksStore.append(sync=False)`) and its WAL fsync returns on the WAL
+  syncer thread (`RocksStore.sync_wal`), with the group's offsets and when that
   fsync began on the thread (so its own length is known);
 - ``publish``: the durable end moved (`Partition.publish`), with the new end;
 - ``round``: a dispatcher round starts (`PartitionDispatcher._round`);

@@ -134,7 +134,7 @@ def render(report: dict[str, Any]) -> str:
                 str(s.get(k, "—")) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")) + " |")
         wal = run.get("wal_fsync") or {}
         if wal.get("samples"):
-            lines += ["", f"The broker's WAL fsyncs, on their worker thread: {wal['samples']:,}, "
+            lines += ["", f"The broker's WAL fsyncs, on the syncer thread: {wal['samples']:,}, "
                       f"p50 {wal['p50_ms']} / p99 {wal['p99_ms']} / max {wal['max_ms']} ms; "
                       f"{wal['over_10ms']} took 10 ms or more (the disk stalled)."]
     return "\n".join(lines)
