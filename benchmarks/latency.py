@@ -40,7 +40,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, latency_report, machine
+from benchmarks import broker_metrics, floor, latency_report, machine
 from benchmarks.measurement import CompareWorkload
 from benchmarks.peer_scenarios import CONSUME, LATENCY, PRODUCE, Plan, measure
 from benchmarks.profiling import broker_profiled
@@ -66,6 +66,19 @@ def _no_fsync_server(tmp: Path) -> Iterator[Server]:
         yield Server(address, pid, keybus_driver._version() + " --no-fsync")
 
 
+@contextlib.contextmanager
+def _fsync_server(tmp: Path) -> Iterator[Server]:
+    """The Keybus broker with fsync (its default), with its Prometheus endpoint on: each
+    latency row reports the broker's WAL fsyncs in it (broker_metrics.py)."""
+    from benchmarks import keybus_driver
+    from benchmarks.broker import running_broker
+    from benchmarks.peers.servers import free_port
+
+    port = free_port()
+    with running_broker("--metrics-port", str(port)) as (address, pid):
+        yield Server(address, pid, keybus_driver._version(), metrics=f"127.0.0.1:{port}")
+
+
 def _keybus(fsync: bool) -> System:
     """Keybus with its Key_Shared consumers only (the issue's 4 Key_Shared consumers)."""
     from benchmarks import keybus_driver
@@ -73,7 +86,7 @@ def _keybus(fsync: bool) -> System:
     base = keybus_driver.system()
     clients = tuple(c for c in base.clients if c.label == KEY_SHARED)
     if fsync:
-        return replace(base, clients=clients, pending=(), churn=None)
+        return replace(base, server=_fsync_server, clients=clients, pending=(), churn=None)
     return replace(base, name="Keybus --no-fsync", server=_no_fsync_server, pending=(), churn=None,
                    clients=tuple(replace(c, label=KEY_SHARED + ", --no-fsync") for c in clients),
                    durability="no fsync: acknowledged once in RocksDB's memtable and WAL "
@@ -168,8 +181,12 @@ def _latency(system: System, server: Server, workload: CompareWorkload, rate: in
     system.create_stream(server.address, STREAM, paced)
     try:
         load = _load()
+        fsyncs_before = broker_metrics.scrape(server.metrics) if server.metrics else None
         row = measure(system, server, LATENCY, system.clients[0], STREAM,
                       Plan(paced, (LATENCY,), show_progress))
+        if fsyncs_before is not None and server.metrics:
+            row["wal_fsyncs"] = broker_metrics.fsyncs_between(
+                fsyncs_before, broker_metrics.scrape(server.metrics))
         return _measured(row, rate_per_s=rate, load_1min=load)
     finally:
         system.drop_stream(server.address, STREAM)

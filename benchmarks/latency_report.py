@@ -154,6 +154,18 @@ def stages_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def fsyncs_table(rows: list[Row]) -> str:
+    """The broker's WAL fsyncs during each row that has them (Keybus with fsync)."""
+    lines = ["| system | rate events/s | WAL fsyncs | 10 ms or more | the slowest, at most ms |",
+             "|---|---|---|---|---|"]
+    for r in (r for r in rows if r.get("scenario") == "latency" and r.get("wal_fsyncs")):
+        f = r["wal_fsyncs"]
+        lines.append(f"| {r['system']} | {_number(r.get('rate_per_s'))} | "
+                     f"{_number(f.get('fsyncs'))} | {_number(f.get('over_10ms'))} | "
+                     f"{_number(f.get('slowest_at_most_ms'))} |")
+    return "\n".join(lines)
+
+
 def throughput_table(rows: list[Row]) -> str:
     lines = ["| scenario | system | events | events/s | CPU s per M events, clients / server "
              "| load (1 min) before / after |", "|---|---|---|---|---|---|"]
@@ -198,6 +210,10 @@ def body(report: dict[str, Any]) -> str:
                       "does not), and for Keybus the split at the broker's publish_time_ms, "
                       "stamped when the group commit starts, before its fsync (wall clock, 1 ms "
                       "resolution: each side is within ±1 ms)", "", stages_table(report["results"])]
+    if any(r.get("wal_fsyncs") for r in report["results"]):
+        parts += ["", "#### the broker's WAL fsyncs during each row (its keybus_wal_fsync_seconds "
+                      "histogram, read before and after the row; a stall holds up every event "
+                      "arriving during it)", "", fsyncs_table(report["results"])]
     if any(r.get("scenario") in ("produce", "consume") for r in report["results"]):
         parts += ["", f"#### throughput, same run: produce {w['events']:,} events (one producer), "
                       f"then {w['consumers']} consumers drain them", "",

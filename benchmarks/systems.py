@@ -24,6 +24,7 @@ class Server:
     address: str
     pid: int
     version: str
+    metrics: str | None = None  # "127.0.0.1:PORT" of its Prometheus /metrics, when it has one
 
 
 @dataclass(frozen=True)

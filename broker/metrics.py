@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 PRODUCED_EVENTS = Counter("keybus_produced_events", "Events appended to the log", ["topic"])
 PRODUCE_COMMITS = Counter("keybus_produce_commits", "WriteBatches written (group commits)", ["topic"])
+# One sample per fsync of the WAL syncer (broker/log/wal_sync.py; one fsync may cover
+# several partitions' group commits). The tail shows the disk's stalls, which hold up every
+# event that arrives during them (docs/latency.md, "What bounds it").
+WAL_FSYNC_SECONDS = Histogram(
+    "keybus_wal_fsync_seconds", "Length of each fsync of the write-ahead log for group commits",
+    buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+             5.0))
 READ_EVENTS = Counter("keybus_read_events", "Events sent to readers", ["topic"])
 FILTER_NON_INTEGER_REJECTED = Counter(
     "keybus_filter_non_integer_keys_rejected",

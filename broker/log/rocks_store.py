@@ -27,6 +27,7 @@ import rocksdict
 from broker.log import codec
 from broker.log.retention import HeadRecord
 from broker.log.wal_sync import WalSyncer
+from broker.metrics import WAL_FSYNC_SECONDS
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
                    "view",  # the compacted view (broker/view/codec.py)
@@ -75,7 +76,7 @@ class RocksStore:
         self._unsynced.sync = False
         # The partitions' group commits fsync here (wal_sync.py); looked up per call, so a
         # subclass's or a tracer's sync_wal is the one that runs.
-        self.wal_syncer = WalSyncer(lambda: self.sync_wal())
+        self.wal_syncer = WalSyncer(lambda: self.sync_wal(), observe=WAL_FSYNC_SECONDS.observe)
 
     def close(self) -> None:
         self.wal_syncer.close()  # no fsync runs once the database closes

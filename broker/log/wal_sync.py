@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 
 Done = Callable[[Exception | None], None]
@@ -31,10 +32,12 @@ class StoreClosed(RuntimeError):
 class WalSyncer:
     """`request(done)`: fsync (`sync`) after this call, then `done(None)`, or `done(error)`
     when the fsync raised. The thread starts with the first request; `close` lets it finish
-    every request made before it, then joins it."""
+    every request made before it, then joins it. `observe` gets each fsync's seconds."""
 
-    def __init__(self, sync: Callable[[], None], name: str = "wal-sync") -> None:
+    def __init__(self, sync: Callable[[], None], name: str = "wal-sync",
+                 observe: Callable[[float], None] | None = None) -> None:
         self._sync = sync
+        self._observe = observe
         self._name = name
         self._changed = threading.Condition()
         self._waiting: list[Done] = []
@@ -70,10 +73,13 @@ class WalSyncer:
                     return
                 round_, self._waiting = self._waiting, []
             error: Exception | None = None
+            began = time.perf_counter()
             try:
                 self._sync()
             except Exception as e:  # every request of the round gets it (supervision decides)
                 error = e
+            if self._observe is not None:
+                self._observe(time.perf_counter() - began)
             for done in round_:
                 done(error)
 

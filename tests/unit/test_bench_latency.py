@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import floor, histogram, latency_report
+from benchmarks import broker_metrics, floor, histogram, latency_report
 from benchmarks.payload import latencies_ms, stamped_value
 
 
@@ -88,3 +88,31 @@ def test_a_missing_figure_is_not_measured_not_met() -> None:
     assert all(t["met"] is None for t in found)
     text = latency_report.targets_table(found)
     assert "not measured" in text and "**met**" not in text
+
+
+def test_the_brokers_fsyncs_between_two_scrapes() -> None:
+    def page(counts: list[int]) -> str:
+        bounds = ["0.001", "0.01", "0.1", "+Inf"]
+        lines = ["# HELP keybus_wal_fsync_seconds WAL fsyncs",
+                 "# TYPE keybus_wal_fsync_seconds histogram"]
+        lines += [f'keybus_wal_fsync_seconds_bucket{{le="{b}"}} {c}.0'
+                  for b, c in zip(bounds, counts, strict=True)]
+        lines += [f"keybus_wal_fsync_seconds_count {counts[-1]}.0",
+                  "keybus_wal_fsync_seconds_sum 1.0"]
+        return "\n".join(lines) + "\n"
+
+    before = broker_metrics.fsync_buckets(page([5, 6, 6, 6]))
+    assert before[float("inf")] == 6
+    stalled = broker_metrics.fsyncs_between(before, broker_metrics.fsync_buckets(
+        page([100, 102, 104, 104])))
+    assert stalled == {"fsyncs": 98, "over_10ms": 2, "slowest_at_most_ms": 100.0}
+    calm = broker_metrics.fsyncs_between(before, broker_metrics.fsync_buckets(
+        page([49, 51, 51, 51])))  # one between 1 and 10 ms
+    assert calm == {"fsyncs": 45, "over_10ms": 0, "slowest_at_most_ms": 10.0}
+    past = broker_metrics.fsyncs_between(before, broker_metrics.fsync_buckets(
+        page([5, 6, 6, 7])))  # longer than the last bound
+    assert past == {"fsyncs": 1, "over_10ms": 1, "slowest_at_most_ms": None}
+    assert broker_metrics.fsync_buckets("# nothing here\n") == {}
+    table = latency_report.fsyncs_table([{**_latency("Keybus Key_Shared", 10_000, 3.0, 9.0),
+                                          "wal_fsyncs": stalled}])
+    assert "| Keybus Key_Shared | 10,000 | 98 | 2 | 100.00 |" in table

@@ -1,18 +1,23 @@
 """Goal: the store's WAL syncer acknowledges a request only after an fsync that began after
 it, covers every request made during one fsync with the next, hands an fsync's error to
-every request it covered, and closes without leaving an fsync running or a request unanswered.
+every request it covered, closes without leaving an fsync running or a request unanswered,
+and times each fsync (the broker's keybus_wal_fsync_seconds).
 
 Method: a fake fsync that can be held (threading events) and counts its calls; the real
-thread; `wait_synced` on a real asyncio loop. Waits are bounded.
+thread; `wait_synced` on a real asyncio loop; a real RocksStore for the metric. Waits are
+bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
+from broker.log.rocks_store import RocksStore
 from broker.log.wal_sync import Done, StoreClosed, WalSyncer, wait_synced
 
 WAIT_S = 10
@@ -92,3 +97,26 @@ def test_close_answers_what_was_asked_before_it() -> None:
     sync.release.set()
     closing.join(WAIT_S)
     assert not closing.is_alive() and answered.is_set()
+
+
+def test_each_fsync_is_timed_once_and_the_store_reports_it_to_prometheus(
+        tmp_path: Path) -> None:
+    observed: list[float] = []
+    sync = HeldSync()
+    sync.release.set()
+    syncer = WalSyncer(sync, observe=observed.append)
+
+    async def twice() -> None:
+        await wait_synced(syncer)
+        await asyncio.gather(wait_synced(syncer), wait_synced(syncer))
+
+    asyncio.run(twice())
+    syncer.close()
+    assert len(observed) == sync.calls and all(seconds >= 0 for seconds in observed)
+
+    store = RocksStore(str(tmp_path / "log.rocksdb"), fsync=True)
+    count = "keybus_wal_fsync_seconds_count"
+    before = REGISTRY.get_sample_value(count) or 0.0
+    asyncio.run(wait_synced(store.wal_syncer))
+    store.close()
+    assert REGISTRY.get_sample_value(count) == before + 1
