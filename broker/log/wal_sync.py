@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+log = logging.getLogger("keybus.wal_sync")
 Done = Callable[[Exception | None], None]
 
 
@@ -78,10 +80,13 @@ class WalSyncer:
                 self._sync()
             except Exception as e:  # every request of the round gets it (supervision decides)
                 error = e
-            if self._observe is not None:
-                self._observe(time.perf_counter() - began)
+            # Nothing a callback does may end this thread: every later request would wait.
+            with _logged("timing an fsync"):
+                if self._observe is not None:
+                    self._observe(time.perf_counter() - began)
             for done in round_:
-                done(error)
+                with _logged("answering an fsync request"):
+                    done(error)
 
 
 async def wait_synced(syncer: WalSyncer) -> None:
@@ -96,6 +101,14 @@ async def wait_synced(syncer: WalSyncer) -> None:
 
     syncer.request(done)
     await synced
+
+
+@contextlib.contextmanager
+def _logged(what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        log.exception("WAL syncer: %s failed; going on", what)
 
 
 def _settle(synced: asyncio.Future[None], error: Exception | None) -> None:

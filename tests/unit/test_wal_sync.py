@@ -120,3 +120,24 @@ def test_each_fsync_is_timed_once_and_the_store_reports_it_to_prometheus(
     asyncio.run(wait_synced(store.wal_syncer))
     store.close()
     assert REGISTRY.get_sample_value(count) == before + 1
+
+
+def test_a_failing_callback_does_not_stop_the_thread() -> None:
+    sync = HeldSync()
+    sync.release.set()
+
+    def broken_observe(seconds: float) -> None:
+        raise ValueError("a bad metric")
+
+    syncer = WalSyncer(sync, observe=broken_observe)
+
+    def broken_done(error: Exception | None) -> None:
+        raise ValueError("a bad callback")
+
+    syncer.request(broken_done)
+
+    async def later() -> None:
+        await asyncio.wait_for(wait_synced(syncer), WAIT_S)
+
+    asyncio.run(later())  # answered: the thread outlived both failures
+    syncer.close()
