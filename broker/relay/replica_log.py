@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from broker.derived import settle_slots
 from broker.log import codec
 from broker.log.rocks_store import Append, RocksStore
+from broker.log.wal_sync import wait_synced
 from broker.partition import Partition
 from broker.windows import PartitionClock
 from sdk.core.columns import BatchError, validate_batch
@@ -138,8 +139,12 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
     saved_clock = partition.clock
     partition.clock = PartitionClock(plan.next_offset, plan.last_scn)  # ahead of the write, as _commit
     try:
+        # Written without sync, then fsynced on the store's WAL syncer: rocksdict's synced
+        # write would hold the GIL, and so stop this follower's loop, through the fsync.
         await asyncio.to_thread(store.append, topic_id, index, plan.appends, states,
-                                plan.start_offset, partition.bytes + plan.bytes)
+                                plan.start_offset, partition.bytes + plan.bytes, sync=False)
+        if store.durable:
+            await wait_synced(store.wal_syncer)
     except Exception:
         partition.clock = saved_clock
         producers.forget(list(states))  # reloaded from disk on next use
