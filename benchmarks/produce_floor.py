@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
 import tempfile
 import time
@@ -30,6 +29,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from benchmarks.cpu import process_cpu_s
+from benchmarks.floor_pair import measure_pair
 
 MESSAGE = b"x" * 150  # about a small produce request
 METHOD = "/keybus.floor.Produce/Stream"
@@ -106,21 +106,10 @@ def _client(port: int, server_pid: int, rate: int, seconds: float, results: Any)
 
 
 def measure(mode: str, rate: int, seconds: float) -> dict[str, float]:
-    """Server CPU and round trips over `seconds` of `rate` requests/s, each process spawned
-    (the caller's process never starts grpcio)."""
-    context = multiprocessing.get_context("spawn")
-    ports, results = context.Queue(), context.Queue()
-    server = context.Process(target=_serve, args=(mode, ports), daemon=True)
-    server.start()
-    try:
-        client = context.Process(target=_client, daemon=True, args=(
-            ports.get(timeout=30), server.pid, rate, seconds, results))
-        client.start()
-        row: dict[str, float] = results.get(timeout=seconds + 60)
-        client.join(10)
-    finally:
-        server.terminate()
-        server.join(10)
+    """Server CPU and round trips over `seconds` of `rate` requests/s, each side in a
+    process of its own (floor_pair.py)."""
+    row: dict[str, float] = measure_pair(_serve, (mode,), _client, (rate, seconds),
+                                         seconds + 60)
     return row
 
 

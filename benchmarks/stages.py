@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, machine
+from benchmarks.broker_metrics import STALL_S
 from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.results import record_block
@@ -39,7 +40,6 @@ from benchmarks.stage_run import consumers_process, produce, running_traced_brok
 
 OUT = Path(__file__).resolve().parent / "out"
 VALUE_BYTES = 100
-SLOW_FSYNC_NS = 10_000_000  # a WAL fsync this long is counted as a disk stall
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -104,7 +104,7 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     total = of_ms(sum(row) / 1e6 for row in rows)
     fsyncs = wal_fsyncs_ns(notes)
     wal_fsync = {**figures_ms(of_ms(d / 1e6 for d in fsyncs)),
-                 "over_10ms": sum(d >= SLOW_FSYNC_NS for d in fsyncs)}
+                 "over_10ms": sum(d >= STALL_S * 1e9 for d in fsyncs)}
     return {"rate": rate, "consumer_processes": options.consumer_processes,
             "wal_fsync": wal_fsync, "events": events, "joined": len(rows), "stages": stages,
             "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+
+from benchmarks.floor_pair import measure_pair
 
 MESSAGE = b"x" * 150  # about a one-event Key_Shared delivery
 METHOD = "/keybus.floor.Floor/Stream"
@@ -78,7 +79,8 @@ async def _read(port: int, seconds: float, write_every_ms: int) -> tuple[float, 
         return used, messages
 
 
-def _client(port: int, seconds: float, write_every_ms: int, results: Any) -> None:
+def _client(port: int, server_pid: int, seconds: float, write_every_ms: int,
+            results: Any) -> None:
     import uvloop
 
     results.put(uvloop.run(_read(port, seconds, write_every_ms)))
@@ -86,20 +88,9 @@ def _client(port: int, seconds: float, write_every_ms: int, results: Any) -> Non
 
 def measure(rate: int, seconds: float, write_every_ms: int) -> dict[str, float]:
     """Client CPU over `seconds` of reading `rate` messages/s. Server and client each run
-    in a process of their own (spawned), so the caller's process never starts grpcio."""
-    context = multiprocessing.get_context("spawn")
-    ports, results = context.Queue(), context.Queue()
-    server = context.Process(target=_serve, args=(rate, seconds, ports), daemon=True)
-    server.start()
-    try:
-        client = context.Process(target=_client, daemon=True,
-                                 args=(ports.get(timeout=30), seconds, write_every_ms, results))
-        client.start()
-        used, messages = results.get(timeout=seconds + 60)
-        client.join(10)
-    finally:
-        server.terminate()
-        server.join(10)
+    in a process of their own (floor_pair.py)."""
+    used, messages = measure_pair(_serve, (rate, seconds), _client,
+                                  (seconds, write_every_ms), seconds + 60)
     return {"rate": rate, "cores": used / seconds, "messages": messages,
             "cpu_us_per_message": used / max(messages, 1) * 1e6}
 
