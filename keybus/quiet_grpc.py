@@ -4,7 +4,8 @@ gRPC's C core logs each failed TLS handshake on stderr ("I1123 ...
 ssl_transport_security.cc ... Handshake failed"), beside the one line the CLI
 prints for the failure (sdk/core/connect_hints.py). It reads GRPC_VERBOSITY
 once, when grpc is first imported, so this runs before that import (from
-keybus/__init__.py) and only when the program is the `keybus` command:
+keybus/__init__.py; it imports grpc by importing the SDK, which first
+chooses grpcio's engine) and only when the program is the `keybus` command:
 
 - not for a program that imports the `keybus` package as a library;
 - not for `keybus broker`, whose log should show failed handshakes;
@@ -43,7 +44,7 @@ def quiet_grpc_for_cli() -> None:
     if arguments is None or arguments[:1] == ["broker"]:
         return
     os.environ["GRPC_VERBOSITY"] = QUIET
-    try:
-        importlib.import_module("grpc")
+    try:  # the SDK chooses grpcio's engine, then imports grpc (sdk/core/grpc_engine.py)
+        importlib.import_module("sdk")
     finally:
         del os.environ["GRPC_VERBOSITY"]

@@ -7,6 +7,11 @@ protobuf code) and the rules the broker and clients share (hash slot, hash
 ranges, columns, filters). It imports nothing else from Keybus.
 """
 
+# ruff: noqa: E402 (grpc must be imported after prefer_polling_engine runs)
+from sdk.core.grpc_engine import prefer_polling_engine
+
+prefer_polling_engine()  # before anything imports grpc: see sdk/core/grpc_engine.py
+
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
 from sdk.bootstrap import BootstrapPosition, PhaseMarker
