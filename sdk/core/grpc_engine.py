@@ -7,15 +7,19 @@ per message than its older polling engine (iomgr's epoll), on which the
 thread that polls the completion queue does the I/O itself. For Keybus's
 small messages at high rates that hop is a large share of the cost: a grpcio
 asyncio server on uvloop answering one request per millisecond spends
-117-162 CPU-µs per request and answers in 0.17-0.26 ms on the polling engine,
-against 180-197 µs and 0.28-0.32 ms on the default
-(`python -m benchmarks.produce_floor`, RESULTS.md, issue 15), and the broker,
-the producer and the consumers each pay it per message.
+147-155 CPU-µs per request and answers in 0.26 ms on the polling engine,
+against 182-190 µs and 0.29-0.33 ms on the default, and a client reading
+1,000 stream messages a second 90 CPU-µs per message against 138-147
+(`python -m benchmarks.produce_floor`, `python -m benchmarks.stream_floor`;
+RESULTS.md, issue 15). The broker, producers and consumers each pay it per
+message.
 
 grpcio reads its experiments (`GRPC_EXPERIMENTS`) once, when it is first
 imported, and offers no call to set them, so this sets the environment
-variable before that import (`sdk/__init__.py`, `broker/__init__.py`,
-`keybus/__init__.py` each call it first), and only:
+variable before that import: `sdk/__init__.py` calls it before it imports
+anything else, so importing the SDK, the broker (`broker/__init__.py` calls
+it too) or the `keybus` package (which imports the SDK before grpc) sets it;
+and only:
 
 - when the user has not set `GRPC_EXPERIMENTS` (set it, even to the empty
   string, to keep grpcio's defaults or choose others);
