@@ -14,11 +14,10 @@ grpcio's default).
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from typing import Any
 
-from sdk.core.grpc_engine import POLLING_ENGINE, VARIABLE
+from sdk.core.grpc_engine import prefer_polling_engine
 
 
 def measure_pair(serve: Callable[..., None], serve_args: tuple[Any, ...],
@@ -26,7 +25,7 @@ def measure_pair(serve: Callable[..., None], serve_args: tuple[Any, ...],
                  timeout_s: float) -> Any:
     """Spawn `serve(*serve_args, ports)`, then `client(port, server_pid, *client_args,
     results)`; return what the client put on `results` (waiting up to `timeout_s`)."""
-    os.environ.setdefault(VARIABLE, POLLING_ENGINE)  # the children inherit it
+    prefer_polling_engine(imported=())  # for the children, whatever this process imported
     context = multiprocessing.get_context("spawn")
     ports, results = context.Queue(), context.Queue()
     server = context.Process(target=serve, args=(*serve_args, ports), daemon=True)

@@ -181,12 +181,13 @@ def _latency(system: System, server: Server, workload: CompareWorkload, rate: in
     system.create_stream(server.address, STREAM, paced)
     try:
         load = _load()
-        fsyncs_before = broker_metrics.scrape(server.metrics) if server.metrics else None
+        metrics = server.metrics
+        fsyncs_before = broker_metrics.scrape(metrics) if metrics else {}
         row = measure(system, server, LATENCY, system.clients[0], STREAM,
                       Plan(paced, (LATENCY,), show_progress))
-        if fsyncs_before is not None and server.metrics:
+        if metrics:
             row["wal_fsyncs"] = broker_metrics.fsyncs_between(
-                fsyncs_before, broker_metrics.scrape(server.metrics))
+                fsyncs_before, broker_metrics.scrape(metrics))
         return _measured(row, rate_per_s=rate, load_1min=load)
     finally:
         system.drop_stream(server.address, STREAM)

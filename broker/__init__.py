@@ -1,5 +1,5 @@
 """The Keybus broker: RocksDB log, partitions, dispatch and the gRPC shell."""
 
-from sdk.core.grpc_engine import prefer_polling_engine
-
-prefer_polling_engine()  # before anything imports grpc: see sdk/core/grpc_engine.py
+# Imported first: the SDK chooses grpcio's engine before anything imports grpc
+# (sdk/core/grpc_engine.py), and every broker module imports grpc after this.
+import sdk  # noqa: F401

@@ -17,9 +17,9 @@ message.
 grpcio reads its experiments (`GRPC_EXPERIMENTS`) once, when it is first
 imported, and offers no call to set them, so this sets the environment
 variable before that import: `sdk/__init__.py` calls it before it imports
-anything else, so importing the SDK, the broker (`broker/__init__.py` calls
-it too) or the `keybus` package (which imports the SDK before grpc) sets it;
-and only:
+anything else, so importing the SDK, the broker (`broker/__init__.py`
+imports the SDK first) or the `keybus` package (which imports the SDK before
+grpc) sets it; and only:
 
 - when the user has not set `GRPC_EXPERIMENTS` (set it, even to the empty
   string, to keep grpcio's defaults or choose others);
