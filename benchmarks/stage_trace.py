@@ -12,7 +12,8 @@ process exits (SIGTERM included):
 - ``write`` / ``synced``: the group's WriteBatch starts on the loop
   (`RocksStore.append(sync=False)`) and its WAL fsync returns on the WAL
   syncer thread (`RocksStore.sync_wal`), with the group's offsets and when that
-  fsync began on the thread (so its own length is known);
+  fsync began on the thread (so its own length is known); with `--no-fsync`,
+  ``synced`` when the WriteBatch is written;
 - ``publish``: the durable end moved (`Partition.publish`), with the new end;
 - ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
 - ``deliver``: a delivery to a consumer is assembled and queued for its
@@ -68,6 +69,8 @@ def install(notes: list[Note]) -> None:
             group[:] = [(appends[0].base_offset, appends[-1].base_offset + appends[-1].count)]
             notes.append(("write", *group[0], ns()))
         append(self, topic_id, index, appends, *args, **kwargs)
+        if appends and not self.durable:  # --no-fsync: no sync_wal follows; written is done
+            notes.append(("synced", *group[0], ns()))
 
     sync_wal = RocksStore.sync_wal
 

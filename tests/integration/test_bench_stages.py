@@ -27,3 +27,12 @@ def test_a_short_run_joins_every_event() -> None:
                                                                         "python")},
                                           "command": "stages", "runs": [run],
                                           "disk_fsync": {"p50_ms": 0.2, "p99_ms": 0.3}})
+
+
+def test_a_short_run_without_fsync_joins_every_event() -> None:
+    """Without fsync no WAL sync follows a write: the write ends that stage."""
+    options = stages.parse_args(["--duration-s", "1", "--consumers", "2",
+                                 "--consumer-processes", "1", "--no-fsync", "--no-record"])
+    run = stages.run_rate(200, options)
+    assert run["joined"] == 200, run
+    assert run["wal_fsync"]["samples"] == 0
