@@ -23,6 +23,8 @@ Redis in the same run (see benchmarks/latency.py).
 `python -m benchmarks stages [options]` splits that latency by stage: a traced
 broker, one producer and Key_Shared consumers (see benchmarks/stages.py).
 
+`python -m benchmarks view-pass` times a compacted view pass on a worker
+thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
 
@@ -95,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import stages  # where each millisecond of the latency goes
 
         return stages.main(arguments[1:])
+    if arguments[:1] == ["view-pass"]:
+        from benchmarks import view_pass  # what a compacted view pass costs the event loop
+
+        return view_pass.main(arguments[1:])
     if arguments[:1] == ["simulate"]:
         from benchmarks import simulate  # the dispatch simulation, on every core
 

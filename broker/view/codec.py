@@ -13,10 +13,12 @@ partition u32, big-endian, as in the log):
   an int key is b"\\x00" + its int64 with the sign bit flipped, big-endian
   (numeric order); a string key is b"\\x01" + UTF-8 (after every int).
 * The state says the view holds every event of the log below `offset_next`
-  (complete up to `scn`) and counts its keys, tombstones and bytes. It is
-  written in the same WriteBatch as the entries it accounts for, and it sorts
+  (complete up to `scn`) and counts its keys, tombstones and bytes. It sorts
   after the entries, so one iterator reads a snapshot's entries and the state
-  they belong to at one point.
+  they belong to at one point. A pass is written in parts (store.py); while
+  one is under way the state also holds `pass_end`: entries may already hold
+  events from `offset_next` up to `pass_end`, and the counts are the pass's
+  result. `offset_next` moves only when the last part is written.
 * The tombstone index lists DELETE entries by publish time, so the sweep
   that drops tombstones older than delete_retention_ms reads only those.
 
@@ -40,6 +42,7 @@ from sdk.core.pb import keybus_pb2 as pb
 
 PREFIX = struct.Struct(">II")
 STATE = struct.Struct(">QQQQQ")  # offset_next, scn, keys, tombstones, bytes
+PASS_END = struct.Struct(">Q")  # after STATE while a pass is written in parts
 ENTRY_HEAD = struct.Struct(">QQqqHBHHI")
 # The same head as a numpy record, to encode or decode many entries in one call.
 HEAD_DTYPE = np.dtype([("offset", ">u8"), ("scn", ">u8"), ("publish_time_ms", ">i8"),
@@ -124,17 +127,25 @@ class ViewState:
     keys: int = 0  # entries, tombstones included
     tombstones: int = 0
     entry_bytes: int = 0  # entry keys and values
+    pass_end: int = 0  # a pass up to here is partly written (0: none); see the module doc
 
     def encode(self) -> bytes:
-        return STATE.pack(self.offset_next, self.scn, self.keys, self.tombstones, self.entry_bytes)
+        """STATE, then PASS_END only while a pass is partly written (so a state
+        written before passes came in parts reads the same)."""
+        head = STATE.pack(self.offset_next, self.scn, self.keys, self.tombstones,
+                          self.entry_bytes)
+        return head + PASS_END.pack(self.pass_end) if self.pass_end else head
 
     @staticmethod
     def decode(value: bytes | None) -> ViewState:
         if value is None:
             return ViewState()
-        if len(value) != STATE.size:
-            raise ViewCorrupt(f"view state of {len(value)} bytes; expected {STATE.size}")
-        return ViewState(*STATE.unpack(value))
+        if len(value) == STATE.size:
+            return ViewState(*STATE.unpack(value))
+        if len(value) == STATE.size + PASS_END.size:
+            return ViewState(*STATE.unpack_from(value), *PASS_END.unpack_from(value, STATE.size))
+        raise ViewCorrupt(f"view state of {len(value)} bytes; expected {STATE.size} or "
+                          f"{STATE.size + PASS_END.size}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ concatenation with the value. No I/O, clock or randomness here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import itemgetter
 from typing import Any
@@ -166,6 +166,23 @@ def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
     return fold
 
 
+def merge(earlier: Fold, later: Fold, prefix: bytes) -> Fold:
+    """One fold of two consecutive runs of records, from their two folds: the
+    same entries and tombstone index entries as folding both runs at once
+    (a key of `later` replaces its entry and its index entry in `earlier`).
+    Reuses `earlier`'s dict.
+
+    Args:
+        prefix: the partition's entries prefix (P | b"e").
+    """
+    if not later.events:
+        return earlier
+    tombstones = [t for t in earlier.tombstones if prefix + t[1] not in later.entries]
+    earlier.entries.update(later.entries)
+    return Fold(earlier.entries, tombstones + later.tombstones, later.offset_next, later.scn,
+                earlier.events + later.events)
+
+
 def _winners(prefix: bytes, folded: list[_Columns],
              starts: npt.NDArray[np.int64]) -> tuple[list[bytes], npt.NDArray[np.int64]]:
     """The entry key and event number of every key's last event in the pass.
@@ -276,4 +293,4 @@ def remove_entries(state: codec.ViewState, keys: Sequence[bytes],
         n_keys -= 1
         n_bytes -= len(key) + len(value)
         n_tombstones -= codec.entry_is_tombstone(value)
-    return codec.ViewState(state.offset_next, state.scn, n_keys, n_tombstones, n_bytes)
+    return replace(state, keys=n_keys, tombstones=n_tombstones, entry_bytes=n_bytes)

@@ -4,14 +4,36 @@ Layout in `codec.py`, decisions in `fold.py`. Every method blocks (worker
 thread). Passes and sweeps of one partition must not run at the same time
 (each reads the state, then writes a new one): the partition's maintainer
 runs them one after the other. Writes are not fsynced: the view is derived
-from the log, and its state is written in the same WriteBatch as its
-entries, so a crash loses a suffix of passes, never a part of one, and the
-view folds that suffix again from the log.
+from the log, and a crash loses only what the log still holds.
+
+A pass works in slices of at most `slice` events folded, keys read or
+puts written, and lets other threads take the GIL between two (`_yield`):
+rocksdict's `get` and `write` hold the GIL for their whole call, and so,
+until the switch interval, does Python code. As one call each, a pass of
+10,000 events (6,300 keys) read for 5-16 ms and wrote for 12-48 ms, and the
+broker's event loop waited that long (docs/latency.md). Rules that keep a
+pass written in parts as safe as one WriteBatch:
+1. A pass of more puts writes, with its first part, the state it will end
+   with but `offset_next` and `scn` as before, marked `pass_end` (codec.py):
+   its counts are computed once, from the entries before any part.
+2. Its last part writes the final state (no `pass_end`).
+3. RocksDB's WAL replays writes in order, so a crash leaves the first parts
+   of a pass, and never a part without the log records it folded (one
+   database, one WAL). The next `fold_pass` finds `pass_end` and folds the
+   same records again (`_finish_pass`): the same puts, idempotent, with the
+   counts already written. A log that no longer holds those records (it
+   never should) makes the view start over from the log.
+4. A reader between parts sees `offset_next` as before the pass; entries it
+   finds at or past it are the pass's, which a snapshot leaves to its
+   catch-up (snapshot.py, rule 2). The sweep waits for the pass to end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import rocksdict
@@ -19,17 +41,21 @@ import rocksdict
 from broker.log import codec as log_codec
 from broker.log.rocks_store import RocksStore
 from broker.view import codec
-from broker.view.fold import account, expired_tombstones, fold_records, remove_entries
+from broker.view.fold import Fold, account, expired_tombstones, fold_records, merge, remove_entries
 from sdk.core.pb import keybus_pb2 as pb
 
 VIEW_FAMILY = "view"
+SLICE = 256  # events, keys or puts between two yields: about 1 ms of the GIL
+
+log = logging.getLogger("keybus.view")
 
 
 class ViewStore:
     """Typed access to the `view` column family of the broker's database."""
 
-    def __init__(self, store: RocksStore) -> None:
+    def __init__(self, store: RocksStore, slice_size: int = SLICE) -> None:
         self.log = store
+        self.slice = slice_size
         handle, reader = store.column_family(VIEW_FAMILY)
         self._handle: Any = handle
         self._reader: rocksdict.Rdict = reader
@@ -44,10 +70,12 @@ class ViewStore:
         return self._reader.iter()
 
     def get_entries(self, keys: list[bytes]) -> list[bytes | None]:
-        """Current values of entry keys (one multi-get)."""
-        if not keys:
-            return []
-        found: list[bytes | None] = self._reader.get(keys)  # type: ignore[arg-type, assignment]
+        """Current values of entry keys (a multi-get per slice)."""
+        found: list[bytes | None] = []
+        for start in range(0, len(keys), self.slice):
+            if start:
+                _yield()
+            found += self._reader.get(keys[start:start + self.slice])  # type: ignore[arg-type]
         return found
 
     def fold_pass(self, topic_id: int, partition: int, end_offset: int,
@@ -55,29 +83,83 @@ class ViewStore:
         """Fold the log's records from the view's position up to end_offset
         (about events_max events) into the view; returns the new state."""
         state = self.state(topic_id, partition)
-        records = list(_records(self.log, topic_id, partition, state.offset_next, end_offset,
-                                events_max))
+        if state.pass_end:
+            state = self._finish_pass(topic_id, partition, state)
+        fold, records = self._fold(topic_id, partition, state, end_offset, events_max)
         if not records:
             return state
-        fold = fold_records(topic_id, partition, records, state.offset_next, state.scn)
         keys = list(fold.entries)
         values = list(fold.entries.values())
         new_state = account(state, keys, values, self.get_entries(keys), fold.offset_next,
                             fold.scn)
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in fold.entries.items():
-            batch.put(key, value, self._handle)
-        for index_key, suffix in fold.tombstones:
-            batch.put(index_key, suffix, self._handle)
-        batch.put(codec.state_key(topic_id, partition), new_state.encode(), self._handle)
-        self.log.write(batch, sync=False)
+        self._write_pass(topic_id, partition, state, new_state,
+                         [*zip(keys, values, strict=True), *fold.tombstones])
         return new_state
+
+    def _fold(self, topic_id: int, partition: int, state: codec.ViewState, end_offset: int,
+              events_max: int) -> tuple[Fold, int]:
+        """The fold of the log from the view's position, a slice at a time; and
+        how many records it read."""
+        fold = Fold(offset_next=state.offset_next, scn=state.scn)
+        prefix = codec.entries_prefix(topic_id, partition)
+        records = 0
+        slice_: list[pb.Record] = []
+        events = 0
+        for record in _records(self.log, topic_id, partition, state.offset_next, end_offset,
+                               events_max):
+            slice_.append(record)
+            events += record.batch.count
+            if events >= self.slice:
+                fold = merge(fold, fold_records(topic_id, partition, slice_, fold.offset_next,
+                                                fold.scn), prefix)
+                records += len(slice_)
+                slice_, events = [], 0
+                _yield()
+        fold = merge(fold, fold_records(topic_id, partition, slice_, fold.offset_next, fold.scn),
+                     prefix)
+        return fold, records + len(slice_)
+
+    def _write_pass(self, topic_id: int, partition: int, before: codec.ViewState,
+                    after: codec.ViewState, puts: Sequence[tuple[bytes, bytes]]) -> None:
+        """Write a pass's puts and its final state `after` (rules 1-2)."""
+        state_key = codec.state_key(topic_id, partition)
+        starts = range(0, max(len(puts), 1), self.slice)
+        for start in starts:
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in puts[start:start + self.slice]:
+                batch.put(key, value, self._handle)
+            if start == starts[-1]:
+                batch.put(state_key, after.encode(), self._handle)
+            elif start == 0:
+                pending = replace(after, offset_next=before.offset_next, scn=before.scn,
+                                  pass_end=after.offset_next)
+                batch.put(state_key, pending.encode(), self._handle)
+            self.log.write(batch, sync=False)
+            if start != starts[-1]:
+                _yield()
+
+    def _finish_pass(self, topic_id: int, partition: int,
+                     state: codec.ViewState) -> codec.ViewState:
+        """Write again the whole of a pass a crash cut (rule 3); its final state."""
+        fold, _ = self._fold(topic_id, partition, state, state.pass_end,
+                             state.pass_end - state.offset_next)
+        if fold.offset_next != state.pass_end:
+            log.warning("view of topic id %d/%d: the log no longer holds offsets %d-%d of a "
+                        "pass cut by a crash; folding the view again from the log",
+                        topic_id, partition, fold.offset_next, state.pass_end)
+            return self.clear(topic_id, partition)
+        done = replace(state, offset_next=fold.offset_next, scn=fold.scn, pass_end=0)
+        self._write_pass(topic_id, partition, state, done,
+                         [*fold.entries.items(), *fold.tombstones])
+        return done
 
     def sweep(self, topic_id: int, partition: int, cutoff_ms: int,
               entries_max: int) -> codec.ViewState:
         """Drop tombstones published before cutoff_ms (at most entries_max index
         entries per call); returns the new state."""
         state = self.state(topic_id, partition)
+        if state.pass_end:  # rule 4: the next fold_pass finishes it first
+            return state
         stop = codec.tombstone_key(topic_id, partition, cutoff_ms, 0)
         index: list[tuple[bytes, bytes]] = []
         it = self._reader.iter()
@@ -126,3 +208,9 @@ def _records(store: RocksStore, topic_id: int, partition: int, start: int, stop:
         events += header.count
         if events >= events_max:
             return
+
+
+def _yield() -> None:
+    """Let a thread waiting for the GIL (the event loop) take it now, rather
+    than after the switch interval."""
+    time.sleep(0)

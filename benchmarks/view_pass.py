@@ -1,0 +1,137 @@
+"""`python -m benchmarks view-pass`: what a compacted view pass costs the event loop.
+
+A view pass runs on a worker thread of the broker (broker/view/store.py).
+rocksdict's multi-get and write keep the GIL for their whole call, so the
+broker's event loop waits while they run, whatever the switch interval. This
+runs real passes over a real RocksDB log shaped like the latency benchmark's
+at 10,000 events/s (one record of 10 events per millisecond, keys uniform
+over 10,000, 100-byte values; a pass folds one second: 10,000 events, about
+6,300 keys) on a worker thread, while the main thread sleeps 0.5 ms at a
+time and notes how late it wakes: the wait an event loop would see. The
+switch interval is the broker's default (`gil_switch_interval_us`).
+
+Two settings alternate in the same run, `--repeats` times each:
+- `one batch`: the pass folds, reads and writes everything in one call each
+  (a slice larger than the pass), as before passes came in slices;
+- `slices of N`: the broker's default slice.
+
+Prints a markdown table: per setting, the pass's length and the main
+thread's wake-up lateness (p50 / p99 / max). `--no-record` is accepted for
+symmetry; nothing is written to RESULTS.md (copy the table with its command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from benchmarks import machine
+from broker.config import Settings
+from broker.log import codec as log_codec
+from broker.log.rocks_store import Append, RocksStore
+from broker.view.store import SLICE, ViewStore
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+
+EVENTS_PER_RECORD = 10
+KEYS = 10_000
+NAP_S = 0.0005
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks view-pass", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pass-events", type=int, default=10_000, help="events per pass")
+    parser.add_argument("--passes", type=int, default=5, help="passes per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each setting")
+    parser.add_argument("--slice", type=int, default=SLICE, help="the sliced setting's slice")
+    parser.add_argument("--no-record", action="store_true", help="(nothing is recorded)")
+    return parser.parse_args(argv)
+
+
+def _log(store: RocksStore, events: int, seed: int) -> None:
+    rng = random.Random(seed)
+    appends = []
+    for base in range(0, events, EVENTS_PER_RECORD):
+        keys = [rng.randrange(KEYS) for _ in range(EVENTS_PER_RECORD)]
+        batch = pb.EventBatch(count=EVENTS_PER_RECORD, key_ints=keys, slots=slots_of(keys),
+                              values=[bytes(100)] * EVENTS_PER_RECORD)
+        record = pb.Record(topic="t", partition=0, base_offset=base, scn_first=base + 1,
+                           publish_time_ms=1, batch=batch)
+        body = record.SerializeToString()
+        appends.append(Append(base, base + 1, EVENTS_PER_RECORD, False,
+                              log_codec.encode_record(body, 1, EVENTS_PER_RECORD, base + 1,
+                                                      False)))
+    store.append(1, 0, appends, {}, 0, 0)
+
+
+def measure(slice_size: int, options: argparse.Namespace) -> dict[str, Any]:
+    """Passes on a worker thread; the main thread's wake-up lateness meanwhile."""
+    events = options.pass_events * (options.passes + 1)
+    with tempfile.TemporaryDirectory(prefix="keybus-view-pass-") as tmp:
+        store = RocksStore(f"{tmp}/db", fsync=False)
+        try:
+            _log(store, events, seed=slice_size)
+            views = ViewStore(store, slice_size)
+            views.fold_pass(1, 0, options.pass_events, options.pass_events)  # keys exist after
+            passes: list[float] = []
+            done = threading.Event()
+
+            def work() -> None:
+                for n in range(2, options.passes + 2):
+                    began = time.perf_counter()
+                    views.fold_pass(1, 0, n * options.pass_events, options.pass_events)
+                    passes.append(time.perf_counter() - began)
+                    time.sleep(0.02)
+                done.set()
+
+            worker = threading.Thread(target=work, name="view pass")
+            late: list[float] = []
+            worker.start()
+            while not done.is_set():
+                began = time.perf_counter()
+                time.sleep(NAP_S)
+                late.append(time.perf_counter() - began - NAP_S)
+            worker.join()
+        finally:
+            store.close()
+    late.sort()
+    return {"slice": slice_size, "pass_ms_p50": 1e3 * sorted(passes)[len(passes) // 2],
+            "late_ms": {"p50": 1e3 * late[len(late) // 2], "p99": 1e3 * late[int(0.99 * len(late))],
+                        "max": 1e3 * late[-1]}, "wakeups": len(late)}
+
+
+def render(runs: list[dict[str, Any]], options: argparse.Namespace, whole: int,
+           argv: list[str]) -> str:
+    info = machine.describe()
+    lines = [f"`python -m benchmarks view-pass {' '.join(argv)}`".replace(" `", "`")
+             + f" — {info['date']}, {info['nproc']} cores, {info['cpu']}, Python "
+             f"{info['python']}; {options.pass_events:,} events per pass, switch interval "
+             f"{sys.getswitchinterval() * 1e6:.0f} µs",
+             "", "| setting | pass ms (p50) | main thread wake-up late, ms: p50 | p99 | max | "
+             "wake-ups |", "|---|---|---|---|---|---|"]
+    for run in runs:
+        name = "one batch" if run["slice"] == whole else f"slices of {run['slice']}"
+        late = run["late_ms"]
+        lines.append(f"| {name} | {run['pass_ms_p50']:.0f} | {late['p50']:.2f} | "
+                     f"{late['p99']:.2f} | {late['max']:.2f} | {run['wakeups']:,} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    options = parse_args(argv)
+    sys.setswitchinterval(Settings().gil_switch_interval_us / 1_000_000)
+    whole = options.pass_events * 10  # larger than any pass: one call each
+    runs = [measure(size, options) for _ in range(options.repeats)
+            for size in (whole, options.slice)]
+    print(render(runs, options, whole, argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
