@@ -5,61 +5,46 @@ the next pass finishes to exactly the view written in one go (entries,
 tombstone index and counts); a snapshot read between parts, plus the log
 from its offset, gives every key's latest event; a pass whose log records are
 gone makes the view start over; the sweep waits for a cut pass.
-Method: a real RocksDB store (temp dir) with a small `puts_per_write`; the
-crash is the store's `write` raising after k calls, for every k.
+Method: a real RocksDB store (temp dir) with a small slice. The cut is the
+store's `write` raising after k writes, for every k, then the store closed
+and opened again (RocksDB replays its WAL); and once a real process that
+dies with os._exit after k writes (as kill -9 leaves it, no flush), whose
+store this process then opens.
 """
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from broker.log import codec as log_codec
-from broker.log.rocks_store import Append, RocksStore
+from broker.log.rocks_store import RocksStore
 from broker.view import codec
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
 from broker.view.store import ViewStore
 from sdk.core.columns import record_events
-from sdk.core.pb import keybus_pb2 as pb
-
-PUTS = 5  # puts per part: a pass below takes several parts
-FIRST_END = 30  # the first pass folds [0, 30)
-LOG_END = 120
+from tests.support.broker_process import REPO
+from tests.support.view_log import (
+    FIRST_END,
+    KILLED,
+    LOG_END,
+    PUTS,
+    CountedWrites,
+    new_store,
+    records,
+)
 
 
 class Crash(Exception):
     """The store's write failing as a process would die: nothing after it."""
 
 
-def _record(base: int, keys: list[int], opcodes: list[int]) -> pb.Record:
-    batch = pb.EventBatch(count=len(keys), key_ints=keys, sources=["s"],
-                          values=[b"v%d" % (base + i) for i in range(len(keys))], opcodes=opcodes)
-    return pb.Record(topic="t", partition=0, base_offset=base, scn_first=base + 100,
-                     publish_time_ms=1_000, batch=batch)
-
-
-def _records() -> list[pb.Record]:
-    """Four records of 30 events over 45 keys, with deletes and keys seen again."""
-    out = []
-    for n, base in enumerate(range(0, LOG_END, 30)):
-        keys = [(base + 7 * i) % 45 for i in range(30)]
-        opcodes = [pb.DELETE if (i + n) % 5 == 0 else pb.UPSERT for i in range(30)]
-        out.append(_record(base, keys, opcodes))
-    return out
-
-
-def _store(path: Path) -> RocksStore:
-    store = RocksStore(str(path), fsync=False)
-    appends = []
-    for r in _records():
-        body = r.SerializeToString()
-        appends.append(Append(r.base_offset, r.scn_first, r.batch.count, False,
-                              log_codec.encode_record(body, 1_000, r.batch.count, r.scn_first,
-                                                      False)))
-    store.append(1, 0, appends, {}, 0, 0)
-    return store
+def _raise_crash() -> None:
+    raise Crash
 
 
 def _dump(views: ViewStore) -> list[tuple[bytes, bytes]]:
@@ -75,38 +60,12 @@ def _dump(views: ViewStore) -> list[tuple[bytes, bytes]]:
 @pytest.fixture
 def reference(tmp_path: Path) -> Iterator[list[tuple[bytes, bytes]]]:
     """The view after both passes, each written in one part."""
-    store = _store(tmp_path / "reference")
+    store = new_store(tmp_path / "reference")
     views = ViewStore(store, slice_size=1_000)
     views.fold_pass(1, 0, FIRST_END, 1_000)
     views.fold_pass(1, 0, LOG_END, 1_000)
     yield _dump(views)
     store.close()
-
-
-class CrashingWrites:
-    """The store's `write`, counted, raising `Crash` once `limit` writes are done."""
-
-    def __init__(self, store: RocksStore) -> None:
-        self.real = store.write
-        self.done = 0
-        self.limit: int | None = None
-        store.write = self  # type: ignore[method-assign]
-
-    def __call__(self, batch: object, sync: bool) -> None:
-        if self.done == self.limit:
-            raise Crash
-        self.done += 1
-        self.real(batch, sync)  # type: ignore[arg-type]
-
-
-def _second_pass_parts(tmp_path: Path) -> int:
-    store = _store(tmp_path / "count")
-    views = ViewStore(store, slice_size=PUTS)
-    views.fold_pass(1, 0, FIRST_END, 1_000)
-    writes = CrashingWrites(store)
-    views.fold_pass(1, 0, LOG_END, 1_000)
-    store.close()
-    return writes.done
 
 
 def _latest_by_key(events: list[tuple[object, int]]) -> dict[object, int]:
@@ -124,17 +83,43 @@ def _snapshot_then_log(views: ViewStore) -> dict[object, int]:
     assert chunk.done
     events = [(e.key, e.offset) for r in chunk.records for e in record_events(r)]
     assert all(offset < cursor.snapshot_offset for _, offset in events)
-    for record in _records():
+    for record in records():
         events += [(e.key, e.offset) for e in record_events(record)
                    if e.offset >= cursor.snapshot_offset]
     cursor.close()
     return _latest_by_key(events)
 
 
+def _check_cut_then_finish(path: Path, reference: list[tuple[bytes, bytes]]) -> None:
+    """Open the store a cut pass left at `path`, as a restarted broker does."""
+    store = RocksStore(str(path), fsync=False)
+    views = ViewStore(store, PUTS)
+    cut = views.state(1, 0)
+    assert (cut.offset_next, cut.pass_end) == (FIRST_END, LOG_END)
+    assert cut.scn == max(r.scn_first + r.batch.count - 1 for r in records()[:1])
+    assert _snapshot_then_log(views) == _latest_by_key(
+        [(codec.split_entry_suffix(k[9:])[1], codec.entry_offset(v))
+         for k, v in reference if k[8:9] == codec.ENTRY_TAG])
+    assert views.sweep(1, 0, 10**12, 100) == cut  # rule 4: the sweep waits
+    assert views.fold_pass(1, 0, LOG_END, 1_000).offset_next == LOG_END
+    assert _dump(views) == reference
+    store.close()
+
+
+def _second_pass_writes(tmp_path: Path) -> int:
+    store = new_store(tmp_path / "count")
+    views = ViewStore(store, PUTS)
+    views.fold_pass(1, 0, FIRST_END, 1_000)
+    writes = CountedWrites(store, _raise_crash)
+    views.fold_pass(1, 0, LOG_END, 1_000)
+    store.close()
+    return writes.done
+
+
 def test_the_parts_without_a_crash_equal_one_write(tmp_path: Path,
                                                    reference: list[tuple[bytes, bytes]]) -> None:
-    store = _store(tmp_path / "db")
-    views = ViewStore(store, slice_size=PUTS)
+    store = new_store(tmp_path / "db")
+    views = ViewStore(store, PUTS)
     views.fold_pass(1, 0, FIRST_END, 1_000)
     state = views.fold_pass(1, 0, LOG_END, 1_000)
     assert state.pass_end == 0 and state.offset_next == LOG_END
@@ -144,37 +129,43 @@ def test_the_parts_without_a_crash_equal_one_write(tmp_path: Path,
 
 def test_a_pass_cut_after_any_part_is_finished_by_the_next(
         tmp_path: Path, reference: list[tuple[bytes, bytes]]) -> None:
-    parts = _second_pass_parts(tmp_path)
+    parts = _second_pass_writes(tmp_path)
     assert parts >= 5
     for parts_written in range(1, parts):
-        _cut_and_finish(tmp_path / f"cut{parts_written}", reference, parts_written)
+        path = tmp_path / f"cut{parts_written}"
+        store = new_store(path)
+        views = ViewStore(store, PUTS)
+        views.fold_pass(1, 0, FIRST_END, 1_000)
+        CountedWrites(store, _raise_crash).limit = parts_written
+        _cut_pass(views)
+        store.close()
+        del store, views  # the process ends: every handle on the database goes,
+        gc.collect()  # and with the last one RocksDB's lock on the directory
+        _check_cut_then_finish(path, reference)
 
 
-def _cut_and_finish(path: Path, reference: list[tuple[bytes, bytes]], parts_written: int) -> None:
-    store = _store(path)
-    views = ViewStore(store, slice_size=PUTS)
-    first = views.fold_pass(1, 0, FIRST_END, 1_000)
-    writes = CrashingWrites(store)
-    writes.limit = parts_written
-    with pytest.raises(Crash):
+def _cut_pass(views: ViewStore) -> None:
+    """The second pass, cut by Crash (caught here: its traceback holds the store)."""
+    try:
         views.fold_pass(1, 0, LOG_END, 1_000)
-    cut = views.state(1, 0)
-    assert (cut.offset_next, cut.scn, cut.pass_end) == (first.offset_next, first.scn, LOG_END)
-    assert _snapshot_then_log(views) == _latest_by_key(
-        [(codec.split_entry_suffix(k[9:])[1], codec.entry_offset(v))
-         for k, v in reference if k[8:9] == codec.ENTRY_TAG])
-    del store.write  # the process restarts
-    after = ViewStore(store, slice_size=PUTS)  # as a restarted broker
-    assert after.sweep(1, 0, 10**12, 100) == cut  # rule 4: the sweep waits
-    assert after.fold_pass(1, 0, LOG_END, 1_000).offset_next == LOG_END
-    assert _dump(after) == reference
-    store.close()
+    except Crash:
+        return
+    raise AssertionError("the pass ended before its cut")
+
+
+def test_a_process_killed_mid_pass_leaves_a_view_the_next_pass_finishes(
+        tmp_path: Path, reference: list[tuple[bytes, bytes]]) -> None:
+    path = tmp_path / "killed"
+    child = subprocess.run([sys.executable, "-m", "tests.support.view_log", str(path), "3"],
+                           cwd=REPO, timeout=60, capture_output=True, text=True, check=False)
+    assert child.returncode == KILLED, child.stderr
+    _check_cut_then_finish(path, reference)
 
 
 def test_a_cut_pass_whose_records_are_gone_starts_the_view_over(
         tmp_path: Path, reference: list[tuple[bytes, bytes]]) -> None:
-    store = _store(tmp_path / "db")
-    views = ViewStore(store, slice_size=PUTS)
+    store = new_store(tmp_path / "db")
+    views = ViewStore(store, PUTS)
     views.fold_pass(1, 0, FIRST_END, 1_000)
     bogus = codec.ViewState(FIRST_END, 129, keys=1, tombstones=0, entry_bytes=5,
                             pass_end=LOG_END + 50)
