@@ -18,7 +18,7 @@ concatenation with the value. No I/O, clock or randomness here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import itemgetter
@@ -133,7 +133,8 @@ def entry_keys(prefix: bytes, batch: pb.EventBatch) -> list[bytes]:
 
 
 def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
-                 offset_next: int, scn: int) -> Fold:
+                 offset_next: int, scn: int, pause: Callable[[], None] | None = None,
+                 pause_every: int = 0) -> Fold:
     """Fold records (offset order, from `offset_next`) into the latest entry per key.
 
     Every event gets a number in the pass; the last number of each key wins
@@ -141,6 +142,10 @@ def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
 
     Args:
         offset_next, scn: the view's position before these records.
+        pause, pause_every: called between two records once `pause_every`
+            winners were encoded since the last call (the caller lets other
+            threads run: store.py). The winners are chosen over all records
+            first, so a key is encoded once however often the fold pauses.
     Returns:
         The entries to put, tombstone index entries for the DELETE entries
         among them, and the position after the last record.
@@ -158,29 +163,17 @@ def fold_records(topic_id: int, partition: int, records: Iterable[pb.Record],
     order = np.argsort(numbers, kind="stable")
     numbers = numbers[order]
     bounds = np.searchsorted(numbers, starts)
+    encoded = 0
     for r, columns in enumerate(folded):
         first, last = int(bounds[r]), int(bounds[r + 1])
         columns.positions = (numbers[first:last] - starts[r]).tolist()
         columns.winners = [keys[i] for i in order[first:last].tolist()]
         _add_winners(fold, columns, topic_id, partition, len(prefix))
+        encoded += last - first
+        if pause is not None and encoded >= pause_every:
+            pause()
+            encoded = 0
     return fold
-
-
-def merge(earlier: Fold, later: Fold, prefix: bytes) -> Fold:
-    """One fold of two consecutive runs of records, from their two folds: the
-    same entries and tombstone index entries as folding both runs at once
-    (a key of `later` replaces its entry and its index entry in `earlier`).
-    Reuses `earlier`'s dict.
-
-    Args:
-        prefix: the partition's entries prefix (P | b"e").
-    """
-    if not later.events:
-        return earlier
-    tombstones = [t for t in earlier.tombstones if prefix + t[1] not in later.entries]
-    earlier.entries.update(later.entries)
-    return Fold(earlier.entries, tombstones + later.tombstones, later.offset_next, later.scn,
-                earlier.events + later.events)
 
 
 def _winners(prefix: bytes, folded: list[_Columns],

@@ -22,7 +22,7 @@ from broker.log.sparse import densify
 from broker.read_path import select_events
 from broker.view import codec
 from broker.view.compaction import survivors
-from broker.view.fold import Fold, account, entry_keys, expired_tombstones, fold_records, merge
+from broker.view.fold import account, entry_keys, expired_tombstones, fold_records
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec, decode_keys
 from broker.view.store import ViewStore
 from sdk.core.columns import record_events, record_offsets
@@ -100,26 +100,30 @@ def test_fold_keeps_the_latest_event_per_source_and_key(batches: list[list[tuple
     assert (state.keys, state.tombstones) == (len(model), len(fold.tombstones))
 
 
-@given(st.lists(st.lists(EVENT, min_size=1, max_size=6), min_size=1, max_size=8), st.data())
-def test_folds_of_consecutive_runs_merge_into_the_fold_of_all(
-        batches: list[list[tuple[str, int, bool]]], data: st.DataObject) -> None:
-    """A pass folds its records a slice at a time (store.py): the same result."""
+@given(st.lists(st.lists(EVENT, min_size=1, max_size=6), min_size=1, max_size=8),
+       st.integers(1, 8))
+def test_a_fold_that_pauses_folds_the_same(batches: list[list[tuple[str, int, bool]]],
+                                           every: int) -> None:
+    """A pass lets other threads run during its fold (store.py): the same result,
+    with a pause each time `every` winners were encoded."""
     records, base = [], 0
     for events in batches:
         opcodes = [pb.DELETE if delete else pb.UPSERT for _, _, delete in events]
         records.append(_record(base, [k for _, k, _ in events], [b"%d" % base] * len(events),
                                [s for s, _, _ in events], opcodes))
         base += len(events)
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(records) - 1)))) if len(records) > 1 else []
+    pauses: list[int] = []
+    paused = fold_records(7, 0, records, 5, 9, lambda: pauses.append(1), every)
     whole = fold_records(7, 0, records, 5, 9)
-    merged = Fold(offset_next=5, scn=9)
-    for start, stop in zip([0, *cuts], [*cuts, len(records)], strict=True):
-        merged = merge(merged, fold_records(7, 0, records[start:stop], merged.offset_next,
-                                            merged.scn), codec.entries_prefix(7, 0))
-    assert merged.entries == whole.entries
-    assert sorted(merged.tombstones) == sorted(whole.tombstones)
-    assert (merged.offset_next, merged.scn, merged.events) == (whole.offset_next, whole.scn,
-                                                                whole.events)
+    assert paused == whole
+    expected, encoded, start = 0, 0, 0
+    for events in batches:  # a pause between records, once `every` winners were encoded
+        encoded += sum(start <= codec.entry_offset(v) < start + len(events)
+                       for v in whole.entries.values())
+        start += len(events)
+        if encoded >= every:
+            expected, encoded = expected + 1, 0
+    assert len(pauses) == expected
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", ""]), st.lists(st.integers(-3, 3), min_size=1,
