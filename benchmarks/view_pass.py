@@ -31,6 +31,8 @@ import time
 from typing import Any
 
 from benchmarks import machine
+from benchmarks.histogram import figures_ms, of_ms
+from benchmarks.measurement import percentile
 from broker.config import Settings
 from broker.log import codec as log_codec
 from broker.log.rocks_store import Append, RocksStore
@@ -100,10 +102,8 @@ def measure(slice_size: int, options: argparse.Namespace) -> dict[str, Any]:
             worker.join()
         finally:
             store.close()
-    late.sort()
-    return {"slice": slice_size, "pass_ms_p50": 1e3 * sorted(passes)[len(passes) // 2],
-            "late_ms": {"p50": 1e3 * late[len(late) // 2], "p99": 1e3 * late[int(0.99 * len(late))],
-                        "max": 1e3 * late[-1]}, "wakeups": len(late)}
+    return {"slice": slice_size, "pass_ms_p50": 1e3 * percentile(sorted(passes), 50),
+            "late": figures_ms(of_ms(1e3 * s for s in late))}
 
 
 def render(runs: list[dict[str, Any]], options: argparse.Namespace, whole: int,
@@ -117,9 +117,9 @@ def render(runs: list[dict[str, Any]], options: argparse.Namespace, whole: int,
              "wake-ups |", "|---|---|---|---|---|---|"]
     for run in runs:
         name = "one batch" if run["slice"] == whole else f"slices of {run['slice']}"
-        late = run["late_ms"]
-        lines.append(f"| {name} | {run['pass_ms_p50']:.0f} | {late['p50']:.2f} | "
-                     f"{late['p99']:.2f} | {late['max']:.2f} | {run['wakeups']:,} |")
+        late = run["late"]
+        lines.append(f"| {name} | {run['pass_ms_p50']:.0f} | {late['p50_ms']:.2f} | "
+                     f"{late['p99_ms']:.2f} | {late['max_ms']:.2f} | {late['samples']:,} |")
     return "\n".join(lines)
 
 

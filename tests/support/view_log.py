@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.log import codec as log_codec
@@ -53,7 +54,7 @@ def new_store(path: Path) -> RocksStore:
 class CountedWrites:
     """The store's `write`, counted; at `limit` writes done, `at_limit()` runs instead."""
 
-    def __init__(self, store: RocksStore, at_limit: object) -> None:
+    def __init__(self, store: RocksStore, at_limit: Callable[[], None]) -> None:
         self.real = store.write
         self.at_limit = at_limit
         self.done = 0
@@ -62,7 +63,7 @@ class CountedWrites:
 
     def __call__(self, batch: object, sync: bool) -> None:
         if self.done == self.limit:
-            self.at_limit()  # type: ignore[operator]
+            self.at_limit()
         self.done += 1
         self.real(batch, sync)  # type: ignore[arg-type]
 
