@@ -8,7 +8,10 @@ One run measures, in this order:
    would wait on them), and a unary gRPC round trip on 127.0.0.1;
 2. each system (Keybus Key_Shared with fsync before ack, the same with
    `--no-fsync`, Redis Streams with a consumer group, NATS JetStream with a
-   pull consumer; `--systems` picks some), on a fresh server: optionally the produce and
+   pull consumer, and the grpcio fan-out floor without and with fsync:
+   `fanout_floor.py`, a relay with nothing of a broker in it, the least a
+   broker on grpcio's asyncio stack pays here; `--systems` picks some), on a
+   fresh server: optionally the produce and
    end-to-end consume throughput (`--throughput-events`, Keybus with fsync and
    Redis: the ratios the issue keeps), then the latency scenario at each rate
    of `--rates` (default 1,000, 10,000 and 50,000 events/s) for
@@ -48,7 +51,7 @@ from benchmarks.results import RESULTS
 from benchmarks.systems import Server, System
 
 OUT = Path(__file__).resolve().parent / "out"
-SYSTEMS = ("keybus", "keybus-no-fsync", "redis", "nats")
+SYSTEMS = ("keybus", "keybus-no-fsync", "redis", "nats", "grpc-floor", "grpc-floor-fsync")
 DEFAULT_SYSTEMS = SYSTEMS
 KEY_SHARED = "Keybus Key_Shared"
 THROUGHPUT_SYSTEMS = ("keybus", "redis")  # the ratios the issue keeps: produce and Key_Shared
@@ -94,10 +97,13 @@ def _keybus(fsync: bool) -> System:
 
 
 def _makers() -> dict[str, Callable[[], System]]:
+    from benchmarks import fanout_floor
     from benchmarks.peers import nats_driver, redis_driver
 
     return {"keybus": lambda: _keybus(True), "keybus-no-fsync": lambda: _keybus(False),
-            "redis": redis_driver.system, "nats": nats_driver.system}
+            "redis": redis_driver.system, "nats": nats_driver.system,
+            "grpc-floor": lambda: fanout_floor.system(False),
+            "grpc-floor-fsync": lambda: fanout_floor.system(True)}
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ Targets, each checked against figures of the same run:
 
 Beside them, marked as context and not one of the issue's targets: the p99
 at 10,000 events/s against the disk's ideal group commit (floor.py), the
-best an fsync-before-ack broker could do on the disk's stalls.
+best an fsync-before-ack broker could do on the disk's stalls; and the two
+p50 limits applied to the grpcio fan-out floor (fanout_floor.py), which says
+whether any broker on grpcio's asyncio stack meets them on this machine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ Row = dict[str, Any]
 KEY_SHARED = "Keybus Key_Shared"
 NO_FSYNC = "Keybus Key_Shared, --no-fsync"
 REDIS = "Redis consumer group"
+FLOOR = "grpcio fan-out floor"  # benchmarks/fanout_floor.py
+FLOOR_FSYNC = "grpcio fan-out floor, fsync"
 TARGET_RATE = 10_000
 HIGH_RATE = 50_000
 
@@ -64,6 +68,24 @@ def _latency_targets(rows: list[Row], disk: Row) -> list[Row]:
     ]
 
 
+def _floor_context(rows: list[Row], disk: Row) -> list[Row]:
+    """The issue's p50 limits at 10,000 events/s applied to the grpcio floor (when it ran)."""
+    found = []
+    with_fsync = _latency_row(rows, FLOOR_FSYNC, TARGET_RATE)
+    disk_p50 = disk.get("p50_ms")
+    if with_fsync:
+        found.append(_target("context, not an issue target: the grpcio fan-out floor with "
+                             "fsync, 10,000/s: p50 <= disk fsync p50 + 1.5 ms",
+                             with_fsync.get("p50_ms"),
+                             None if disk_p50 is None else disk_p50 + 1.5,
+                             f"disk p50 {disk_p50} ms + 1.5"))
+    loose = _latency_row(rows, FLOOR, TARGET_RATE)
+    if loose:
+        found.append(_target("context, not an issue target: the grpcio fan-out floor, "
+                             "10,000/s: p50 <= 1 ms", loose.get("p50_ms"), 1.0, "1 ms"))
+    return found
+
+
 def _ratio(keybus: Row | None, redis: Row | None) -> float | None:
     if not keybus or not redis or not redis.get("events_per_s"):
         return None
@@ -82,6 +104,7 @@ def targets(report: dict[str, Any]) -> list[Row]:
                                                    or {}).get("p99_ms"),
                              None if p99 is None else p99 + 3,
                              f"the disk's ideal group commit p99 {p99} ms + 3"))
+    found += _floor_context(rows, report["floor"]["disk_fsync"])
     for scenario, keybus in (("produce", "Keybus"), ("consume", KEY_SHARED)):
         ratio = _ratio(_throughput_row(rows, keybus, scenario),
                        _throughput_row(rows, "Redis Streams" if scenario == "produce" else REDIS,

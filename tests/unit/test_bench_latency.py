@@ -83,6 +83,18 @@ def test_the_ideal_group_commit_is_context_beside_the_targets() -> None:
     assert "20,000 fsyncs, the slowest 61.00 ms" in table
 
 
+def test_the_grpc_floor_is_judged_by_the_same_p50_limits_as_context() -> None:
+    rows = [_latency("grpcio fan-out floor", 10_000, 0.8, 2.5),
+            _latency("grpcio fan-out floor, fsync", 10_000, 5.6, 9.0)]
+    found = {t["target"]: t for t in latency_report.targets(report(rows))}
+    loose = found["context, not an issue target: the grpcio fan-out floor, 10,000/s: p50 <= 1 ms"]
+    assert loose["met"] is True and loose["measured"] == 0.8
+    fsync = found["context, not an issue target: the grpcio fan-out floor with fsync, "
+                  "10,000/s: p50 <= disk fsync p50 + 1.5 ms"]
+    assert fsync["met"] is False and fsync["limit"] == 5.5  # disk p50 4.0 + 1.5
+    assert not any("floor" in t["target"] for t in latency_report.targets(report([])))
+
+
 def test_a_missing_figure_is_not_measured_not_met() -> None:
     found = latency_report.targets(report([]))
     assert all(t["met"] is None for t in found)
