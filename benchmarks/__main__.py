@@ -17,8 +17,9 @@ with it on versus off, its lag) and bootstrap snapshots (see benchmarks/bootstra
 NATS JetStream (see benchmarks/compare.py; `compare --help` for its options).
 
 `python -m benchmarks latency [options]` measures open-loop publish-to-delivery
-latency at several rates beside the disk's fsync and a gRPC round trip, with
-Redis in the same run (see benchmarks/latency.py).
+latency at several rates beside the disk's fsync, a gRPC round trip and a bare
+grpcio fan-out relay, with Redis and NATS in the same run (see
+benchmarks/latency.py and benchmarks/fanout_floor.py).
 
 `python -m benchmarks stages [options]` splits that latency by stage: a traced
 broker, one producer and Key_Shared consumers (see benchmarks/stages.py).
