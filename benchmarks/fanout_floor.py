@@ -209,6 +209,15 @@ def _nothing(*_: Any) -> None:
     """The relay has no streams to create or drop and no subscription to prepare."""
 
 
+async def _stopped(reading: asyncio.Future[None]) -> None:
+    """Cancel a task reading a call and wait for it (the call's end may raise in it)."""
+    import grpc
+
+    reading.cancel()
+    with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+        await reading
+
+
 async def _produce(task: Task, link: Link) -> dict[str, Any]:
     import grpc
 
@@ -241,9 +250,7 @@ async def _produce(task: Task, link: Link) -> dict[str, Any]:
         try:
             return await client_loops.produce_async(task, link, send, flush)
         finally:
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await reading
+            await _stopped(reading)
 
 
 def produce(task: Task, link: Link) -> dict[str, Any]:
@@ -278,9 +285,7 @@ async def _consume(task: Task, link: Link) -> dict[str, Any]:
             return await client_loops.consume_async(task, link, fetch)
         finally:
             call.cancel()
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await reading
+            await _stopped(reading)
 
 
 def consume(task: Task, link: Link) -> dict[str, Any]:
