@@ -189,6 +189,25 @@ def fsyncs_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _loop_row(row: Row) -> bool:
+    """A latency row of a Python server (Keybus, the grpcio floor), whose main thread is
+    its event loop (Redis's and NATS's main threads say less of them)."""
+    return (row.get("scenario") == "latency" and bool(row.get("server_main_thread"))
+            and str(row.get("family", "")).startswith(("Keybus", "grpcio")))
+
+
+def main_thread_table(rows: list[Row]) -> str:
+    """The server's event-loop thread in each latency row: the one thread every step of an
+    event's path waits for, so how busy it is bounds the latency."""
+    lines = ["| system | rate events/s | share of a core | CPU-s per million events |",
+             "|---|---|---|---|"]
+    for r in (r for r in rows if _loop_row(r)):
+        t = r["server_main_thread"]
+        lines.append(f"| {r['system']} | {_number(r.get('rate_per_s'))} | "
+                     f"{_number(t.get('cores'))} | {_number(t.get('cpu_s_per_m'))} |")
+    return "\n".join(lines)
+
+
 def throughput_table(rows: list[Row]) -> str:
     lines = ["| scenario | system | events | events/s | CPU s per M events, clients / server "
              "| load (1 min) before / after |", "|---|---|---|---|---|---|"]
@@ -233,6 +252,10 @@ def body(report: dict[str, Any]) -> str:
                       "does not), and for Keybus the split at the broker's publish_time_ms, "
                       "stamped when the group commit starts, before its fsync (wall clock, 1 ms "
                       "resolution: each side is within ±1 ms)", "", stages_table(report["results"])]
+    if any(_loop_row(r) for r in report["results"]):
+        parts += ["", "#### the server's event-loop thread during each row (its main thread, "
+                      "/proc; the relay's beside the broker's: what Keybus's own work adds)", "",
+                  main_thread_table(report["results"])]
     if any(r.get("wal_fsyncs") for r in report["results"]):
         parts += ["", "#### the broker's WAL fsyncs during each row (its keybus_wal_fsync_seconds "
                       "histogram, read before and after the row; a stall holds up every event "

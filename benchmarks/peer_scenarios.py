@@ -142,6 +142,10 @@ def _row(system: System, label: str, scenario: str, run: ClientRun, workload: Co
         value_bytes=workload.value_bytes, consumers=workload.consumers if consumers else 0,
         latencies_ms=run.latencies_ms, complete=run.complete))
     row["family"] = system.name
+    if run.server_window_s > 0 and run.events:
+        row["server_main_thread"] = {
+            "cores": round(run.server_main_thread_cpu_s / run.server_window_s, 3),
+            "cpu_s_per_m": round(run.server_main_thread_cpu_s / run.events * 1e6, 2)}
     stages = _stages(run.reports)
     if stages:
         row["stages"] = stages

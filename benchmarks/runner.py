@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from benchmarks.cpu import process_cpu_s
+from benchmarks.cpu import main_thread_cpu_s, process_cpu_s
 from benchmarks.link import STOP_GRACE_S, Link, Task, monotonic_ns
 from benchmarks.progress import Progress
 
@@ -43,6 +43,10 @@ class ClientRun:
     latencies_ms: list[float]
     complete: bool
     reports: list[dict[str, Any]] = field(default_factory=list)  # each process's, as sent
+    # the server's main thread (a Python server's event loop): its CPU, and the wall time
+    # over which both server figures were read
+    server_main_thread_cpu_s: float = 0.0
+    server_window_s: float = 0.0
 
 
 def _client_main(worker: Worker, task: Task, link: Link, role: str) -> None:
@@ -83,11 +87,14 @@ def run_clients(producer: Worker | None, consumer: Worker | None, task: Task,
     try:
         _wait_ready(link, processes)
         server_before_s = process_cpu_s(server_pid) if server_pid else 0.0
+        main_before_s = main_thread_cpu_s(server_pid) if server_pid else 0.0
         go_ns = monotonic_ns()
         link.go.set()
         counter = (lambda: link.consumed) if consumer is not None else (lambda: link.produced)
         reports = _collect(link, processes, task.workload.deadline_s, progress, counter)
         server_cpu_s = process_cpu_s(server_pid) - server_before_s if server_pid else 0.0
+        main_cpu_s = main_thread_cpu_s(server_pid) - main_before_s if server_pid else 0.0
+        window_s = (monotonic_ns() - go_ns) / 1e9
     finally:
         link.stop.set()
         _end(processes)
@@ -96,8 +103,10 @@ def run_clients(producer: Worker | None, consumer: Worker | None, task: Task,
               if p.name.removeprefix("bench-") not in reported]
     if silent:
         raise ClientFailed("client processes ended without a report: " + ", ".join(silent))
-    return _combine(reports, go_ns, server_cpu_s, counted="consumer" if consumer else "producer",
-                    expected=len(processes), stored=stored)
+    run = _combine(reports, go_ns, server_cpu_s, counted="consumer" if consumer else "producer",
+                   expected=len(processes), stored=stored)
+    run.server_main_thread_cpu_s, run.server_window_s = main_cpu_s, window_s
+    return run
 
 
 def _wait_ready(link: Link, processes: Sequence[BaseProcess]) -> None:

@@ -26,3 +26,5 @@ def test_the_floor_delivers_every_event_with_its_latency(fsync: bool) -> None:
     assert row["scenario"] == LATENCY and row["complete"] and row["events"] == 500, row
     assert row["latency_samples"] == 500
     assert 0 < row["p50_ms"] <= row["p99_ms"]
+    loop = row["server_main_thread"]  # the relay's event loop worked, and it is one thread
+    assert 0 < loop["cpu_s_per_m"] <= row["cpu_s_per_m_server"] and 0 < loop["cores"] <= 1.05

@@ -95,6 +95,20 @@ def test_the_grpc_floor_is_judged_by_the_same_p50_limits_as_context() -> None:
     assert not any("floor" in t["target"] for t in latency_report.targets(report([])))
 
 
+def test_the_event_loop_table_holds_the_python_servers_rows() -> None:
+    rows = [{**_latency("Keybus Key_Shared", 10_000, 3.0, 9.0), "family": "Keybus",
+             "server_main_thread": {"cores": 0.72, "cpu_s_per_m": 72.0}},
+            {**_latency("grpcio fan-out floor", 10_000, 0.7, 2.0),
+             "family": "grpcio fan-out floor",
+             "server_main_thread": {"cores": 0.28, "cpu_s_per_m": 28.0}},
+            {**_latency("NATS pull consumer", 10_000, 7.0, 30.0), "family": "NATS JetStream",
+             "server_main_thread": {"cores": 0.01, "cpu_s_per_m": 1.0}}]
+    table = latency_report.main_thread_table(rows)
+    assert "| Keybus Key_Shared | 10,000 | 0.72 | 72.00 |" in table
+    assert "| grpcio fan-out floor | 10,000 | 0.28 | 28.00 |" in table
+    assert "NATS" not in table  # Go spreads its work over threads: its main thread says little
+
+
 def test_a_missing_figure_is_not_measured_not_met() -> None:
     found = latency_report.targets(report([]))
     assert all(t["met"] is None for t in found)
