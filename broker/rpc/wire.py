@@ -14,7 +14,16 @@ END_OFFSET_TAG = b"\x18"  # field 3, varint
 HIGH_WATERMARK_TAG = b"\x20"  # field 4, varint
 
 
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
 def varint(value: int) -> bytes:
+    """`value` (>= 0) as a protobuf varint; one and two bytes (lengths, counts, small
+    offsets: most calls, several per Delivery) without the loop."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while True:
         byte = value & 0x7F

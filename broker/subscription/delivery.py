@@ -107,7 +107,8 @@ class CachedRecord:
             return self.body
         n = len(positions)
         if self.count <= SMALL_RECORD_EVENTS:
-            return self.proto_subset_bytes([int(p) for p in positions])
+            return self.proto_subset_bytes(
+                positions.tolist() if isinstance(positions, np.ndarray) else list(positions))
         if self.layout is None and 8 * n <= self.count and \
                 4 * (self.picked_small + n) <= self.count:
             # a few events (a catch-up read's, a hot key's): picking them from the parsed
@@ -192,6 +193,19 @@ class RecordCache:
         self._first = self._stop = 0
         self._stale = False
 
+    def holding(self, first: int, last: int) -> CachedRecord | None:
+        """The cached record holding both offsets (so every one between), if one does.
+        The newest record is looked at first: following the tail, it is the one."""
+        records = self._records
+        if not records:
+            return None
+        entry = records[next(reversed(records))]
+        if not entry.base <= first < entry.end:
+            entry = self.find(first)  # type: ignore[assignment]
+            if entry is None:
+                return None
+        return entry if last < entry.end else None
+
     def find(self, offset: int) -> CachedRecord | None:
         bases, ends = self._index()
         i = int(bases.searchsorted(offset, side="right")) - 1
@@ -252,6 +266,20 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     """Serialized SubscribeResponse(delivery=...) messages carrying `offsets` (ascending),
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
     the caller fetched what the log still holds)."""
+    entry = cache.holding(int(offsets[0]), int(offsets[-1])) if len(offsets) else None
+    if entry is not None:  # every offset in one cached record (following the tail: most sends)
+        counts = redelivery_counts.tolist() if redelivery_counts is not None else None
+        parts = _record_parts(entry, offsets, counts or [], bytes_max)
+        gone = offsets[:0]
+    else:
+        parts, gone = _parts_of_records(cache, offsets, redelivery_counts, bytes_max)
+    return _messages(parts, redelivery_counts is not None, nacks_seen, bytes_max, send), gone
+
+
+def _parts_of_records(cache: RecordCache, offsets: npt.NDArray[np.int64],
+                      redelivery_counts: npt.NDArray[np.int32] | None, bytes_max: int
+                      ) -> tuple[list[tuple[bytes, int, list[int]]], npt.NDArray[np.int64]]:
+    """The parts carrying `offsets` spread over records, and the offsets not cached."""
     bases, ends = cache._index()
     i = bases.searchsorted(offsets, side="right") - 1
     held = (i >= 0) & (offsets < ends[np.maximum(i, 0)]) if len(bases) else \
@@ -263,28 +291,25 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
             redelivery_counts = redelivery_counts[held]
     parts: list[tuple[bytes, int, list[int]]] = []  # (record bytes, window end, counts)
     counts = redelivery_counts.tolist() if redelivery_counts is not None else None
-    if not len(offsets):
-        groups: list[tuple[int, int]] = []
-    elif i[0] == i[-1]:  # one record (following the tail: most sends)
-        groups = [(0, len(offsets))]
-    else:
+    if len(offsets):
         splits = (i[1:] != i[:-1]).nonzero()[0] + 1
-        groups = list(zip(np.concatenate(([0], splits)).tolist(),
-                          np.concatenate((splits, [len(offsets)])).tolist(), strict=True))
-    for first, stop in groups:
-        entry = cache._records[int(bases[i[first]])]
-        chosen = offsets[first:stop]
-        part_counts = counts[first:stop] if counts is not None else []
-        if stop - first == entry.count:  # the whole record: its stored bytes
-            parts += _fitting_parts(entry, list(range(entry.count)), part_counts, bytes_max)
-            continue
-        body = entry.subset_bytes(chosen - entry.base)
-        if len(body) <= bytes_max or stop - first == 1:
-            parts.append((body, entry.end - 1, part_counts))
-        else:
-            parts += _fitting_parts(entry, (chosen - entry.base).tolist(), part_counts,
-                                    bytes_max)
-    return _messages(parts, counts is not None, nacks_seen, bytes_max, send), gone
+        for first, stop in zip(np.concatenate(([0], splits)).tolist(),
+                               np.concatenate((splits, [len(offsets)])).tolist(), strict=True):
+            parts += _record_parts(cache._records[int(bases[i[first]])], offsets[first:stop],
+                                   counts[first:stop] if counts is not None else [], bytes_max)
+    return parts, gone
+
+
+def _record_parts(entry: CachedRecord, chosen: npt.NDArray[np.int64], counts: list[int],
+                  bytes_max: int) -> list[tuple[bytes, int, list[int]]]:
+    """The parts carrying the offsets `chosen` (ascending) of one record."""
+    if len(chosen) == entry.count:  # the whole record: its stored bytes
+        return _fitting_parts(entry, list(range(entry.count)), counts, bytes_max)
+    positions = chosen - entry.base
+    body = entry.subset_bytes(positions)
+    if len(body) <= bytes_max or len(chosen) == 1:
+        return [(body, entry.end - 1, counts)]
+    return _fitting_parts(entry, positions.tolist(), counts, bytes_max)
 
 
 def _fitting_parts(entry: CachedRecord, positions: list[int], counts: list[int],

@@ -148,3 +148,11 @@ def test_producer_table_evicts_least_recently_used_from_memory_only() -> None:
     assert producers.known(1)  # 1 is now the most recently used
     producers.commit(3, result)
     assert list(producers.results) == [1, 3]
+
+
+def test_varint_matches_protobuf_at_every_width_boundary() -> None:
+    for value in (0, 1, 127, 128, 300, 16_383, 16_384, 2**21 - 1, 2**21, 2**35, 2**63,
+                  2**64 - 1):
+        assert wire.NEXT_OFFSET_TAG + wire.varint(value) == \
+            pb.ReadResponse(next_offset=value).SerializeToString() or value == 0
+    assert wire.varint(0) == b"\x00"

@@ -151,6 +151,23 @@ def test_every_message_fits_and_together_they_carry_everything(
     assert got == chosen
 
 
+def test_the_events_of_one_record_newest_or_older_with_their_counts() -> None:
+    cache = cache_of(stored(0, 4), stored(4, 4), stored(8, 4))
+    for chosen in ([1, 3], [5, 6, 7], [9], [8, 9, 10, 11]):
+        counts = np.arange(1, len(chosen) + 1, dtype=np.int32)
+        messages, gone = delivery_messages(cache, np.array(chosen, np.int64), counts, 2, BIG,
+                                           send=3)
+        assert not len(gone)
+        (delivery,) = [parse(m) for m in messages]
+        assert [o for r in delivery.records for o in record_offsets(r)] == chosen
+        assert list(delivery.redelivery_counts) == counts.tolist()
+        assert list(delivery.window_last_offsets) == [chosen[0] // 4 * 4 + 3]
+        assert delivery.nacks_seen == 2 and delivery.send == 3
+    assert cache.holding(5, 7) is cache.find(4) and cache.holding(11, 11) is cache.find(8)
+    assert cache.holding(3, 4) is None and cache.holding(12, 12) is None
+    assert RecordCache(BIG).holding(0, 0) is None
+
+
 def test_offsets_whose_record_is_gone_are_reported() -> None:
     cache = cache_of(stored(0, 3))
     messages, gone = delivery_messages(cache, np.array([1, 7], np.int64), None, 0, BIG)
