@@ -17,7 +17,9 @@ process exits (SIGTERM included):
 - ``publish``: the durable end moved (`Partition.publish`), with the new end;
 - ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
 - ``deliver``: a delivery to a consumer is assembled and queued for its
-  stream (`PartitionDispatcher._deliver`), with its lowest and highest offset.
+  stream (`PartitionDispatcher._deliver`), with its lowest and highest offset;
+- ``loop_cpu`` (one note, last): the event loop's CPU per step of the path
+  (loop_cpu.py).
 
 A diagnostic for benchmarks only: it names private methods, so a rename
 breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
@@ -32,6 +34,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from benchmarks import loop_cpu
 
 Note = tuple[Any, ...]
 
@@ -113,11 +117,13 @@ def install(notes: list[Note]) -> None:
 def main(argv: list[str]) -> int:
     out, broker_argv = argv[0], argv[1:]
     notes: list[Note] = []
+    tally = loop_cpu.Tally()
+    loop_cpu.install(tally)  # first: the stamps below wrap it, so their cost is not counted
     install(notes)
 
     def dump() -> None:
         with open(out, "w") as f:
-            json.dump(notes, f)
+            json.dump([*notes, ("loop_cpu", tally.report())], f)
 
     atexit.register(dump)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the broker replaces it once serving

@@ -7,8 +7,9 @@ time of its `send` call), `--consumers` Key_Shared consumer processes note
 each event's arrival; the producer also notes when each batch left its
 accumulator for the Sender. `stage_join.py` joins the notes on the offsets
 and prints, per rate, p50 / p99 / p99.9 / max of every stage beside the disk's own
-fsync, the broker's WAL fsyncs of the run (how many stalled 10 ms or more), and the
-CPU each process used. `--consumer-processes` puts the consumers on fewer
+fsync, the broker's WAL fsyncs of the run (how many stalled 10 ms or more), the
+CPU each process used, and where the broker's event-loop thread spent its CPU
+per commit (`loop_cpu.py`). `--consumer-processes` puts the consumers on fewer
 processes (one event loop each): what the processes' own wake-ups cost on a
 small machine. All clocks are CLOCK_MONOTONIC.
 
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, machine
+from benchmarks import floor, loop_cpu, machine
 from benchmarks.broker_metrics import STALL_S
 from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
@@ -105,7 +106,10 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     fsyncs = wal_fsyncs_ns(notes)
     wal_fsync = {**figures_ms(of_ms(d / 1e6 for d in fsyncs)),
                  "over_10ms": sum(d >= STALL_S * 1e9 for d in fsyncs)}
+    tallied = next((n[1] for n in notes if n[0] == "loop_cpu"), None)
+    commits = sum(n[0] == "write" for n in notes)
     return {"rate": rate, "consumer_processes": options.consumer_processes,
+            "loop_cpu": loop_cpu.per_commit(tallied, commits) if tallied else [],
             "wal_fsync": wal_fsync, "events": events, "joined": len(rows), "stages": stages,
             "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},
             "load": os.getloadavg()[0]}
@@ -132,6 +136,10 @@ def render(report: dict[str, Any]) -> str:
                                    **run["total"]}]:
             lines.append(f"| {s['stage']} | {s['what']} | " + " | ".join(
                 str(s.get(k, "—")) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")) + " |")
+        if run.get("loop_cpu"):
+            lines += ["", "Where the broker's event-loop thread spent its CPU (its own time in "
+                      "each step, benchmarks/loop_cpu.py), per commit:", "",
+                      loop_cpu.table(run["loop_cpu"])]
         wal = run.get("wal_fsync") or {}
         if wal.get("samples"):
             lines += ["", f"The broker's WAL fsyncs, on the syncer thread: {wal['samples']:,}, "

@@ -4,7 +4,8 @@ in a long benchmark).
 
 Method: the real traced broker, producer and 2 Key_Shared consumers (in one process, the
 `--consumer-processes` path) at 200 events/s for 1 s; every event is joined, its stages add
-up to its latency, and the broker's WAL fsyncs are timed.
+up to its latency, the broker's WAL fsyncs are timed, and its event loop's CPU is split
+by step.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ def test_a_short_run_joins_every_event() -> None:
     assert run["cpu_cores"]["broker"] > 0
     assert run["consumer_processes"] == 1
     assert 1 <= run["wal_fsync"]["samples"] <= 200  # one per group commit
+    # the event loop's CPU per commit: every step of the path was called and counted, and
+    # the steps are part of the loop's whole (loop_cpu.py)
+    steps = {row["step"]: row for row in run["loop_cpu"]}
+    for step in ("ProduceServicer._submit", "RocksStore.append", "PartitionCore.process_read",
+                 "PartitionDispatcher._deliver", "Partition.publish"):
+        assert steps[step]["calls_per_commit"] >= 1 and steps[step]["us_per_call"] > 0, steps
+    whole = steps["**the loop in all**"]["us_per_commit"]
+    assert 0 < steps["in no step"]["us_per_commit"] < whole
     assert "WAL fsyncs" in stages.render({"machine": {k: "-" for k in ("date", "nproc", "cpu",
                                                                         "python")},
                                           "command": "stages", "runs": [run],
