@@ -199,12 +199,9 @@ class RecordCache:
         records = self._records
         if not records:
             return None
-        entry = records[next(reversed(records))]
-        if not entry.base <= first < entry.end:
-            entry = self.find(first)  # type: ignore[assignment]
-            if entry is None:
-                return None
-        return entry if last < entry.end else None
+        newest = records[next(reversed(records))]
+        entry = newest if newest.base <= first < newest.end else self.find(first)
+        return entry if entry is not None and last < entry.end else None
 
     def find(self, offset: int) -> CachedRecord | None:
         bases, ends = self._index()
