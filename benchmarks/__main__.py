@@ -22,7 +22,8 @@ grpcio fan-out relay, with Redis and NATS in the same run (see
 benchmarks/latency.py and benchmarks/fanout_floor.py).
 
 `python -m benchmarks stages [options]` splits that latency by stage: a traced
-broker, one producer and Key_Shared consumers (see benchmarks/stages.py).
+broker, one producer and Key_Shared consumers (see benchmarks/stages.py), and
+the broker's event-loop CPU per commit by step (benchmarks/loop_cpu.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
