@@ -118,31 +118,29 @@ async def _relay(port: int, fsync_dir: Path | None) -> None:
         # group commit: requests read while an fsync runs share the next one
         pending: list[bytes] = []
         more = asyncio.Event()
+        read_all = False
         committed: asyncio.Queue[int | None] = asyncio.Queue()
 
         async def read() -> None:
+            nonlocal read_all
             async for request in requests:
                 pending.append(request)
                 more.set()
+            read_all = True
             more.set()
-            pending.append(b"")  # the end: no request is empty
 
         async def commit() -> None:
-            while True:
+            while pending or not read_all:
                 await more.wait()
                 more.clear()
-                group = pending[:]
-                del pending[:]
-                ended = bool(group) and group[-1] == b""
-                group = group[:-1] if ended else group
+                group = pending.copy()
+                pending.clear()
                 if group:
                     await asyncio.to_thread(append, group)
                     for request in group:
                         forward(request)
                     committed.put_nowait(len(group))
-                if ended:
-                    committed.put_nowait(None)
-                    return
+            committed.put_nowait(None)
 
         tasks = [asyncio.ensure_future(read()), asyncio.ensure_future(commit())]
         try:

@@ -34,7 +34,6 @@ from benchmarks import machine
 from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.measurement import percentile
 from broker.config import Settings
-from broker.log import codec as log_codec
 from broker.log.rocks_store import Append, RocksStore
 from broker.view.store import SLICE, ViewStore
 from sdk.core.hashing import slots_of
@@ -63,12 +62,9 @@ def _log(store: RocksStore, events: int, seed: int) -> None:
         keys = [rng.randrange(KEYS) for _ in range(EVENTS_PER_RECORD)]
         batch = pb.EventBatch(count=EVENTS_PER_RECORD, key_ints=keys, slots=slots_of(keys),
                               values=[bytes(100)] * EVENTS_PER_RECORD)
-        record = pb.Record(topic="t", partition=0, base_offset=base, scn_first=base + 1,
-                           publish_time_ms=1, batch=batch)
-        body = record.SerializeToString()
-        appends.append(Append(base, base + 1, EVENTS_PER_RECORD, False,
-                              log_codec.encode_record(body, 1, EVENTS_PER_RECORD, base + 1,
-                                                      False)))
+        appends.append(Append.of_record(pb.Record(topic="t", partition=0, base_offset=base,
+                                                  scn_first=base + 1, publish_time_ms=1,
+                                                  batch=batch)))
     store.append(1, 0, appends, {}, 0, 0)
 
 

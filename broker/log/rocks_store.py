@@ -28,6 +28,7 @@ from broker.log import codec
 from broker.log.retention import HeadRecord
 from broker.log.wal_sync import WalSyncer
 from broker.metrics import WAL_FSYNC_SECONDS
+from sdk.core.pb import keybus_pb2 as pb
 
 COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "cursors",
                    "view",  # the compacted view (broker/view/codec.py)
@@ -53,6 +54,14 @@ class Append:
     count: int
     window: bool
     value: bytes
+
+    @classmethod
+    def of_record(cls, record: pb.Record) -> Append:
+        """A whole Record (its own offsets, SCN and publish time) as the log stores it."""
+        count = record.batch.count
+        return cls(record.base_offset, record.scn_first, count, record.window,
+                   codec.encode_record(record.SerializeToString(), record.publish_time_ms,
+                                       count, record.scn_first, record.window))
 
 
 def _raw_options() -> rocksdict.Options:

@@ -99,9 +99,8 @@ def plan_replica(records: Sequence[pb.Record], clock: PartitionClock, start_offs
             raise ReplicaError(f"{where}: {e}") from None
         if count == 0:
             raise ReplicaError(f"{where} has no events; a stored record has at least one")
-        value = codec.encode_record(record.SerializeToString(), record.publish_time_ms, count,
-                                    record.scn_first, record.window)
-        appends.append(Append(record.base_offset, record.scn_first, count, record.window, value))
+        append = Append.of_record(record)
+        appends.append(append)
         if record.producer_id:
             results.append((record.producer_id, codec.ProducerResult(
                 record.sequence, record.base_offset, count, record.scn_first, record.window,
@@ -109,7 +108,7 @@ def plan_replica(records: Sequence[pb.Record], clock: PartitionClock, start_offs
         next_offset = record.base_offset + count
         last_scn = record.scn_first if record.window else record.scn_first + count - 1
         events += count
-        size += len(value)
+        size += len(append.value)
     return ReplicaPlan(appends, results, next_offset, last_scn, start_offset, events, size)
 
 

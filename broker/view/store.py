@@ -87,8 +87,8 @@ class ViewStore:
         state = self.state(topic_id, partition)
         if state.pass_end:
             state = self._finish_pass(topic_id, partition, state)
-        fold, records = self._fold(topic_id, partition, state, end_offset, events_max)
-        if not records:
+        fold, read = self._fold(topic_id, partition, state, end_offset, events_max)
+        if not read:
             return state
         keys = list(fold.entries)
         values = list(fold.entries.values())

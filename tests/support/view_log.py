@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.log import codec as log_codec
 from broker.log.rocks_store import Append, RocksStore
 from broker.view.store import ViewStore
 from sdk.core.pb import keybus_pb2 as pb
@@ -41,13 +40,7 @@ def records() -> list[pb.Record]:
 def new_store(path: Path) -> RocksStore:
     """A new store at `path` holding `records()` as topic id 1, partition 0."""
     store = RocksStore(str(path), fsync=False)
-    appends = []
-    for r in records():
-        body = r.SerializeToString()
-        appends.append(Append(r.base_offset, r.scn_first, r.batch.count, False,
-                              log_codec.encode_record(body, 1_000, r.batch.count, r.scn_first,
-                                                      False)))
-    store.append(1, 0, appends, {}, 0, 0)
+    store.append(1, 0, [Append.of_record(r) for r in records()], {}, 0, 0)
     return store
 
 
