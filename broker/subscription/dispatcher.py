@@ -92,6 +92,7 @@ class PartitionDispatcher:
         self._redelivered = REDELIVERED_EVENTS.labels(spec.topic, spec.name)
         self._sent_counts = [0, 0]  # (dispatched, redelivered) not yet in the metrics
         self._idle_clean = False  # the round idles with a clean cursor (see `_idle`)
+        self._timer: asyncio.TimerHandle | None = None  # wakes an idle round (see `_arm`)
         self.supervision = DispatcherSupervision(self)  # restarts it after a failure
 
     # ------------------------------------------------------------ lifecycle
@@ -104,6 +105,9 @@ class PartitionDispatcher:
 
     async def stop(self, persist: bool = True) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.partition.listeners.discard(self._on_durable)
         for task in (self._task, self._dead_letter_task):
             if task is not None:
@@ -175,18 +179,35 @@ class PartitionDispatcher:
             raise BrokerError("topic_deleted", topic=self.partition.meta.name)
         if self._has_demand() and self.core.position < self.partition.end_offset:
             return  # the log grew while the round awaited
-        timeout_s = self._timeout_s()
+        self._arm(self._timeout_s())
         # a clean cursor: no persist timer runs, so an ack must wake it (`_ack_wakes`)
         self._idle_clean = not self.core.dirty
         try:
-            if timeout_s is None:
-                await self._wake.wait()
-                return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    await self._wake.wait()
+            await self._wake.wait()
         finally:
             self._idle_clean = False
+
+    def _arm(self, timeout_s: float | None) -> None:
+        """Have the round woken within `timeout_s` (None: no timer is needed). One timer
+        is kept across rounds and moved only when it would fire too late: following the
+        tail, round after round idles until the same persist time, and a timeout per wait
+        would schedule and cancel a timer each round. A timer firing early costs a round
+        that finds nothing to do. Deadlines are whole milliseconds (`now_ms`), so one
+        that comes back a fraction of a millisecond sooner keeps the timer."""
+        if timeout_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + timeout_s
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= due + 0.001:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake.set()
 
     def _has_demand(self) -> bool:
         unacked_max = self.settings.consumer_unacked_events_max

@@ -149,3 +149,41 @@ def test_an_ack_below_the_unacked_limit_lets_the_next_events_go(tmp_path: Path) 
             assert received == 9
 
     asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
+
+
+def test_idle_rounds_share_one_timer_moved_only_for_a_sooner_deadline(tmp_path: Path) -> None:
+    """Following the tail, rounds idle until the same persist time: they keep one timer
+    (a timeout per wait scheduled and cancelled one each round). A nack due sooner moves
+    it, and its event comes back on time; stopping cancels it."""
+    async def body() -> None:
+        settings = Settings(cursor_persist_interval_ms=5_000)
+        async with opened(tmp_path / "db", settings) as (registry, manager, _):
+            session = await manager.attach(subscribe("c"))
+            manager.grant(session, pb.Permits(partition=0, count=1000))
+            for key in (0, 1):  # the first delivery's cursor is persisted at once
+                await produce(registry, [key])
+                await deliveries(session, 1)
+            dispatcher = manager._topics["t"]["s"].dispatchers[0]
+            await until(lambda: dispatcher._timer is not None, "an idle round set no timer")
+            timer = dispatcher._timer
+            assert timer is not None
+            for key in range(2, 12):  # ten commits, ten rounds: the same timer
+                await produce(registry, [key])
+                await deliveries(session, 1)
+                await until(lambda key=key: dispatcher.core.position == key + 1, "no catch-up")
+                assert dispatcher._timer is timer
+            began = time.monotonic()
+            manager.nack(session, pb.Nack(partition=0, ranges=[pb.OffsetRange(start=3, stop=4)],
+                                          delay_ms=200))
+            await until(lambda: dispatcher._timer is not timer, "the nack kept the late timer")
+            assert timer.cancelled()
+            (back,) = await deliveries(session, 1)
+            record = back.records[0]
+            assert (list(record.offsets) or [record.base_offset]) == [3]
+            assert list(back.redelivery_counts) == [1]
+            assert 0.15 <= time.monotonic() - began < WAIT_S
+            late = dispatcher._timer
+            await dispatcher.stop(persist=False)
+            assert dispatcher._timer is None and (late is None or late.cancelled())
+
+    asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
