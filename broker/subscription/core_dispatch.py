@@ -58,10 +58,14 @@ class DispatchSide:
         candidates = concat([ready, fresh])
         if not len(candidates):
             return
+        # ascending candidates give ascending sends (each a subset in candidate order):
+        # checked once here, not on every send
+        ascending = len(candidates) < 2 or bool(
+            (candidates.offsets[1:] > candidates.offsets[:-1]).all())
         if self.keyed:
-            sent = self._send_keyed(candidates, permits, now_ms)
+            sent = self._send_keyed(candidates, permits, now_ms, ascending)
         else:
-            sent = self._send_shared(candidates, now_ms)
+            sent = self._send_shared(candidates, now_ms, ascending)
         self._wait(candidates, sent)
 
     def _ready_pending(self, permits: I64) -> Taken:
@@ -79,13 +83,14 @@ class DispatchSide:
             ((self.slots.flags[events.slots] & BLOCKING) == 0)
         return self.pending.take(ready.nonzero()[0])
 
-    def _send_keyed(self, candidates: Taken, permits: I64, now_ms: int) -> npt.NDArray[np.bool_]:
+    def _send_keyed(self, candidates: Taken, permits: I64, now_ms: int, ascending: bool
+                    ) -> npt.NDArray[np.bool_]:
         plan = plan_keyed(candidates.slots, self._owners, self.slots.flags, permits)
         owners = plan.owners.tolist()
         if len(owners) == 1 and len(plan.positions) == len(candidates):  # all to one owner
             member = self._by_index[owners[0]]
             assert member is not None
-            self._send(member, candidates, now_ms)  # in candidate order: they are the plan's
+            self._send(member, candidates, now_ms, ascending)  # in candidate order: the plan's
             return np.ones(len(candidates), np.bool_)
         sent = np.zeros(len(candidates), np.bool_)
         sent[plan.positions] = True
@@ -93,10 +98,12 @@ class DispatchSide:
         for k, owner in enumerate(owners):
             member = self._by_index[owner]
             assert member is not None
-            self._send(member, pick(candidates, plan.positions[bounds[k]:bounds[k + 1]]), now_ms)
+            self._send(member, pick(candidates, plan.positions[bounds[k]:bounds[k + 1]]), now_ms,
+                       ascending)
         return sent
 
-    def _send_shared(self, candidates: Taken, now_ms: int) -> npt.NDArray[np.bool_]:
+    def _send_shared(self, candidates: Taken, now_ms: int, ascending: bool
+                     ) -> npt.NDArray[np.bool_]:
         names = list(self.members)
         unacked_max = self.limits.consumer_unacked_events_max
         handed, self._shared_next = plan_shared(
@@ -107,12 +114,15 @@ class DispatchSide:
         for name, count in handed:
             positions = np.arange(position, position + count)
             sent[positions] = True
-            self._send(self.members[name], pick(candidates, positions), now_ms)
+            self._send(self.members[name], pick(candidates, positions), now_ms, ascending)
             position += count
         return sent
 
-    def _send(self, member: Member, events: Taken, now_ms: int) -> None:
-        if len(events.offsets) > 1 and not bool((events.offsets[1:] > events.offsets[:-1]).all()):
+    def _send(self, member: Member, events: Taken, now_ms: int, ascending: bool) -> None:
+        """Put `events` (in candidate order; `ascending`: so in offset order) in the
+        member's holding, in offset order, as one send."""
+        if not ascending and len(events.offsets) > 1 and \
+                not bool((events.offsets[1:] > events.offsets[:-1]).all()):
             order = events.offsets.argsort(kind="stable")
             events = Taken(events.offsets[order], events.slots[order], events.counts[order])
         n = len(events)
