@@ -18,8 +18,8 @@ process exits (SIGTERM included):
 - ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
 - ``deliver``: a delivery to a consumer is assembled and queued for its
   stream (`PartitionDispatcher._deliver`), with its lowest and highest offset;
-- ``loop_cpu`` (one note, last): the event loop's CPU per step of the path
-  (loop_cpu.py).
+- ``loop_cpu`` and ``task_cpu`` (one note each, last): the event loop's CPU
+  per step of the path (loop_cpu.py) and per task (task_cpu.py).
 
 A diagnostic for benchmarks only: it names private methods, so a rename
 breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
@@ -27,6 +27,7 @@ breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import signal
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import loop_cpu
+from benchmarks import loop_cpu, task_cpu
 
 Note = tuple[Any, ...]
 
@@ -121,15 +122,24 @@ def main(argv: list[str]) -> int:
     loop_cpu.install(tally)  # first: the stamps below wrap it, so their cost is not counted
     install(notes)
 
+    tasks = task_cpu.Tally(lambda: tally.first_s is not None)  # the same span as the steps'
+
     def dump() -> None:
         with open(out, "w") as f:
-            json.dump([*notes, ("loop_cpu", tally.report())], f)
+            json.dump([*notes, ("loop_cpu", tally.report()), ("task_cpu", tasks.report())], f)
 
     atexit.register(dump)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the broker replaces it once serving
-    from broker.main import main as broker_main
+    import broker.main
 
-    return broker_main(broker_argv)
+    serve = broker.main.serve  # type: ignore[attr-defined]
+
+    async def timed_serve(*args: Any) -> None:  # every task the broker starts is timed
+        task_cpu.install(asyncio.get_running_loop(), tasks)
+        await serve(*args)
+
+    broker.main.serve = timed_serve  # type: ignore[attr-defined,assignment]
+    return broker.main.main(broker_argv)
 
 
 if __name__ == "__main__":

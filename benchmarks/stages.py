@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor, loop_cpu, machine
+from benchmarks import floor, loop_cpu, machine, task_cpu
 from benchmarks.broker_metrics import STALL_S
 from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
@@ -107,9 +107,12 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     wal_fsync = {**figures_ms(of_ms(d / 1e6 for d in fsyncs)),
                  "over_10ms": sum(d >= STALL_S * 1e9 for d in fsyncs)}
     tallied = next((n[1] for n in notes if n[0] == "loop_cpu"), None)
+    tasks = next((n[1] for n in notes if n[0] == "task_cpu"), None)
     commits = sum(n[0] == "write" for n in notes)
     return {"rate": rate, "consumer_processes": options.consumer_processes,
             "loop_cpu": loop_cpu.per_commit(tallied, commits) if tallied else [],
+            "task_cpu": task_cpu.per_commit(tasks, tallied["loop_total_s"], commits)
+            if tasks and tallied else [],
             "wal_fsync": wal_fsync, "events": events, "joined": len(rows), "stages": stages,
             "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},
             "load": os.getloadavg()[0]}
@@ -140,6 +143,10 @@ def render(report: dict[str, Any]) -> str:
             lines += ["", "Where the broker's event-loop thread spent its CPU (its own time in "
                       "each step, benchmarks/loop_cpu.py), per commit:", "",
                       loop_cpu.table(run["loop_cpu"])]
+        if run.get("task_cpu"):
+            lines += ["", "The same loop by task: the CPU of each task's steps (from one "
+                      "`await` that suspends to the next, benchmarks/task_cpu.py), per commit:",
+                      "", task_cpu.table(run["task_cpu"])]
         wal = run.get("wal_fsync") or {}
         if wal.get("samples"):
             lines += ["", f"The broker's WAL fsyncs, on the syncer thread: {wal['samples']:,}, "

@@ -5,7 +5,7 @@ in a long benchmark).
 Method: the real traced broker, producer and 2 Key_Shared consumers (in one process, the
 `--consumer-processes` path) at 200 events/s for 1 s; every event is joined, its stages add
 up to its latency, the broker's WAL fsyncs are timed, and its event loop's CPU is split
-by step.
+by step and by task.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def test_a_short_run_joins_every_event() -> None:
         assert steps[step]["calls_per_commit"] >= 1 and steps[step]["us_per_call"] > 0, steps
     whole = steps["**the loop in all**"]["us_per_commit"]
     assert 0 < steps["in no step"]["us_per_commit"] < whole
+    # the same loop by task (task_cpu.py): the broker's tasks were timed, within the whole
+    tasks = {row["task"]: row for row in run["task_cpu"]}
+    for task in ("supervise:partition", "supervise:dispatcher", "ProduceServicer._pump",
+                 "_handle_exceptions"):
+        assert tasks[task]["steps_per_commit"] > 0 and tasks[task]["us_per_step"] > 0, tasks
+    assert tasks["**the loop in all**"]["us_per_commit"] == whole
+    assert sum(r["us_per_commit"] for r in run["task_cpu"][:-2]) <= whole
     assert "WAL fsyncs" in stages.render({"machine": {k: "-" for k in ("date", "nproc", "cpu",
                                                                         "python")},
                                           "command": "stages", "runs": [run],
