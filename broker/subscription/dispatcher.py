@@ -264,7 +264,7 @@ class PartitionDispatcher:
 
     def _deliver(self, consumer: str, events: Taken, nacks_seen: int, send: int) -> None:
         session = self.sessions.get(consumer)
-        counts = events.counts if events.counts.any() else None
+        counts = events.counts if np.count_nonzero(events.counts) else None  # C, not _methods
         if session is None:
             return
         messages, gone = delivery_messages(self.cache, events.offsets, counts, nacks_seen,
