@@ -23,7 +23,8 @@ benchmarks/latency.py and benchmarks/fanout_floor.py).
 
 `python -m benchmarks stages [options]` splits that latency by stage: a traced
 broker, one producer and Key_Shared consumers (see benchmarks/stages.py), and
-the broker's event-loop CPU per commit by step (benchmarks/loop_cpu.py).
+the broker's event-loop CPU per commit by step (benchmarks/loop_cpu.py) and by
+task (benchmarks/task_cpu.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
