@@ -24,7 +24,9 @@ benchmarks/latency.py and benchmarks/fanout_floor.py).
 `python -m benchmarks stages [options]` splits that latency by stage: a traced
 broker, one producer and Key_Shared consumers (see benchmarks/stages.py), and
 the broker's event-loop CPU per commit by step (benchmarks/loop_cpu.py) and by
-task (benchmarks/task_cpu.py).
+task (benchmarks/task_cpu.py). `python -m benchmarks stages-ab --base REV` runs
+it on this code and on REV alternately and compares the loop's CPU per commit
+(benchmarks/stages_ab.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
@@ -100,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import stages  # where each millisecond of the latency goes
 
         return stages.main(arguments[1:])
+    if arguments[:1] == ["stages-ab"]:
+        from benchmarks import stages_ab  # the loop's CPU per commit, this code against a rev
+
+        return stages_ab.main(arguments[1:])
     if arguments[:1] == ["view-pass"]:
         from benchmarks import view_pass  # what a compacted view pass costs the event loop
 

@@ -26,10 +26,12 @@ PERMITS = 5_000
 
 
 @contextlib.contextmanager
-def running_traced_broker(notes_file: Path, no_fsync: bool) -> Iterator[tuple[str, int]]:
+def running_traced_broker(notes_file: Path, no_fsync: bool, task_split: bool = True
+                          ) -> Iterator[tuple[str, int]]:
     """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition; it
-    writes its notes to `notes_file` when it stops."""
-    launcher = ("-m", "benchmarks.stage_trace", str(notes_file))
+    writes its notes to `notes_file` when it stops (`task_split`: with task_cpu.py's)."""
+    launcher = ("-m", "benchmarks.stage_trace", str(notes_file),
+                *(() if task_split else ("--no-task-split",)))
     with running_broker(*(["--no-fsync"] if no_fsync else []), launcher=launcher) as (address, pid):
         asyncio.run(_create_topic(address))
         yield address, pid

@@ -19,7 +19,9 @@ process exits (SIGTERM included):
 - ``deliver``: a delivery to a consumer is assembled and queued for its
   stream (`PartitionDispatcher._deliver`), with its lowest and highest offset;
 - ``loop_cpu`` and ``task_cpu`` (one note each, last): the event loop's CPU
-  per step of the path (loop_cpu.py) and per task (task_cpu.py).
+  per step of the path (loop_cpu.py) and per task (task_cpu.py; left out,
+  with its cost of about a µs a task step, when `--no-task-split` follows
+  OUT_JSON).
 
 A diagnostic for benchmarks only: it names private methods, so a rename
 breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
@@ -115,8 +117,14 @@ def install(notes: list[Note]) -> None:
         setattr(owner, name, traced)
 
 
+NO_TASK_SPLIT = "--no-task-split"  # after OUT_JSON: no task_cpu.py timing (stages_ab.py)
+
+
 def main(argv: list[str]) -> int:
     out, broker_argv = argv[0], argv[1:]
+    task_split = broker_argv[:1] != [NO_TASK_SPLIT]
+    if not task_split:
+        broker_argv = broker_argv[1:]
     notes: list[Note] = []
     tally = loop_cpu.Tally()
     loop_cpu.install(tally)  # first: the stamps below wrap it, so their cost is not counted
@@ -135,7 +143,8 @@ def main(argv: list[str]) -> int:
     serve = broker.main.serve  # type: ignore[attr-defined]
 
     async def timed_serve(*args: Any) -> None:  # every task the broker starts is timed
-        task_cpu.install(asyncio.get_running_loop(), tasks)
+        if task_split:
+            task_cpu.install(asyncio.get_running_loop(), tasks)
         await serve(*args)
 
     broker.main.serve = timed_serve  # type: ignore[attr-defined,assignment]

@@ -53,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="processes the consumers are spread over (default: one each)")
     parser.add_argument("--no-fsync", action="store_true", help="the broker acks before fsync")
     parser.add_argument("--no-record", action="store_true", help="do not update RESULTS.md")
+    parser.add_argument("--no-task-split", action="store_true",
+                        help="leave out the loop's split by task (task_cpu.py), whose timing "
+                             "costs the loop about a µs a task step: to compare with a version "
+                             "without it (stages_ab.py)")
     options = parser.parse_args(argv)
     processes = options.consumer_processes or options.consumers
     if options.consumers < 1 or not 1 <= processes <= options.consumers \
@@ -67,7 +71,8 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     events = max(1, int(rate * options.duration_s))
     with tempfile.TemporaryDirectory(prefix="keybus-stages-") as tmp:
         notes_file = Path(tmp) / "notes.json"
-        with running_traced_broker(notes_file, options.no_fsync) as (address, pid):
+        with running_traced_broker(notes_file, options.no_fsync,
+                                   not options.no_task_split) as (address, pid):
             # spawn, not fork: the caller may already run gRPC (a test process does), and a
             # forked child of a process with gRPC's threads can abort
             spawn = multiprocessing.get_context("spawn")

@@ -52,3 +52,15 @@ def test_a_short_run_without_fsync_joins_every_event() -> None:
     run = stages.run_rate(200, options)
     assert run["joined"] == 200, run
     assert run["wal_fsync"]["samples"] == 0
+
+
+def test_without_the_task_split_the_loop_is_still_split_by_step() -> None:
+    """`--no-task-split` (for comparing with versions without task_cpu.py) leaves only
+    the task table out."""
+    options = stages.parse_args(["--duration-s", "1", "--consumers", "2",
+                                 "--consumer-processes", "1", "--no-fsync", "--no-record",
+                                 "--no-task-split"])
+    run = stages.run_rate(200, options)
+    assert run["joined"] == 200, run
+    assert run["task_cpu"] == []
+    assert any(row["step"] == "**the loop in all**" for row in run["loop_cpu"])
