@@ -106,9 +106,9 @@ def _plan_keyed_small(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[n
     same rules, without the fixed cost of two dozen numpy calls on tiny arrays."""
     left = permits.tolist()
     by_owner: dict[int, list[int]] = {}
-    blocked = (flags.take(slots) & BLOCKING).tolist()  # one gather each, not one per event
-    for position, owner in enumerate(owner_of_slot.take(slots).tolist()):
-        if owner and left[owner] > 0 and not blocked[position]:
+    for position, slot in enumerate(slots.tolist()):
+        owner = int(owner_of_slot[slot])
+        if owner and left[owner] > 0 and not flags[slot] & BLOCKING:
             left[owner] -= 1
             by_owner.setdefault(owner, []).append(position)
     owners = sorted(by_owner)
