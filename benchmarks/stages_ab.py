@@ -5,7 +5,7 @@ loop's CPU per commit (`python -m benchmarks stages`) moves a few percent from
 one run to the next on a shared machine. Only runs of both versions,
 alternated in the same minutes, tell such a change from the noise. This runs
 `python -m benchmarks stages` (`--no-record`) `--pairs` times on each version,
-alternately (REV from a temporary git worktree, this code from the working
+alternately and in ABBA order (REV from a temporary git worktree, this code from the working
 tree; the same Python and packages), and prints each run's loop CPU per
 commit, per task where both versions have the split (task_cpu.py; when REV
 has not, this code runs without it, as its timing costs the loop a little)
@@ -122,9 +122,12 @@ def main(argv: list[str]) -> int:
         try:
             base: list[dict[str, float]] = []
             head: list[dict[str, float]] = []
-            for _ in range(options.pairs):
-                base.append(run_stages(worktree, options))
+            for pair in range(options.pairs):  # ABBA: a load that drifts weighs on both
+                if pair % 2 == 0:
+                    base.append(run_stages(worktree, options))
                 head.append(run_stages(REPO, options, *same))
+                if pair % 2 == 1:
+                    base.append(run_stages(worktree, options))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
                            capture_output=True)
