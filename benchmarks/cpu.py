@@ -22,14 +22,16 @@ def cpu_ticks_of_stat(stat: str) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def process_cpu_s(pid: int | None = None) -> float:
-    """CPU seconds of `pid` (this process when None)."""
-    path = f"/proc/{'self' if pid is None else pid}/stat"
+def _stat_cpu_s(path: str) -> float:
     with open(path) as f:
         return cpu_ticks_of_stat(f.read()) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds of `pid` (this process when None)."""
+    return _stat_cpu_s(f"/proc/{'self' if pid is None else pid}/stat")
+
+
 def main_thread_cpu_s(pid: int) -> float:
     """CPU seconds of `pid`'s main thread (its thread id is the process id)."""
-    with open(f"/proc/{pid}/task/{pid}/stat") as f:
-        return cpu_ticks_of_stat(f.read()) / os.sysconf("SC_CLK_TCK")
+    return _stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks import stage_trace
 from benchmarks.broker import running_broker
 
 TOPIC = "stages"
@@ -31,7 +32,7 @@ def running_traced_broker(notes_file: Path, no_fsync: bool, task_split: bool = T
     """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition; it
     writes its notes to `notes_file` when it stops (`task_split`: with task_cpu.py's)."""
     launcher = ("-m", "benchmarks.stage_trace", str(notes_file),
-                *(() if task_split else ("--no-task-split",)))
+                *(() if task_split else (stage_trace.NO_TASK_SPLIT,)))
     with running_broker(*(["--no-fsync"] if no_fsync else []), launcher=launcher) as (address, pid):
         asyncio.run(_create_topic(address))
         yield address, pid

@@ -118,16 +118,15 @@ def main(argv: list[str]) -> int:
             return 2
         # a base without the split by task: this code runs without it too (its timing
         # costs the loop about a µs a task step)
-        same = () if (worktree / "benchmarks" / "task_cpu.py").exists() else ("--no-task-split",)
+        head_extra = () if (worktree / "benchmarks" / "task_cpu.py").exists() else \
+            ("--no-task-split",)
+        base: list[dict[str, float]] = []
+        head: list[dict[str, float]] = []
+        sides = [(base, worktree, ()), (head, REPO, head_extra)]
         try:
-            base: list[dict[str, float]] = []
-            head: list[dict[str, float]] = []
             for pair in range(options.pairs):  # ABBA: a load that drifts weighs on both
-                if pair % 2 == 0:
-                    base.append(run_stages(worktree, options))
-                head.append(run_stages(REPO, options, *same))
-                if pair % 2 == 1:
-                    base.append(run_stages(worktree, options))
+                for runs, directory, extra in sides if pair % 2 == 0 else sides[::-1]:
+                    runs.append(run_stages(directory, options, *extra))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
                            capture_output=True)

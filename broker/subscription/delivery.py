@@ -196,10 +196,9 @@ class RecordCache:
     def holding(self, first: int, last: int) -> CachedRecord | None:
         """The cached record holding both offsets (so every one between), if one does.
         The newest record is looked at first: following the tail, it is the one."""
-        records = self._records
-        if not records:
+        if not self._records:
             return None
-        newest = records[next(reversed(records))]
+        newest = next(reversed(self._records.values()))
         entry = newest if newest.base <= first < newest.end else self.find(first)
         return entry if entry is not None and last < entry.end else None
 
