@@ -78,6 +78,14 @@ class ReadSide:
         self._ticket += 1
         return ReadRequest(self._ticket, self.position, end_offset, self.limits.read_events_max)
 
+    def read_all(self, end_offset: int) -> bool:
+        """Whether no read can be wanted before the log grows past `end_offset`, whatever
+        the permits: the main read is there and nothing waits to be read again (no
+        floors; for Shared, nothing given back). Then `next_read` gives None, and a
+        shell following the tail may idle without asking it."""
+        return self.position >= end_offset and not self.slots.floors and \
+            not len(self.given_back)
+
     def _main_wanted(self, permits_left: bool, end_offset: int) -> bool:
         """Whether the main read is wanted; `permits_left`: some owner index has permits."""
         if self.position >= end_offset:

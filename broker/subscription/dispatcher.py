@@ -154,7 +154,10 @@ class PartitionDispatcher:
                 self.settings.cursor_persist_interval_ms:
             self._persist_in_background(now_ms())
         self._start_dead_letters()
-        if request is None:
+        # Following the tail, a read reaches the durable end and leaves nothing to read
+        # again: idle now rather than after a round that would find nothing (whatever
+        # changed since this round began set the wake, so the wait returns at once).
+        if request is None or core.read_all(self.partition.end_offset):
             await self._idle()
 
     async def _read(self, request: ReadRequest) -> None:

@@ -93,6 +93,7 @@ class Simulation(BrokerSteps):
         self.nacks_seen: dict[str, int] = {}  # per consumer stream, as Session.nacks_seen
         self.asleep = False
         self.wake_at: int | None = None
+        self.woken = False  # an input came since the shell's round began (its wake flag)
 
     # ------------------------------------------------------------ the schedule
 
@@ -190,10 +191,11 @@ class Simulation(BrokerSteps):
             self.in_flight = None
             core.process_read(request, result, self.now)
             self._carry_out()
+            self._idle_after_read()
         elif self.asleep and (self.wake_at is None or self.now < self.wake_at):
             pass  # the shell sleeps
         else:
-            self.asleep = False
+            self.asleep = self.woken = False
             core.process_tick(self.now)
             self._reconcile_timeouts()
             core.dispatch(self.now)
@@ -210,6 +212,7 @@ class Simulation(BrokerSteps):
                 else:
                     core.process_read(request, result, self.now)
                     self._carry_out()
+                    self._idle_after_read()
             elif not self._demand_unread():
                 self.asleep, self.wake_at = True, core.next_due_ms(self.now)
         self.check_state()
@@ -221,8 +224,15 @@ class Simulation(BrokerSteps):
         return self.core.position < self.model.end and any(
             m.available(unacked_max) for m in self.core.members.values())
 
+    def _idle_after_read(self) -> None:
+        """The shell idles right after a read that leaves nothing to read (`read_all`),
+        unless an input woke it while the read was in flight (its wait returns at once)."""
+        if not self.woken and self.core.read_all(self.model.end):
+            self.asleep, self.wake_at = True, self.core.next_due_ms(self.now)
+
     def wake(self) -> None:
         self.asleep = False
+        self.woken = True
 
     def _carry_out(self) -> None:
         for send in self.core.take_sends():

@@ -187,3 +187,38 @@ def test_idle_rounds_share_one_timer_moved_only_for_a_sooner_deadline(tmp_path: 
             assert dispatcher._timer is None and (late is None or late.cancelled())
 
     asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
+
+
+def test_following_the_tail_a_commit_runs_one_round(tmp_path: Path) -> None:
+    """A round whose read reaches the durable end idles at once: before, a second round
+    ran after each read (tick, dispatch, carry out, ask for a read) to find nothing."""
+    rounds = [0]
+    real_round = PartitionDispatcher._round
+
+    async def counted(self: PartitionDispatcher) -> None:
+        rounds[0] += 1
+        await real_round(self)
+
+    async def body() -> None:
+        settings = Settings(cursor_persist_interval_ms=60_000)
+        async with opened(tmp_path / "db", settings) as (registry, manager, _):
+            session = await manager.attach(subscribe("c"))
+            manager.grant(session, pb.Permits(partition=0, count=1000))
+            await produce(registry, [0])  # the first cursor is persisted at once
+            await deliveries(session, 1)
+            dispatcher = manager._topics["t"]["s"].dispatchers[0]
+            await until(lambda: dispatcher.core.position == 1, "no catch-up")
+            await asyncio.sleep(0.05)
+            before = rounds[0]
+            for key in range(1, 11):
+                await produce(registry, [key])
+                await deliveries(session, 1)
+                await until(lambda key=key: dispatcher.core.position == key + 1, "no catch-up")
+                await asyncio.sleep(0.01)  # a second round, if one were to run, runs now
+            assert rounds[0] - before == 10, rounds[0] - before
+
+    PartitionDispatcher._round = counted  # type: ignore[method-assign]
+    try:
+        asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
+    finally:
+        PartitionDispatcher._round = real_round  # type: ignore[method-assign]
