@@ -26,7 +26,9 @@ broker, one producer and Key_Shared consumers (see benchmarks/stages.py), and
 the broker's event-loop CPU per commit by step (benchmarks/loop_cpu.py) and by
 task (benchmarks/task_cpu.py). `python -m benchmarks stages-ab --base REV` runs
 it on this code and on REV alternately and compares the loop's CPU per commit
-(benchmarks/stages_ab.py).
+(benchmarks/stages_ab.py). `python -m benchmarks core-path` runs a dispatcher's own
+work per commit in one process and counts its CPU and Python calls, alone or
+`--base REV` against REV (benchmarks/core_path.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
@@ -106,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import stages_ab  # the loop's CPU per commit, this code against a rev
 
         return stages_ab.main(arguments[1:])
+    if arguments[:1] == ["core-path"]:
+        from benchmarks import core_path  # a dispatcher's own work per commit, one process
+
+        return core_path.main(arguments[1:])
     if arguments[:1] == ["view-pass"]:
         from benchmarks import view_pass  # what a compacted view pass costs the event loop
 
