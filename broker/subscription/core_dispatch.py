@@ -59,9 +59,9 @@ class DispatchSide:
         if not len(candidates):
             return
         # ascending candidates give ascending sends (each a subset in candidate order):
-        # checked once here, not on every send
-        ascending = len(candidates) < 2 or bool(
-            (candidates.offsets[1:] > candidates.offsets[:-1]).all())
+        # checked once here, not on every send (count_nonzero: C, where `all` is not)
+        offsets = candidates.offsets
+        ascending = len(offsets) < 2 or not np.count_nonzero(offsets[1:] <= offsets[:-1])
         if self.keyed:
             sent = self._send_keyed(candidates, permits, now_ms, ascending)
         else:
@@ -141,7 +141,7 @@ class DispatchSide:
     def _wait(self, candidates: Taken, sent: npt.NDArray[np.bool_]) -> None:
         """Keep what waits in memory as far as it fits; the rest waits on a floor (or,
         given back before, goes back to `GivenBack`)."""
-        if sent.all():
+        if np.count_nonzero(sent) == len(sent):
             return
         waiting = pick(candidates, (~sent).nonzero()[0])
         limits = self.limits

@@ -47,6 +47,7 @@ from sdk.core.columns import OPTIONAL_COLUMNS
 from sdk.core.pb import keybus_pb2 as pb
 
 _COLUMNS = ("key_ints", "key_strings", "values", *OPTIONAL_COLUMNS)
+_COLUMN_SET = frozenset(_COLUMNS)
 _RESPONSE_DELIVERY_TAG = b"\x0a"  # SubscribeResponse.delivery: field 1, length-delimited
 _RECORDS_TAG = b"\x2a"  # Delivery.records: field 5, length-delimited
 _REDELIVERY_COUNTS_TAG = b"\x1a"  # Delivery.redelivery_counts: field 3, packed
@@ -77,6 +78,8 @@ class CachedRecord:
     layout: subset_wire.RecordLayout | bool | None = field(default=None)
     # Events picked through the parsed record while it has no layout (small parts)
     picked_small: int = field(default=0)
+    # The subsets' fields before the batch (topic to publish time), serialized once
+    subset_header: bytes | None = field(default=None)
 
     @property
     def end(self) -> int:
@@ -95,10 +98,10 @@ class CachedRecord:
 
     def column_lists(self) -> dict[str, list[Any]]:
         """Per-event columns as lists (made once per record, for subsets)."""
-        if self.columns is None:
-            batch = self.record.batch
-            self.columns = {name: list(column) for name in _COLUMNS
-                            if (column := getattr(batch, name))}  # empty ones: nothing to pick
+        if self.columns is None:  # ListFields: the columns set (empty ones: nothing to pick)
+            self.columns = {field.name: list(column)
+                            for field, column in self.record.batch.ListFields()
+                            if field.name in _COLUMN_SET}
         return self.columns
 
     def subset_bytes(self, positions: Sequence[int] | npt.NDArray[np.int64]) -> bytes:
@@ -124,9 +127,15 @@ class CachedRecord:
     def proto_subset_bytes(self, positions: Sequence[int]) -> bytes:
         """`subset_bytes` built through the protobuf classes (bytes laid out otherwise)."""
         record = self.record
-        subset = pb.Record(topic=record.topic, partition=record.partition,
-                           base_offset=self.base, scn_first=record.scn_first,
-                           window=record.window, publish_time_ms=record.publish_time_ms)
+        header = self.subset_header
+        if header is None:
+            header = self.subset_header = pb.Record(
+                topic=record.topic, partition=record.partition, base_offset=self.base,
+                scn_first=record.scn_first, window=record.window,
+                publish_time_ms=record.publish_time_ms).SerializeToString()
+        # The header's fields (1-6) come before the batch (7) and offsets (8), so the
+        # header's bytes and the rest's are the bytes protobuf writes for them together.
+        subset = pb.Record()
         base = self.base
         subset.offsets.extend([base + p for p in positions])
         batch = subset.batch
@@ -148,7 +157,7 @@ class CachedRecord:
                 getattr(batch, name).extend((picked,) if single else picked)
             else:
                 getattr(batch, name).extend(column)
-        return subset.SerializeToString()
+        return header + subset.SerializeToString()
 
 
 class RecordCache:
@@ -336,7 +345,15 @@ def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nack
 
 def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
               nacks_seen: int, send: int) -> bytes:
-    out: list[bytes] = []
+    if len(parts) == 1 and not with_counts and not nacks_seen:  # following the tail: most
+        body, last, _ = parts[0]
+        last_bytes = varint(last)
+        out = [_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
+               varint(len(last_bytes)), last_bytes]
+        if send:
+            out += (_SEND_TAG, varint(send))
+        return b"".join((_RESPONSE_DELIVERY_TAG, varint(sum(map(len, out))), *out))
+    out = []
     for body, _, _ in parts:
         out += (_RECORDS_TAG, varint(len(body)), body)
     if with_counts:

@@ -106,16 +106,22 @@ def _plan_keyed_small(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[n
     same rules, without the fixed cost of two dozen numpy calls on tiny arrays."""
     left = permits.tolist()
     by_owner: dict[int, list[int]] = {}
-    for position, slot in enumerate(slots.tolist()):
-        owner = int(owner_of_slot[slot])
-        if owner and left[owner] > 0 and not flags[slot] & BLOCKING:
+    # two gathers and Python ints: indexing the arrays an event at a time costs more
+    candidates = zip(owner_of_slot.take(slots).tolist(), flags.take(slots).tolist(),
+                     strict=True)
+    for position, (owner, flag) in enumerate(candidates):
+        if owner and left[owner] > 0 and not flag & BLOCKING:
             left[owner] -= 1
-            by_owner.setdefault(owner, []).append(position)
+            if owner in by_owner:
+                by_owner[owner].append(position)
+            else:
+                by_owner[owner] = [position]
     owners = sorted(by_owner)
-    positions = [p for owner in owners for p in by_owner[owner]]
+    positions: list[int] = []
     bounds = [0]
     for owner in owners:
-        bounds.append(bounds[-1] + len(by_owner[owner]))
+        positions += by_owner[owner]
+        bounds.append(len(positions))
     return KeyedPlan(np.array(positions, np.intp), np.array(owners, np.intp),
                      np.array(bounds, np.intp))
 
