@@ -125,7 +125,7 @@ class DispatchSide:
                 not bool((events.offsets[1:] > events.offsets[:-1]).all()):
             order = events.offsets.argsort(kind="stable")
             events = Taken(events.offsets[order], events.slots[order], events.counts[order])
-        n = len(events)
+        n = len(events.offsets)
         self._last_send += 1
         member.holding.add(events, now_ms, self._last_send)
         member.permits -= n

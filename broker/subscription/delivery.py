@@ -273,6 +273,10 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     the caller fetched what the log still holds)."""
     entry = cache.holding(int(offsets[0]), int(offsets[-1])) if len(offsets) else None
     if entry is not None:  # every offset in one cached record (following the tail: most sends)
+        if redelivery_counts is None and len(offsets) < entry.count:  # a part of it, sent once
+            body = entry.subset_bytes(offsets - entry.base)
+            if len(body) <= bytes_max:  # one part, one message: as below, in fewer steps
+                return [_one_part(body, entry.end - 1, nacks_seen, send)], offsets[:0]
         counts = redelivery_counts.tolist() if redelivery_counts is not None else None
         parts = _record_parts(entry, offsets, counts or [], bytes_max)
         gone = offsets[:0]
@@ -345,15 +349,10 @@ def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nack
 
 def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
               nacks_seen: int, send: int) -> bytes:
-    if len(parts) == 1 and not with_counts and not nacks_seen:  # following the tail: most
+    if len(parts) == 1 and not with_counts:  # following the tail: most
         body, last, _ = parts[0]
-        last_bytes = varint(last)
-        out = [_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
-               varint(len(last_bytes)), last_bytes]
-        if send:
-            out += (_SEND_TAG, varint(send))
-        return b"".join((_RESPONSE_DELIVERY_TAG, varint(sum(map(len, out))), *out))
-    out = []
+        return _one_part(body, last, nacks_seen, send)
+    out: list[bytes] = []
     for body, _, _ in parts:
         out += (_RECORDS_TAG, varint(len(body)), body)
     if with_counts:
@@ -367,3 +366,15 @@ def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
         out += (_SEND_TAG, varint(send))
     size = sum(map(len, out))  # one join: the records' bytes are copied once
     return b"".join((_RESPONSE_DELIVERY_TAG, varint(size), *out))
+
+
+def _one_part(body: bytes, last: int, nacks_seen: int, send: int) -> bytes:
+    """`_delivery` of one part without redelivery counts: the same bytes."""
+    last_bytes = varint(last)
+    out = [_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
+           varint(len(last_bytes)), last_bytes]
+    if nacks_seen:
+        out += (_NACKS_SEEN_TAG, varint(nacks_seen))
+    if send:
+        out += (_SEND_TAG, varint(send))
+    return b"".join((_RESPONSE_DELIVERY_TAG, varint(sum(map(len, out))), *out))

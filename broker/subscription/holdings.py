@@ -56,7 +56,7 @@ EMPTY = Taken(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32
 
 def concat(parts: list[Taken]) -> Taken:
     """One `Taken` of several (not re-sorted)."""
-    parts = [p for p in parts if len(p)]
+    parts = [p for p in parts if len(p.offsets)]
     if not parts:
         return EMPTY
     if len(parts) == 1:
@@ -96,7 +96,7 @@ class Holding:
 
     def add(self, taken: Taken, now_ms: int, send: int = 0) -> None:
         """Hold these events (offsets ascending), sent at `now_ms` in send `send`."""
-        n = len(taken)
+        n = len(taken.offsets)
         if not n:
             return
         used = self._n

@@ -40,7 +40,8 @@ class RateMeter:
         self._rate = 0.0
 
     def add(self, events: int, now_ms: int) -> None:
-        self._roll(now_ms)
+        if now_ms - self._window_start_ms >= 1000:  # as `_roll` checks: a call less a send
+            self._roll(now_ms)
         self._count += events
 
     def rate(self, now_ms: int) -> float:

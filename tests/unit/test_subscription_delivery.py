@@ -91,6 +91,32 @@ def test_a_subset_carries_offsets_and_picked_columns() -> None:
     assert delivery.nacks_seen == 3
 
 
+def test_a_subset_sent_once_is_the_bytes_protobuf_writes_with_its_send_and_nacks_seen(
+        ) -> None:
+    """Following the tail (no redelivery counts), a part of one record takes a shorter
+    path: its subset's header fields are serialized once per record and joined to
+    the rest, and the message is framed at once. The bytes must be protobuf's own."""
+    record = stored(20, 6, window=True)
+    cache = cache_of(record)
+    for offsets in ([21, 23], [20], [22, 24, 25]):  # the header made once, then reused
+        messages, gone = delivery_messages(cache, np.array(offsets, np.int64), None, 4, BIG,
+                                           send=77)
+        assert len(messages) == 1 and not len(gone)
+        delivery = parse(messages[0])
+        assert (delivery.nacks_seen, delivery.send) == (4, 77)
+        assert list(delivery.window_last_offsets) == [25]
+        assert list(delivery.redelivery_counts) == []
+        positions = [o - 20 for o in offsets]
+        expected = pb.Record(topic="t", partition=0, base_offset=20, scn_first=1020,
+                             window=True, publish_time_ms=123, offsets=offsets,
+                             batch=pb.EventBatch(
+                                 count=len(offsets), key_ints=offsets,
+                                 values=[f"v{o}".encode() for o in offsets],
+                                 slots=[record.slots[p] for p in positions], sources=["db1"]))
+        assert record.subset_bytes(positions) == expected.SerializeToString()
+        assert delivery.records[0] == expected
+
+
 def test_one_event_of_a_record() -> None:
     delivery = parse(delivery_bytes(cache_of(stored(0, 3)), [1], None))
     (subset,) = delivery.records
