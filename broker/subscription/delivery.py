@@ -211,6 +211,10 @@ class RecordCache:
         entry = newest if newest.base <= first < newest.end else self.find(first)
         return entry if entry is not None and last < entry.end else None
 
+    def holding_all(self, offsets: npt.NDArray[np.int64]) -> CachedRecord | None:
+        """The cached record holding all of `offsets` (ascending), if one does."""
+        return self.holding(int(offsets[0]), int(offsets[-1])) if len(offsets) else None
+
     def find(self, offset: int) -> CachedRecord | None:
         bases, ends = self._index()
         i = int(bases.searchsorted(offset, side="right")) - 1
@@ -267,11 +271,13 @@ class RecordCache:
 
 def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
                       redelivery_counts: npt.NDArray[np.int32] | None, nacks_seen: int,
-                      bytes_max: int, send: int = 0) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+                      bytes_max: int, send: int = 0, held: CachedRecord | None = None
+                      ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
     """Serialized SubscribeResponse(delivery=...) messages carrying `offsets` (ascending),
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
-    the caller fetched what the log still holds)."""
-    entry = cache.holding(int(offsets[0]), int(offsets[-1])) if len(offsets) else None
+    the caller fetched what the log still holds). `held`: the cached record holding
+    every offset, when the caller looked it up already."""
+    entry = held if held is not None else cache.holding_all(offsets)
     if entry is not None:  # every offset in one cached record (following the tail: most sends)
         if redelivery_counts is None and len(offsets) < entry.count:  # a part of it, sent once
             body = entry.subset_bytes(offsets - entry.base)

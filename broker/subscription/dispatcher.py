@@ -35,7 +35,7 @@ from broker.subscription.array_ops import distinct
 from broker.subscription.consumer_state import Session
 from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInvalid, ReadRequest
 from broker.subscription.cursor import Cursor, runs_of
-from broker.subscription.delivery import RecordCache, delivery_messages
+from broker.subscription.delivery import CachedRecord, RecordCache, delivery_messages
 from broker.subscription.dispatcher_supervision import DispatcherSupervision
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
@@ -235,15 +235,18 @@ class PartitionDispatcher:
             # what each consumer's nacks the broker had seen when the core decided (a
             # nack may land while records are fetched below)
             seen = [self._nacks_seen(send.consumer) for send in sends]
-            missing = self.cache.missing(sends[0].events.offsets if len(sends) == 1 else
-                                         np.concatenate([s.events.offsets for s in sends]))
-            if len(missing):
-                for record in await asyncio.to_thread(
-                        read_records_holding, self.store, self.partition.meta.topic_id,
-                        self.index, distinct(missing).tolist()):
-                    self.cache.add(record)
-            for send, nacks_seen in zip(sends, seen, strict=True):
-                self._deliver(send.consumer, send.events, nacks_seen, send.send)
+            # following the tail each send lies in one cached record, found here once
+            held = [self.cache.holding_all(send.events.offsets) for send in sends]
+            if None in held:
+                missing = self.cache.missing(np.concatenate([s.events.offsets for s in sends]))
+                if len(missing):
+                    for record in await asyncio.to_thread(
+                            read_records_holding, self.store, self.partition.meta.topic_id,
+                            self.index, distinct(missing).tolist()):
+                        self.cache.add(record)
+                held = [None] * len(sends)  # looked up again as each is sent
+            for send, nacks_seen, entry in zip(sends, seen, held, strict=True):
+                self._deliver(send.consumer, send.events, nacks_seen, send.send, entry)
             self._count_sent()
         for notice in core.take_notices():
             session = self.sessions.get(notice.consumer)
@@ -265,13 +268,14 @@ class PartitionDispatcher:
         session = self.sessions.get(consumer)
         return 0 if session is None else session.nacks_seen
 
-    def _deliver(self, consumer: str, events: Taken, nacks_seen: int, send: int) -> None:
+    def _deliver(self, consumer: str, events: Taken, nacks_seen: int, send: int,
+                 entry: CachedRecord | None) -> None:
         session = self.sessions.get(consumer)
         counts = events.counts if np.count_nonzero(events.counts) else None  # C, not _methods
         if session is None:
             return
         messages, gone = delivery_messages(self.cache, events.offsets, counts, nacks_seen,
-                                           self.settings.delivery_bytes_max, send)
+                                           self.settings.delivery_bytes_max, send, entry)
         if len(gone):  # retention removed them meanwhile: acknowledged, as for the core
             starts, stops = runs_of(gone)
             self.core.process_ack(consumer, starts, stops)
