@@ -37,7 +37,6 @@ import random
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -251,22 +250,18 @@ def run_side(tree: Path, options: argparse.Namespace) -> dict[str, Any]:
 
 
 def compare(options: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="keybus-core-path-") as tmp:
-        worktree = Path(tmp) / "base"
-        added = subprocess.run(["git", "worktree", "add", "--detach", str(worktree),
-                                options.base], cwd=REPO, capture_output=True, text=True)
-        if added.returncode:
-            print(f"core-path: cannot check out {options.base!r}: {added.stderr.strip()}",
-                  file=sys.stderr)
-            return 2
-        runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
-        try:
+    # here, not at the top: `run_side` runs this file over REV's tree, which may lack it
+    from benchmarks.worktree import WorktreeError, checked_out
+
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+    try:
+        with checked_out(options.base, "keybus-core-path-") as worktree:
             for _ in range(options.pairs):
                 runs["base"].append(run_side(worktree, options))
                 runs["head"].append(run_side(REPO, options))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
-                           capture_output=True)
+    except WorktreeError as e:
+        print(f"core-path: cannot check out {options.base!r}: {e}", file=sys.stderr)
+        return 2
     print(render_comparison(options, runs))
     return 0
 

@@ -21,12 +21,12 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.worktree import REPO, WorktreeError, checked_out
+
 RUN_TIMEOUT_S = 600
 TASKS = ("supervise:dispatcher", "supervise:partition", "ProduceServicer._pump",
          "_handle_exceptions")
@@ -108,28 +108,21 @@ def run_stages(directory: Path, options: argparse.Namespace, *extra: str) -> dic
 
 def main(argv: list[str]) -> int:
     options = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="keybus-ab-") as tmp:
-        worktree = Path(tmp) / "base"
-        added = subprocess.run(["git", "worktree", "add", "--detach", str(worktree),
-                                options.base], cwd=REPO, capture_output=True, text=True)
-        if added.returncode:
-            print(f"stages-ab: cannot check out {options.base!r}: {added.stderr.strip()}",
-                  file=sys.stderr)
-            return 2
-        # a base without the split by task: this code runs without it too (its timing
-        # costs the loop about a µs a task step)
-        head_extra = () if (worktree / "benchmarks" / "task_cpu.py").exists() else \
-            ("--no-task-split",)
-        base: list[dict[str, float]] = []
-        head: list[dict[str, float]] = []
-        sides = [(base, worktree, ()), (head, REPO, head_extra)]
-        try:
+    base: list[dict[str, float]] = []
+    head: list[dict[str, float]] = []
+    try:
+        with checked_out(options.base, "keybus-ab-") as worktree:
+            # a base without the split by task: this code runs without it too (its timing
+            # costs the loop about a µs a task step)
+            head_extra = () if (worktree / "benchmarks" / "task_cpu.py").exists() else \
+                ("--no-task-split",)
+            sides = [(base, worktree, ()), (head, REPO, head_extra)]
             for pair in range(options.pairs):  # ABBA: a load that drifts weighs on both
                 for runs, directory, extra in sides if pair % 2 == 0 else sides[::-1]:
                     runs.append(run_stages(directory, options, *extra))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
-                           capture_output=True)
+    except WorktreeError as e:
+        print(f"stages-ab: cannot check out {options.base!r}: {e}", file=sys.stderr)
+        return 2
     print(render(options, base, head, compare(base, head)))
     return 0
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +91,9 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_acks_with_nothing_waiting_run_no_round_and_the_cursor_is_still_saved(
-        tmp_path: Path) -> None:
+@contextmanager
+def counting_rounds() -> Iterator[list[int]]:
+    """Count every dispatcher's rounds while inside (`_round` wrapped, then restored)."""
     rounds = [0]
     real_round = PartitionDispatcher._round
 
@@ -100,7 +101,16 @@ def test_acks_with_nothing_waiting_run_no_round_and_the_cursor_is_still_saved(
         rounds[0] += 1
         await real_round(self)
 
-    async def body() -> None:
+    PartitionDispatcher._round = counted  # type: ignore[method-assign]
+    try:
+        yield rounds
+    finally:
+        PartitionDispatcher._round = real_round  # type: ignore[method-assign]
+
+
+def test_acks_with_nothing_waiting_run_no_round_and_the_cursor_is_still_saved(
+        tmp_path: Path) -> None:
+    async def body(rounds: list[int]) -> None:
         settings = Settings(cursor_persist_interval_ms=500)
         async with opened(tmp_path / "db", settings) as (registry, manager, store):
             session = await manager.attach(subscribe("c"))
@@ -123,11 +133,8 @@ def test_acks_with_nothing_waiting_run_no_round_and_the_cursor_is_still_saved(
             assert len(acks) == 30
             assert rounds[0] - before <= len(acks) // 3, (rounds[0] - before, len(acks))
 
-    PartitionDispatcher._round = counted  # type: ignore[method-assign]
-    try:
-        asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
-    finally:
-        PartitionDispatcher._round = real_round  # type: ignore[method-assign]
+    with counting_rounds() as rounds:
+        asyncio.run(asyncio.wait_for(body(rounds), WAIT_S * 3))
 
 
 def test_an_ack_below_the_unacked_limit_lets_the_next_events_go(tmp_path: Path) -> None:
@@ -192,14 +199,7 @@ def test_idle_rounds_share_one_timer_moved_only_for_a_sooner_deadline(tmp_path: 
 def test_following_the_tail_a_commit_runs_one_round(tmp_path: Path) -> None:
     """A round whose read reaches the durable end idles at once: before, a second round
     ran after each read (tick, dispatch, carry out, ask for a read) to find nothing."""
-    rounds = [0]
-    real_round = PartitionDispatcher._round
-
-    async def counted(self: PartitionDispatcher) -> None:
-        rounds[0] += 1
-        await real_round(self)
-
-    async def body() -> None:
+    async def body(rounds: list[int]) -> None:
         settings = Settings(cursor_persist_interval_ms=60_000)
         async with opened(tmp_path / "db", settings) as (registry, manager, _):
             session = await manager.attach(subscribe("c"))
@@ -217,8 +217,5 @@ def test_following_the_tail_a_commit_runs_one_round(tmp_path: Path) -> None:
                 await asyncio.sleep(0.01)  # a second round, if one were to run, runs now
             assert rounds[0] - before == 10, rounds[0] - before
 
-    PartitionDispatcher._round = counted  # type: ignore[method-assign]
-    try:
-        asyncio.run(asyncio.wait_for(body(), WAIT_S * 3))
-    finally:
-        PartitionDispatcher._round = real_round  # type: ignore[method-assign]
+    with counting_rounds() as rounds:
+        asyncio.run(asyncio.wait_for(body(rounds), WAIT_S * 3))
