@@ -237,7 +237,7 @@ class PartitionDispatcher:
             seen = [self._nacks_seen(send.consumer) for send in sends]
             # following the tail each send lies in one cached record, found here once
             held = [self.cache.holding_all(send.events.offsets) for send in sends]
-            if None in held:
+            if not all(held):  # (`in` would compare each record with None)
                 missing = self.cache.missing(np.concatenate([s.events.offsets for s in sends]))
                 if len(missing):
                     for record in await asyncio.to_thread(
