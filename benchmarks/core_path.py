@@ -41,7 +41,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+import numpy as np
+
+# The broker's modules come from whichever tree is first on the path (`--base`: REV's);
+# nothing of `benchmarks` is imported here at the top, since REV's may lack this file's peers.
+from broker.log.recent import RecentRecords
+from broker.log.rocks_store import Append
+from broker.subscription.core import CoreLimits, Kind, PartitionCore
+from broker.subscription.core_types import Mode
+from broker.subscription.cursor import Cursor
+from broker.subscription.delivery import RecordCache, delivery_messages
+from broker.subscription.log_reader import read_events_in
+from broker.subscription.members import MemberSpec
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+
 RUN_TIMEOUT_S = 600
 VALUE_BYTES = 100
 TOP_FUNCTIONS = 12
@@ -72,16 +86,6 @@ class CorePath:
     """One subscription's core, cache and recent records, driven commit by commit."""
 
     def __init__(self, events: int, consumers: int, ack_every: int, seed: int = 1) -> None:
-        import numpy as np
-
-        from broker.log.recent import RecentRecords
-        from broker.subscription.core import CoreLimits, Kind, PartitionCore
-        from broker.subscription.core_types import Mode
-        from broker.subscription.cursor import Cursor
-        from broker.subscription.delivery import RecordCache
-        from broker.subscription.members import MemberSpec
-
-        self.np = np
         self.events, self.ack_every = events, ack_every
         self.core = PartitionCore(Kind.KEY_SHARED, Mode.AUTO_SPLIT, 0, CoreLimits(),
                                   Cursor(0), 0)
@@ -101,19 +105,13 @@ class CorePath:
 
     def stored(self, count: int) -> bytes:
         """A stored record value of `count` events from the end on."""
-        from broker.log import codec
-        from sdk.core.hashing import slot_of
-        from sdk.core.pb import keybus_pb2 as pb
-
         keys = [self.rnd.randrange(100_000) for _ in range(count)]
-        record = pb.Record(topic="core-path", partition=0, base_offset=self.end,
-                           scn_first=self.end + 1, publish_time_ms=1)
-        batch = record.batch
-        batch.count = count
-        batch.key_ints.extend(keys)
-        batch.values.extend(struct.pack(">q", k) + b"x" * (VALUE_BYTES - 8) for k in keys)
-        batch.slots.extend(slot_of(k) for k in keys)
-        return codec.encode_record(record.SerializeToString(), 1, count, self.end + 1, False)
+        batch = pb.EventBatch(count=count, key_ints=keys, slots=slots_of(keys),
+                              values=[struct.pack(">q", k) + b"x" * (VALUE_BYTES - 8)
+                                      for k in keys])
+        return Append.of_record(pb.Record(topic="core-path", partition=0, base_offset=self.end,
+                                          scn_first=self.end + 1, publish_time_ms=1,
+                                          batch=batch)).value
 
     def values(self, commits: int) -> list[bytes]:
         """The stored records of the next `commits` commits (made before timing)."""
@@ -127,9 +125,6 @@ class CorePath:
 
     def commit(self, value: bytes) -> None:
         """One commit and the dispatcher round it wakes (see the module docstring)."""
-        from broker.subscription.delivery import delivery_messages
-        from broker.subscription.log_reader import read_events_in
-
         core, cache = self.core, self.cache
         base = self.end
         self.recent.add(base, self.events, value)
@@ -161,11 +156,10 @@ class CorePath:
             self.acknowledge()
 
     def acknowledge(self) -> None:
-        np = self.np
         for name in self.names:
             sends, self.sends[name] = self.sends[name], []
             if sends:
-                send_ids, starts, stops = (np.array(column, np.int64) for column in zip(*sends, strict=True))
+                send_ids, starts, stops = (np.array(c, np.int64) for c in zip(*sends, strict=True))
                 self.core.process_ack_sent(name, send_ids, starts, stops)
         self.cache.trim(self.core.mark_delete())
 
@@ -177,19 +171,13 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     """CPU-µs per commit (best of the repeats), calls per commit and the top functions."""
     best = float("inf")
     for repeat in range(options.repeats):
-        path = CorePath(options.events, options.consumers, options.ack_every, seed=repeat)
-        for value in path.values(200):  # warm: holdings and cache past their first sizes
-            path.commit(value)
-        values = path.values(options.commits)
+        path, values = _warmed(options, seed=repeat)
         began = time.thread_time()
         for value in values:
             path.commit(value)
         best = min(best, (time.thread_time() - began) / options.commits * 1e6)
         path.check()
-    path = CorePath(options.events, options.consumers, options.ack_every)
-    for value in path.values(200):
-        path.commit(value)
-    values = path.values(options.commits)
+    path, values = _warmed(options, seed=1)
     profile = cProfile.Profile()
     profile.enable()
     for value in values:
@@ -207,6 +195,15 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "top": [{"function": where, "calls_per_commit": round(calls / options.commits, 2),
                      "share_of_own_time": round(t / total_own, 3)}
                     for t, calls, where in own[:TOP_FUNCTIONS]]}
+
+
+def _warmed(options: argparse.Namespace, seed: int) -> tuple[CorePath, list[bytes]]:
+    """A path past 200 commits (holdings and cache past their first sizes) and the stored
+    records of the next `--commits`, made before any timing."""
+    path = CorePath(options.events, options.consumers, options.ack_every, seed)
+    for value in path.values(200):
+        path.commit(value)
+    return path, path.values(options.commits)
 
 
 def _where(key: tuple[str, int, str]) -> str:
@@ -233,9 +230,9 @@ def run_side(tree: Path, options: argparse.Namespace) -> dict[str, Any]:
     """This harness over the broker code of `tree`, in a process of its own."""
     # run_path, not the file as a script: the script's folder would come first on the
     # path, and benchmarks/broker.py would hide the broker package
-    arguments = ["--json", "--events", str(options.events), "--consumers", str(options.consumers),
-               "--commits", str(options.commits), "--repeats", str(options.repeats),
-               "--ack-every", str(options.ack_every)]
+    arguments = ["--json", "--events", str(options.events),
+                 "--consumers", str(options.consumers), "--commits", str(options.commits),
+                 "--repeats", str(options.repeats), "--ack-every", str(options.ack_every)]
     command = [sys.executable, "-c", "import runpy, sys; sys.argv = sys.argv[1:]; "
                "runpy.run_path(sys.argv[0], run_name='__main__')",
                str(Path(__file__).resolve()), *arguments]
@@ -251,7 +248,7 @@ def run_side(tree: Path, options: argparse.Namespace) -> dict[str, Any]:
 
 def compare(options: argparse.Namespace) -> int:
     # here, not at the top: `run_side` runs this file over REV's tree, which may lack it
-    from benchmarks.worktree import WorktreeError, checked_out
+    from benchmarks.worktree import REPO, WorktreeError, checked_out
 
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
     try:

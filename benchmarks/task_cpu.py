@@ -64,16 +64,15 @@ class Timed(collections.abc.Coroutine):  # type: ignore[type-arg]
         self._coro, self._key, self._tally = coro, key, tally
 
     def send(self, value: Any) -> Any:
-        began = time.thread_time()
-        try:
-            return self._coro.send(value)
-        finally:
-            self._tally.add(self._key, time.thread_time() - began)
+        return self._step(self._coro.send, value)
 
     def throw(self, *args: Any) -> Any:
+        return self._step(self._coro.throw, *args)
+
+    def _step(self, step: Callable[..., Any], *args: Any) -> Any:
         began = time.thread_time()
         try:
-            return self._coro.throw(*args)
+            return step(*args)
         finally:
             self._tally.add(self._key, time.thread_time() - began)
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from benchmarks import core_path
+from benchmarks import core_path, worktree
 
 
 def test_a_pair_against_this_commit(capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,7 +19,7 @@ def test_a_pair_against_this_commit(capsys: pytest.CaptureFixture[str]) -> None:
                            "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "| base |" in out and "| head |" in out and "Best against best:" in out
-    worktrees = subprocess.run(["git", "worktree", "list"], cwd=core_path.REPO,
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=worktree.REPO,
                                capture_output=True, text=True, check=True).stdout
     assert "keybus-core-path-" not in worktrees
 
