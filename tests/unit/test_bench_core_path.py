@@ -15,11 +15,8 @@ import pytest
 from benchmarks import core_path
 
 
-def options(**changes: object) -> argparse.Namespace:
-    base = core_path.parse_args(["--commits", "60", "--repeats", "1"])
-    for name, value in changes.items():
-        setattr(base, name, value)
-    return base
+def options() -> argparse.Namespace:
+    return core_path.parse_args(["--commits", "60", "--repeats", "1"])
 
 
 def test_every_event_reaches_one_consumer_once_and_the_acks_free_the_holdings() -> None:
