@@ -31,7 +31,14 @@ from sdk import Consumer, Reader
 from sdk.core.columns import keys_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
-from tests.support.relay_cluster import records, role, wait_for, wait_settled, writable
+from tests.support.relay_cluster import (
+    cluster_story,
+    records,
+    role,
+    wait_for,
+    wait_settled,
+    writable,
+)
 from tests.support.wire import stub
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_running
 
@@ -224,7 +231,8 @@ def test_truncation_ends_streams_past_the_cut_and_keeps_the_view_clean(
             follower.start()
         wait_for(lambda: [i for i in writable(brokers, "t") if i != old], 30, "a new leader")
         new = next(i for i in writable(brokers, "t") if i != old)
-        assert produce(brokers[new].address, [100], b"new", window=True) != "acknowledged"
+        answer = produce(brokers[new].address, [100], b"new", window=True)
+        assert answer != "acknowledged", cluster_story(brokers, "t")
         pause(brokers[old], False)  # comes back, truncates, follows; now acks flow again
         old_paused = False
         wait_settled(brokers, "t", followers=2, timeout_s=60)

@@ -81,3 +81,15 @@ def events(address: str, topic: str, partition: int = 0) -> int:
         return sum(r.batch.count for r in records(address, topic, partition))
     except grpc.RpcError:
         return -1
+
+
+def cluster_story(brokers: Sequence[BrokerRunner], topic: str, log_lines: int = 40) -> str:
+    """What each broker says of `topic` and the end of its log: a failed assertion's
+    message, since pytest keeps only its last few temp dirs."""
+    parts = []
+    for index, (broker, info) in enumerate(zip(brokers, roles(brokers, topic), strict=True)):
+        parts.append(f"--- broker {index} {broker.address}: {info}")
+        if broker.log_path.exists():
+            lines = broker.log_path.read_text(errors="replace").splitlines()[-log_lines:]
+            parts.extend(lines)
+    return "\n".join(parts)
