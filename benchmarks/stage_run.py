@@ -27,12 +27,14 @@ PERMITS = 5_000
 
 
 @contextlib.contextmanager
-def running_traced_broker(notes_file: Path, no_fsync: bool, task_split: bool = True
-                          ) -> Iterator[tuple[str, int]]:
+def running_traced_broker(notes_file: Path, no_fsync: bool, task_split: bool = True,
+                          round_spin_us: int = 0) -> Iterator[tuple[str, int]]:
     """A broker under stage_trace.py on 127.0.0.1 with a topic of one partition; it
-    writes its notes to `notes_file` when it stops (`task_split`: with task_cpu.py's)."""
+    writes its notes to `notes_file` when it stops (`task_split`: with task_cpu.py's;
+    `round_spin_us`: busy work at the start of each dispatcher round)."""
     launcher = ("-m", "benchmarks.stage_trace", str(notes_file),
-                *(() if task_split else (stage_trace.NO_TASK_SPLIT,)))
+                *(() if task_split else (stage_trace.NO_TASK_SPLIT,)),
+                *((f"{stage_trace.ROUND_SPIN}{round_spin_us}",) if round_spin_us else ()))
     with running_broker(*(["--no-fsync"] if no_fsync else []), launcher=launcher) as (address, pid):
         asyncio.run(_create_topic(address))
         yield address, pid

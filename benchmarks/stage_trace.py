@@ -23,6 +23,11 @@ process exits (SIGTERM included):
   with its cost of about a µs a task step, when `--no-task-split` follows
   OUT_JSON).
 
+`--round-spin-us=N` after OUT_JSON makes every dispatcher round start with N
+µs of busy work on the thread's CPU clock: a dispatcher that much slower, to
+measure how much a µs of the commit's path costs the latency (what a faster
+dispatcher would save, read the other way).
+
 A diagnostic for benchmarks only: it names private methods, so a rename
 breaks it loudly (tests/integration/test_bench_stages.py runs a short slice).
 """
@@ -43,8 +48,9 @@ from benchmarks import loop_cpu, task_cpu
 Note = tuple[Any, ...]
 
 
-def install(notes: list[Note]) -> None:
-    """Wrap the broker's methods so each step appends a note (see the module docstring)."""
+def install(notes: list[Note], round_spin_us: int = 0) -> None:
+    """Wrap the broker's methods so each step appends a note (see the module docstring);
+    each dispatcher round first spins `round_spin_us` µs of thread CPU."""
     import broker.partition as partition_module
     from broker.log.rocks_store import RocksStore
     from broker.subscription.dispatcher import PartitionDispatcher
@@ -97,6 +103,8 @@ def install(notes: list[Note]) -> None:
 
     async def traced_round(self: Any) -> None:
         notes.append(("round", ns()))
+        if round_spin_us:
+            spin(round_spin_us)
         await round_(self)
 
     deliver = PartitionDispatcher._deliver
@@ -117,18 +125,30 @@ def install(notes: list[Note]) -> None:
         setattr(owner, name, traced)
 
 
+def spin(us: int) -> None:
+    """Busy work for `us` µs of this thread's CPU time."""
+    end = time.thread_time_ns() + us * 1000
+    while time.thread_time_ns() < end:
+        pass
+
+
 NO_TASK_SPLIT = "--no-task-split"  # after OUT_JSON: no task_cpu.py timing (stages_ab.py)
+ROUND_SPIN = "--round-spin-us="  # after OUT_JSON: N µs of busy work a dispatcher round
 
 
 def main(argv: list[str]) -> int:
     out, broker_argv = argv[0], argv[1:]
-    task_split = broker_argv[:1] != [NO_TASK_SPLIT]
-    if not task_split:
-        broker_argv = broker_argv[1:]
+    task_split, round_spin_us = True, 0
+    while broker_argv and broker_argv[0].startswith((NO_TASK_SPLIT, ROUND_SPIN)):
+        option = broker_argv.pop(0)
+        if option == NO_TASK_SPLIT:
+            task_split = False
+        else:
+            round_spin_us = int(option.removeprefix(ROUND_SPIN))
     notes: list[Note] = []
     tally = loop_cpu.Tally()
     loop_cpu.install(tally)  # first: the stamps below wrap it, so their cost is not counted
-    install(notes)
+    install(notes, round_spin_us)
 
     tasks = task_cpu.Tally(lambda: tally.first_s is not None)  # the same span as the steps'
 

@@ -11,7 +11,9 @@ fsync, the broker's WAL fsyncs of the run (how many stalled 10 ms or more), the
 CPU each process used, and where the broker's event-loop thread spent its CPU
 per commit (`loop_cpu.py`). `--consumer-processes` puts the consumers on fewer
 processes (one event loop each): what the processes' own wake-ups cost on a
-small machine. All clocks are CLOCK_MONOTONIC.
+small machine. `--round-spin-us` starts every dispatcher round with that much
+busy work: runs with and without it say what a µs of the commit's path costs
+the latency, so what a faster path would save. All clocks are CLOCK_MONOTONIC.
 
 It patches private methods of the broker and the SDK: a diagnostic, not a
 measure of the product (its stamps cost a few µs per step). The figures go
@@ -57,7 +59,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="leave out the loop's split by task (task_cpu.py), whose timing "
                              "costs the loop about a µs a task step: to compare with a version "
                              "without it (stages_ab.py)")
+    parser.add_argument("--round-spin-us", type=int, default=0,
+                        help="start every dispatcher round with this many µs of busy work "
+                             "(thread CPU): what a µs of the commit's path costs the latency")
     options = parser.parse_args(argv)
+    if options.round_spin_us < 0:
+        parser.error("--round-spin-us must be 0 or more")
     processes = options.consumer_processes or options.consumers
     if options.consumers < 1 or not 1 <= processes <= options.consumers \
             or options.consumers % processes:
@@ -71,8 +78,8 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
     events = max(1, int(rate * options.duration_s))
     with tempfile.TemporaryDirectory(prefix="keybus-stages-") as tmp:
         notes_file = Path(tmp) / "notes.json"
-        with running_traced_broker(notes_file, options.no_fsync,
-                                   not options.no_task_split) as (address, pid):
+        with running_traced_broker(notes_file, options.no_fsync, not options.no_task_split,
+                                   options.round_spin_us) as (address, pid):
             # spawn, not fork: the caller may already run gRPC (a test process does), and a
             # forked child of a process with gRPC's threads can abort
             spawn = multiprocessing.get_context("spawn")

@@ -64,3 +64,16 @@ def test_without_the_task_split_the_loop_is_still_split_by_step() -> None:
     assert run["joined"] == 200, run
     assert run["task_cpu"] == []
     assert any(row["step"] == "**the loop in all**" for row in run["loop_cpu"])
+
+
+def test_a_round_spin_slows_every_round_by_that_much() -> None:
+    """`--round-spin-us` (what a µs of the commit's path costs the latency): each round
+    of the dispatcher spins first, so the round's stage takes at least that long."""
+    options = stages.parse_args(["--duration-s", "1", "--consumers", "2",
+                                 "--consumer-processes", "1", "--no-fsync", "--no-record",
+                                 "--no-task-split", "--round-spin-us", "2000"])
+    run = stages.run_rate(200, options)
+    assert run["joined"] == 200, run
+    rounds = next(s for s in run["stages"] if s["stage"] == "→ delivery queued")
+    assert rounds["p50_ms"] >= 2.0, rounds
+    assert run["task_cpu"] == []
