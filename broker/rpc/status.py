@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -30,9 +31,17 @@ def refuse_unknown_fields(message: Message) -> None:
         raise BrokerError("unknown_field", message=descriptor.name,
                           number=unknown[0].field_number,
                           allowed=", ".join(descriptor.fields_by_name))
-    for field, value in message.ListFields():
-        if field.message_type is not None and not field.is_repeated:
-            refuse_unknown_fields(value)
+    for name in _singular_message_fields(message.DESCRIPTOR):
+        if message.HasField(name):
+            refuse_unknown_fields(getattr(message, name))
+
+
+@functools.cache
+def _singular_message_fields(descriptor: Descriptor) -> tuple[str, ...]:
+    """The fields of a message type that hold one message (found once per type:
+    `ListFields` would build a tuple for every set column of every request)."""
+    return tuple(field.name for field in descriptor.fields
+                 if field.message_type is not None and not field.is_repeated)
 
 
 def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
