@@ -366,19 +366,19 @@ def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
         out += (_REDELIVERY_COUNTS_TAG, varint(len(packed)), packed)
     packed = b"".join(varint(last) for _, last, _ in parts)
     out += (_WINDOW_LAST_OFFSETS_TAG, varint(len(packed)), packed)
-    if nacks_seen:
-        out += (_NACKS_SEEN_TAG, varint(nacks_seen))
-    if send:
-        out += (_SEND_TAG, varint(send))
-    size = sum(map(len, out))  # one join: the records' bytes are copied once
-    return b"".join((_RESPONSE_DELIVERY_TAG, varint(size), *out))
+    return _framed(out, nacks_seen, send)
 
 
 def _one_part(body: bytes, last: int, nacks_seen: int, send: int) -> bytes:
     """`_delivery` of one part without redelivery counts: the same bytes."""
     last_bytes = varint(last)
-    out = [_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
-           varint(len(last_bytes)), last_bytes]
+    return _framed([_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
+                    varint(len(last_bytes)), last_bytes], nacks_seen, send)
+
+
+def _framed(out: list[bytes], nacks_seen: int, send: int) -> bytes:
+    """The Delivery's fields `out` with its nacks seen and send, framed as the
+    SubscribeResponse's `delivery` (one join: the records' bytes are copied once)."""
     if nacks_seen:
         out += (_NACKS_SEEN_TAG, varint(nacks_seen))
     if send:

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 from broker.errors import BrokerError
 from broker.rpc.status import refuse_unknown_fields
 from sdk.core.pb import keybus_pb2 as pb
+from tests.support.wire import int_batch
 
 UNKNOWN = b"\xa0\x06\x01"  # field 100, varint 1
 
@@ -24,11 +25,11 @@ def nested(owner: type[Message], name: str, body: bytes) -> bytes:
     return bytes([number << 3 | 2, len(body)]) + body
 
 
-def produce_request(batch_bytes: bytes | None = None) -> pb.ProduceRequest:
-    batch = pb.EventBatch(count=1, key_ints=[7], values=[b"v"]).SerializeToString()
-    body = batch if batch_bytes is None else batch_bytes
+def produce_request(in_batch: bytes = b"") -> pb.ProduceRequest:
+    """A produce request of one event, `in_batch` appended to its batch's bytes."""
+    batch = int_batch([7]).SerializeToString() + in_batch
     top = pb.ProduceRequest(topic="t", request_id=1).SerializeToString()
-    return pb.ProduceRequest.FromString(top + nested(pb.ProduceRequest, "batch", body))
+    return pb.ProduceRequest.FromString(top + nested(pb.ProduceRequest, "batch", batch))
 
 
 def test_a_request_of_known_fields_passes() -> None:
@@ -45,9 +46,8 @@ def test_an_unknown_field_at_the_top_is_named_with_the_fields_allowed() -> None:
 
 
 def test_an_unknown_field_in_a_nested_message_is_refused() -> None:
-    batch = pb.EventBatch(count=1, key_ints=[7], values=[b"v"]).SerializeToString() + UNKNOWN
     with pytest.raises(BrokerError) as caught:
-        refuse_unknown_fields(produce_request(batch))
+        refuse_unknown_fields(produce_request(UNKNOWN))
     assert "EventBatch" in caught.value.message and "100" in caught.value.message
 
 
