@@ -16,14 +16,16 @@ Reader (start="bootstrap") with small chunks, compared with the model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
 from sdk import Admin, OffsetOutOfRange, Producer, Reader, read_all
+from sdk.channel import CHANNEL_OPTIONS, target_of
 from sdk.core.filters import KeyFilterSpec, evaluate
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.bootstrap_model import (
@@ -131,6 +133,23 @@ def test_sources_stream_in_the_order_asked(trimmed: tuple[BrokerProcess, History
     assert order == sorted(order, reverse=True)  # every "orders" event before "accounts"
 
 
+@contextlib.asynccontextmanager
+async def _held_channel(broker: str) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel whose HTTP/2 receive window stays small (8 KiB, no BDP probe).
+
+    A reader that stops reading then holds the broker within a few batches
+    of the snapshot, whatever the timing. With gRPC's default, the window
+    grows to megabytes on 127.0.0.1: the broker could send the whole
+    snapshot, and take its catch-up target, before the producer writes.
+    """
+    channel = grpc.aio.insecure_channel(target_of(broker), options=[
+        *CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 8192)])
+    try:
+        yield channel
+    finally:
+        await channel.close()
+
+
 async def _bootstrap_while_producing(broker: str, history: History) -> list[BootstrapLog]:
     """Two bootstraps (unfiltered, MOD) read their first snapshot batch; a
     producer then writes upserts and deletes before they read on, and more
@@ -143,8 +162,9 @@ async def _bootstrap_while_producing(broker: str, history: History) -> list[Boot
 
     async def one(index: int, filter_text: str | None) -> BootstrapLog:
         got = BootstrapLog()
-        async with Reader(broker, TOPIC, 0, start="bootstrap", key_filter=filter_text,
-                          follow=True, events_max=500) as reader:
+        async with _held_channel(broker) as channel, Reader(
+                broker, TOPIC, 0, start="bootstrap", key_filter=filter_text, follow=True,
+                events_max=500, channel=channel) as reader:
             async for batch in reader:
                 got.add(batch)
                 if batch.phase == "snapshot" and batch.count and not first_batch[index].is_set():
@@ -189,7 +209,9 @@ def test_no_gap_or_duplicate_at_phase_changes_while_producing(
         assert offsets == wanted, "gap or duplicate in the catch-up/online stream"
         assert all((phase == "catchup") == (offset < target)
                    for phase, offset in zip(got.phases, offsets, strict=True))
-        assert "online" in got.phases and "catchup" in got.phases
+        assert "online" in got.phases and "catchup" in got.phases, (
+            f"snapshot at {snapshot_offset}, catch-up target {target}: the broker finished "
+            "the snapshot before the producer wrote")
         assert got.state() == _expected(history, filter_text)
 
 
