@@ -270,7 +270,7 @@ def _add_pass_winners(fold: Fold, folded: list[_Columns], starts: npt.NDArray[np
         batch, count = c.batch, c.count
         for out, column in ((event_times, batch.event_times_ms), (slots, batch.slots),
                             (opcodes, batch.opcodes)):
-            out.extend(column if len(column) == count else [column[0] if column else 0] * count)
+            out.extend(expand(column, count, 0))
         values.extend(batch.values)
     columns = {"offset": offsets, "scn": scns, "publish_time_ms": publish,
                "event_time_ms": np.asarray(event_times, np.int64),
