@@ -171,6 +171,10 @@ class Settings:
     view_sweep_entries_max: int = setting(10_000, "Tombstones one sweep pass looks at.")
     compaction_records_max: int = setting(1_000, "Compacted topics: records rewritten per "
                                           "retention check.")
+    view_thread_nice: int = setting(19, "Latency: the nice value (0-19) of the thread that "
+                                    "runs view passes (Linux), so their CPU bursts wait for "
+                                    "an idle core instead of taking one from the event loop; "
+                                    "0 runs them at the broker's priority.")
     bootstrap_streams_max: int = setting(64, "Bootstrap streams served at once by the broker.")
     # Security (docs/security.md); all off by default.
     tls_cert_file: str = setting("", "TLS: the broker's certificate (PEM); with "
@@ -246,6 +250,9 @@ class Settings:
                      "processor_name_bytes_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
+        if self.view_thread_nice > 19:
+            raise ConfigError(f"view_thread_nice={self.view_thread_nice} is above 19; allowed: "
+                              f"0-19 (a nice value)")
         if self.ack_timeout_ms_min > self.ack_timeout_ms_max:
             raise ConfigError(f"ack_timeout_ms_min={self.ack_timeout_ms_min} is above "
                               f"ack_timeout_ms_max={self.ack_timeout_ms_max}")

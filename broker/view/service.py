@@ -29,6 +29,7 @@ from broker.partition import Partition, TopicMeta
 from broker.view.codec import ViewState
 from broker.view.compaction import Compactor
 from broker.view.store import ViewStore
+from broker.view.worker import ViewWorker
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.view")
@@ -38,8 +39,10 @@ ERROR_BACKOFF_S = 1.0
 class PartitionView:
     """One partition's view: its state, its maintainer task and its pins."""
 
-    def __init__(self, views: ViewStore, partition: Partition, settings: Settings) -> None:
+    def __init__(self, views: ViewStore, partition: Partition, settings: Settings,
+                 worker: ViewWorker) -> None:
         self.views = views
+        self._worker = worker
         self.partition = partition
         self.settings = settings
         meta = partition.meta
@@ -97,7 +100,7 @@ class PartitionView:
         on a worker thread, starts again from the log's first record."""
         await self.stop()
         meta = self.partition.meta
-        self.state = await asyncio.to_thread(self.views.clear, meta.topic_id, self.partition.index)
+        self.state = await self._worker.run(self.views.clear, meta.topic_id, self.partition.index)
         self._signal()
         self.start()
 
@@ -156,8 +159,9 @@ class PartitionView:
         self._signal()
 
     async def _on_thread(self, work: Callable[..., ViewState], *args: int) -> ViewState:
-        """Run a pass on a worker thread; `stop` waits for it even when cancelled."""
-        self._pass = asyncio.ensure_future(asyncio.to_thread(work, *args))
+        """Run a pass on the views' worker thread (broker/view/worker.py: at a lower CPU
+        priority); `stop` waits for it even when cancelled."""
+        self._pass = self._worker.run(work, *args)
         try:
             return await asyncio.shield(self._pass)
         finally:
@@ -194,6 +198,7 @@ class ViewService:
     def __init__(self, store: RocksStore, settings: Settings) -> None:
         self.views = ViewStore(store)
         self.settings = settings
+        self._worker = ViewWorker(settings.view_thread_nice)
         self._topics: dict[str, list[PartitionView]] = {}
 
     def start(self, meta: TopicMeta, partitions: list[Partition]) -> None:
@@ -202,7 +207,7 @@ class ViewService:
             return
         views = []
         for partition in partitions:
-            view = PartitionView(self.views, partition, self.settings)
+            view = PartitionView(self.views, partition, self.settings, self._worker)
             partition.retention_floor = view.floor
             if meta.compacted:
                 compactor = Compactor(self.views, partition, view, self.settings)
@@ -218,6 +223,7 @@ class ViewService:
     async def close(self) -> None:
         for topic in list(self._topics):
             await self.stop(topic)
+        self._worker.close()  # idle: every pass was awaited above
 
     def of(self, topic: str, index: int) -> PartitionView:
         """The view of a partition (the caller checked the topic exists).
