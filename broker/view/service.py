@@ -130,9 +130,9 @@ class PartitionView:
     async def _fold(self) -> None:
         meta, index = self.partition.meta, self.partition.index
         before = self.state.offset_next
-        self.state = await self._on_thread(self.views.fold_pass, meta.topic_id, index,
-                                           self.partition.end_offset,
-                                           self.settings.view_pass_events_max)
+        end, events_max = self.partition.end_offset, self.settings.view_pass_events_max
+        self.state = await self._on_thread(self.views.fold_pass, meta.topic_id, index, end,
+                                           events_max, backlog=end - before >= events_max)
         VIEW_FOLDED_EVENTS.labels(meta.name).inc(self.state.offset_next - before)
         VIEW_LAG_EVENTS.labels(meta.name, str(index)).set(
             max(0, self.partition.end_offset - self.state.offset_next))
@@ -158,10 +158,11 @@ class PartitionView:
             self._swept_ms - self.delete_retention_ms, self.settings.view_sweep_entries_max)
         self._signal()
 
-    async def _on_thread(self, work: Callable[..., ViewState], *args: int) -> ViewState:
+    async def _on_thread(self, work: Callable[..., ViewState], *args: int,
+                         backlog: bool = False) -> ViewState:
         """Run a pass on the views' worker thread (broker/view/worker.py: at a lower CPU
-        priority); `stop` waits for it even when cancelled."""
-        self._pass = self._worker.run(work, *args)
+        priority unless it works off a `backlog`); `stop` waits for it even when cancelled."""
+        self._pass = self._worker.run(work, *args, backlog=backlog)
         try:
             return await asyncio.shield(self._pass)
         finally:

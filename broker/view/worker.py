@@ -1,4 +1,4 @@
-"""The thread that runs the compacted views' passes, at a lower CPU priority than the loop.
+"""The threads that run the compacted views' passes, at a lower CPU priority than the loop.
 
 Why a thread of its own, and why nicer: a view pass is background work (the
 view lags the log by design), yet at 10,000 events/s it takes 40-90 ms of a
@@ -10,8 +10,17 @@ as much as the view did (RESULTS.md, "The view pass at a lower CPU
 priority"). A thread with a higher nice value gets a core when the
 latency-critical threads leave one, so its bursts fill the idle time.
 
+The price is starvation on a machine whose cores stay busy: at nice 19 a
+thread gets about 1.5% of a core that a normal one wants. So two kinds of
+pass run on a second thread at the broker's own priority: a pass that works
+off a backlog (the caller says so: a full pass waits), and every pass for
+`CATCH_UP_S` after one that waited for a core much longer than it ran
+(`starved`). A pass already running at nice 19 cannot be moved: on a
+machine whose cores stay busy it can take long (25,000 events, 0.4 CPU-s,
+took 28 s with both cores kept busy by two other processes).
+
 On Linux a thread's nice value is its own (setpriority on its thread id);
-elsewhere the setting is not applied and the pass runs at the broker's
+elsewhere the setting is not applied and passes run at the broker's
 priority. A nice value can only be raised without privilege, so the thread
 never gets a lower one than the broker process has.
 """
@@ -25,33 +34,60 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 log = logging.getLogger("keybus.view")
 T = TypeVar("T")
+STARVED_WALL_S = 1.0  # a pass that took this long ...
+STARVED_RATIO = 4.0  # ... and this many times its own CPU time waited for a core
+CATCH_UP_S = 10.0  # then passes run at the broker's priority this long
+
+
+def starved(wall_s: float, cpu_s: float) -> bool:
+    """Did a pass of `wall_s` seconds, `cpu_s` of them on a core, mostly wait for one?
+    (Waiting for the GIL also counts as wall time: hence the ratio and a floor.)"""
+    return wall_s >= STARVED_WALL_S and wall_s >= STARVED_RATIO * cpu_s
 
 
 class ViewWorker:
-    """One thread for every view pass, sweep and rebuild of a broker's views.
+    """The threads of every view pass, sweep and rebuild of a broker's views: one at
+    `nice`, one at the broker's priority for catching up after a starved pass.
 
-    One is enough: a pass holds the GIL for nearly all its work (Python and
-    rocksdict calls), so passes of two partitions on two threads would not
-    overlap anyway."""
+    One thread at a time is enough: a pass holds the GIL for nearly all its work
+    (Python and rocksdict calls), so passes of two partitions would not overlap."""
 
-    def __init__(self, nice: int) -> None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(
+    def __init__(self, nice: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._nice = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="keybus-view",
             initializer=lower_priority, initargs=(nice,))
+        self._plain = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="keybus-view-catch-up")
+        self._clock = clock
+        self._catch_up_until = 0.0  # written by the threads, read by the loop: one float
 
-    def run(self, work: Callable[..., T], *args: int) -> asyncio.Future[T]:
-        """`work(*args)` on the worker thread, as a future of the running loop."""
+    def run(self, work: Callable[..., T], *args: int, backlog: bool = False) -> asyncio.Future[T]:
+        """`work(*args)` on a worker thread, as a future of the running loop; at the
+        broker's priority when it works off a `backlog` or after a starved pass."""
+        catching_up = backlog or self._clock() < self._catch_up_until
+        executor = self._plain if catching_up else self._nice
         return asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(work, *args))
+            executor, functools.partial(self._timed, work, *args))
+
+    def _timed(self, work: Callable[..., T], *args: int) -> T:
+        began_wall, began_cpu = self._clock(), time.thread_time()
+        try:
+            return work(*args)
+        finally:
+            now = self._clock()
+            if starved(now - began_wall, time.thread_time() - began_cpu):
+                self._catch_up_until = now + CATCH_UP_S
 
     def close(self) -> None:
-        """Let a pass in flight finish, then end the thread (the views stopped first)."""
-        self._executor.shutdown(wait=True)
+        """Let a pass in flight finish, then end the threads (the views stopped first)."""
+        self._nice.shutdown(wait=True)
+        self._plain.shutdown(wait=True)
 
 
 def lower_priority(nice: int) -> None:

@@ -1,4 +1,5 @@
-"""The views' worker thread runs at the configured nice value, the loop's thread does not."""
+"""The views' worker thread runs at the configured nice value, the loop's thread does not;
+a starved pass sends the next ones to a thread at the broker's priority."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import pytest
 
 from broker.config import ConfigError, load_settings
-from broker.view.worker import ViewWorker
+from broker.view.worker import CATCH_UP_S, STARVED_WALL_S, ViewWorker, starved
 
 
 def _own_nice() -> tuple[int, str]:
@@ -56,3 +57,45 @@ def test_the_setting_takes_0_to_19() -> None:
         load_settings(None, env={"KEYBUS_VIEW_THREAD_NICE": "20"})
     with pytest.raises(ConfigError, match="view_thread_nice=-1 is negative"):
         load_settings(None, env={"KEYBUS_VIEW_THREAD_NICE": "-1"})
+
+
+def test_starved_means_a_long_pass_that_mostly_waited_for_a_core() -> None:
+    assert starved(wall_s=1.0, cpu_s=0.2)
+    assert not starved(wall_s=0.9, cpu_s=0.0)  # short: a view lagging this little is fine
+    assert not starved(wall_s=2.0, cpu_s=0.6)  # it ran most of the time (or held the GIL)
+
+
+def test_after_a_starved_pass_passes_run_at_the_broker_s_priority_for_a_while() -> None:
+    now = [100.0]
+    worker = ViewWorker(19, clock=lambda: now[0])
+
+    def waited_for_a_core() -> tuple[int, str]:
+        now[0] += STARVED_WALL_S * 2  # two seconds pass, next to no CPU time
+        return _own_nice()
+
+    async def main() -> list[str]:
+        try:
+            names = [(await worker.run(waited_for_a_core))[1]]
+            names.append((await worker.run(_own_nice))[1])
+            now[0] += CATCH_UP_S
+            names.append((await worker.run(_own_nice))[1])
+            return names
+        finally:
+            worker.close()
+
+    starved_on, caught_up_on, back_on = asyncio.run(main())
+    assert starved_on.startswith("keybus-view_") and back_on.startswith("keybus-view_")
+    assert caught_up_on.startswith("keybus-view-catch-up")
+
+
+def test_a_backlog_runs_at_the_broker_s_priority() -> None:
+    async def main() -> tuple[str, str]:
+        worker = ViewWorker(19)
+        try:
+            return ((await worker.run(_own_nice, backlog=True))[1],
+                    (await worker.run(_own_nice))[1])
+        finally:
+            worker.close()
+
+    backlog_on, steady_on = asyncio.run(main())
+    assert backlog_on.startswith("keybus-view-catch-up") and steady_on.startswith("keybus-view_")
