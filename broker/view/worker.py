@@ -13,7 +13,7 @@ latency-critical threads leave one, so its bursts fill the idle time.
 The price is starvation on a machine whose cores stay busy: at nice 19 a
 thread gets about 1.5% of a core that a normal one wants. So two kinds of
 pass run on a second thread at the broker's own priority: a pass that works
-off a backlog (the caller says so: a full pass waits), and every pass for
+off a backlog (the caller says so: two full passes wait), and every pass for
 `CATCH_UP_S` after one that waited for a core much longer than it ran
 (`starved`). A pass already running at nice 19 cannot be moved: on a
 machine whose cores stay busy it can take long (25,000 events, 0.4 CPU-s,
@@ -40,7 +40,7 @@ from typing import TypeVar
 
 log = logging.getLogger("keybus.view")
 T = TypeVar("T")
-STARVED_WALL_S = 1.0  # a pass that took this long ...
+STARVED_WALL_S = 2.0  # a pass that took this long ...
 STARVED_RATIO = 4.0  # ... and this many times its own CPU time waited for a core
 CATCH_UP_S = 10.0  # then passes run at the broker's priority this long
 
@@ -81,8 +81,11 @@ class ViewWorker:
             return work(*args)
         finally:
             now = self._clock()
-            if starved(now - began_wall, time.thread_time() - began_cpu):
+            wall_s, cpu_s = now - began_wall, time.thread_time() - began_cpu
+            if starved(wall_s, cpu_s):
                 self._catch_up_until = now + CATCH_UP_S
+                log.info("view pass took %.1f s for %.2f CPU-s (waiting for a core): passes "
+                         "run at the broker's priority for %.0f s", wall_s, cpu_s, CATCH_UP_S)
 
     def close(self) -> None:
         """Let a pass in flight finish, then end the threads (the views stopped first)."""

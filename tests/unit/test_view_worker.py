@@ -60,9 +60,9 @@ def test_the_setting_takes_0_to_19() -> None:
 
 
 def test_starved_means_a_long_pass_that_mostly_waited_for_a_core() -> None:
-    assert starved(wall_s=1.0, cpu_s=0.2)
-    assert not starved(wall_s=0.9, cpu_s=0.0)  # short: a view lagging this little is fine
-    assert not starved(wall_s=2.0, cpu_s=0.6)  # it ran most of the time (or held the GIL)
+    assert starved(wall_s=STARVED_WALL_S, cpu_s=STARVED_WALL_S / 5)
+    assert not starved(wall_s=STARVED_WALL_S * 0.9, cpu_s=0.0)  # short: a small lag is fine
+    assert not starved(wall_s=STARVED_WALL_S * 2, cpu_s=STARVED_WALL_S)  # it ran (or held the GIL)
 
 
 def test_after_a_starved_pass_passes_run_at_the_broker_s_priority_for_a_while() -> None:
