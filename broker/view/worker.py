@@ -53,10 +53,10 @@ def starved(wall_s: float, cpu_s: float) -> bool:
 
 class ViewWorker:
     """The threads of every view pass, sweep and rebuild of a broker's views: one at
-    `nice`, one at the broker's priority for catching up after a starved pass.
+    `nice`, one at the broker's priority for a backlog or after a starved pass.
 
-    One thread at a time is enough: a pass holds the GIL for nearly all its work
-    (Python and rocksdict calls), so passes of two partitions would not overlap."""
+    One of each is enough: a pass holds the GIL for nearly all its work (Python and
+    rocksdict calls), so more passes at once would not overlap anyway."""
 
     def __init__(self, nice: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._nice = concurrent.futures.ThreadPoolExecutor(
