@@ -80,10 +80,9 @@ class _Columns:
             offsets = at + record.base_offset
         if record.scns:
             scns: npt.ArrayLike = np.asarray(record.scns, np.uint64)[at]
-        elif record.window:
-            scns = record.scn_first
         else:
-            scns = np.asarray(offsets, np.int64) + (record.scn_first - record.base_offset)
+            scns = _event_scns(np.asarray(offsets, np.int64), record.scn_first,
+                               record.base_offset, record.window)
         slots = (self.column(batch.slots, at, np.uint16) if len(batch.slots) in (1, self.count)
                  else np.asarray(batch_slots(batch), np.uint16)[at])
         extras = self._extras(positions)
@@ -259,8 +258,7 @@ def _add_pass_winners(fold: Fold, folded: list[_Columns], starts: npt.NDArray[np
     scn_firsts = np.asarray([c.record.scn_first for c in folded], np.int64)
     windows = np.asarray([c.record.window for c in folded], bool)
     offsets = bases[record_of] + position
-    scns = np.where(windows[record_of], scn_firsts[record_of],
-                    offsets + (scn_firsts - bases)[record_of])
+    scns = _event_scns(offsets, scn_firsts[record_of], bases[record_of], windows[record_of])
     publish = np.asarray([c.record.publish_time_ms for c in folded], np.int64)[record_of]
     event_times: list[int] = []
     slots: list[int] = []
@@ -290,6 +288,15 @@ def _add_pass_winners(fold: Fold, folded: list[_Columns], starts: npt.NDArray[np
             n = int(at[i])
             fold.tombstones.append((codec.tombstone_key(topic_id, partition, int(publish[n]),
                                                         int(offsets[n])), keys[i][skip:]))
+
+
+def _event_scns(offsets: npt.NDArray[np.int64], scn_first: Any, base_offset: Any,
+                window: Any) -> npt.NDArray[np.int64]:
+    """The SCNs of events at `offsets` of records that list none: their window's, else
+    scn_first + their place (`sdk.core.columns.record_scns`' rule, on arrays: the record's
+    fields are scalars or one entry per event)."""
+    return np.asarray(np.where(window, scn_first, offsets + (scn_first - base_offset)),
+                      np.int64)
 
 
 def _add_winners(fold: Fold, columns: _Columns, topic_id: int, partition: int,
