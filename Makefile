@@ -13,7 +13,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test lint typecheck unit proto bench clean system-deps
 
-$(STAMP): pyproject.toml
+# setup.py and the C source too: the editable install builds the native module in place
+$(STAMP): pyproject.toml setup.py broker/subscription/_record_cut.c
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Keybus needs Python 3.11; set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

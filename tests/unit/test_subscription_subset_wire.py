@@ -71,10 +71,12 @@ def records(draw: st.DrawFn) -> tuple[pb.Record, int]:
     return record, base
 
 
-def cached(body: bytes, base: int) -> CachedRecord:
+def cached(body: bytes, base: int, cuttable: bool = False) -> CachedRecord:
+    """A cached record; `cuttable` False: its subsets take the Python paths tested
+    here, whether or not the C cut was built (tests/unit/test_record_cut.py)."""
     record = pb.Record.FromString(body)
     return CachedRecord(base, record.batch.count, body, record,
-                        np.zeros(record.batch.count, np.int32))
+                        np.zeros(record.batch.count, np.int32), cuttable=cuttable)
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,8 +112,8 @@ def batch_of(count: int) -> pb.EventBatch:
                          values=[b"v%d" % i for i in range(count)])
 
 
-def hand_laid(record_fields: bytes, base: int = 7) -> CachedRecord:
-    return cached(record_fields, base)
+def hand_laid(record_fields: bytes, base: int = 7, cuttable: bool = False) -> CachedRecord:
+    return cached(record_fields, base, cuttable)
 
 
 def test_a_numeric_column_not_packed_gives_no_layout_and_subsets_still_come_out() -> None:
