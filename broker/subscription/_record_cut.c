@@ -328,6 +328,7 @@ typedef struct {
  * expected (rule 3), -1 with an exception set. close_call releases it either way. */
 static int open_call(Call *call, PyObject *positions, uint64_t base, Py_ssize_t count) {
     call->plan.spans = call->plan.stack_spans;
+    call->positions.obj = NULL; /* a failed GetBuffer may leave the view untouched */
     if (!get_positions(positions, &call->positions)) return -1;
     return plan_subset(&call->plan, call->body.buf, call->body.len, base, count,
                        call->positions.buf, call->positions.len / 8);

@@ -99,6 +99,47 @@ def test_a_subset_over_the_message_limit_is_split_in_python() -> None:
     assert sent == values[1:9]
 
 
+@settings(max_examples=500, deadline=None)
+@given(records(), st.data())
+def test_damaged_bytes_never_crash_and_a_cut_they_give_is_protobufs(
+        drawn: tuple[pb.Record, int], data: st.DataObject) -> None:
+    """Bytes with a few bytes changed, cut or dropped: None, or what protobuf makes of them."""
+    record, base = drawn
+    body = bytearray(record.SerializeToString())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(body) - 1))
+        change = data.draw(st.sampled_from(["set", "cut", "drop"]))
+        if change == "set":
+            body[at] = data.draw(st.integers(0, 255))
+        elif change == "cut":
+            del body[at:]
+        else:
+            del body[at]
+        if not body:
+            return
+    damaged = bytes(body)
+    count = data.draw(st.integers(1, 45))
+    positions = np.array(sorted(data.draw(st.sets(st.integers(0, count - 1), min_size=1))),
+                         np.int64)
+    made = record_cut.cut(damaged, b"", base, count, positions)
+    try:
+        parsed = pb.Record.FromString(damaged)
+    except Exception:  # protobuf refuses them: they never reach a cache
+        return
+    if made is None:
+        return
+    entry = CachedRecord(base, count, damaged, parsed, np.zeros(count, np.int32))
+    built = entry.proto_subset_bytes(positions.tolist())
+    expected = pb.Record.FromString(built)
+    expected.ClearField("topic")  # the head is the caller's (b"" here)
+    expected.ClearField("partition")
+    expected.ClearField("base_offset")
+    expected.ClearField("scn_first")
+    expected.ClearField("window")
+    expected.ClearField("publish_time_ms")
+    assert pb.Record.FromString(made) == expected
+
+
 def test_the_delivery_path_uses_the_c_cut_and_keeps_the_stored_bytes_whole() -> None:
     record = pb.Record(topic="t", base_offset=100, batch=pb.EventBatch(
         count=100, key_ints=list(range(100)), values=[b"v%d" % i for i in range(100)]))
@@ -128,6 +169,18 @@ def test_positions_of_another_integer_type_are_taken_as_int64() -> None:
     wide = record_cut.cut(entry.body, entry.header(), 5, 3, np.array([0, 2], np.int32))
     strided = record_cut.cut(entry.body, entry.header(), 5, 3, np.arange(0, 4, dtype=np.int64)[::2])
     assert wide == strided == entry.proto_subset_bytes([0, 2])
+
+
+def test_positions_the_module_cannot_read_raise_a_type_error() -> None:
+    from broker.subscription import _record_cut
+    entry = cached(pb.Record(batch=pb.EventBatch(
+        count=3, key_ints=[1, 2, 3], values=[b"a", b"b", b"c"])).SerializeToString(), 0)
+    for positions in ([0, 2], np.array([0.0, 2.0]), np.array([0, 2], np.int32), b"\0" * 16):
+        with pytest.raises(TypeError):
+            _record_cut.cut(entry.body, b"", 0, 3, positions)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            _record_cut.delivery(entry.body, b"", 0, 3, positions,  # type: ignore[arg-type]
+                                 2, 0, 0, 1 << 20)
 
 
 def hand_laid_batch(batch: bytes) -> CachedRecord:
