@@ -13,8 +13,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test lint typecheck unit proto bench clean system-deps
 
-# setup.py and the C source too: the editable install builds the native module in place
-$(STAMP): pyproject.toml setup.py broker/subscription/_record_cut.c
+# setup.py and the C sources too: the editable install builds the native modules in place
+$(STAMP): pyproject.toml setup.py $(wildcard broker/subscription/*.c)
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Keybus needs Python 3.11; set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

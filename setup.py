@@ -1,13 +1,19 @@
-"""The one native module, which pyproject.toml cannot declare without a warning yet.
+"""The native modules, which pyproject.toml cannot declare without a warning yet.
 
-Subsets of stored records cut in C on the delivery path
-(broker/subscription/_record_cut.c). Optional: without a C compiler the install
-goes on and the broker cuts them in Python (broker/subscription/record_cut.py).
-Everything else about the package is in pyproject.toml.
+Two hot pieces of a dispatcher's round in C: subsets of stored records cut for
+deliveries (broker/subscription/_record_cut.c) and the Key_Shared plan
+(_keyed_plan.c). Optional: without a C compiler the install goes on and the
+broker does both in Python (broker/native.py). Everything else about the
+package is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(
-    "broker.subscription._record_cut", ["broker/subscription/_record_cut.c"],
-    optional=True, extra_compile_args=["-O2", "-Wall", "-Wextra"])])
+
+def native(name: str) -> Extension:
+    """broker/subscription/NAME.c as the optional module broker.subscription.NAME."""
+    return Extension(f"broker.subscription.{name}", [f"broker/subscription/{name}.c"],
+                     optional=True, extra_compile_args=["-O2", "-Wall", "-Wextra"])
+
+
+setup(ext_modules=[native("_record_cut"), native("_keyed_plan")])

@@ -15,9 +15,11 @@ owned by the active consumer):
    in candidate order. So what a slot sends is always a prefix of its
    candidates (every reason to wait is per slot, or per owner and a cut
    of the owner's candidates in order), and per-key order holds.
-4. Work is a fixed number of numpy calls per plan, none per event in Python;
-   but a plan of a few candidates (`SMALL_PLAN_EVENTS`, following the tail)
-   is one Python step per candidate, cheaper than the numpy calls' fixed cost.
+4. The plan is one pass of C when the native module was built
+   (`_keyed_plan.c`; broker/native.py says when it is used). In Python, work
+   is a fixed number of numpy calls per plan, none per event in Python; but a
+   plan of a few candidates (`SMALL_PLAN_EVENTS`, following the tail) is one
+   Python step per candidate, cheaper than the numpy calls' fixed cost.
 
 `plan_shared` spreads a count of candidates over consumers by permits,
 round-robin from where the last plan stopped; no order, no key affinity.
@@ -34,6 +36,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
+from broker import native
 from sdk.core.hashing import SLOT_COUNT
 
 FLOORED = 1  # the slot waits: its events from its floor on are read again later
@@ -42,6 +45,8 @@ DELAYED = 4  # an event of the slot waits out a nack delay
 DEAD_LETTERING = 8  # an event of the slot is on its way to the dead-letter topic
 BLOCKING = DRAINING | DELAYED | DEAD_LETTERING
 SMALL_PLAN_EVENTS = 32  # plans of at most this many candidates run in Python (rule 4)
+_PLAN_VERSION = 1  # PLAN_VERSION in _keyed_plan.c
+_native = native.load("broker.subscription._keyed_plan", _PLAN_VERSION)
 
 
 class WaitReason(IntEnum):
@@ -76,8 +81,20 @@ def plan_keyed(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint3
         permits: permits left per owner index (entry 0 unused).
     """
     assert len(owner_of_slot) == SLOT_COUNT and len(flags) == SLOT_COUNT
+    if _native is not None and slots.dtype == np.int32 and owner_of_slot.dtype == np.uint32 \
+            and flags.dtype == np.uint8 and permits.dtype == np.int64:
+        positions, owners, bounds = _native.plan(slots, owner_of_slot, flags, permits, BLOCKING)
+        return KeyedPlan(np.frombuffer(positions, np.intp), np.frombuffer(owners, np.intp),
+                         np.frombuffer(bounds, np.intp))
     if len(slots) <= SMALL_PLAN_EVENTS:
         return _plan_keyed_small(slots, owner_of_slot, flags, permits)
+    return _plan_keyed_vectorized(slots, owner_of_slot, flags, permits)
+
+
+def _plan_keyed_vectorized(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint32],
+                           flags: npt.NDArray[np.uint8], permits: npt.NDArray[np.int64]
+                           ) -> KeyedPlan:
+    """`plan_keyed` in numpy: a fixed number of calls whatever the number of candidates."""
     # take, not [...]: several times faster on these sizes; owners as 16-bit keys so the
     # stable argsort is a radix sort; ranks within an owner from counts, not a search
     owner = owner_of_slot.take(slots)

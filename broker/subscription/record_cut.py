@@ -5,46 +5,20 @@ Job: the delivery path's choice between `_record_cut.c` and the Python paths
 microsecond a subset against 10-30 for the Python paths in the broker, where
 it runs a few times for every commit a Key_Shared subscription follows.
 
-Rules:
-1. The native module is optional: the install builds it when a C compiler is
-   there and goes on without it otherwise, and `cut` then answers None, as it
-   does for bytes the C walk does not expect. None means: cut it in Python.
-2. A module built from another version of the C source (an install that was
-   not rebuilt) is not used; the broker says so once in its log.
-3. `KEYBUS_PURE_PYTHON=1` in the environment turns native code off: to
-   compare both, and to rule the C code out when looking for a fault.
+Rules: those of broker/native.py. `cut` and `delivery` answer None when the
+module is not in use, as they do for bytes the C walk does not expect. None
+means: cut it in Python.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import types
-
 import numpy as np
 import numpy.typing as npt
 
-log = logging.getLogger(__name__)
+from broker import native
 
 _VERSION = 2  # CUT_VERSION in _record_cut.c
-
-
-def _load() -> types.ModuleType | None:
-    if os.environ.get("KEYBUS_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from broker.subscription import _record_cut
-    except ImportError:  # built without a C compiler (rule 1)
-        return None
-    version = getattr(_record_cut, "VERSION", None)
-    if version != _VERSION:
-        log.warning("the native record cutter is version %s, this code expects %d: not "
-                    "used (reinstall Keybus to rebuild it)", version, _VERSION)
-        return None
-    return _record_cut
-
-
-_native = _load()
+_native = native.load("broker.subscription._record_cut", _VERSION)
 NATIVE = _native is not None
 
 
@@ -58,7 +32,7 @@ def cut(body: bytes, head: bytes, base: int, count: int,
         positions: npt.NDArray[np.int64]) -> bytes | None:
     """The subset Record of the events at `positions` of the stored record `body`
     (`count` events from offset `base`; `head` its Record fields 1-6), or None:
-    cut it in Python (rule 1)."""
+    cut it in Python."""
     if _native is None:
         return None
     result: bytes | None = _native.cut(body, head, base, count, _int64(positions))

@@ -5,7 +5,7 @@ Goal: the C cut gives the subset the protobuf classes build
 and set of positions, and the same bytes wherever the serializer's output is
 deterministic (a `headers` map of several entries is not); bytes it does not
 expect, and positions out of range, give None and the delivery path cuts them
-in Python instead; the switch and the version check keep a module out.
+in Python instead (when the module is used: tests/unit/test_native.py).
 
 Method: the hypothesis strategy of the Python cut's tests (every column with
 no entry, one broadcast entry or one per event; keys and times negative and
@@ -16,16 +16,11 @@ built (an install without a C compiler); CI builds it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import types
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import broker.subscription
 from broker.rpc.wire import varint
 from broker.subscription import record_cut
 from broker.subscription.delivery import CachedRecord, RecordCache, _one_part, delivery_messages
@@ -227,20 +222,3 @@ def test_unknown_fields_and_elements_in_two_runs_are_cut_as_protobuf_cuts_them()
     for batch in (split, unknown):
         entry = hand_laid_batch(batch)
         assert cut(entry, [1, 2]) == entry.proto_subset_bytes([1, 2])
-
-
-def test_a_module_of_another_version_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    stale = types.ModuleType("broker.subscription._record_cut")
-    stale.VERSION = 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "broker.subscription._record_cut", stale)
-    monkeypatch.setattr(broker.subscription, "_record_cut", stale, raising=False)
-    assert record_cut._load() is None
-
-
-def test_pure_python_turns_the_module_off() -> None:
-    code = "from broker.subscription import record_cut; print(record_cut.NATIVE)"
-    for value, expected in (("1", "False"), ("0", "True")):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={"KEYBUS_PURE_PYTHON": value, "PATH": ""}, timeout=60,
-                             check=True)
-        assert out.stdout.strip() == expected

@@ -133,12 +133,7 @@ def test_small_plans_equal_the_vectorized_plan(slots: list[int], owner_of: list[
         flags[slot] = DELAYED
     args = (np.array(slots, np.int32), owners, flags, np.array([0, *permits[1:]], np.int64))
     small = dispatch._plan_keyed_small(*args)
-    saved = dispatch.SMALL_PLAN_EVENTS
-    dispatch.SMALL_PLAN_EVENTS = -1  # every plan vectorized
-    try:
-        vectorized = plan_keyed(*args)
-    finally:
-        dispatch.SMALL_PLAN_EVENTS = saved
+    vectorized = dispatch._plan_keyed_vectorized(*args)
     for a, b in ((small.positions, vectorized.positions), (small.owners, vectorized.owners),
                  (small.bounds, vectorized.bounds)):
         assert a.tolist() == b.tolist() and a.dtype == b.dtype
