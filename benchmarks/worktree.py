@@ -2,18 +2,23 @@
 
 `stages-ab` and `core-path --base` run a revision's code next to this one; both
 check it out in a temporary git worktree and remove it afterwards, whatever
-happens in between.
+happens in between. A revision with native modules (its `setup.py`) gets them
+built in place, as the editable install builds this tree's, so both sides run
+the code they would run installed; where they cannot be built (no C compiler),
+both sides fall back alike only if this tree's were not built either.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT_S = 300
 
 
 class WorktreeError(Exception):
@@ -34,6 +39,9 @@ def checked_out(revision: str, prefix: str) -> Iterator[Path]:
         if added.returncode:
             raise WorktreeError(added.stderr.strip())
         try:
+            if (worktree / "setup.py").exists():  # optional extensions: a failure is no error
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                               cwd=worktree, capture_output=True, timeout=BUILD_TIMEOUT_S)
             yield worktree
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
