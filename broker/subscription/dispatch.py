@@ -81,14 +81,24 @@ def plan_keyed(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint3
         permits: permits left per owner index (entry 0 unused).
     """
     assert len(owner_of_slot) == SLOT_COUNT and len(flags) == SLOT_COUNT
-    if _native is not None and slots.dtype == np.int32 and owner_of_slot.dtype == np.uint32 \
-            and flags.dtype == np.uint8 and permits.dtype == np.int64:
-        positions, owners, bounds = _native.plan(slots, owner_of_slot, flags, permits, BLOCKING)
+    if _native is not None and _native_readable(slots, owner_of_slot, flags, permits):
+        positions, owners, bounds = _native.plan(np.ascontiguousarray(slots), owner_of_slot,
+                                                 flags, permits, BLOCKING)
         return KeyedPlan(np.frombuffer(positions, np.intp), np.frombuffer(owners, np.intp),
                          np.frombuffer(bounds, np.intp))
     if len(slots) <= SMALL_PLAN_EVENTS:
         return _plan_keyed_small(slots, owner_of_slot, flags, permits)
     return _plan_keyed_vectorized(slots, owner_of_slot, flags, permits)
+
+
+def _native_readable(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint32],
+                     flags: npt.NDArray[np.uint8], permits: npt.NDArray[np.int64]) -> bool:
+    """Whether the C plan takes these arrays (slots once made contiguous; the core's
+    tables are contiguous as made); other types are planned in Python."""
+    return (slots.dtype == np.int32 and owner_of_slot.dtype == np.uint32
+            and flags.dtype == np.uint8 and permits.dtype == np.int64
+            and owner_of_slot.flags.c_contiguous and flags.flags.c_contiguous
+            and permits.flags.c_contiguous)
 
 
 def _plan_keyed_vectorized(slots: npt.NDArray[np.int32], owner_of_slot: npt.NDArray[np.uint32],

@@ -100,9 +100,14 @@ def test_the_c_plan_refuses_tables_it_cannot_read() -> None:
         dispatch._native.plan(np.array([1], np.int32), owners, flags[:10], permits, BLOCKING)
 
 
-def test_arrays_of_other_types_are_planned_in_python() -> None:
+def test_arrays_of_other_types_or_strided_are_planned_too() -> None:
     owners, flags = tables([0, 1, 2], {})
-    plan = dispatch.plan_keyed(np.array([1, 2, 1], np.int64), owners, flags,
-                               np.array([0, 1, 5], np.int64))
-    assert plan.positions.tolist() == [0, 1] and plan.owners.tolist() == [1, 2]
-    assert plan.bounds.tolist() == [0, 1, 2]
+    permits = np.array([0, 1, 5], np.int64)
+    strided = np.array([1, 9, 2, 9, 1], np.int32)[::2]
+    for slots in (np.array([1, 2, 1], np.int64), strided):
+        plan = dispatch.plan_keyed(slots, owners, flags, permits)
+        assert plan.positions.tolist() == [0, 1] and plan.owners.tolist() == [1, 2]
+        assert plan.bounds.tolist() == [0, 1, 2]
+    strided_permits = np.array([0, 0, 9, 0, 9, 0, 0, 0], np.int64)[::2]  # 0, 9, 9, 0
+    plan = dispatch.plan_keyed(strided, owners, flags, strided_permits)
+    assert plan.positions.tolist() == [0, 2, 1] and plan.owners.tolist() == [1, 2]
