@@ -13,7 +13,8 @@ from setuptools import Extension, setup
 def native(name: str) -> Extension:
     """broker/subscription/NAME.c as the optional module broker.subscription.NAME."""
     return Extension(f"broker.subscription.{name}", [f"broker/subscription/{name}.c"],
-                     optional=True, extra_compile_args=["-O2", "-Wall", "-Wextra"])
+                     depends=["broker/subscription/_native.h"], optional=True,
+                     extra_compile_args=["-O2", "-Wall", "-Wextra"])
 
 
 setup(ext_modules=[native("_record_cut"), native("_keyed_plan")])

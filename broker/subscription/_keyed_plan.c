@@ -19,28 +19,10 @@
  * It must not know about consumers, deliveries, caches or the event loop.
  */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 #include <stdint.h>
-#include <string.h>
 
 #define PLAN_VERSION 1
-
-/* A contiguous array argument of one item size and one of two buffer formats. */
-static int get_array(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *format,
-                     const char *alternative, const char *what) {
-    view->obj = NULL;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
-    if (view->itemsize != itemsize || view->format == NULL ||
-        (strcmp(view->format, format) != 0 &&
-         (alternative == NULL || strcmp(view->format, alternative) != 0))) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous array of format %s", what,
-                     format);
-        return 0;
-    }
-    return 1;
-}
 
 static PyObject *new_intp_array(Py_ssize_t n, Py_ssize_t **data) {
     PyObject *array = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(Py_ssize_t));
@@ -155,11 +137,4 @@ static struct PyModuleDef MODULE = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__keyed_plan(void) {
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module != NULL && PyModule_AddIntConstant(module, "VERSION", PLAN_VERSION) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
-}
+PyMODINIT_FUNC PyInit__keyed_plan(void) { return versioned_module(&MODULE, PLAN_VERSION); }

@@ -28,10 +28,8 @@
  * It must not know about consumers, deliveries, caches or the event loop.
  */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 #include <stdint.h>
-#include <string.h>
 
 #define CUT_VERSION 2
 #define FIELDS 12 /* EventBatch fields 1-11 */
@@ -131,7 +129,7 @@ static int find_batch(const uint8_t *p, const uint8_t *end, const uint8_t **batc
     return *batch != NULL;
 }
 
-/* Walk the batch: `record_spans` NULL counts the elements of each column (and checks
+/* Walk the batch: `spans` NULL counts the elements of each column (and checks
  * them), else records each element's span. 0 when not laid out as expected. */
 static int walk_batch(const uint8_t *body, const uint8_t *p, const uint8_t *end,
                       Column *columns, Span *spans) {
@@ -183,9 +181,16 @@ static int walk_batch(const uint8_t *body, const uint8_t *p, const uint8_t *end,
     return 1;
 }
 
-/* Whether column `f` gives the entries at the positions (else it is copied whole). */
+/* Whether `column` gives the entries at the positions (else it is copied whole). */
 static int per_event(const Column *column, Py_ssize_t count) {
     return column->count == count && count > 1;
+}
+
+/* The span of a column's i-th element in the subset: the entry at positions[i] when
+ * `picked` (per_event), else its own i-th (a column copied whole). */
+static const Span *chosen_span(const Span *spans, const Column *column, int picked,
+                               const int64_t *positions, Py_ssize_t i) {
+    return &spans[column->first + (picked ? positions[i] : i)];
 }
 
 /* A subset planned: where its parts lie in the body and how large it will be. */
@@ -245,7 +250,7 @@ static int plan_subset(Plan *plan, const uint8_t *body, Py_ssize_t body_size,
         Py_ssize_t chosen = picked ? n : column->count;
         Py_ssize_t size = 0;
         for (Py_ssize_t i = 0; i < chosen; i++) {
-            const Span *span = &plan->spans[column->first + (picked ? positions[i] : i)];
+            const Span *span = chosen_span(plan->spans, column, picked, positions, i);
             size += KIND[f] == 2 ? 1 + varint_size((uint64_t)span->size) + span->size
                                  : span->size;
         }
@@ -289,7 +294,7 @@ static uint8_t *write_subset(const Plan *plan, uint8_t *out, const char *head,
             out = write_varint(out, (uint64_t)plan->column_size[f]);
         }
         for (Py_ssize_t i = 0; i < chosen; i++) {
-            const Span *span = &plan->spans[column->first + (picked ? positions[i] : i)];
+            const Span *span = chosen_span(plan->spans, column, picked, positions, i);
             if (KIND[f] == 2) {
                 *out++ = (uint8_t)((f << 3) | 2);
                 out = write_varint(out, (uint64_t)span->size);
@@ -306,18 +311,6 @@ static uint8_t *write_subset(const Plan *plan, uint8_t *out, const char *head,
     return out;
 }
 
-/* The positions argument as a contiguous int64 buffer; 0 with an exception set. */
-static int get_positions(PyObject *positions, Py_buffer *view) {
-    if (PyObject_GetBuffer(positions, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
-    if (view->itemsize != 8 || view->format == NULL ||
-        (strcmp(view->format, "l") != 0 && strcmp(view->format, "q") != 0)) {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "positions must be a contiguous int64 array");
-        return 0;
-    }
-    return 1;
-}
-
 /* One call's buffers and plan. */
 typedef struct {
     Py_buffer body, positions;
@@ -328,8 +321,7 @@ typedef struct {
  * expected (rule 3), -1 with an exception set. close_call releases it either way. */
 static int open_call(Call *call, PyObject *positions, uint64_t base, Py_ssize_t count) {
     call->plan.spans = call->plan.stack_spans;
-    call->positions.obj = NULL; /* a failed GetBuffer may leave the view untouched */
-    if (!get_positions(positions, &call->positions)) return -1;
+    if (!get_array(positions, &call->positions, 8, "l", "q", "positions")) return -1;
     return plan_subset(&call->plan, call->body.buf, call->body.len, base, count,
                        call->positions.buf, call->positions.len / 8);
 }
@@ -447,11 +439,4 @@ static struct PyModuleDef MODULE = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__record_cut(void) {
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module != NULL && PyModule_AddIntConstant(module, "VERSION", CUT_VERSION) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
-}
+PyMODINIT_FUNC PyInit__record_cut(void) { return versioned_module(&MODULE, CUT_VERSION); }

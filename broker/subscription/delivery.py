@@ -112,8 +112,7 @@ class CachedRecord:
         if len(positions) == self.count:
             return self.body
         if self.cuttable:  # in C when built (record_cut.py): about a microsecond
-            cut = record_cut.cut(self.body, self.header(), self.base, self.count,
-                                 np.asarray(positions, np.int64))
+            cut = record_cut.cut(self.body, self.header(), self.base, self.count, positions)
             if cut is not None:
                 return cut
             self.cuttable = False

@@ -12,6 +12,8 @@ means: cut it in Python.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,14 +24,13 @@ _native = native.load("broker.subscription._record_cut", _VERSION)
 NATIVE = _native is not None
 
 
-def _int64(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    if positions.dtype != np.int64 or not positions.flags.c_contiguous:
-        return np.ascontiguousarray(positions, np.int64)
-    return positions
+def _int64(positions: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Positions as the C code reads them (a contiguous int64 array: as is, no copy)."""
+    return np.ascontiguousarray(positions, np.int64)
 
 
 def cut(body: bytes, head: bytes, base: int, count: int,
-        positions: npt.NDArray[np.int64]) -> bytes | None:
+        positions: Sequence[int] | npt.NDArray[np.int64]) -> bytes | None:
     """The subset Record of the events at `positions` of the stored record `body`
     (`count` events from offset `base`; `head` its Record fields 1-6), or None:
     cut it in Python."""
