@@ -60,26 +60,24 @@ STORED = "stored"
 Row = dict[str, Any]
 
 
-@contextlib.contextmanager
-def _no_fsync_server(tmp: Path) -> Iterator[Server]:
-    from benchmarks import keybus_driver
-    from benchmarks.broker import running_broker
+def _keybus_server(fsync: bool) -> Callable[[Path], contextlib.AbstractContextManager[Server]]:
+    """The Keybus broker, with fsync (its default) or `--no-fsync`, with its Prometheus
+    endpoint on: each latency row reports the broker's WAL fsyncs and garbage
+    collections in it (broker_metrics.py)."""
 
-    with running_broker("--no-fsync") as (address, pid):
-        yield Server(address, pid, keybus_driver._version() + " --no-fsync")
+    @contextlib.contextmanager
+    def server(tmp: Path) -> Iterator[Server]:
+        from benchmarks import keybus_driver
+        from benchmarks.broker import running_broker
+        from benchmarks.peers.servers import free_port
 
+        port = free_port()
+        flags = () if fsync else ("--no-fsync",)
+        with running_broker("--metrics-port", str(port), *flags) as (address, pid):
+            yield Server(address, pid, keybus_driver._version() + ("" if fsync else " --no-fsync"),
+                         metrics=f"127.0.0.1:{port}")
 
-@contextlib.contextmanager
-def _fsync_server(tmp: Path) -> Iterator[Server]:
-    """The Keybus broker with fsync (its default), with its Prometheus endpoint on: each
-    latency row reports the broker's WAL fsyncs in it (broker_metrics.py)."""
-    from benchmarks import keybus_driver
-    from benchmarks.broker import running_broker
-    from benchmarks.peers.servers import free_port
-
-    port = free_port()
-    with running_broker("--metrics-port", str(port)) as (address, pid):
-        yield Server(address, pid, keybus_driver._version(), metrics=f"127.0.0.1:{port}")
+    return server
 
 
 def _keybus(fsync: bool) -> System:
@@ -89,8 +87,8 @@ def _keybus(fsync: bool) -> System:
     base = keybus_driver.system()
     clients = tuple(c for c in base.clients if c.label == KEY_SHARED)
     if fsync:
-        return replace(base, server=_fsync_server, clients=clients, pending=(), churn=None)
-    return replace(base, name="Keybus --no-fsync", server=_no_fsync_server, pending=(), churn=None,
+        return replace(base, server=_keybus_server(True), clients=clients, pending=(), churn=None)
+    return replace(base, name="Keybus --no-fsync", server=_keybus_server(False), pending=(), churn=None,
                    clients=tuple(replace(c, label=KEY_SHARED + ", --no-fsync") for c in clients),
                    durability="no fsync: acknowledged once in RocksDB's memtable and WAL "
                               "(OS page cache), as Redis acknowledges before its fsync")
@@ -188,12 +186,15 @@ def _latency(system: System, server: Server, workload: CompareWorkload, rate: in
     try:
         load = _load()
         metrics = server.metrics
-        fsyncs_before = broker_metrics.scrape(metrics) if metrics else {}
+        before = broker_metrics.scrape(metrics) if metrics else ""
         row = measure(system, server, LATENCY, system.clients[0], STREAM,
                       Plan(paced, (LATENCY,), show_progress))
         if metrics:
+            after = broker_metrics.scrape(metrics)
             row["wal_fsyncs"] = broker_metrics.fsyncs_between(
-                fsyncs_before, broker_metrics.scrape(metrics))
+                broker_metrics.fsync_buckets(before), broker_metrics.fsync_buckets(after))
+            row["gc_pauses"] = broker_metrics.gc_between(
+                broker_metrics.gc_totals(before), broker_metrics.gc_totals(after))
         return _measured(row, rate_per_s=rate, load_1min=load)
     finally:
         system.drop_stream(server.address, STREAM)

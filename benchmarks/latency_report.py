@@ -181,11 +181,24 @@ def fsyncs_table(rows: list[Row]) -> str:
     """The broker's WAL fsyncs during each row that has them (Keybus with fsync)."""
     lines = ["| system | rate events/s | WAL fsyncs | 10 ms or more | the slowest, at most ms |",
              "|---|---|---|---|---|"]
-    for r in (r for r in rows if r.get("scenario") == "latency" and r.get("wal_fsyncs")):
+    for r in (r for r in rows if r.get("scenario") == "latency"
+              and r.get("wal_fsyncs", {}).get("fsyncs")):
         f = r["wal_fsyncs"]
         lines.append(f"| {r['system']} | {_number(r.get('rate_per_s'))} | "
                      f"{_number(f.get('fsyncs'))} | {_number(f.get('over_10ms'))} | "
                      f"{_number(f.get('slowest_at_most_ms'))} |")
+    return "\n".join(lines)
+
+
+def gc_table(rows: list[Row]) -> str:
+    """The broker's garbage collections during each Keybus row (each stops its loop)."""
+    lines = ["| system | rate events/s | collections | full ones | loop ms in them |",
+             "|---|---|---|---|---|"]
+    for r in (r for r in rows if r.get("scenario") == "latency" and r.get("gc_pauses")):
+        g = r["gc_pauses"]
+        lines.append(f"| {r['system']} | {_number(r.get('rate_per_s'))} | "
+                     f"{_number(g.get('collections'))} | {_number(g.get('full'))} | "
+                     f"{_number(g.get('ms'))} |")
     return "\n".join(lines)
 
 
@@ -256,10 +269,14 @@ def body(report: dict[str, Any]) -> str:
         parts += ["", "#### the server's event-loop thread during each row (its main thread, "
                       "/proc; the relay's beside the broker's: what Keybus's own work adds)", "",
                   main_thread_table(report["results"])]
-    if any(r.get("wal_fsyncs") for r in report["results"]):
+    if any(r.get("wal_fsyncs", {}).get("fsyncs") for r in report["results"]):
         parts += ["", "#### the broker's WAL fsyncs during each row (its keybus_wal_fsync_seconds "
                       "histogram, read before and after the row; a stall holds up every event "
                       "arriving during it)", "", fsyncs_table(report["results"])]
+    if any(r.get("gc_pauses") for r in report["results"]):
+        parts += ["", "#### the broker's garbage collections during each row (its "
+                      "keybus_gc_pause_seconds histogram, read before and after the row; each "
+                      "stops the event loop)", "", gc_table(report["results"])]
     if any(r.get("scenario") in ("produce", "consume") for r in report["results"]):
         parts += ["", f"#### throughput, same run: produce {w['events']:,} events (one producer), "
                       f"then {w['consumers']} consumers drain them", "",

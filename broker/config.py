@@ -223,6 +223,10 @@ class Settings:
         500, "Latency: how long a worker thread running Python (view passes, log reads on a "
         "thread) keeps the GIL while the event loop waits for it (sys.setswitchinterval; "
         "Python's default is 5000).")
+    gc_freeze: bool = setting(True, "Latency: leave the objects start-up made out of every "
+                              "later garbage collection (gc.freeze), so a full collection "
+                              "stops the event loop for well under a millisecond instead "
+                              "of 8-15 ms (broker/gc_pauses.py).")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -59,3 +59,9 @@ VIEW_ERRORS = Counter("keybus_view_errors", "View maintenance passes that failed
                       ["topic"])
 BOOTSTRAP_SNAPSHOT_EVENTS = Counter("keybus_bootstrap_snapshot_events",
                                     "Snapshot events sent to bootstrapping clients", ["topic"])
+# One sample per garbage collection of the broker process (broker/gc_pauses.py): the
+# collector holds the GIL, so the event loop stops for as long as each takes.
+GC_PAUSE_SECONDS = Histogram(
+    "keybus_gc_pause_seconds", "Length of each garbage collection of the broker process "
+    "(the event loop waits for it), by generation", ["generation"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1))

@@ -20,6 +20,7 @@ import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from broker import gc_pauses
 from broker.config import PORT_UNBOUND, Settings
 from broker.log.rocks_store import RocksStore
 from broker.processor_stores.service import ProcessorStores
@@ -257,6 +258,9 @@ async def serve(settings: Settings, ready_file: str | None = None) -> None:
     # The process's, not start_broker's: an embedding application keeps its own.
     sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
     broker = await start_broker(settings)
+    if settings.gc_freeze:
+        gc_pauses.freeze_startup_objects()
+    gc_pauses.PauseTimer().install()
     log.info("keybus broker serving on %s:%d, data in %s, fsync=%s, tls=%s, authentication=%s",
              settings.host, broker.port, settings.data_dir, settings.fsync,
              bool(settings.tls_cert_file), security.auth_enabled(settings))

@@ -142,3 +142,26 @@ def test_the_brokers_fsyncs_between_two_scrapes() -> None:
     table = latency_report.fsyncs_table([{**_latency("Keybus Key_Shared", 10_000, 3.0, 9.0),
                                           "wal_fsyncs": stalled}])
     assert "| Keybus Key_Shared | 10,000 | 98 | 2 | 100.00 |" in table
+
+
+def test_the_brokers_garbage_collections_between_two_scrapes() -> None:
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    registry = CollectorRegistry()
+    pauses = Histogram(broker_metrics.GC, "collections", ["generation"], registry=registry)
+
+    def page() -> str:
+        return generate_latest(registry).decode()
+
+    pauses.labels("0").observe(0.0002)
+    before = broker_metrics.gc_totals(page())
+    for _ in range(3):
+        pauses.labels("0").observe(0.0001)
+    pauses.labels("1").observe(0.001)
+    pauses.labels("2").observe(0.012)
+    found = broker_metrics.gc_between(before, broker_metrics.gc_totals(page()))
+    assert found == {"collections": 5, "full": 1, "ms": 13.3}
+    assert broker_metrics.gc_totals("# nothing here\n") == {}
+    table = latency_report.gc_table([{**_latency("Keybus Key_Shared", 10_000, 3.0, 9.0),
+                                      "gc_pauses": found}])
+    assert "| Keybus Key_Shared | 10,000 | 5 | 1 | 13.30 |" in table
