@@ -1,8 +1,8 @@
 """The native modules, which pyproject.toml cannot declare without a warning yet.
 
-Two hot pieces of a dispatcher's round in C: subsets of stored records cut for
-deliveries (broker/subscription/_record_cut.c) and the Key_Shared plan
-(_keyed_plan.c). Optional: without a C compiler the install goes on and the
+Three hot pieces of a dispatcher's round in C: subsets of stored records cut for
+deliveries (broker/subscription/_record_cut.c), a stored record's head and slots
+read without parsing it (_record_scan.c) and the Key_Shared plan (_keyed_plan.c). Optional: without a C compiler the install goes on and the
 broker does both in Python (broker/native.py). Everything else about the
 package is in pyproject.toml.
 """
@@ -13,8 +13,9 @@ from setuptools import Extension, setup
 def native(name: str) -> Extension:
     """broker/subscription/NAME.c as the optional module broker.subscription.NAME."""
     return Extension(f"broker.subscription.{name}", [f"broker/subscription/{name}.c"],
-                     depends=["broker/subscription/_native.h"], optional=True,
+                     depends=["broker/subscription/_native.h",
+                              "broker/subscription/_record_wire.h"], optional=True,
                      extra_compile_args=["-O2", "-Wall", "-Wextra"])
 
 
-setup(ext_modules=[native("_record_cut"), native("_keyed_plan")])
+setup(ext_modules=[native("_record_cut"), native("_record_scan"), native("_keyed_plan")])

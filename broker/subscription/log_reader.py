@@ -27,6 +27,7 @@ from broker.log import codec
 from broker.log.rocks_store import RocksStore
 from broker.log.sparse import densify
 from broker.read_path import EventSelector
+from broker.subscription import record_scan
 from broker.subscription.core import ReadRequest, ReadResult
 from broker.subscription.delivery import CachedRecord
 from sdk.core.columns import batch_slots
@@ -34,10 +35,16 @@ from sdk.core.pb import keybus_pb2 as pb
 
 
 def parse_record(base: int, value: bytes) -> CachedRecord:
-    """One stored record value as the dispatcher keeps it."""
+    """One stored record value as the dispatcher keeps it (its slot column and its
+    subsets' head read from the bytes when they can be: record_scan.py)."""
     header = codec.decode_header(value)
     body = codec.record_bytes(value)
     record = pb.Record.FromString(body)
+    if not header.sparse:
+        scanned = record_scan.scan(body, base, header.count)
+        if scanned is not None:
+            head, slots = scanned
+            return CachedRecord(base, header.count, body, record, slots, subset_header=head)
     present = None
     if header.sparse:  # compacted: the positions compaction removed count as filtered
         record, kept = densify(record, header.count)

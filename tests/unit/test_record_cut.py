@@ -25,7 +25,7 @@ from broker.rpc.wire import varint
 from broker.subscription import record_cut
 from broker.subscription.delivery import CachedRecord, RecordCache, _one_part, delivery_messages
 from sdk.core.pb import keybus_pb2 as pb
-from tests.unit.test_subscription_subset_wire import cached, records
+from tests.unit.test_subscription_subset_wire import cached, damage, records
 
 pytestmark = pytest.mark.skipif(not record_cut.NATIVE,
                                 reason="the native record cutter was not built")
@@ -100,19 +100,9 @@ def test_damaged_bytes_never_crash_and_a_cut_they_give_is_protobufs(
         drawn: tuple[pb.Record, int], data: st.DataObject) -> None:
     """Bytes with a few bytes changed, cut or dropped: None, or what protobuf makes of them."""
     record, base = drawn
-    body = bytearray(record.SerializeToString())
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(body) - 1))
-        change = data.draw(st.sampled_from(["set", "cut", "drop"]))
-        if change == "set":
-            body[at] = data.draw(st.integers(0, 255))
-        elif change == "cut":
-            del body[at:]
-        else:
-            del body[at]
-        if not body:
-            return
-    damaged = bytes(body)
+    damaged = damage(record.SerializeToString(), data)
+    if not damaged:
+        return
     count = data.draw(st.integers(1, 45))
     positions = np.array(sorted(data.draw(st.sets(st.integers(0, count - 1), min_size=1))),
                          np.int64)

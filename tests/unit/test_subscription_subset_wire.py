@@ -71,6 +71,23 @@ def records(draw: st.DrawFn) -> tuple[pb.Record, int]:
     return record, base
 
 
+def damage(body: bytes, data: st.DataObject) -> bytes:
+    """`body` with one to four bytes changed, cut or dropped (b"": nothing left)."""
+    damaged = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        change = data.draw(st.sampled_from(["set", "cut", "drop"]))
+        if change == "set":
+            damaged[at] = data.draw(st.integers(0, 255))
+        elif change == "cut":
+            del damaged[at:]
+        else:
+            del damaged[at]
+        if not damaged:
+            break
+    return bytes(damaged)
+
+
 def cached(body: bytes, base: int, cuttable: bool = False) -> CachedRecord:
     """A cached record; `cuttable` False: its subsets take the Python paths tested
     here, whether or not the C cut was built (tests/unit/test_record_cut.py)."""
