@@ -3,7 +3,8 @@
 Why: a collection holds the GIL for as long as it walks its generation, and the
 event loop stops for that long. A full collection walks every tracked object:
 about 52,000 once a broker has started (modules, classes, protobuf descriptors,
-settings), 8-15 ms each, two or three times in 10 s at 10,000 events/s.
+settings), 8-15 ms each, and 0-2 of them ran in each of the latency benchmark's
+6-10 s rows at 10,000 events/s.
 
 - `freeze_startup_objects` leaves what start-up made out of every later
   collection (`gc.freeze`); garbage is collected first, since frozen objects
