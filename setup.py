@@ -1,9 +1,10 @@
 """The native modules, which pyproject.toml cannot declare without a warning yet.
 
 Three hot pieces of a dispatcher's round in C: subsets of stored records cut for
-deliveries (broker/subscription/_record_cut.c), a stored record's head and slots
-read without parsing it (_record_scan.c) and the Key_Shared plan (_keyed_plan.c). Optional: without a C compiler the install goes on and the
-broker does both in Python (broker/native.py). Everything else about the
+deliveries (broker/subscription/_record_cut.c), a stored record's slot column
+and subset head read from its bytes (_record_scan.c) and the Key_Shared plan
+(_keyed_plan.c). Optional: without a C compiler the install goes on and the
+broker does that work in Python (broker/native.py). Everything else about the
 package is in pyproject.toml.
 """
 
