@@ -41,16 +41,21 @@ static int head_varint(const uint8_t **p, const uint8_t *end, uint64_t *value) {
     return read_varint(p, end, value) && *value != 0 && *p - start == varint_size(*value);
 }
 
-/* The topic (field 1): a length no longer than needed, not 0, valid UTF-8. */
+/* The topic (field 1): a length no longer than needed, not 0, valid UTF-8. An ASCII
+ * topic (nearly every one) is valid as it is, with no string made to check it. */
 static int head_topic(const uint8_t **p, const uint8_t *end) {
     uint64_t size;
     if (!head_varint(p, end, &size) || (uint64_t)(end - *p) < size) return 0;
-    PyObject *text = PyUnicode_DecodeUTF8((const char *)*p, (Py_ssize_t)size, "strict");
-    if (text == NULL) {
-        PyErr_Clear();
-        return 0;
+    int ascii = 1;
+    for (uint64_t i = 0; i < size && ascii; i++) ascii = (*p)[i] < 0x80;
+    if (!ascii) {
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)*p, (Py_ssize_t)size, "strict");
+        if (text == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(text);
     }
-    Py_DECREF(text);
     *p += size;
     return 1;
 }

@@ -78,7 +78,7 @@ static inline int skip_value(const uint8_t **p, const uint8_t *end, int wire) {
 
 /* The batch's payload in the Record's bytes; 0 when absent twice or malformed. */
 static inline int find_batch(const uint8_t *p, const uint8_t *end, const uint8_t **batch,
-                      const uint8_t **batch_end) {
+                             const uint8_t **batch_end) {
     *batch = NULL;
     while (p < end) {
         uint64_t key, size;
@@ -99,7 +99,7 @@ static inline int find_batch(const uint8_t *p, const uint8_t *end, const uint8_t
 /* Walk the batch: `spans` NULL counts the elements of each column (and checks
  * them), else records each element's span. 0 when not laid out as expected. */
 static inline int walk_batch(const uint8_t *body, const uint8_t *p, const uint8_t *end,
-                      Column *columns, Span *spans) {
+                             Column *columns, Span *spans) {
     int seen_packed[FIELDS] = {0};
     Py_ssize_t filled[FIELDS] = {0};
     while (p < end) {

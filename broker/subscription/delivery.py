@@ -295,16 +295,19 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     if entry is not None:  # every offset in one cached record (following the tail: most sends)
         if redelivery_counts is None and len(offsets) < entry.count:  # a part of it, sent once
             positions = offsets - entry.base
+            too_large = False
             if entry.cuttable:  # cut and framed in C (record_cut.py)
                 message = record_cut.delivery(entry.body, entry.header(), entry.base,
                                               entry.count, positions, entry.end - 1,
                                               nacks_seen, send, bytes_max)
                 if isinstance(message, bytes):
                     return [message], offsets[:0]
-                entry.cuttable = message is not None  # False: too large, split below
-            body = entry.subset_bytes(positions)
-            if len(body) <= bytes_max:  # one part, one message: as below, in fewer steps
-                return [_one_part(body, entry.end - 1, nacks_seen, send)], offsets[:0]
+                too_large = message is False  # split below, not cut whole again
+                entry.cuttable = too_large
+            if not too_large:
+                body = entry.subset_bytes(positions)
+                if len(body) <= bytes_max:  # one part, one message: as below, in fewer steps
+                    return [_one_part(body, entry.end - 1, nacks_seen, send)], offsets[:0]
         counts = redelivery_counts.tolist() if redelivery_counts is not None else None
         parts = _record_parts(entry, offsets, counts or [], bytes_max)
         gone = offsets[:0]
