@@ -15,7 +15,8 @@ process exits (SIGTERM included):
   fsync began on the thread (so its own length is known); with `--no-fsync`,
   ``synced`` when the WriteBatch is written;
 - ``publish``: the durable end moved (`Partition.publish`), with the new end;
-- ``round``: a dispatcher round starts (`PartitionDispatcher._round`);
+- ``round``: a dispatcher round starts (`PartitionDispatcher._round`, or
+  `_round_now` in a commit);
 - ``deliver``: a delivery to a consumer is assembled and queued for its
   stream (`PartitionDispatcher._deliver`), with its lowest and highest offset;
 - ``loop_cpu`` and ``task_cpu`` (one note each, last): the event loop's CPU
@@ -101,11 +102,17 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
 
     round_ = PartitionDispatcher._round
 
-    async def traced_round(self: Any) -> None:
+    async def traced_round(self: Any) -> bool:
         notes.append(("round", ns()))
         if round_spin_us:
             spin(round_spin_us)
-        await round_(self)
+        return await round_(self)
+
+    round_now = PartitionDispatcher._round_now
+
+    def traced_round_now(self: Any) -> bool:
+        notes.append(("round", ns()))
+        return round_now(self)
 
     deliver = PartitionDispatcher._deliver
 
@@ -120,6 +127,7 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
         (RocksStore, "append", traced_append), (RocksStore, "sync_wal", traced_sync_wal),
         (partition_class, "publish", traced_publish),
         (PartitionDispatcher, "_round", traced_round),
+        (PartitionDispatcher, "_round_now", traced_round_now),
         (PartitionDispatcher, "_deliver", traced_deliver)]
     for owner, name, traced in replaced:
         setattr(owner, name, traced)

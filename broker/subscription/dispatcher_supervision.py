@@ -95,6 +95,8 @@ class DispatcherSupervision:
         dispatcher.core = PartitionCore(spec.type, spec.mode, dispatcher.index,
                                         dispatcher.core.limits, cursor, now_ms())
         dispatcher.cache.clear()
+        # what the failed core decided and `_round_now` left for the task's round
+        dispatcher._unsent, dispatcher._deferred_read = [], None
         dispatcher.persisted_mark_delete = cursor.mark_delete
         dispatcher.persisted_runs = len(cursor.run_starts)
         self.failure = None

@@ -93,19 +93,27 @@ async def until(condition: Callable[[], bool], what: str) -> None:
 
 @contextmanager
 def counting_rounds() -> Iterator[list[int]]:
-    """Count every dispatcher's rounds while inside (`_round` wrapped, then restored)."""
-    rounds = [0]
-    real_round = PartitionDispatcher._round
+    """Count every dispatcher's rounds while inside: [all of them, those run on the
+    partition's task by `_round_now`] (both wrapped, then restored)."""
+    rounds = [0, 0]
+    real_round, real_round_now = PartitionDispatcher._round, PartitionDispatcher._round_now
 
-    async def counted(self: PartitionDispatcher) -> None:
+    async def counted(self: PartitionDispatcher) -> bool:
         rounds[0] += 1
-        await real_round(self)
+        return await real_round(self)
+
+    def counted_now(self: PartitionDispatcher) -> bool:
+        rounds[0] += 1
+        rounds[1] += 1
+        return real_round_now(self)
 
     PartitionDispatcher._round = counted  # type: ignore[method-assign]
+    PartitionDispatcher._round_now = counted_now  # type: ignore[method-assign]
     try:
         yield rounds
     finally:
         PartitionDispatcher._round = real_round  # type: ignore[method-assign]
+        PartitionDispatcher._round_now = real_round_now  # type: ignore[method-assign]
 
 
 def test_acks_with_nothing_waiting_run_no_round_and_the_cursor_is_still_saved(
@@ -209,13 +217,15 @@ def test_following_the_tail_a_commit_runs_one_round(tmp_path: Path) -> None:
             dispatcher = manager._topics["t"]["s"].dispatchers[0]
             await until(lambda: dispatcher.core.position == 1, "no catch-up")
             await asyncio.sleep(0.05)
-            before = rounds[0]
+            before = list(rounds)
             for key in range(1, 11):
                 await produce(registry, [key])
                 await deliveries(session, 1)
                 await until(lambda key=key: dispatcher.core.position == key + 1, "no catch-up")
                 await asyncio.sleep(0.01)  # a second round, if one were to run, runs now
-            assert rounds[0] - before == 10, rounds[0] - before
+            ran = [now - then for now, then in zip(rounds, before, strict=True)]
+            # each on the partition's task, in the commit (`_round_now`): none woke the task
+            assert ran == [10, 10], ran
 
     with counting_rounds() as rounds:
         asyncio.run(asyncio.wait_for(body(rounds), WAIT_S * 3))

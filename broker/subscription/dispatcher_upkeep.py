@@ -1,0 +1,129 @@
+"""A dispatcher's writes beside its rounds: dead letters and the cursor.
+
+Both run on tasks of their own so no delivery waits for them, one at a time each;
+their end wakes the round. `PartitionDispatcher` (dispatcher.py) takes them in as a
+base class; what they use of it is declared below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.log.rocks_store import RocksStore
+from broker.partition import Partition, now_ms
+from broker.subscription.core import PartitionCore
+from broker.subscription.cursor import Cursor
+from broker.subscription.delivery import RecordCache
+from broker.subscription.holdings import Taken
+from broker.subscription.log_reader import read_records_holding
+from broker.subscription.spec import SubscriptionSpec
+
+log = logging.getLogger("keybus.dispatch")
+DeadLetterSink = Callable[[SubscriptionSpec, list[bytes]], Awaitable[None]]
+
+
+class DispatcherUpkeep:
+    """Dead letters and cursor writes of one `PartitionDispatcher`."""
+
+    spec: SubscriptionSpec
+    partition: Partition
+    index: int
+    store: RocksStore
+    core: PartitionCore
+    cache: RecordCache
+    persisted_mark_delete: int
+    persisted_runs: int
+    _wake: asyncio.Event
+    _dead_letter_sink: DeadLetterSink
+    _dead_letter_task: asyncio.Task[None] | None
+    _persist_task: asyncio.Task[None] | None
+    _last_persist_ms: int
+    _cache_floor: int
+
+    # ------------------------------------------------------------ dead letters
+
+    def _start_dead_letters(self) -> None:
+        if self._dead_letter_task is not None and not self._dead_letter_task.done():
+            return
+        dead = self.core.take_dead_letters()
+        if len(dead):
+            self._dead_letter_task = asyncio.get_running_loop().create_task(
+                self._dead_letter(dead))
+
+    async def _dead_letter(self, dead: Taken) -> None:
+        ok = False
+        try:
+            missing = self.cache.missing(dead.offsets)
+            for record in await asyncio.to_thread(
+                    read_records_holding, self.store, self.partition.meta.topic_id,
+                    self.index, missing.tolist()):
+                self.cache.add(record)
+            records = []
+            offsets = dead.offsets.tolist()
+            i = 0
+            while i < len(offsets):
+                entry = self.cache.find(offsets[i])
+                j = i + 1
+                while entry is not None and j < len(offsets) and offsets[j] < entry.end:
+                    j += 1
+                if entry is not None:
+                    records.append(entry.subset_bytes([o - entry.base for o in offsets[i:j]]))
+                i = j
+            await self._dead_letter_sink(self.spec, records)
+            ok = True
+        except Exception as e:  # retried through the normal path: the key stays held
+            log.warning("dead-letter of %d events of %s/%d/%s failed, redelivering: %s",
+                        len(dead), self.spec.topic, self.index, self.spec.name, e)
+        self.core.process_dead_lettered(dead, ok, now_ms())
+        self._wake.set()
+
+    # ------------------------------------------------------------ persistence
+
+    def _persist_in_background(self, now: int) -> None:
+        """Write the cursor on a task of its own, so no delivery waits for the write
+        (one write at a time: a round that finds one in flight leaves the cursor dirty,
+        and the write's end wakes the round to look again)."""
+        if self._persist_task is not None and not self._persist_task.done():
+            return
+        cursor = self.core.snapshot()
+        self._last_persist_ms = now
+        self._persist_task = asyncio.get_running_loop().create_task(
+            self._write_cursor(cursor, background=True))
+
+    async def _persist_settled(self) -> None:
+        """Wait for a background cursor write, so a later one never lands before it."""
+        task = self._persist_task
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            self._persist_task = None
+
+    async def _persist(self, now: int) -> None:
+        """Write the cursor now (seek, stop): after any background write."""
+        await self._persist_settled()
+        cursor = self.core.snapshot()
+        self._last_persist_ms = now
+        await self._write_cursor(cursor)
+
+    async def _write_cursor(self, cursor: Cursor, background: bool = False) -> None:
+        try:
+            await asyncio.to_thread(self.store.put_cursors, self.partition.meta.topic_id,
+                                    self.spec.name, {self.index: cursor.to_bytes()})
+        except Exception:
+            if not background:
+                raise
+            log.exception("writing the cursor of %s/%d/%s failed; retrying", self.spec.topic,
+                          self.index, self.spec.name)
+            self.core.dirty = True  # written again at the next persist interval
+            self._wake.set()
+            return
+        self.persisted_mark_delete = cursor.mark_delete
+        self.persisted_runs = len(cursor.run_starts)
+        # The records wholly below it go at the round's next trim (never between the
+        # round's cache look-ups and its sends, which this write may land between).
+        self._cache_floor = cursor.mark_delete
+        if background and self.core.dirty:
+            self._wake.set()  # changed meanwhile: the round persists again when due
