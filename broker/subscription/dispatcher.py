@@ -134,10 +134,14 @@ class PartitionDispatcher(DispatcherUpkeep):
         commit, before the producers' answers). If a consumer could take something, run
         the round here and now (`_round_now`), or else wake the task's round: no timer
         and no task of its own sits between the commit and the delivery."""
-        if not self.partition.closed and not self._has_demand():
+        if self.partition.closed:
+            self._wake.set()  # the round ends with topic_deleted
             return
-        if self.partition.closed or not self._parked or self._wake.is_set() \
-                or not self._round_now():
+        if not self._has_demand():
+            return
+        # a woken task already has a round coming: it sees this commit too
+        ran_now = self._parked and not self._wake.is_set() and self._round_now()
+        if not ran_now:
             self._wake.set()
 
     def _round_now(self) -> bool:
@@ -184,9 +188,9 @@ class PartitionDispatcher(DispatcherUpkeep):
         try:
             while not self.closed:
                 if not await self._round():
-                    # a busy round never suspended: let acks and permits queued
-                    # meanwhile land first (after an idle wait they already have,
-                    # and the wake goes straight to its round)
+                    # a round that did not wait for a wake: let acks and permits queued
+                    # meanwhile land first (after a wait they already have, and the
+                    # wake goes straight to its round)
                     await asyncio.sleep(0)
         except BrokerError:  # the topic was deleted under us: the manager ends the streams
             self.closed = True
