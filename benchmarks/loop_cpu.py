@@ -7,7 +7,9 @@ limits. This says where that thread's CPU goes: `install` wraps the broker's
 main synchronous steps of an event's path so each call made on the main
 thread (the event loop) adds its own CPU time (`time.thread_time`, so a
 call that waits for the GIL or a core does not count its wait) to its line;
-a call inside another wrapped call counts only in the outer one. The
+a call inside another wrapped call counts in its own line and not in the outer
+one's (a dispatcher's round runs inside `Partition.publish` when the commit
+runs it: `PartitionDispatcher._round_now`), so each line is its own. The
 broker's stage_trace.py installs it under its own stamps, so their cost is
 not counted.
 
@@ -39,6 +41,8 @@ STEPS: tuple[tuple[str, str | None, str, str], ...] = (
     ("broker.log.rocks_store", "RocksStore", "append", "the group's record and its "
      "WriteBatch (rocksdict's write holds the GIL)"),
     ("broker.partition", "Partition", "publish", "the durable end moves, dispatchers woken"),
+    ("broker.subscription.dispatcher", "PartitionDispatcher", "_round_now", "the rest of a "
+     "dispatcher's round, run in the commit"),
     ("broker.subscription.dispatcher", None, "read_events_in", "a dispatcher reads the "
      "recent records"),
     ("broker.subscription.core", "PartitionCore", "process_read", "the read's events planned "
@@ -61,7 +65,7 @@ class Tally:
         self.cpu_s: dict[str, float] = {}
         self.first_s: float | None = None
         self.last_s = 0.0
-        self.depth = 0
+        self.inner: list[float] = []  # per wrapped call in progress: its wrapped calls' CPU
 
     def report(self) -> dict[str, Any]:
         return {"steps": {k: [self.calls[k], round(self.cpu_s[k], 6)] for k in self.calls},
@@ -73,9 +77,9 @@ def _counted(tally: Tally, key: str, step: Callable[..., Any], main: int) -> Cal
     ident = threading.get_ident
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        if tally.depth or ident() != main:
+        if ident() != main:
             return step(*args, **kwargs)
-        tally.depth = 1
+        tally.inner.append(0.0)
         began = cpu()
         if tally.first_s is None and key.endswith("._submit"):
             tally.first_s = began
@@ -83,9 +87,11 @@ def _counted(tally: Tally, key: str, step: Callable[..., Any], main: int) -> Cal
             return step(*args, **kwargs)
         finally:
             tally.last_s = ended = cpu()
-            tally.cpu_s[key] = tally.cpu_s.get(key, 0.0) + ended - began
+            whole = ended - began
+            tally.cpu_s[key] = tally.cpu_s.get(key, 0.0) + whole - tally.inner.pop()
             tally.calls[key] = tally.calls.get(key, 0) + 1
-            tally.depth = 0
+            if tally.inner:  # the outer call's own time leaves this one out
+                tally.inner[-1] += whole
     return counted
 
 

@@ -112,6 +112,8 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
 
     def traced_round_now(self: Any) -> bool:
         notes.append(("round", ns()))
+        if round_spin_us:
+            spin(round_spin_us)
         return round_now(self)
 
     deliver = PartitionDispatcher._deliver

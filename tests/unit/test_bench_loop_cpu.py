@@ -1,6 +1,7 @@
 """Goal: the stages benchmark's split of the broker's event-loop CPU (benchmarks/loop_cpu.py)
-counts what it says: the main thread's calls only, each nested call once (in the outer
-step), and per-commit figures whose steps and remainder add up to the loop's whole.
+counts what it says: the main thread's calls only, each call's own time once (a nested
+call in its own line, not in the outer step's), and per-commit figures whose steps and
+remainder add up to the loop's whole.
 
 Method: functions wrapped as the broker's are, called from this thread and another, and
 a hand-made report with known answers.
@@ -20,7 +21,7 @@ def _busy(seconds: float) -> None:
         pass
 
 
-def test_only_the_main_threads_outer_calls_count() -> None:
+def test_only_the_main_threads_calls_count_each_its_own_time() -> None:
     tally = loop_cpu.Tally()
     inner = loop_cpu._counted(tally, "X.inner", lambda: _busy(0.002), threading.get_ident())
 
@@ -35,9 +36,12 @@ def test_only_the_main_threads_outer_calls_count() -> None:
     elsewhere.start()
     elsewhere.join()
     report = tally.report()
-    assert report["steps"]["X._submit"][0] == 1 and report["steps"]["X.inner"][0] == 1
-    assert report["steps"]["X._submit"][1] >= 0.004  # its nested call counts in it
+    assert report["steps"]["X._submit"][0] == 1 and report["steps"]["X.inner"][0] == 2
+    submit_s, inner_s = report["steps"]["X._submit"][1], report["steps"]["X.inner"][1]
+    assert 0.002 <= submit_s < 0.0035  # its own 2 ms: the nested call counts in its line
+    assert inner_s >= 0.004  # both calls made on this thread, not the other thread's
     assert report["loop_total_s"] >= 0.006  # from the first _submit to the last call
+    assert report["loop_total_s"] >= submit_s + inner_s
 
 
 def test_per_commit_figures_add_up_to_the_loop() -> None:
