@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -288,7 +289,17 @@ class Partition:
                         command.future.set_exception(e)
                 return
             if self.store.durable:  # a failed fsync raises to supervision: reopen from the store
-                await wait_synced(self.store.wal_syncer)
+                await wait_synced(self.store.wal_syncer,
+                                  functools.partial(self._durable, commands, appends, outcomes))
+                return
+        self._durable(commands, appends, outcomes)
+
+    def _durable(self, commands: list[_Produce], appends: list[Append],
+                 outcomes: list[Decision | BrokerError]) -> None:
+        """The group is durable: readers see it (dispatchers following the tail deliver
+        it at once: `publish`), then its producers are answered. After an fsync this
+        runs in the fsync's callback, ahead of what the loop has queued (wal_sync.py)."""
+        if appends:
             for append in appends:  # what dispatchers following the tail read next
                 self.recent.add(append.base_offset, append.count, append.value)
             self.publish()

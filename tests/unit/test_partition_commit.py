@@ -65,6 +65,33 @@ def test_records_are_seen_only_once_durable_and_recent_holds_what_was_written(
     asyncio.run(_commit_then_publish(tmp_path / "db", fsync))
 
 
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_group_is_published_and_answered_before_the_partitions_task_resumes(
+        tmp_path: Path, fsync: bool) -> None:
+    """After the fsync, the listeners and the answers run in the fsync's callback (no task),
+    ahead of what the loop queued meanwhile; without fsync, on the partition's task."""
+    async def run() -> None:
+        store = RocksStore(str(tmp_path / "db"), fsync=fsync)
+        meta = TopicMeta("t", 1, 1, 0, 0, 0)
+        partition = Partition(store, meta, 0, Settings(fsync=fsync), store.recover_tail(1, 0))
+        published_in: list[object] = []
+        partition.listeners.add(lambda: published_in.append(asyncio.current_task()))
+        partition.start()
+        try:
+            answer = await partition.submit(request([1, 2]))
+            assert answer.base_offset == 0 and partition.end_offset == 2
+            if fsync:
+                assert published_in == [None]
+            else:
+                task = published_in[0]
+                assert isinstance(task, asyncio.Task) and "partition" in task.get_name()
+        finally:
+            await partition.stop()
+            store.close()
+
+    asyncio.run(run())
+
+
 def test_a_compacted_topic_keeps_no_recent_records(tmp_path: Path) -> None:
     async def run() -> None:
         store = RocksStore(str(tmp_path / "db"), fsync=False)

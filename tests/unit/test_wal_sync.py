@@ -141,3 +141,31 @@ def test_a_failing_callback_does_not_stop_the_thread() -> None:
 
     asyncio.run(later())  # answered: the thread outlived both failures
     syncer.close()
+
+
+def test_then_runs_in_the_fsyncs_callback_and_its_error_reaches_the_waiter() -> None:
+    """`then` runs on the loop outside any task (before the waiter resumes), only after a
+    successful fsync; what it raises, `wait_synced` raises."""
+    sync = HeldSync()
+    sync.release.set()
+    syncer = WalSyncer(sync)
+    ran: list[object] = []
+
+    def then() -> None:
+        ran.append(asyncio.current_task())
+
+    def failing_then() -> None:
+        raise ValueError("publish failed")
+
+    async def scenario() -> None:
+        await asyncio.wait_for(wait_synced(syncer, then), WAIT_S)
+        assert ran == [None]  # in the loop's callback, not the waiting task
+        with pytest.raises(ValueError, match="publish failed"):
+            await asyncio.wait_for(wait_synced(syncer, failing_then), WAIT_S)
+        sync.fail = OSError("fsync failed")
+        with pytest.raises(OSError, match="fsync failed"):
+            await asyncio.wait_for(wait_synced(syncer, then), WAIT_S)
+        assert ran == [None]  # not run after a failed fsync
+
+    asyncio.run(scenario())
+    syncer.close()
