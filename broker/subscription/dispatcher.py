@@ -130,10 +130,11 @@ class PartitionDispatcher(DispatcherUpkeep):
         self._wake.set()
 
     def _on_durable(self) -> None:
-        """The partition's durable end moved (runs on the partition's task, in its
-        commit, before the producers' answers). If a consumer could take something, run
-        the round here and now (`_round_now`), or else wake the task's round: no timer
-        and no task of its own sits between the commit and the delivery."""
+        """The partition's durable end moved (runs in its commit, before the producers'
+        answers: on the partition's task, or in the fsync's callback). If a consumer
+        could take something, run the round here and now (`_round_now`), or else wake
+        the task's round: no timer and no task of its own sits between the commit and
+        the delivery."""
         if self.partition.closed:
             self._wake.set()  # the round ends with topic_deleted
             return
@@ -145,7 +146,7 @@ class PartitionDispatcher(DispatcherUpkeep):
             self._wake.set()
 
     def _round_now(self) -> bool:
-        """The round, run without awaiting on the caller's task while this task is
+        """The round, run without awaiting by the caller (the commit) while this task is
         parked in `_idle` (no round is half done). Why: a woken task runs after what
         the loop already has queued, grpcio's write completions of earlier answers and
         deliveries among them (about 0.1 ms following the tail at 10,000 events/s).
