@@ -62,7 +62,8 @@ async def settled(dispatcher: PartitionDispatcher) -> None:
 
 def test_the_commit_queues_the_delivery_before_the_producer_is_answered(tmp_path: Path) -> None:
     async def body() -> None:
-        async with opened(tmp_path / "db", Settings()) as (registry, manager, _):
+        settings = Settings(cursor_persist_interval_ms=60_000)  # no timer wakes the task
+        async with opened(tmp_path / "db", settings) as (registry, manager, _):
             session = await manager.attach(subscribe("c"))
             manager.grant(session, pb.Permits(partition=0, count=1000))
             await produce(registry, [0])
