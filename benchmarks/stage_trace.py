@@ -100,20 +100,21 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
         notes.append(("publish", self.clock.next_offset, ns()))
         publish(self)
 
-    round_ = PartitionDispatcher._round
-
-    async def traced_round(self: Any) -> bool:
+    def round_starts() -> None:
         notes.append(("round", ns()))
         if round_spin_us:
             spin(round_spin_us)
+
+    round_ = PartitionDispatcher._round
+
+    async def traced_round(self: Any) -> bool:
+        round_starts()
         return await round_(self)
 
     round_now = PartitionDispatcher._round_now
 
-    def traced_round_now(self: Any) -> bool:
-        notes.append(("round", ns()))
-        if round_spin_us:
-            spin(round_spin_us)
+    def traced_round_now(self: Any) -> bool:  # the round a commit runs itself
+        round_starts()
         return round_now(self)
 
     deliver = PartitionDispatcher._deliver

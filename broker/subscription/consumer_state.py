@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.errors import BrokerError
+from broker.subscription.members import MemberSpec
 from sdk.core.model import HashRange
 
 
@@ -82,6 +83,12 @@ class Session:
             self.paused = False
             for pause in self._resume.values():
                 pause(False)
+
+    def member_spec(self) -> MemberSpec:
+        """What a dispatch core knows of this consumer."""
+        spec = self.spec
+        return MemberSpec(spec.name, spec.priority, spec.sticky_ranges, spec.ack_timeout_ms,
+                          spec.look_ahead_max)
 
     def close(self, error: BrokerError | None = None) -> None:
         """End the stream (with `error` as its status, if any). Idempotent."""

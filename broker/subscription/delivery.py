@@ -302,8 +302,8 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
                                               nacks_seen, send, bytes_max)
                 if isinstance(message, bytes):
                     return [message], offsets[:0]
-                too_large = message is False  # split below, not cut whole again
-                entry.cuttable = too_large
+                too_large = message is False  # cuttable, over one message: split below
+                entry.cuttable = too_large  # None: bytes the C cut refuses, Python from now on
             if not too_large:
                 body = entry.subset_bytes(positions)
                 if len(body) <= bytes_max:  # one part, one message: as below, in fewer steps

@@ -43,9 +43,7 @@ from broker.subscription.dispatcher_supervision import DispatcherSupervision
 from broker.subscription.dispatcher_upkeep import DeadLetterSink, DispatcherUpkeep
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
-from broker.subscription.members import MemberSpec
 from broker.subscription.selector import SelectorError
-from broker.subscription.selector_sticky import RangeConflict
 from broker.subscription.spec import SubscriptionSpec
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -161,20 +159,15 @@ class PartitionDispatcher(DispatcherUpkeep):
             now = now_ms()
             core.process_tick(now)
             core.dispatch(now)
-            if not self._send_held():
+            if not self._carry_out_held():
                 return False
-            self._tell_changes()
             request = core.next_read(self.partition.end_offset)
             if request is not None:
-                recent = self.partition.recent.covering(request.start, request.stop)
-                if recent is None:
+                if not self._read_recent(request):
                     self._deferred_read = request
                     return False
-                self._take_read(request, *read_events_in(
-                    recent, request, self.selector, self.settings.dispatch_read_bytes_max))
-                if not self._send_held():
+                if not self._carry_out_held():
                     return False
-                self._tell_changes()
             self._end_round()
             if request is not None and not core.read_all(self.partition.end_offset):
                 return False
@@ -231,17 +224,23 @@ class PartitionDispatcher(DispatcherUpkeep):
         self._start_dead_letters()
 
     async def _read(self, request: ReadRequest) -> None:
+        if self._read_recent(request):
+            return
+        records, result = await asyncio.to_thread(
+            read_events, self.store, self.partition.meta.topic_id, self.index, request,
+            self.selector, self.settings.dispatch_read_bytes_max)
+        if not self.closed:
+            self._take_read(request, records, result)
+
+    def _read_recent(self, request: ReadRequest) -> bool:
+        """The read, when the partition's recent records hold it (following the tail:
+        in memory, no thread); False: it needs the store."""
         recent = self.partition.recent.covering(request.start, request.stop)
-        if recent is not None:  # following the tail: the records are in memory, no thread
-            records, result = read_events_in(recent, request, self.selector,
-                                             self.settings.dispatch_read_bytes_max)
-        else:
-            records, result = await asyncio.to_thread(
-                read_events, self.store, self.partition.meta.topic_id, self.index, request,
-                self.selector, self.settings.dispatch_read_bytes_max)
-            if self.closed:
-                return
-        self._take_read(request, records, result)
+        if recent is None:
+            return False
+        self._take_read(request, *read_events_in(recent, request, self.selector,
+                                                 self.settings.dispatch_read_bytes_max))
+        return True
 
     def _take_read(self, request: ReadRequest, records: list[CachedRecord],
                    result: ReadResult) -> None:
@@ -318,6 +317,14 @@ class PartitionDispatcher(DispatcherUpkeep):
                 self._deliver(send.consumer, send.events, nacks_seen, send.send, None)
             self._count_sent()
         self._tell_changes()
+
+    def _carry_out_held(self) -> bool:
+        """`_carry_out` without awaiting; False (nothing told yet) when records of the
+        sends must be read first."""
+        if not self._send_held():
+            return False
+        self._tell_changes()
+        return True
 
     def _send_held(self) -> bool:
         """Send what the core decided if the cache holds its records; False leaves it
@@ -396,9 +403,9 @@ class PartitionDispatcher(DispatcherUpkeep):
             raise BrokerError("consumer_name_taken", consumer=session.name,
                               subscription=self.spec.name, topic=self.spec.topic)
         try:
-            self.core.check_attach(_member_spec(session), now)
+            self.core.check_attach(session.member_spec(), now)
         except SelectorError as e:
-            raise _refusal(self.spec, e) from None
+            raise self.spec.refusal(e) from None
 
     def attach(self, session: Session, now: int) -> None:
         """Add a consumer (runs on the event loop, never awaits).
@@ -408,9 +415,9 @@ class PartitionDispatcher(DispatcherUpkeep):
         """
         self.check_attach(session, now)
         try:
-            self.core.process_attach(_member_spec(session), now)
+            self.core.process_attach(session.member_spec(), now)
         except SelectorError as e:
-            raise _refusal(self.spec, e) from None
+            raise self.spec.refusal(e) from None
         self.sessions[session.name] = session
         session.on_pause(self.index, functools.partial(self._pause, session.name))
         self._wake.set()
@@ -480,20 +487,6 @@ class PartitionDispatcher(DispatcherUpkeep):
         self.cache.clear()
         await self._persist(now_ms())
         self._wake.set()
-
-
-def _member_spec(session: Session) -> MemberSpec:
-    spec = session.spec
-    return MemberSpec(spec.name, spec.priority, spec.sticky_ranges, spec.ack_timeout_ms,
-                      spec.look_ahead_max)
-
-
-def _refusal(spec: SubscriptionSpec, error: SelectorError) -> BrokerError:
-    """Selector refusals as catalogue errors: an overlap names the other consumer."""
-    where = f"subscription {spec.name!r} on topic {spec.topic!r}: {error}"
-    if isinstance(error, RangeConflict):
-        return BrokerError("sticky_range_conflict", detail=where)
-    return BrokerError("key_shared_refused", detail=where)
 
 
 __all__ = ["Kind", "PartitionDispatcher"]

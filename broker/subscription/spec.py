@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import BrokerError
+from broker.subscription.selector import SelectorError
+from broker.subscription.selector_sticky import RangeConflict
 from sdk.core.pb import keybus_pb2 as pb
 
 TYPE_NAMES: dict[int, str] = {pb.EXCLUSIVE: "exclusive", pb.SHARED: "shared", pb.FAILOVER: "failover",
@@ -40,6 +42,13 @@ class SubscriptionSpec:
 
     def key_filter(self) -> pb.KeyFilter:
         return pb.KeyFilter.FromString(self.filter_bytes)
+
+    def refusal(self, error: SelectorError) -> BrokerError:
+        """A selector's refusal as a catalogue error: an overlap names the other consumer."""
+        where = f"subscription {self.name!r} on topic {self.topic!r}: {error}"
+        if isinstance(error, RangeConflict):
+            return BrokerError("sticky_range_conflict", detail=where)
+        return BrokerError("key_shared_refused", detail=where)
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "name": self.name, "type": self.type, "mode": self.mode,

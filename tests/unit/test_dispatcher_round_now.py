@@ -23,6 +23,7 @@ import pytest
 
 import broker.subscription.dispatcher as dispatcher_module
 from broker.config import Settings
+from broker.subscription.consumer_state import Session
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.manager import SubscriptionManager
 from sdk.core.pb import keybus_pb2 as pb
@@ -48,6 +49,13 @@ def dispatcher_of(manager: SubscriptionManager) -> PartitionDispatcher:
     return manager._topics["t"]["s"].dispatchers[0]
 
 
+async def attached(manager: SubscriptionManager, consumer: str) -> Session:
+    """A consumer of "s" on "t" with 1,000 permits on partition 0."""
+    session = await manager.attach(subscribe(consumer))
+    manager.grant(session, pb.Permits(partition=0, count=1000))
+    return session
+
+
 async def settled(dispatcher: PartitionDispatcher) -> None:
     """Until the task waits for a wake with no cursor write in flight to wake it."""
     def quiet() -> bool:
@@ -64,8 +72,7 @@ def test_the_commit_queues_the_delivery_before_the_producer_is_answered(tmp_path
     async def body() -> None:
         settings = Settings(cursor_persist_interval_ms=60_000)  # no timer wakes the task
         async with opened(tmp_path / "db", settings) as (registry, manager, _):
-            session = await manager.attach(subscribe("c"))
-            manager.grant(session, pb.Permits(partition=0, count=1000))
+            session = await attached(manager, "c")
             await produce(registry, [0])
             await deliveries(session, 1)
             dispatcher = dispatcher_of(manager)
@@ -91,8 +98,7 @@ def test_a_read_beyond_the_recent_records_is_left_to_the_task(tmp_path: Path) ->
     async def body(rounds: list[int]) -> None:
         settings = Settings(recent_records_bytes_max=0)  # every read goes to the store
         async with opened(tmp_path / "db", settings) as (registry, manager, _):
-            session = await manager.attach(subscribe("c"))
-            manager.grant(session, pb.Permits(partition=0, count=1000))
+            session = await attached(manager, "c")
             dispatcher = dispatcher_of(manager)
             before = list(rounds)
             got: list[int] = []
@@ -112,8 +118,7 @@ def test_sends_of_records_no_longer_cached_are_left_to_the_task(tmp_path: Path) 
     async def body(rounds: list[int]) -> None:
         settings = Settings(cursor_persist_interval_ms=60_000)
         async with opened(tmp_path / "db", settings) as (registry, manager, _):
-            session = await manager.attach(subscribe("c"))
-            manager.grant(session, pb.Permits(partition=0, count=1000))
+            session = await attached(manager, "c")
             await produce(registry, [0, 1, 2, 3, 4])
             assert offsets_of(await deliveries(session, 5)) == [0, 1, 2, 3, 4]
             dispatcher = dispatcher_of(manager)
@@ -142,8 +147,7 @@ def test_a_failure_in_the_commits_round_restarts_the_dispatcher(
     async def body() -> None:
         settings = Settings(task_restart_backoff_ms=100, task_restart_backoff_max_ms=400)
         async with opened(tmp_path / "db", settings) as (registry, manager, _):
-            session = await manager.attach(subscribe("c1"))
-            manager.grant(session, pb.Permits(partition=0, count=1000))
+            session = await attached(manager, "c1")
             await produce(registry, [0])
             await deliveries(session, 1)
             dispatcher = dispatcher_of(manager)
