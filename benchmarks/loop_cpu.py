@@ -36,7 +36,9 @@ from typing import Any
 STEPS: tuple[tuple[str, str | None, str, str], ...] = (
     ("broker.rpc.produce_servicer", "ProduceServicer", "_submit",
      "a produce request's checks (fields, batch, slots) and its queueing"),
-    ("broker.partition", "Partition", "_decide", "the partition's decision: offsets, SCN, "
+    ("broker.partition", "Partition", "_commit_now", "the rest of a commit `submit` runs "
+     "itself, the partition's task waiting for work"),
+    ("broker.partition_write", None, "_decide", "the partition's decision: offsets, SCN, "
      "the producer's sequence"),
     ("broker.log.rocks_store", "RocksStore", "append", "the group's record and its "
      "WriteBatch (rocksdict's write holds the GIL)"),

@@ -8,7 +8,8 @@ process exits (SIGTERM included):
 
 - ``submit``: a produce request reaches its partition (`Partition.submit`);
 - ``decide``: the partition task decided it (offsets assigned), with its
-  base offset and count (`append_of`, called once per stored request);
+  base offset and count (`append_of`, called once per stored request, in
+  broker/partition_write.py);
 - ``write`` / ``synced``: the group's WriteBatch starts on the loop
   (`RocksStore.append(sync=False)`) and its WAL fsync returns on the WAL
   syncer thread (`RocksStore.sync_wal`), with the group's offsets and when that
@@ -53,6 +54,7 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
     """Wrap the broker's methods so each step appends a note (see the module docstring);
     each dispatcher round first spins `round_spin_us` µs of thread CPU."""
     import broker.partition as partition_module
+    import broker.partition_write as write_module
     from broker.log.rocks_store import RocksStore
     from broker.subscription.dispatcher import PartitionDispatcher
 
@@ -67,7 +69,7 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
         submitted[id(request)] = ns()
         return submit(self, request)
 
-    append_of = getattr(partition_module, "append_of")  # noqa: B009 (imported there, not exported)
+    append_of = getattr(write_module, "append_of")  # noqa: B009 (imported there, not exported)
 
     def traced_append_of(topic: str, index: int, epoch: int, request: Any, decision: Any) -> Any:
         result = decision.result
@@ -126,7 +128,7 @@ def install(notes: list[Note], round_spin_us: int = 0) -> None:
 
     replaced: list[tuple[Any, str, Callable[..., Any]]] = [
         (partition_class, "submit", traced_submit),
-        (partition_module, "append_of", traced_append_of),
+        (write_module, "append_of", traced_append_of),
         (RocksStore, "append", traced_append), (RocksStore, "sync_wal", traced_sync_wal),
         (partition_class, "publish", traced_publish),
         (PartitionDispatcher, "_round", traced_round),

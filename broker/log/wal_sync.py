@@ -89,14 +89,16 @@ class WalSyncer:
                     done(error)
 
 
-async def wait_synced(syncer: WalSyncer, then: Callable[[], None] | None = None) -> None:
-    """Request an fsync and wait for it on the running loop (raises what the fsync raised;
-    StoreClosed when the store is closing).
+def request_synced(syncer: WalSyncer, then: Callable[[], None] | None = None
+                   ) -> asyncio.Future[None]:
+    """Request an fsync now; the future, on the running loop, resolves once it is
+    done (raises what the fsync raised; StoreClosed when the store is closing).
 
     `then` runs once the fsync succeeded, on the loop, in the callback that learns it:
-    before the waiting task resumes, which runs only after whatever the loop had queued
-    meanwhile (about 0.1 ms of grpcio's completions on a busy broker). What it raises,
-    this raises. Not run when the fsync failed or the waiter was cancelled."""
+    before any task waiting on the future resumes, which runs only after whatever
+    the loop had queued meanwhile (about 0.1 ms of grpcio's completions on a busy
+    broker). What it raises, the future raises. Not run when the fsync failed or
+    the future was cancelled (a waiting task cancelled)."""
     loop = asyncio.get_running_loop()
     synced: asyncio.Future[None] = loop.create_future()
 
@@ -105,7 +107,12 @@ async def wait_synced(syncer: WalSyncer, then: Callable[[], None] | None = None)
             loop.call_soon_threadsafe(_settle, synced, error, then)
 
     syncer.request(done)
-    await synced
+    return synced
+
+
+async def wait_synced(syncer: WalSyncer, then: Callable[[], None] | None = None) -> None:
+    """Request an fsync and wait for it (`request_synced`)."""
+    await request_synced(syncer, then)
 
 
 @contextlib.contextmanager

@@ -91,8 +91,17 @@ def test_failure_in_append_loop_fails_in_flight_and_later_requests_then_reopens(
         first = await asyncio.wait_for(partition.submit(_request([1, 2, 3])), WAIT_S)
         assert first.base_offset == 0
         store.fault = OSError("disk on fire")
-        # Both go into one group commit: the first moves the clock in memory,
-        # the second (an idempotent producer) makes the task read the store.
+        # Both go into one group commit (queued while the task is busy, not written by
+        # `submit` itself): the first moves the clock in memory, the second (an
+        # idempotent producer) makes the task read the store.
+        busy = asyncio.Event()
+
+        async def hold(_: Partition) -> None:
+            busy.set()
+            await asyncio.sleep(0.05)
+
+        held = partition.run_on_task(hold)
+        await asyncio.wait_for(busy.wait(), WAIT_S)
         good = partition.submit(_request([4, 5]))
         bad = partition.submit(_request([6], producer_id=(1 << 63) + 7))
         for future in (good, bad):
@@ -102,6 +111,7 @@ def test_failure_in_append_loop_fails_in_flight_and_later_requests_then_reopens(
             assert "'t'/0" in failed.value.message and "disk on fire" in failed.value.message
         with pytest.raises(BrokerError, match="disk on fire"):  # later ones: refused at once
             partition.submit(_request([7]))
+        await asyncio.wait_for(held, WAIT_S)
         store.fault = None
         again = await _produce_when_back(partition, [8, 9])
         assert again.base_offset == 3  # what was in memory only was dropped: no gap
