@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import TypeAlias
 
 import grpc
 
@@ -30,7 +31,8 @@ CHOSEN_ID_MIN = 1 << 63  # ids with the high bit set are chosen by clients (prot
 # An InitProducer id carries its leader epoch above this bit (relay chaining), so
 # two leaders of a topic never hand out the same id.
 PRODUCER_ID_EPOCH_SHIFT = 40
-_Pending = tuple["pb.ProduceRequest | Refused", "asyncio.Future[pb.ProduceResponse] | BrokerError"]
+_Outcome: TypeAlias = "asyncio.Future[pb.ProduceResponse] | BrokerError"
+_Pending: TypeAlias = "tuple[pb.ProduceRequest | Refused, asyncio.Future[_Outcome]]"
 
 
 class ProduceServicer:
@@ -50,7 +52,8 @@ class ProduceServicer:
         pump = asyncio.get_running_loop().create_task(self._pump(requests, pending))
         try:
             while (item := await pending.get()) is not None:
-                yield await self._answer(*item)
+                request, submitted = item
+                yield await self._answer(request, await submitted)
         finally:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
@@ -58,9 +61,16 @@ class ProduceServicer:
 
     async def _pump(self, requests: AsyncIterator[pb.ProduceRequest],
                     pending: asyncio.Queue[_Pending | None]) -> None:
+        loop = asyncio.get_running_loop()
         try:
             async for request in requests:
-                await pending.put((request, self._submit(request)))
+                # The answer's place first, then the request: a partition with nothing
+                # else to do commits it inside `submit` (Partition._commit_now), and its
+                # answer is then written ahead of the deliveries that commit queued,
+                # as when the partition's task commits it.
+                submitted: asyncio.Future[_Outcome] = loop.create_future()
+                await pending.put((request, submitted))
+                submitted.set_result(self._submit(request))
         finally:
             await pending.put(None)
 
