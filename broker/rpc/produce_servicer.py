@@ -70,7 +70,11 @@ class ProduceServicer:
                 # as when the partition's task commits it.
                 submitted: asyncio.Future[_Outcome] = loop.create_future()
                 await pending.put((request, submitted))
-                submitted.set_result(self._submit(request))
+                try:
+                    submitted.set_result(self._submit(request))
+                except Exception as e:  # unexpected: the answer raises it, nothing waits on
+                    submitted.set_exception(e)
+                    raise
         finally:
             await pending.put(None)
 
