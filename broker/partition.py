@@ -238,19 +238,13 @@ class Partition:
         return group
 
     async def _commit(self, commands: list[Produce]) -> None:
-        """Decide every request, write the appends in one WriteBatch, then answer."""
-        if commands[0].synced is not None:  # written by `submit`: its fsync, as for ours
-            await commands[0].synced
-            return
-        written = write_group(self, commands, now_ms())
-        if written is None:  # answered with the write's error
-            return
-        if written.appends and self.store.durable:
-            # a failed fsync raises to supervision: reopen from the store
-            await request_synced(self.store.wal_syncer,
-                                 functools.partial(self._durable, commands, written))
-            return
-        self._durable(commands, written)
+        """Decide every request, write the appends in one WriteBatch, then answer (a
+        request `submit` wrote itself: wait for its fsync, as for a group of ours)."""
+        synced = commands[0].synced
+        if synced is None:
+            synced = self._write(commands)
+        if synced is not None:  # a failed fsync raises to supervision: reopen from the store
+            await synced
 
     def _commit_now(self, command: Produce) -> None:
         """The commit, run by `submit` while the task waits for work (nothing queued,
@@ -262,20 +256,27 @@ class Partition:
         before its next group (so requests that come meanwhile gather into one
         group, as behind a group of the task's own). Whatever this raises reaches
         the task through the same future, so supervision reopens the partition."""
-        loop = asyncio.get_running_loop()
         try:
-            written = write_group(self, [command], now_ms())
-            if written is None:
+            command.synced = self._write([command])
+            if command.synced is None:
                 return
-            if not (written.appends and self.store.durable):
-                self._durable([command], written)
-                return
-            command.synced = request_synced(self.store.wal_syncer,
-                                            functools.partial(self._durable, [command], written))
         except Exception as e:  # the task raises it, as if it had committed the request
-            command.synced = loop.create_future()
+            command.synced = asyncio.get_running_loop().create_future()
             command.synced.set_exception(e)
         self._queue.put_nowait(command)  # the queue is empty: never full
+
+    def _write(self, commands: list[Produce]) -> asyncio.Future[None] | None:
+        """Write the group; its fsync, whose callback publishes and answers it, or None
+        when nothing is left to wait for (durable and answered without fsync, or
+        answered with the write's error)."""
+        written = write_group(self, commands, now_ms())
+        if written is None:
+            return None
+        if written.appends and self.store.durable:
+            return request_synced(self.store.wal_syncer,
+                                  functools.partial(self._durable, commands, written))
+        self._durable(commands, written)
+        return None
 
     def _durable(self, commands: list[Produce], written: Written) -> None:
         """The group is durable: readers see it (dispatchers following the tail deliver
