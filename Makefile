@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install run test lint typecheck unit proto bench clean system-deps
 
 # setup.py and the C sources too: the editable install builds the native modules in place
-$(STAMP): pyproject.toml setup.py $(wildcard broker/subscription/*.c broker/subscription/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard broker/subscription/*.c broker/subscription/*.h broker/view/*.c)
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Keybus needs Python 3.11; set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -43,8 +43,10 @@ def test_a_module_of_another_version_is_not_used(monkeypatch: pytest.MonkeyPatch
 
 def test_pure_python_turns_every_module_off() -> None:
     code = ("from broker.subscription import dispatch, record_cut, record_scan; "
-            "print(record_cut.NATIVE, record_scan.NATIVE, dispatch._native is not None)")
-    for value, expected in (("1", "False False False"), ("0", "True True True")):
+            "from broker.view import fold_native; "
+            "print(record_cut.NATIVE, record_scan.NATIVE, dispatch._native is not None, "
+            "fold_native.NATIVE)")
+    for value, expected in (("1", "False False False False"), ("0", "True True True True")):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={"KEYBUS_PURE_PYTHON": value, "PATH": ""}, timeout=60,
                              check=True)
