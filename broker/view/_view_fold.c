@@ -30,7 +30,7 @@
 
 #include <stdlib.h>
 
-#define FOLD_VERSION 1
+#define FOLD_VERSION 2
 #define HEAD_SIZE 43
 #define DELETE_OPCODE 1
 #define SOURCES_MAX 64 /* distinct sources in one pass; more: None (rule 1) */
@@ -95,7 +95,7 @@ static int walk_record(const uint8_t *p, const uint8_t *end, Rec *rec, const uin
         if (!read_varint(&p, end, &key)) return 0;
         uint64_t number = key >> 3;
         int wire = (int)(key & 7);
-        if (number == 0) return 0; /* protobuf refuses field 0 */
+        if (number == 0 || key > UINT32_MAX) return 0; /* protobuf refuses field 0 */
         if (number == 1) {         /* the topic: text */
             if (wire != 2 || !read_varint(&p, end, &size) || (uint64_t)(end - p) < size ||
                 !ascii(p, size))
@@ -122,20 +122,21 @@ static int walk_record(const uint8_t *p, const uint8_t *end, Rec *rec, const uin
     return 1;
 }
 
-/* The batch's count (field 1); 0 when malformed (a count of 0 reads as 0 too). */
-static uint64_t batch_count(const uint8_t *p, const uint8_t *end) {
-    uint64_t count = 0;
+/* The batch's count (field 1) into *count; 0 when malformed or holding what protobuf
+ * refuses (a field 0, a tag past 32 bits). Walks every field of the batch. */
+static int batch_count(const uint8_t *p, const uint8_t *end, uint64_t *count) {
+    *count = 0;
     while (p < end) {
         uint64_t key, value;
-        if (!read_varint(&p, end, &key) || (key >> 3) == 0) return 0;
+        if (!read_varint(&p, end, &key) || (key >> 3) == 0 || key > UINT32_MAX) return 0;
         if (key == (1 << 3)) {
             if (!read_varint(&p, end, &value)) return 0;
-            count = value;
+            *count = value;
         } else if (!skip_value(&p, end, (int)(key & 7))) {
             return 0;
         }
     }
-    return count;
+    return 1;
 }
 
 /* The varint of element `i` of a packed column (its one element when it has one). */
@@ -164,12 +165,13 @@ static int add_record(Pass *pass, Py_ssize_t r, const uint8_t *body, Py_ssize_t 
     Rec *rec = &pass->recs[r];
     if (!walk_record(body, body + size, rec, &batch, &batch_end)) return 0;
     if (batch == NULL) return 1; /* no batch: no events */
-    uint64_t wide_count = batch_count(batch, batch_end);
-    if (wide_count == 0) return 1; /* left out, as fold_records leaves it (rule 2) */
-    if (wide_count > (uint64_t)INT32_MAX) return 0;
-    Py_ssize_t count = (Py_ssize_t)wide_count;
+    uint64_t wide_count;
     Column columns[FIELDS];
-    if (!walk_batch(body, batch, batch_end, columns, NULL)) return 0;
+    if (!batch_count(batch, batch_end, &wide_count) || wide_count > (uint64_t)INT32_MAX ||
+        !walk_batch(body, batch, batch_end, columns, NULL))
+        return 0;
+    if (wide_count == 0) return 1; /* left out, as fold_records leaves it (rule 2) */
+    Py_ssize_t count = (Py_ssize_t)wide_count;
     if (columns[KEY_STRINGS].count || columns[ORDERING_KEYS].count || columns[SCHEMAS].count ||
         columns[HEADERS].count || columns[KEY_INTS].count != count ||
         columns[VALUES].count != count || columns[SOURCES].count > 1 ||

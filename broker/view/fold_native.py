@@ -23,7 +23,7 @@ from broker.view import codec
 from broker.view.fold import Fold, fold_records
 from sdk.core.pb import keybus_pb2 as pb
 
-_VERSION = 1  # FOLD_VERSION in _view_fold.c
+_VERSION = 2  # FOLD_VERSION in _view_fold.c
 _native = native.load("broker.view._view_fold", _VERSION)
 NATIVE = _native is not None
 

@@ -110,6 +110,7 @@ def test_bytes_protobuf_would_not_write_go_to_python() -> None:
         b"\x00\x01" + good,  # field 0
         good[:-1],  # cut short
         b"\x38\x01" + good,  # the batch's field as a number
+        b"\x3a\x04\x00\x01\x08\x00",  # a field 0 in a batch of no events
     ):
         assert c_fold([body]) is None, body
     assert c_fold([b"\x3a" + bytes([len(batch)]) + batch]) is not None
