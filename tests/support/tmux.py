@@ -9,6 +9,7 @@ touches another tmux.
 from __future__ import annotations
 
 import itertools
+import re
 import shlex
 import subprocess
 import time
@@ -79,11 +80,21 @@ class Tmux:
         self.clear()
         marker = f"@@{next(self._markers)}"
         self.send(f"{command}; echo {marker} rc=$?")
-        self.wait_for(f"\n{marker} rc=", timeout_s)
+        # The typed line holds "rc=$?", the answer "rc=" and digits. A typed line that
+        # fills the row exactly is joined with the answer's row by capture-pane -J.
+        status = re.compile(rf"{marker} rc=(\d+)$")
+        deadline = time.monotonic() + timeout_s
+        while not any(status.search(row) for row in self.screen().splitlines()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{marker} rc= not on screen within {timeout_s}s:\n"
+                                   f"{self.screen()[-3000:]}")
+            time.sleep(0.1)
         rows = self.screen().splitlines()
         first = next(i for i, row in enumerate(rows) if row.startswith("$ ") and marker in row)
-        last = next(i for i, row in enumerate(rows) if row.startswith(f"{marker} rc="))
-        return int(rows[last].split("rc=")[1]), rows[first + 1:last]
+        last = next(i for i in range(first, len(rows)) if status.search(rows[i]))
+        found = status.search(rows[last])
+        assert found is not None
+        return int(found.group(1)), rows[first + 1:last]
 
     def record(self, path: Path) -> None:
         """Copy every byte the pane is sent to `path` (a live bar included, which
