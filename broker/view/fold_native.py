@@ -37,9 +37,8 @@ def fold_bodies(topic_id: int, partition: int, bodies: Sequence[bytes], offset_n
         found = _native.fold(bodies, codec.entries_prefix(topic_id, partition),
                              codec.tombstones_prefix(topic_id, partition))
         if found is not None:
+            # end and scn_last are 0 when no record had events: the position stays
             keys, values, tombstones, events, end, scn_last = found
-            if not events:
-                return Fold(offset_next=offset_next, scn=scn)
             return Fold(entries=dict(zip(keys, values, strict=True)), tombstones=tombstones,
                         offset_next=max(offset_next, end), scn=max(scn, scn_last),
                         events=events)

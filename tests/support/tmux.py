@@ -60,11 +60,12 @@ class Tmux:
         self.wait_for(marker)
         self._tmux("clear-history", "-t", "t")
 
-    def wait_for(self, text: str, timeout_s: float = 60) -> str:
+    def wait_for(self, text: str | re.Pattern[str], timeout_s: float = 60) -> str:
+        """The screen once it holds `text` (a pattern: once it matches)."""
         deadline = time.monotonic() + timeout_s
         while True:
             screen = self.screen()
-            if text in screen:
+            if text.search(screen) if isinstance(text, re.Pattern) else text in screen:
                 return screen
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{text!r} not on screen within {timeout_s}s:\n{screen[-3000:]}")
@@ -82,18 +83,11 @@ class Tmux:
         self.send(f"{command}; echo {marker} rc=$?")
         # The typed line holds "rc=$?", the answer "rc=" and digits. A typed line that
         # fills the row exactly is joined with the answer's row by capture-pane -J.
-        status = re.compile(rf"{marker} rc=(\d+)$")
-        deadline = time.monotonic() + timeout_s
-        while not any(status.search(row) for row in self.screen().splitlines()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{marker} rc= not on screen within {timeout_s}s:\n"
-                                   f"{self.screen()[-3000:]}")
-            time.sleep(0.1)
-        rows = self.screen().splitlines()
+        status = re.compile(rf"{marker} rc=(\d+)$", re.MULTILINE)
+        rows = self.wait_for(status, timeout_s).splitlines()
         first = next(i for i, row in enumerate(rows) if row.startswith("$ ") and marker in row)
-        last = next(i for i in range(first, len(rows)) if status.search(rows[i]))
-        found = status.search(rows[last])
-        assert found is not None
+        last, found = next((i, m) for i in range(first, len(rows))
+                           if (m := status.search(rows[i])) is not None)
         return int(found.group(1)), rows[first + 1:last]
 
     def record(self, path: Path) -> None:
