@@ -37,10 +37,11 @@ from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.subscription_admin import SubscriptionAdmin
 from tests.support.relay_cluster import (
+    caught_up,
+    cluster_story,
     records,
     role,
     roles,
-    settled,
     wait_for,
     wait_settled,
     writable,
@@ -443,21 +444,25 @@ def test_rolling_restart_under_load(zookeeper: ZooKeeperServer, tmp_path: Path) 
         async def scenario() -> None:
             producing = asyncio.create_task(load.produce())
             try:
+                result["step"] = "the first 1,000 acks"
                 await until(lambda: len(load.acked) >= 1_000, 60)
-                for broker in brokers:
+                for index, broker in enumerate(brokers):
+                    result["step"] = f"broker {index} restarted, the cluster settling"
                     await asyncio.to_thread(broker.stop)
                     await asyncio.to_thread(broker.start)
-                    await until(lambda: settled(brokers, "t", 2) is not None, 60)
+                    await until(caught_up(brokers, "t", 2), 60)
                 count = len(load.acked)
+                result["step"] = f"500 acks past {count}"
                 await until(lambda: len(load.acked) >= count + 500, 60)
             except BaseException as e:
                 result["error"] = repr(e)
+                result["story"] = await asyncio.to_thread(cluster_story, brokers, "t")
             finally:
                 load.stop.set()
                 await asyncio.wait_for(producing, 60)
 
         asyncio.run(scenario())
-        assert "error" not in result, result
+        assert "error" not in result, f"{result['step']}: {result['error']}\n{result['story']}"
         gaps = [b - a for a, b in zip(load.ack_times, load.ack_times[1:], strict=False)]
         leader = wait_settled(brokers, "t", followers=2)
         info = role(brokers[leader].address, "t")
