@@ -1,8 +1,8 @@
 """`python -m benchmarks view-pass`: what a compacted view pass costs the event loop.
 
 A view pass runs on a worker thread of the broker (broker/view/store.py).
-rocksdict's multi-get and write keep the GIL for their whole call, so the
-broker's event loop waits while they run, whatever the switch interval. This
+rocksdict's write keeps the GIL for its whole call, so the broker's event
+loop waits while it runs, whatever the switch interval. This
 runs real passes over a real RocksDB log shaped like the latency benchmark's
 at 10,000 events/s (one record of 10 events per millisecond, keys uniform
 over 10,000, 100-byte values; a pass folds one second: 10,000 events, about

@@ -169,6 +169,10 @@ class Settings:
     view_sweep_interval_ms: int = setting(60_000, "How often tombstones past delete retention "
                                           "go.")
     view_sweep_entries_max: int = setting(10_000, "Tombstones one sweep pass looks at.")
+    view_sizes_remembered_max: int = setting(200_000, "Keys whose view entry sizes the broker "
+                                             "keeps in memory (about 130 bytes each), so a "
+                                             "pass counts the view without reading the "
+                                             "entries it replaces; 0 reads them every pass.")
     compaction_records_max: int = setting(1_000, "Compacted topics: records rewritten per "
                                           "retention check.")
     view_thread_nice: int = setting(19, "Latency: the nice value (0-19) of the thread that "

@@ -7,9 +7,9 @@ Rules:
 2. A DELETE becomes a tombstone entry (kept, with its value if it has one)
    and a tombstone index entry, so the sweep can drop it after
    delete_retention_ms (`expired_tombstones`).
-3. The new state counts keys, tombstones and bytes from the entries each
-   put replaces (`account`): the caller reads those old values in one
-   multi-get.
+3. The new state counts keys, tombstones and bytes from the sizes of the
+   entries each put replaces (`account`): the caller knows them from its
+   earlier passes or reads them (sizes.py).
 
 Cost per event: a few list extends (int keys, one source per record: the
 winners come from one numpy sort over the pass) or one entry key and one
@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from broker.view import codec
+from broker.view.sizes import split_sum
 from sdk.core.columns import batch_slots, expand, keys_of
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -325,20 +325,20 @@ def _scn_last(record: pb.Record) -> int:
     return record.scn_first + (_end_of(record) - 1 - record.base_offset)
 
 
-def account(state: codec.ViewState, keys: Sequence[bytes], new: Sequence[bytes],
-            old: Sequence[bytes | None], offset_next: int, scn: int) -> codec.ViewState:
-    """The state after putting `new` values over `old` ones (None: a new key).
+def account(state: codec.ViewState, keys: Sequence[bytes], new: Sequence[int],
+            old: Sequence[int | None], offset_next: int, scn: int) -> codec.ViewState:
+    """The state after putting entries of sizes `new` over entries of sizes `old`
+    (None: a new key); sizes as sizes.py encodes them.
 
     Counted with builtins over whole lists (C loops), not a Python loop per key.
     """
-    replaced = [v for v in old if v is not None]
-    added_keys = sum(map(len, compress(keys, [v is None for v in old])))
-    opcode = itemgetter(codec.OPCODE_AT)
-    n_tombstones = (state.tombstones + list(map(opcode, new)).count(pb.DELETE)
-                    - list(map(opcode, replaced)).count(pb.DELETE))
-    n_bytes = state.entry_bytes + added_keys + sum(map(len, new)) - sum(map(len, replaced))
+    replaced = [size for size in old if size is not None]
+    added_keys = sum(map(len, compress(keys, [size is None for size in old])))
+    new_bytes, new_tombstones = split_sum(new)
+    old_bytes, old_tombstones = split_sum(replaced)
     return codec.ViewState(offset_next, scn, state.keys + len(old) - len(replaced),
-                           n_tombstones, n_bytes)
+                           state.tombstones + new_tombstones - old_tombstones,
+                           state.entry_bytes + added_keys + new_bytes - old_bytes)
 
 
 def expired_tombstones(index: Sequence[tuple[bytes, bytes]], entries: Sequence[bytes | None],

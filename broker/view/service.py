@@ -197,7 +197,7 @@ class ViewService:
     """Every partition view of the broker, by topic."""
 
     def __init__(self, store: RocksStore, settings: Settings) -> None:
-        self.views = ViewStore(store)
+        self.views = ViewStore(store, sizes_capacity=settings.view_sizes_remembered_max)
         self.settings = settings
         self._worker = ViewWorker(settings.view_thread_nice)
         self._topics: dict[str, list[PartitionView]] = {}

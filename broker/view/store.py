@@ -12,10 +12,12 @@ between two (`_yield`); it picks each key's winner over the whole pass
 first, so a hot key is still encoded and written once per pass. Records are
 read as bytes: the common case is folded in C with the GIL released
 (`fold_native.py`), the rest parsed and folded in Python.
-rocksdict's `get` and `write` hold the GIL for their whole call, and so,
-until the switch interval, does Python code. As one call each, a pass of
-10,000 events (6,300 keys) read for 5-16 ms and wrote for 12-48 ms, and the
-broker's event loop waited that long (docs/latency.md). Rules that keep a
+rocksdict's `write` holds the GIL for its whole call, and so, until the
+switch interval, does Python code (its multi-get lets the GIL go). As one
+call, a pass of 10,000 events (6,300 keys) wrote for 12-48 ms, and the
+broker's event loop waited that long (docs/latency.md). The entries a pass
+replaces are counted from sizes remembered from earlier passes (sizes.py):
+only keys not known are read. Rules that keep a
 pass written in parts as safe as one WriteBatch:
 1. A pass of more puts writes, with its first part, the state it will end
    with but `offset_next` and `scn` as before, marked `pass_end` (codec.py):
@@ -47,6 +49,7 @@ from broker.log.rocks_store import RocksStore
 from broker.view import codec
 from broker.view.fold import Fold, account, expired_tombstones, remove_entries
 from broker.view.fold_native import fold_bodies
+from broker.view.sizes import CAPACITY, EntrySizes
 
 VIEW_FAMILY = "view"
 SLICE = 256  # events, keys or puts between two yields: about 1 ms of the GIL
@@ -57,9 +60,11 @@ log = logging.getLogger("keybus.view")
 class ViewStore:
     """Typed access to the `view` column family of the broker's database."""
 
-    def __init__(self, store: RocksStore, slice_size: int = SLICE) -> None:
+    def __init__(self, store: RocksStore, slice_size: int = SLICE,
+                 sizes_capacity: int = CAPACITY) -> None:
         self.log = store
         self.slice = slice_size
+        self.sizes = EntrySizes(sizes_capacity, slice_size, _yield)
         handle, reader = store.column_family(VIEW_FAMILY)
         self._handle: Any = handle
         self._reader: rocksdict.Rdict = reader
@@ -94,10 +99,12 @@ class ViewStore:
             return state
         keys = list(fold.entries)
         values = list(fold.entries.values())
-        new_state = account(state, keys, values, self.get_entries(keys), fold.offset_next,
-                            fold.scn)
+        sizes = self.sizes.sizes_of(values)
+        old = self.sizes.lookup(topic_id, partition, state, keys, self.get_entries)
+        new_state = account(state, keys, sizes, old, fold.offset_next, fold.scn)
         self._write_pass(topic_id, partition, state, new_state,
                          [*zip(keys, values, strict=True), *fold.tombstones])
+        self.sizes.remember(topic_id, partition, new_state, keys, sizes)
         return new_state
 
     def _fold(self, topic_id: int, partition: int, state: codec.ViewState, end_offset: int,

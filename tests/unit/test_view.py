@@ -23,6 +23,7 @@ from broker.read_path import select_events
 from broker.view import codec
 from broker.view.compaction import survivors
 from broker.view.fold import account, entry_keys, expired_tombstones, fold_records
+from broker.view.sizes import sizes_of
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec, decode_keys
 from broker.view.store import ViewStore
 from sdk.core.columns import record_events, record_offsets
@@ -95,7 +96,7 @@ def test_fold_keeps_the_latest_event_per_source_and_key(batches: list[list[tuple
     assert {k: (e.offset, e.is_tombstone) for k, e in got.items()} == model
     assert fold.offset_next == base and fold.scn == base + 99 and fold.events == base
     assert len(fold.tombstones) == sum(delete for _, delete in model.values())
-    state = account(codec.ViewState(), list(fold.entries), list(fold.entries.values()),
+    state = account(codec.ViewState(), list(fold.entries), sizes_of(list(fold.entries.values())),
                     [None] * len(fold.entries), fold.offset_next, fold.scn)
     assert (state.keys, state.tombstones) == (len(model), len(fold.tombstones))
 
@@ -152,7 +153,10 @@ def test_account_counts_replacements_and_tombstone_changes() -> None:
     live = codec.encode_entry(1, 1, 0, 0, 0, pb.UPSERT, b"", b"", b"", b"v")
     dead = codec.encode_entry(2, 2, 0, 0, 0, pb.DELETE, b"", b"", b"", b"")
     start = codec.ViewState(5, 5, keys=2, tombstones=1, entry_bytes=100)
-    state = account(start, [b"k1", b"k2", b"k3"], [dead, live, live], [live, dead, None], 9, 9)
+    live_size, dead_size = sizes_of([live, dead])
+    assert (live_size, dead_size) == (len(live), len(dead) + (1 << 48))
+    state = account(start, [b"k1", b"k2", b"k3"], [dead_size, live_size, live_size],
+                    [live_size, dead_size, None], 9, 9)
     assert (state.offset_next, state.keys, state.tombstones) == (9, 3, 1)
     assert state.entry_bytes == 100 + (len(dead) - len(live)) + (len(live) - len(dead)) + 2 + len(live)
 
