@@ -10,13 +10,18 @@ over 10,000, 100-byte values; a pass folds one second: 10,000 events, about
 time and notes how late it wakes: the wait an event loop would see. The
 switch interval is the broker's default (`gil_switch_interval_us`).
 
-Two settings alternate in the same run, `--repeats` times each:
+Three settings alternate in the same run, `--repeats` times each:
 - `one batch`: the pass folds, reads and writes everything in one call each
   (a slice larger than the pass), as before passes came in slices;
-- `slices of N`: the broker's default slice.
+- `slices of N, sizes read`: the broker's default slice, with no entry sizes
+  remembered (`view_sizes_remembered_max` 0: each pass multi-gets the
+  entries it replaces, as before sizes were remembered);
+- `slices of N`: the broker's defaults.
 
-Prints a markdown table: per setting, the pass's length and the main
-thread's wake-up lateness (p50 / p99 / max). `--no-record` is accepted for
+Prints a markdown table: per setting, the pass's length and CPU (its
+thread's), the main thread's wake-up lateness (p50 / p99 / max) and how
+many wake-ups a pass made more than 1 ms late (percentiles of runs of
+different lengths compare badly; this count does not). `--no-record` is accepted for
 symmetry; nothing is written to RESULTS.md (copy the table with its command).
 """
 
@@ -35,6 +40,7 @@ from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.measurement import percentile
 from broker.config import Settings
 from broker.log.rocks_store import Append, RocksStore
+from broker.view.sizes import CAPACITY
 from broker.view.store import SLICE, ViewStore
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
@@ -68,23 +74,25 @@ def _log(store: RocksStore, events: int, seed: int) -> None:
     store.append(1, 0, appends, {}, 0, 0)
 
 
-def measure(slice_size: int, options: argparse.Namespace) -> dict[str, Any]:
+def measure(slice_size: int, remembered: bool, options: argparse.Namespace) -> dict[str, Any]:
     """Passes on a worker thread; the main thread's wake-up lateness meanwhile."""
     events = options.pass_events * (options.passes + 1)
     with tempfile.TemporaryDirectory(prefix="keybus-view-pass-") as tmp:
         store = RocksStore(f"{tmp}/db", fsync=False)
         try:
             _log(store, events, seed=slice_size)
-            views = ViewStore(store, slice_size)
+            views = ViewStore(store, slice_size, sizes_capacity=CAPACITY if remembered else 0)
             views.fold_pass(1, 0, options.pass_events, options.pass_events)  # keys exist after
             passes: list[float] = []
+            cpu: list[float] = []
             done = threading.Event()
 
             def work() -> None:
                 for n in range(2, options.passes + 2):
-                    began = time.perf_counter()
+                    began, began_cpu = time.perf_counter(), time.thread_time()
                     views.fold_pass(1, 0, n * options.pass_events, options.pass_events)
                     passes.append(time.perf_counter() - began)
+                    cpu.append(time.thread_time() - began_cpu)
                     time.sleep(0.02)
                 done.set()
 
@@ -98,7 +106,10 @@ def measure(slice_size: int, options: argparse.Namespace) -> dict[str, Any]:
             worker.join()
         finally:
             store.close()
-    return {"slice": slice_size, "pass_ms_p50": 1e3 * percentile(sorted(passes), 50),
+    return {"slice": slice_size, "remembered": remembered,
+            "pass_ms_p50": 1e3 * percentile(sorted(passes), 50),
+            "cpu_ms_p50": 1e3 * percentile(sorted(cpu), 50),
+            "late_1ms_per_pass": sum(s > 0.001 for s in late) / options.passes,
             "late": figures_ms(of_ms(1e3 * s for s in late))}
 
 
@@ -109,13 +120,17 @@ def render(runs: list[dict[str, Any]], options: argparse.Namespace, whole: int,
              + f" — {info['date']}, {info['nproc']} cores, {info['cpu']}, Python "
              f"{info['python']}; {options.pass_events:,} events per pass, switch interval "
              f"{sys.getswitchinterval() * 1e6:.0f} µs",
-             "", "| setting | pass ms (p50) | main thread wake-up late, ms: p50 | p99 | max | "
-             "wake-ups |", "|---|---|---|---|---|---|"]
+             "", "| setting | pass ms (p50) | pass CPU ms (p50) | main thread wake-up late, "
+             "ms: p50 | p99 | max | wake-ups | late > 1 ms, per pass |",
+             "|---|---|---|---|---|---|---|---|"]
     for run in runs:
         name = "one batch" if run["slice"] == whole else f"slices of {run['slice']}"
+        if not run["remembered"]:
+            name += ", sizes read"
         late = run["late"]
-        lines.append(f"| {name} | {run['pass_ms_p50']:.0f} | {late['p50_ms']:.2f} | "
-                     f"{late['p99_ms']:.2f} | {late['max_ms']:.2f} | {late['samples']:,} |")
+        lines.append(f"| {name} | {run['pass_ms_p50']:.0f} | {run['cpu_ms_p50']:.0f} | "
+                     f"{late['p50_ms']:.2f} | {late['p99_ms']:.2f} | {late['max_ms']:.2f} | "
+                     f"{late['samples']:,} | {run['late_1ms_per_pass']:.1f} |")
     return "\n".join(lines)
 
 
@@ -123,8 +138,8 @@ def main(argv: list[str]) -> int:
     options = parse_args(argv)
     sys.setswitchinterval(Settings().gil_switch_interval_us / 1_000_000)
     whole = options.pass_events * 10  # larger than any pass: one call each
-    runs = [measure(size, options) for _ in range(options.repeats)
-            for size in (whole, options.slice)]
+    runs = [measure(size, remembered, options) for _ in range(options.repeats)
+            for size, remembered in ((whole, True), (options.slice, False), (options.slice, True))]
     print(render(runs, options, whole, argv))
     return 0
 
