@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -224,27 +225,34 @@ BROKER_COMMANDS = [
 ]
 
 
+GROUPS = ("topics", "subscriptions", "filters", "processors", "databus", "acl", "cluster")
+JSON_COMMANDS = [("topics", "list"), ("read",), ("consume",), ("produce",), ("demo",),
+                 ("subscriptions", "describe"), ("topics", "delete"), ("filters", "explain"),
+                 ("certs",), ("cluster", "dev")]
+
+
 def test_help_is_whole_and_documents_exit_status() -> None:
-    root = ok(keybus(None, "--help"))
+    asked = list(dict.fromkeys([(), *[(g,) for g in GROUPS], *JSON_COMMANDS, *BROKER_COMMANDS]))
+    with ThreadPoolExecutor(4) as pool:  # each is a process: about a second of imports
+        helps = dict(zip(asked, pool.map(lambda c: keybus(None, *c, "--help"), asked),
+                         strict=True))
+        bare = pool.submit(keybus, None, "topics").result()  # a group alone: usage (exit 2)
+    root = ok(helps[()])
     assert "Exit status: 0 done; 1 a call failed" in " ".join(root.split())
     commands = root[root.index("Commands:"):root.index("Exit status")]
     assert "..." not in commands and "read " in commands  # no command's summary cut
-    for group in ("topics", "subscriptions", "filters", "processors", "databus", "acl", "cluster"):
-        listing = ok(keybus(None, group, "--help"))
+    for group in GROUPS:
+        listing = ok(helps[(group,)])
         assert "..." not in listing[listing.index("Commands:"):], listing
-    bare = keybus(None, "topics")  # a group alone: what it offers, as usage (exit 2)
     assert bare.returncode == 2 and "create" in bare.stderr and "Traceback" not in bare.stderr
-    assert "Say in words which keys a filter passes." in ok(keybus(None, "filters", "--help"))
-    for command in (("topics", "list"), ("read",), ("consume",), ("produce",), ("demo",),
-                    ("subscriptions", "describe"), ("topics", "delete"), ("filters", "explain"),
-                    ("certs",), ("cluster", "dev")):
-        text = ok(keybus(None, *command, "--help"))
-        assert "--json" in text, command
+    assert "Say in words which keys a filter passes." in ok(helps[("filters",)])
+    for command in JSON_COMMANDS:
+        assert "--json" in ok(helps[command]), command
     for command in BROKER_COMMANDS:  # one set of connection options everywhere
-        text = ok(keybus(None, *command, "--help"))
+        text = ok(helps[command])
         assert all(option in text for option in ("--json", "--broker", "--timeout", "--tls-ca")), \
             command
-    assert "--broker HOST:PORT" in ok(keybus(None, "read", "--help"))
+    assert "--broker HOST:PORT" in ok(helps[("read",)])
 
 
 def test_broker_start_failures_are_one_line(tmp_path: object, shared_broker: BrokerProcess) -> None:
