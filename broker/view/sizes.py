@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import add, itemgetter
 
+from broker.config import Settings
 from broker.view import codec
 from sdk.core.pb import keybus_pb2 as pb
 
-CAPACITY = 200_000  # sizes over all partitions: about 30 MB of small bytes and ints
+CAPACITY = Settings().view_sizes_remembered_max  # the setting's default
 
 TOMBSTONE_SHIFT = 48
 _opcode = itemgetter(codec.OPCODE_AT)
@@ -54,6 +55,15 @@ def split_sum(sizes: Iterable[int]) -> tuple[int, int]:
     """(bytes, tombstones) of entries of these sizes."""
     total = sum(sizes)
     return total & ((1 << TOMBSTONE_SHIFT) - 1), total >> TOMBSTONE_SHIFT
+
+
+def slice_starts(count: int, size: int, pause: Callable[[], None]) -> Iterator[int]:
+    """Each slice's first index over `count` items, pausing before every slice but the
+    first (rule 5; the store's reads slice the same way)."""
+    for start in range(0, count, size):
+        if start:
+            pause()
+        yield start
 
 
 class EntrySizes:
@@ -77,7 +87,7 @@ class EntrySizes:
         else:
             known = held[1]
         found: list[int | None] = []
-        for start in self._starts(len(keys)):
+        for start in slice_starts(len(keys), self.slice, self.pause):
             found += map(known.get, keys[start:start + self.slice])
         if len(known) == state.keys:
             return found
@@ -91,7 +101,7 @@ class EntrySizes:
     def sizes_of(self, entries: Sequence[bytes]) -> list[int]:
         """`sizes_of`, in slices (rule 5)."""
         sizes: list[int] = []
-        for start in self._starts(len(entries)):
+        for start in slice_starts(len(entries), self.slice, self.pause):
             sizes += sizes_of(entries[start:start + self.slice])
         return sizes
 
@@ -106,14 +116,7 @@ class EntrySizes:
             known = {}  # rule 4
             if others + len(keys) > self.capacity:
                 return
-        for start in self._starts(len(keys)):
+        for start in slice_starts(len(keys), self.slice, self.pause):
             known.update(zip(keys[start:start + self.slice], sizes[start:start + self.slice],
                              strict=True))
         self._partitions[topic_id, partition] = (after, known)
-
-    def _starts(self, count: int) -> Iterator[int]:
-        """Each slice's first index, pausing before every slice but the first."""
-        for start in range(0, count, self.slice):
-            if start:
-                self.pause()
-            yield start

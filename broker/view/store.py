@@ -49,7 +49,7 @@ from broker.log.rocks_store import RocksStore
 from broker.view import codec
 from broker.view.fold import Fold, account, expired_tombstones, remove_entries
 from broker.view.fold_native import fold_bodies
-from broker.view.sizes import CAPACITY, EntrySizes
+from broker.view.sizes import CAPACITY, EntrySizes, slice_starts
 
 VIEW_FAMILY = "view"
 SLICE = 256  # events, keys or puts between two yields: about 1 ms of the GIL
@@ -81,9 +81,7 @@ class ViewStore:
     def get_entries(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values of entry keys (a multi-get per slice)."""
         found: list[bytes | None] = []
-        for start in range(0, len(keys), self.slice):
-            if start:
-                _yield()
+        for start in slice_starts(len(keys), self.slice, _yield):
             found += self._reader.get(keys[start:start + self.slice])  # type: ignore[arg-type]
         return found
 

@@ -62,20 +62,20 @@ def caught_up(brokers: Sequence[BrokerRunner], topic: str, followers: int) -> Ca
     holding at least what the leader held when it was first seen leading. Under load the
     ends never match at one instant (the roles are asked one by one), so `settled` may
     never hold; this asks only that followers reach a position the leader once had."""
-    target: dict[str, object] = {}
+    seen: tuple[str, int] | None = None  # the leader noted, and its epoch
+    ends: list[tuple[int, int]] = []  # its partitions' ends when noted
 
     def reached() -> bool:
+        nonlocal seen, ends
         found = roles(brokers, topic)
         leaders = [r for r in found if r is not None and r.writable]
         if len(leaders) != 1:
             return False
         leader = leaders[0]
-        if target.get("leader") != (leader.leader, leader.leader_epoch):
-            target["leader"] = (leader.leader, leader.leader_epoch)
-            target["ends"] = [(p.end_offset, p.log_end_offset) for p in leader.partitions]
+        if seen != (leader.leader, leader.leader_epoch):
+            seen = (leader.leader, leader.leader_epoch)
+            ends = [(p.end_offset, p.log_end_offset) for p in leader.partitions]
             return False
-        ends = target["ends"]
-        assert isinstance(ends, list)
         copying = [r for r in found if r is not None and r.role == "follower"
                    and r.leader_epoch == leader.leader_epoch and len(r.partitions) == len(ends)
                    and all(p.end_offset >= end and p.log_end_offset >= log_end
