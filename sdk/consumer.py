@@ -299,6 +299,12 @@ class Consumer:
         return {p: list(r) for p, r in self._state.ranges.items()}
 
     @property
+    def stream(self) -> SubscribeStream | None:
+        """The Subscribe stream open now; what the buffer holds came on it (a reconnect
+        makes a new stream and empties the buffer in the same step)."""
+        return self._stream
+
+    @property
     def active(self) -> dict[int, bool]:
         """partition -> whether Failover made this consumer active there."""
         return dict(self._state.active)

@@ -65,6 +65,26 @@ class SubscribeStream:
         assert isinstance(response, pb.SubscribeResponse)
         return response
 
+    async def confirm(self, timeout_s: float) -> bool:
+        """Whether this stream is still up after a round trip to its broker.
+
+        A broker killed a moment ago can look connected: the channel and the call
+        learn of it only when grpcio handles the closed socket, so a quiet stream
+        alone does not say the broker had nothing more to send. A WhoAmI on the
+        same channel (any authenticated caller may ask it) either fails or
+        returns after grpcio has handled what came before it on the connection,
+        a closed one included: the call is then done. False when the probe fails,
+        times out or the call has ended.
+        """
+        if self._call is None or self._call.done():
+            return False
+        try:
+            await self._stub.WhoAmI(pb.WhoAmIRequest(), timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        await asyncio.sleep(0)  # a failure grpcio handed over with the answer runs first
+        return not self._call.done()
+
     async def send(self, request: pb.SubscribeRequest) -> None:
         await self._queue.put(request)
 

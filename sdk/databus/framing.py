@@ -22,7 +22,10 @@ Rules (per partition, parts arrive in offset order unless redelivered):
 4. A share holding more than `bytes_max` value bytes is an `Overflow`.
 5. When the transport goes away (`process_reset`), open shares are dropped
    as in rule 2: a reconnect redelivers them, and the linger must not close
-   a share only because the broker was down.
+   a share only because the broker was down. The shell calls `process_idle`
+   only once it has seen, after the linger, that the stream which brought the
+   shares' parts is still up (share_windows.py), and `process_reset` when
+   that stream is gone.
 
 It must not know about protobuf, asyncio or clocks (time is `now_ms`, and the
 shell decides what it counts: time spent waiting for deliveries); the shell's
@@ -141,6 +144,11 @@ class ShareAssembler:
         out.extend(self._ready)
         self._ready.clear()
         return out
+
+    def lingered(self, now_ms: int) -> bool:
+        """Whether a share has waited `linger_ms` (`process_idle` would close it)."""
+        return any(now_ms - share.arrived_ms >= self.linger_ms
+                   for share in self._shares.values())
 
     def holding(self) -> bool:
         """Whether any part is held back (the shell then polls with process_idle)."""

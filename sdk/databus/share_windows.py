@@ -28,9 +28,11 @@ from sdk.databus.inbox import AbortItem, PieceItem
 from sdk.databus.pieces import record_pieces
 from sdk.databus.window import WindowPiece
 from sdk.security import ClientSecurity
+from sdk.stream import SubscribeStream
 
 _log = logging.getLogger("keybus.databus")
 _IDLE_RECEIVE_S = 0.5
+_CONFIRM_TIMEOUT_S = 2.0  # a round trip to the broker that says the stream is up
 SUBSCRIPTION_TYPES = ("key_shared", "exclusive", "failover")
 
 
@@ -54,6 +56,7 @@ class ShareWindows(BrokerLink):
         self._handed: deque[tuple[int, int, list[int]]] = deque()
         self._handed_offsets: dict[int, set[int]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._parts_stream: SubscribeStream | None = None  # the stream of the last part
 
     async def open(self) -> None:
         """Attach the consumer and start receiving.
@@ -87,12 +90,15 @@ class ShareWindows(BrokerLink):
                     waited_ms += now_ms() - began
                     if watch.ready():
                         connected = True
-                        await self._emit(assembler.process_idle(waited_ms))
+                        if assembler.lingered(waited_ms):
+                            await self._emit(await self._quiet(consumer, waited_ms))
                     elif connected:  # rule 5 of framing.py: the shares come again
                         connected = False
                         await self._emit(assembler.process_reset())
                     continue
                 waited_ms += now_ms() - began
+                # Taken from the buffer in this step, so it came on the stream open now.
+                self._parts_stream = consumer.stream
                 if self._handed_already(batch):
                     continue
                 await self._emit(assembler.process_part(_part_of(batch), waited_ms))
@@ -101,6 +107,21 @@ class ShareWindows(BrokerLink):
         except Exception as e:  # a bug must end consumption loudly, not hang it
             _log.exception("receiving from %s/%s failed", self.topic, self.subscription)
             self.inbox.put_failure(e)
+
+    async def _quiet(self, consumer: Consumer, waited_ms: int) -> list[Output]:
+        """A share waited the linger (rule 1 of framing.py): the rest of its window went
+        to other consumers, provided the stream that brought its parts was up all along.
+        A broker killed a moment ago can still look connected, and closing then would
+        present part of a window as the whole of it. So: the stream is confirmed by a
+        round trip first (the shares close); gone or replaced, a reconnect redelivers
+        the parts (the shares are dropped: rule 5); not confirmed yet, nothing changes
+        and the next linger asks again."""
+        stream = consumer.stream
+        if stream is not None and stream is self._parts_stream:
+            confirmed = await stream.confirm(_CONFIRM_TIMEOUT_S)
+            if consumer.stream is stream:
+                return self._assembler.process_idle(waited_ms) if confirmed else []
+        return self._assembler.process_reset()
 
     async def _emit(self, outputs: list[Output]) -> None:
         for out in outputs:

@@ -90,7 +90,11 @@ def test_lost_broker_is_told_while_retrying_and_work_resumes(tmp_path: Path) -> 
                              on_connection_change=lambda up, text: told["reader"].append((up, text)))
         await reader.open()
         await asyncio.sleep(0.5)  # both streams open, at the end of the log
+        stream = consumer.stream
+        assert stream is not None and await stream.confirm(10)  # a round trip says it is up
         broker.kill()
+        # Killed this instant: grpcio may not have seen the socket close, the probe does.
+        assert not await stream.confirm(10)
         await _wait_for(lambda: all(told.values()), 20, "the lost broker to be told")
         for events in told.values():
             assert events == [(False, f"lost the broker at {broker.address} (connection "
@@ -100,6 +104,8 @@ def test_lost_broker_is_told_while_retrying_and_work_resumes(tmp_path: Path) -> 
         for events in told.values():
             up, text = events[1]
             assert up and text.startswith(f"the broker at {broker.address} is back after ")
+        assert consumer.stream is not stream and not await stream.confirm(10)
+        assert consumer.stream is not None and await consumer.stream.confirm(10)
         async with await Producer.create(broker.address, "away") as producer:
             await producer.send(7, b"after", partition=1)
             await producer.flush()
