@@ -8,9 +8,11 @@ done, the caller skips with the reason this returns, loudly.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 _INSTALL_TIMEOUT_S = 600
@@ -27,6 +29,13 @@ def ensure_program(program: str, package: str) -> str | None:
         return None
     if os.geteuid() != 0:
         return f"{program} is missing and installing {package} needs root (apt-get install -y {package})"
+    # Test processes run side by side (pytest -n): one installs, the others wait and find it.
+    with open(Path(tempfile.gettempdir()) / "keybus-tests-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return None if _find(program) else _install(program, package)
+
+
+def _install(program: str, package: str) -> str | None:
     environment = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
         try:
