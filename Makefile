@@ -3,7 +3,8 @@
 #               and run a short demo against it; the broker keeps serving until Ctrl-C.
 #               Another port or directory: make run PORT=6651 DATA_DIR=/tmp/kb
 #               (or KEYBUS_PORT / KEYBUS_DATA_DIR in the environment).
-#   make test   install, then lint, type-check and run the whole test suite.
+#   make test   install, then lint, type-check and run the whole test suite
+#               (TEST_PROCESSES=1 runs it in one process).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 PORT ?= $(or $(KEYBUS_PORT),6650)
 DATA_DIR ?= $(or $(KEYBUS_DATA_DIR),./keybus-data)
@@ -40,8 +41,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The suite in TEST_PROCESSES pytest processes (pytest-xdist): most tests wait on
+# broker, Spark and client processes, so two keep two cores busy (24 -> 12 minutes).
+TEST_PROCESSES ?= 2
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_PROCESSES)
 
 bench: install
 	$(BIN)/python -m benchmarks all
