@@ -59,7 +59,3 @@ def certs_command(directory: Path, server_names: tuple[str, ...], clients: tuple
         click.echo(f"client {principal}: --tls-cert {cert_path} --tls-key {key_path}")
     click.echo(f"clients verify the broker with --tls-ca {ca_path}; for mTLS start "
                f"the broker with --tls-client-ca-file {ca_path}")
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(certs_command)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import json
 import sys
 from collections.abc import Callable, Coroutine, Mapping
@@ -51,6 +52,26 @@ class Group(click.Group):
     `group.group()` are of this class too."""
 
     group_class = type
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, str] = {}
+
+    def add_lazy_command(self, name: str, target: str) -> None:
+        """A command whose module (`target`, "module:attribute") is imported only when
+        the command runs or is listed: `broker` and `demo` bring the whole broker, about
+        half a `keybus` process's start-up, which every other command goes without."""
+        self.lazy_commands[name] = target
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_commands.pop(cmd_name, None)
+        if target is not None:
+            module, attribute = target.split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []

@@ -14,11 +14,9 @@ from typing import Any
 import click
 import grpc
 
-from broker.main import command as broker_command
-from keybus.cli import acl, bootstrap, certs, cluster, databus, processors
+from keybus.cli import acl, bootstrap, cluster, databus, processors
 from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Group
 from keybus.cli.consume import consume
-from keybus.cli.demo import demo
 from keybus.cli.filters import filters
 from keybus.cli.produce import produce
 from keybus.cli.read import read
@@ -59,8 +57,8 @@ def cli() -> None:
     """
 
 
-cli.add_command(broker_command, "broker")
-cli.add_command(demo)
+cli.add_lazy_command("broker", "broker.main:command")
+cli.add_lazy_command("demo", "keybus.cli.demo:demo")
 cli.add_command(topics)
 cli.add_command(produce)
 cli.add_command(read)
@@ -69,7 +67,7 @@ cli.add_command(subscriptions)
 cli.add_command(filters)
 bootstrap.register(cli)
 acl.register(cli)
-certs.register(cli)
+cli.add_lazy_command("certs", "keybus.cli.certs:certs_command")
 processors.register(cli)
 databus.register(cli)
 cluster.register(cli)
