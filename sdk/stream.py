@@ -21,6 +21,9 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 
 REQUESTS_MAX = 1024  # queued requests per stream; each carries a whole batch of acks
+# A probe that ended so got no answer from the broker (`confirm`).
+_NO_ANSWER = frozenset((grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.CANCELLED))
 
 
 class SubscribeStream:
@@ -73,15 +76,18 @@ class SubscribeStream:
         alone does not say the broker had nothing more to send. A WhoAmI on the
         same channel (any authenticated caller may ask it) either fails or
         returns after grpcio has handled what came before it on the connection,
-        a closed one included: the call is then done. False when the probe fails,
-        times out or the call has ended.
+        a closed one included: the call is then done. Any answer counts, a
+        refusal too (a broker that answers is up), so a probe the broker turns
+        down never keeps a window open for good. False when no answer came
+        (unreachable, timed out) or the call has ended.
         """
         if self._call is None or self._call.done():
             return False
         try:
             await self._stub.WhoAmI(pb.WhoAmIRequest(), timeout=timeout_s)
-        except grpc.aio.AioRpcError:
-            return False
+        except grpc.aio.AioRpcError as e:
+            if e.code() in _NO_ANSWER:
+                return False
         await asyncio.sleep(0)  # a failure grpcio handed over with the answer runs first
         return not self._call.done()
 

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import grpc
+import grpc.aio
+
 from sdk.consumer import ConsumerConfig
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus import DatabusConfig
 from sdk.databus.inbox import AbortItem, Inbox, PieceItem
 from sdk.databus.share_windows import ShareWindows
 from sdk.received import ReceivedBatch
+from sdk.stream import SubscribeStream
 
 LINGER_MS = 20
 WINDOW_LAST = 11  # a window of offsets 0..11, delivered in parts of 4
@@ -150,3 +154,41 @@ def test_a_share_that_completes_needs_no_probe() -> None:
     items = run(source(True), consumer, quiet_s=0.1)
     assert closed_offsets(items) == [list(range(12))]
     assert stream.probes == 0
+
+
+class ProbeStub:
+    """A stub whose WhoAmI ends with `code` (None: answered)."""
+
+    def __init__(self, code: grpc.StatusCode | None) -> None:
+        self.code = code
+
+    async def WhoAmI(self, request: pb.WhoAmIRequest, timeout: float) -> pb.WhoAmIResponse:
+        if self.code is not None:
+            raise grpc.aio.AioRpcError(self.code, grpc.aio.Metadata(), grpc.aio.Metadata(), "x")
+        return pb.WhoAmIResponse()
+
+
+class OpenCall:
+    def __init__(self, done: bool) -> None:
+        self._done = done
+
+    def done(self) -> bool:
+        return self._done
+
+
+def confirmed(code: grpc.StatusCode | None, call_done: bool = False) -> bool:
+    stream = SubscribeStream(ProbeStub(code), pb.SubscribeOpen())  # type: ignore[arg-type]
+    stream._call = OpenCall(call_done)
+    return asyncio.run(stream.confirm(1.0))
+
+
+def test_the_probe_counts_any_answer_and_no_silence() -> None:
+    """A refusal is an answer (the broker is up: a window never stays open for good
+    because the broker turns the probe down); no answer, or an ended call, is not."""
+    assert confirmed(None)
+    assert confirmed(grpc.StatusCode.PERMISSION_DENIED)
+    assert confirmed(grpc.StatusCode.UNIMPLEMENTED)
+    for silent in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   grpc.StatusCode.CANCELLED):
+        assert not confirmed(silent)
+    assert not confirmed(None, call_done=True)
