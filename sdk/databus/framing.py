@@ -147,8 +147,7 @@ class ShareAssembler:
 
     def lingered(self, now_ms: int) -> bool:
         """Whether a share has waited `linger_ms` (`process_idle` would close it)."""
-        return any(now_ms - share.arrived_ms >= self.linger_ms
-                   for share in self._shares.values())
+        return any(self._waited(share, now_ms) for share in self._shares.values())
 
     def holding(self) -> bool:
         """Whether any part is held back (the shell then polls with process_idle)."""
@@ -209,10 +208,14 @@ class ShareAssembler:
         else:
             self._ready.append(emit)
 
+    def _waited(self, share: _Share, now_ms: int) -> bool:
+        """Rule 1's linger: no part of the share for `linger_ms`."""
+        return now_ms - share.arrived_ms >= self.linger_ms
+
     def _expire(self, now_ms: int, exclude: int | None) -> list[Output]:
         out: list[Output] = []
         for share in list(self._shares.values()):
-            if share.partition != exclude and now_ms - share.arrived_ms >= self.linger_ms:
+            if share.partition != exclude and self._waited(share, now_ms):
                 self._close(share, out)
         return out
 

@@ -30,13 +30,15 @@ WINDOW_LAST = 11  # a window of offsets 0..11, delivered in parts of 4
 
 
 class FakeStream:
-    def __init__(self, answers: list[bool]) -> None:
-        self.answers = answers
+    """A stream whose every round trip says `up`."""
+
+    def __init__(self, up: bool) -> None:
+        self.up = up
         self.probes = 0
 
     async def confirm(self, timeout_s: float) -> bool:
         self.probes += 1
-        return self.answers[min(self.probes, len(self.answers)) - 1]
+        return self.up
 
 
 class FakeConsumer:
@@ -96,7 +98,7 @@ def run(windows: ShareWindows, consumer: FakeConsumer, quiet_s: float = 0.3,
 
 
 def reconnect(consumer: FakeConsumer) -> None:
-    consumer.stream = FakeStream([True])
+    consumer.stream = FakeStream(True)
 
 
 def closed_offsets(items: list[object]) -> list[list[int]]:
@@ -118,7 +120,7 @@ def test_a_quiet_stream_not_confirmed_keeps_the_share_open() -> None:
     """The broker died unnoticed: no answer to the probe, so the linger closes nothing
     (the old code closed the streamed share here: part of a window as the whole)."""
     for buffering in (True, False):
-        stream = FakeStream([False])
+        stream = FakeStream(False)
         consumer = FakeConsumer([part(0, 3), part(4, 7)], stream)
         items = run(source(buffering), consumer)
         assert closed_offsets(items) == [], (buffering, items)
@@ -129,7 +131,7 @@ def test_a_quiet_stream_not_confirmed_keeps_the_share_open() -> None:
 def test_a_confirmed_quiet_stream_closes_the_share_by_the_linger() -> None:
     """Confirmed up: the rest of the window went to other consumers (rule 1)."""
     for buffering in (True, False):
-        stream = FakeStream([True])
+        stream = FakeStream(True)
         consumer = FakeConsumer([part(0, 3), part(4, 7)], stream)
         items = run(source(buffering), consumer)
         assert closed_offsets(items) == [list(range(8))], (buffering, items)
@@ -140,7 +142,7 @@ def test_a_replaced_stream_drops_the_share_for_its_redelivery() -> None:
     """The consumer reconnected: the new stream redelivers the parts, so the share is
     dropped (a streamed one aborted: the runner rolls it back), never closed."""
     for buffering in (True, False):
-        consumer = FakeConsumer([part(0, 3)], FakeStream([False]))  # died unnoticed
+        consumer = FakeConsumer([part(0, 3)], FakeStream(False))  # died unnoticed
 
         items = run(source(buffering), consumer, during=lambda c=consumer: reconnect(c))
         assert closed_offsets(items) == [], (buffering, items)
@@ -149,7 +151,7 @@ def test_a_replaced_stream_drops_the_share_for_its_redelivery() -> None:
 
 
 def test_a_share_that_completes_needs_no_probe() -> None:
-    stream = FakeStream([False])
+    stream = FakeStream(False)
     consumer = FakeConsumer([part(0, 3), part(4, 7), part(8, 11)], stream)
     items = run(source(True), consumer, quiet_s=0.1)
     assert closed_offsets(items) == [list(range(12))]
