@@ -100,6 +100,7 @@ class Consumer:
         self.partitions: list[int] = []
         self._holds = NackHolds()  # nacked slots the broker may not know of yet
         self._ordered = self.config.type != "shared"  # per-key order (the broker says on open)
+        self._marks_share_ends = False  # the broker says where window shares end (on open)
 
     @classmethod
     async def subscribe(cls, broker: str = "localhost:6650", topic: str = "",
@@ -336,7 +337,7 @@ class Consumer:
         self._stream = stream
         self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
-        self._ordered = opened.type != pb.SHARED
+        self._ordered, self._marks_share_ends = opened.type != pb.SHARED, opened.marks_share_ends
         self._state.buffer.reset()
         self._current.clear()
         for partition, count in self._state.buffer.initial_grants(self.partitions):
@@ -402,7 +403,7 @@ class Consumer:
             delivery = response.delivery
             stale = self._holds.seen(delivery.nacks_seen)
             put = self._state.buffer.put
-            for batch in delivered_batches(delivery):
+            for batch in delivered_batches(delivery, self._marks_share_ends):
                 kept = self._drop_stale(batch) if stale else batch
                 if kept is not None:
                     put(kept.record.partition, kept.record.batch.count, kept)

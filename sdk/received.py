@@ -44,16 +44,20 @@ class Message:
 class ReceivedBatch(ReadBatch):
     """The events of one stored record delivered to this consumer (columns stay
     protobuf): a ReadBatch plus what delivery adds (redelivery counts, where the
-    record's window ends)."""
+    record's window ends, whether this consumer's share of that window ends here)."""
 
-    __slots__ = ("redelivery_counts", "send", "window_last_offset")
+    __slots__ = ("redelivery_counts", "send", "share_ends", "window_last_offset")
 
     def __init__(self, record: pb.Record, redelivery_counts: Sequence[int],
-                 window_last_offset: int, send: int = 0) -> None:
+                 window_last_offset: int, send: int = 0, share_ends: bool | None = None
+                 ) -> None:
         super().__init__(record)
         self.redelivery_counts = redelivery_counts  # empty: all first deliveries
         self.window_last_offset = window_last_offset
         self.send = send  # the broker's send it came in (Delivery.send; 0: unknown)
+        # True: the broker sends no more of this window to this consumer (events given
+        # back later aside); False: more follows; None: the broker does not say.
+        self.share_ends = share_ends
 
     @property
     def partition(self) -> int:
@@ -70,22 +74,37 @@ class ReceivedBatch(ReadBatch):
                 for e, c in zip(record_events(self.record), counts, strict=True)]
 
 
-def delivered_batches(delivery: pb.Delivery) -> list[ReceivedBatch]:
+def delivered_batches(delivery: pb.Delivery, marks_share_ends: bool = False
+                      ) -> list[ReceivedBatch]:
     """A Delivery's records as ReceivedBatches, each with its share of the
-    redelivery counts (empty: all first deliveries) and its window's last offset."""
+    redelivery counts (empty: all first deliveries) and its window's last offset;
+    `marks_share_ends` (the broker said so on open): each also says whether this
+    consumer's share of its window ends with it."""
     counts = delivery.redelivery_counts
     lasts = delivery.window_last_offsets
     send = delivery.send
     if not counts:
-        return [ReceivedBatch(record, (), last, send)
-                for record, last in zip(delivery.records, lasts, strict=True)]
-    batches = []
-    position = 0
-    for record, last in zip(delivery.records, lasts, strict=True):
-        n = record.batch.count
-        batches.append(ReceivedBatch(record, counts[position:position + n], last, send))
-        position += n
+        batches = [ReceivedBatch(record, (), last, send)
+                   for record, last in zip(delivery.records, lasts, strict=True)]
+    else:
+        batches = []
+        position = 0
+        for record, last in zip(delivery.records, lasts, strict=True):
+            n = record.batch.count
+            batches.append(ReceivedBatch(record, counts[position:position + n], last, send))
+            position += n
+    if marks_share_ends:
+        _mark_share_ends(batches, delivery.open_windows)
     return batches
+
+
+def _mark_share_ends(batches: list[ReceivedBatch], open_windows: Sequence[int]) -> None:
+    """A batch ends its window's share unless the broker lists the window as open
+    or a later batch of the same delivery carries more of it (a part split in two)."""
+    following = set(open_windows)
+    for batch in reversed(batches):
+        batch.share_ends = batch.window_last_offset not in following
+        following.add(batch.window_last_offset)
 
 
 def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
@@ -110,4 +129,4 @@ def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
         else:
             target.extend(column)
     counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
-    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send)
+    return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send, batch.share_ends)

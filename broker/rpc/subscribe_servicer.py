@@ -46,7 +46,8 @@ class SubscribeServicer:
             spec = self.manager.spec_of(session)
             yield pb.SubscribeResponse(opened=pb.Opened(
                 partitions=session.spec.partitions, type=spec.type,  # type: ignore[arg-type]
-                key_shared_mode=spec.mode)).SerializeToString()  # type: ignore[arg-type]
+                key_shared_mode=spec.mode,  # type: ignore[arg-type]
+                marks_share_ends=spec.type != pb.SHARED)).SerializeToString()
             pump = asyncio.get_running_loop().create_task(self._pump(requests, session))
             while (message := await session.outbox.get()) is not None:
                 yield message

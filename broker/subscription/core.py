@@ -145,6 +145,38 @@ class PartitionCore(DispatchSide, ReadSide):
         member = self._by_index[int(self._owners[slot])]
         return None if member is None else member.name
 
+    def may_hold_unsent(self, stop: int) -> bool:
+        """Whether `holds_unsent` can be true for a record ending before `stop`:
+        following the tail (nothing waits in memory or on a floor, the read is past
+        the record) it cannot, and the shell asks nothing more."""
+        return stop > self.position or bool(len(self.pending)) or bool(self.slots.floors)
+
+    def holds_unsent(self, name: str, offsets: I64, slots: npt.NDArray[np.int32]) -> bool:
+        """Whether events of one record (`offsets`, their `slots`) that `name` owns were
+        not sent yet: not read, waiting in memory, or behind their slot's floor (which
+        also covers what was given back). A slot's events above its floor that `name`
+        still holds count too: an over-estimate, so a share is never said to end early.
+        Events of slots that move to another consumer meanwhile do not come to `name`."""
+        member = self.members.get(name)
+        index = next((i for i, m in enumerate(self._by_index) if m is member), None)
+        if member is None or index is None or not self.keyed:
+            return False
+        mine = self._owners[slots] == index
+        if not mine.any():
+            return False
+        offsets, slots = offsets[mine], slots[mine]
+        if int(offsets[-1]) >= self.position:
+            return True
+        pending = self.pending.events.offsets
+        if len(pending) and np.isin(offsets, pending).any():
+            return True
+        floors = self.slots.floors
+        if not floors:
+            return False
+        never = int(offsets[-1]) + 1
+        floor = np.array([floors.get(s, never) for s in slots.tolist()], np.int64)
+        return bool((offsets >= floor).any())
+
     # ------------------------------------------------------------ membership
 
     def check_attach(self, spec: MemberSpec, now_ms: int) -> None:

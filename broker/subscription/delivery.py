@@ -23,6 +23,10 @@ Rules:
 3. `Delivery.window_last_offsets` is, per record part sent, the last offset
    of the stored record: a window record is one consistency window, so a
    consumer given part of it still learns where the window ends.
+   `Delivery.open_windows` lists those of a message's windows of which more
+   follows for the consumer: the caller's `open_windows` (events of them not
+   sent yet: share_ends.py), and a part split over messages in every message
+   but its last.
 4. The cache evicts the oldest records first once over its memory budget
    (what a record costs in memory, about three times its bytes)
    (never those of the current round: `trim` runs after the round's sends),
@@ -55,6 +59,8 @@ _REDELIVERY_COUNTS_TAG = b"\x1a"  # Delivery.redelivery_counts: field 3, packed
 _WINDOW_LAST_OFFSETS_TAG = b"\x22"  # Delivery.window_last_offsets: field 4, packed
 _NACKS_SEEN_TAG = b"\x30"  # Delivery.nacks_seen: field 6, varint
 _SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
+_OPEN_WINDOWS_TAG = b"\x42"  # Delivery.open_windows: field 8, packed
+_NO_WINDOWS: frozenset[int] = frozenset()
 _INDEX_ROOM = 64  # first size of a cache's index arrays
 # A record of at most this many events: its subsets come from the parsed columns (a few
 # microseconds each), never from a layout (about 50 us to find, worth it for big records)
@@ -285,18 +291,21 @@ class RecordCache:
 
 def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
                       redelivery_counts: npt.NDArray[np.int32] | None, nacks_seen: int,
-                      bytes_max: int, send: int = 0, held: CachedRecord | None = None
+                      bytes_max: int, send: int = 0, held: CachedRecord | None = None,
+                      open_windows: frozenset[int] = _NO_WINDOWS
                       ) -> tuple[list[bytes], npt.NDArray[np.int64]]:
     """Serialized SubscribeResponse(delivery=...) messages carrying `offsets` (ascending),
     each within `bytes_max` (rule 2), and the offsets whose record is gone (not cached:
     the caller fetched what the log still holds). `held`: the cached record holding
-    every offset, when the caller looked it up already."""
+    every offset, when the caller looked it up already. `open_windows`: the windows
+    (last offsets) of which more follows for this consumer after these (rule 3)."""
     entry = held if held is not None else cache.holding_all(offsets)
     if entry is not None:  # every offset in one cached record (following the tail: most sends)
         if redelivery_counts is None and len(offsets) < entry.count:  # a part of it, sent once
             positions = offsets - entry.base
             too_large = False
-            if entry.cuttable:  # cut and framed in C (record_cut.py)
+            opened = [entry.end - 1] if open_windows and entry.end - 1 in open_windows else []
+            if entry.cuttable and not opened:  # cut and framed in C (record_cut.py)
                 message = record_cut.delivery(entry.body, entry.header(), entry.base,
                                               entry.count, positions, entry.end - 1,
                                               nacks_seen, send, bytes_max)
@@ -307,13 +316,15 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
             if not too_large:
                 body = entry.subset_bytes(positions)
                 if len(body) <= bytes_max:  # one part, one message: as below, in fewer steps
-                    return [_one_part(body, entry.end - 1, nacks_seen, send)], offsets[:0]
+                    return [_one_part(body, entry.end - 1, nacks_seen, send, opened)], \
+                        offsets[:0]
         counts = redelivery_counts.tolist() if redelivery_counts is not None else None
         parts = _record_parts(entry, offsets, counts or [], bytes_max)
         gone = offsets[:0]
     else:
         parts, gone = _parts_of_records(cache, offsets, redelivery_counts, bytes_max)
-    return _messages(parts, redelivery_counts is not None, nacks_seen, bytes_max, send), gone
+    return _messages(parts, redelivery_counts is not None, nacks_seen, bytes_max, send,
+                     open_windows), gone
 
 
 def _parts_of_records(cache: RecordCache, offsets: npt.NDArray[np.int64],
@@ -363,26 +374,32 @@ def _fitting_parts(entry: CachedRecord, positions: list[int], counts: list[int],
 
 
 def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nacks_seen: int,
-              bytes_max: int, send: int) -> list[bytes]:
-    messages: list[bytes] = []
+              bytes_max: int, send: int, open_windows: frozenset[int]) -> list[bytes]:
+    groups: list[list[tuple[bytes, int, list[int]]]] = []
     current: list[tuple[bytes, int, list[int]]] = []
     size = 0
     for part in parts:
         if current and size + len(part[0]) + 16 > bytes_max:
-            messages.append(_delivery(current, with_counts, nacks_seen, send))
+            groups.append(current)
             current, size = [], 0
         current.append(part)
         size += len(part[0]) + 16
     if current:
-        messages.append(_delivery(current, with_counts, nacks_seen, send))
+        groups.append(current)
+    messages = []
+    for k, group in enumerate(groups):  # rule 3: a window split over messages stays open
+        following = open_windows.union(last for _, last, _ in groups[k + 1][:1]) \
+            if k + 1 < len(groups) else open_windows
+        opened = list(dict.fromkeys(last for _, last, _ in group if last in following))
+        messages.append(_delivery(group, with_counts, nacks_seen, send, opened))
     return messages
 
 
 def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
-              nacks_seen: int, send: int) -> bytes:
+              nacks_seen: int, send: int, opened: list[int]) -> bytes:
     if len(parts) == 1 and not with_counts:  # following the tail: most
         body, last, _ = parts[0]
-        return _one_part(body, last, nacks_seen, send)
+        return _one_part(body, last, nacks_seen, send, opened)
     out: list[bytes] = []
     for body, _, _ in parts:
         out += (_RECORDS_TAG, varint(len(body)), body)
@@ -391,21 +408,25 @@ def _delivery(parts: list[tuple[bytes, int, list[int]]], with_counts: bool,
         out += (_REDELIVERY_COUNTS_TAG, varint(len(packed)), packed)
     packed = b"".join(varint(last) for _, last, _ in parts)
     out += (_WINDOW_LAST_OFFSETS_TAG, varint(len(packed)), packed)
-    return _framed(out, nacks_seen, send)
+    return _framed(out, nacks_seen, send, opened)
 
 
-def _one_part(body: bytes, last: int, nacks_seen: int, send: int) -> bytes:
+def _one_part(body: bytes, last: int, nacks_seen: int, send: int,
+              opened: Sequence[int] = ()) -> bytes:
     """`_delivery` of one part without redelivery counts: the same bytes."""
     last_bytes = varint(last)
     return _framed([_RECORDS_TAG, varint(len(body)), body, _WINDOW_LAST_OFFSETS_TAG,
-                    varint(len(last_bytes)), last_bytes], nacks_seen, send)
+                    varint(len(last_bytes)), last_bytes], nacks_seen, send, opened)
 
 
-def _framed(out: list[bytes], nacks_seen: int, send: int) -> bytes:
-    """The Delivery's fields `out` with its nacks seen and send, framed as the
-    SubscribeResponse's `delivery` (one join: the records' bytes are copied once)."""
+def _framed(out: list[bytes], nacks_seen: int, send: int, opened: Sequence[int]) -> bytes:
+    """The Delivery's fields `out` with its nacks seen, send and open windows, framed as
+    the SubscribeResponse's `delivery` (one join: the records' bytes are copied once)."""
     if nacks_seen:
         out += (_NACKS_SEEN_TAG, varint(nacks_seen))
     if send:
         out += (_SEND_TAG, varint(send))
+    if opened:
+        packed = b"".join(map(varint, opened))
+        out += (_OPEN_WINDOWS_TAG, varint(len(packed)), packed)
     return b"".join((_RESPONSE_DELIVERY_TAG, varint(sum(map(len, out))), *out))

@@ -44,6 +44,7 @@ from broker.subscription.dispatcher_upkeep import DeadLetterSink, DispatcherUpke
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
 from broker.subscription.selector import SelectorError
+from broker.subscription.share_ends import open_windows
 from broker.subscription.spec import SubscriptionSpec
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -313,8 +314,9 @@ class PartitionDispatcher(DispatcherUpkeep):
                         read_records_holding, self.store, self.partition.meta.topic_id,
                         self.index, distinct(missing).tolist()):
                     self.cache.add(record)
-            for send, nacks_seen in unsent:  # each record looked up again as it is sent
-                self._deliver(send.consumer, send.events, nacks_seen, send.send, None)
+            opened = open_windows(self.core, self.cache, [send for send, _ in unsent])
+            for (send, nacks_seen), windows in zip(unsent, opened, strict=True):
+                self._deliver(send.consumer, send.events, nacks_seen, send.send, None, windows)
             self._count_sent()
         self._tell_changes()
 
@@ -340,8 +342,9 @@ class PartitionDispatcher(DispatcherUpkeep):
         if self._unsent or not all(held):  # (`in` would compare each record with None)
             self._unsent += decided
             return False
-        for (send, nacks_seen), entry in zip(decided, held, strict=True):
-            self._deliver(send.consumer, send.events, nacks_seen, send.send, entry)
+        opened = open_windows(self.core, self.cache, sends, held)
+        for (send, nacks_seen), entry, windows in zip(decided, held, opened, strict=True):
+            self._deliver(send.consumer, send.events, nacks_seen, send.send, entry, windows)
         self._count_sent()
         return True
 
@@ -369,13 +372,14 @@ class PartitionDispatcher(DispatcherUpkeep):
         return 0 if session is None else session.nacks_seen
 
     def _deliver(self, consumer: str, events: Taken, nacks_seen: int, send: int,
-                 entry: CachedRecord | None) -> None:
+                 entry: CachedRecord | None, windows: frozenset[int]) -> None:
         session = self.sessions.get(consumer)
         counts = events.counts if np.count_nonzero(events.counts) else None  # C, not _methods
         if session is None:
             return
         messages, gone = delivery_messages(self.cache, events.offsets, counts, nacks_seen,
-                                           self.settings.delivery_bytes_max, send, entry)
+                                           self.settings.delivery_bytes_max, send, entry,
+                                           windows)
         if len(gone):  # retention removed them meanwhile: acknowledged, as for the core
             starts, stops = runs_of(gone)
             self.core.process_ack(consumer, starts, stops)

@@ -32,7 +32,9 @@ class DatabusConfig:
         window_bytes_max: the largest window (value bytes) the buffer holds
             (64 MiB); a bigger window stops consumption with WindowTooLarge.
         window_linger_ms: Key_Shared variant: how long a window's share waits
-            for more of its events when none arrive (default 250 ms).
+            for more of its events when none arrive (default 250 ms). A broker
+            that marks where shares end closes them at once; the linger is
+            left for shares it said would continue, and for older brokers.
         unavailable_report_ms: a broker unreachable this long is reported to
             the consumers with on_error and logged (5000 ms).
         reader_bytes_max: per read response (0 = the broker's default).

@@ -7,10 +7,13 @@ that stream of parts into the window shares the runner presents.
 
 Rules (per partition, parts arrive in offset order unless redelivered):
 1. A window record's share is complete when a part reaches the window's last
-   offset, when a part of a later window of the same partition arrives, or
-   when no part arrived for `linger_ms` (the rest of the window went to
-   other consumers). A plain batch's events are each a window of their own,
-   complete on arrival.
+   offset, when the broker marks a part as the end of this consumer's share
+   (`Part.ends`: Delivery.open_windows), when a part of a later window of the
+   same partition arrives, or when no part arrived for `linger_ms` (the rest
+   of the window went to other consumers: the only sign an older broker
+   gives, and the fallback when the broker said more would follow and the
+   key moved to another consumer meanwhile). A plain batch's events are each
+   a window of their own, complete on arrival.
 2. A part whose first offset is not above what the open share already holds
    is a redelivery (the consumer reconnected): the share starts again from
    that part. Buffered, nothing was shown yet, so the restart is silent;
@@ -50,6 +53,9 @@ class Part:
     window: bool  # False: a plain batch, each event its own window
     size_bytes: int
     payload: object
+    # The broker's word: True, this consumer's share of the window ends with this part;
+    # False, more follows; None, the broker does not say (rule 1)
+    ends: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +98,11 @@ class _Share:
     size_bytes: int = 0
     arrived_ms: int = 0
     shown: int = 0  # streamed: how many parts were emitted
+    ended: bool = False  # the broker marked the last part the share's end
 
     @property
     def complete(self) -> bool:
-        return self.offset_seen >= self.window_last_offset
+        return self.ended or self.offset_seen >= self.window_last_offset
 
 
 class ShareAssembler:
@@ -158,6 +165,7 @@ class ShareAssembler:
     def _add(self, share: _Share, part: Part, now_ms: int, out: list[Output]) -> None:
         share.parts.append(part)
         share.offset_seen = part.offset_last
+        share.ended = part.ends is True
         share.size_bytes += part.size_bytes
         share.arrived_ms = now_ms
         if share.size_bytes > self.bytes_max:

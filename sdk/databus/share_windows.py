@@ -215,7 +215,7 @@ def _part_of(batch: ReceivedBatch) -> Part:
     offsets = batch.offsets
     return Part(record.partition, record.scn_first, offsets[0], offsets[-1],
                 batch.window_last_offset, record.window, sum(map(len, record.batch.values)),
-                record)
+                record, batch.share_ends)
 
 
 def _empty_record(out: Emit) -> pb.Record:

@@ -1239,6 +1239,7 @@ class Delivery(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     NACKS_SEEN_FIELD_NUMBER: _builtins.int
     SEND_FIELD_NUMBER: _builtins.int
+    OPEN_WINDOWS_FIELD_NUMBER: _builtins.int
     nacks_seen: _builtins.int
     """How many Nack messages of this stream the broker had processed when it
     sent this delivery. Fewer than the consumer sent: the delivery may hold
@@ -1275,6 +1276,18 @@ class Delivery(_message.Message):
         in offset order per partition (Record.offsets set when a subset).
         """
 
+    @_builtins.property
+    def open_windows(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Set when Opened.marks_share_ends: the windows (by their last offset, as in
+        `window_last_offsets`) of which more events follow for this consumer after
+        this message: the broker holds events of them that this consumer's ranges
+        own and that were not sent yet (no permits, a key still draining from its
+        previous owner, a part split over messages). A window of this message not
+        listed here is this consumer's whole share of it as the broker sees it now,
+        so a Databus consumer closes the share without waiting for its linger.
+        Events given back later (a consumer left, a nack) may still follow.
+        """
+
     def __init__(
         self,
         *,
@@ -1284,10 +1297,11 @@ class Delivery(_message.Message):
         records: _abc.Iterable[Global___Record] | None = ...,
         nacks_seen: _builtins.int = ...,
         send: _builtins.int = ...,
+        open_windows: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "send", b"send", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacks_seen", b"nacks_seen", "open_windows", b"open_windows", "record", b"record", "records", b"records", "redelivery_counts", b"redelivery_counts", "send", b"send", "window_last_offsets", b"window_last_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1347,9 +1361,16 @@ class Opened(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     KEY_SHARED_MODE_FIELD_NUMBER: _builtins.int
+    MARKS_SHARE_ENDS_FIELD_NUMBER: _builtins.int
     type: Global___SubscriptionType.ValueType
     """the subscription's type"""
     key_shared_mode: Global___KeySharedMode.ValueType
+    marks_share_ends: _builtins.bool
+    """Whether this broker lists, in each Delivery, the windows of which more
+    events follow for this consumer (Delivery.open_windows). False (an older
+    broker, a Shared subscription): nothing is said about where a consumer's
+    share of a window ends.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """the partitions this stream serves"""
@@ -1360,10 +1381,11 @@ class Opened(_message.Message):
         partitions: _abc.Iterable[_builtins.int] | None = ...,
         type: Global___SubscriptionType.ValueType = ...,
         key_shared_mode: Global___KeySharedMode.ValueType = ...,
+        marks_share_ends: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_shared_mode", b"key_shared_mode", "partitions", b"partitions", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_shared_mode", b"key_shared_mode", "marks_share_ends", b"marks_share_ends", "partitions", b"partitions", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
