@@ -30,6 +30,10 @@ it on this code and on REV alternately and compares the loop's CPU per commit
 work per commit in one process and counts its CPU and Python calls, alone or
 `--base REV` against REV (benchmarks/core_path.py).
 
+`python -m benchmarks databus-shares [--base REV]` times Key_Shared Databus window
+shares from `send_window`'s due time to `on_end_window`, two consumers on one
+subscription (see benchmarks/databus_shares.py).
+
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
@@ -136,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import databus_group  # the callback layer against a plain Reader
 
         return databus_group.main(arguments[1:])
+    if arguments[:1] == ["databus-shares"]:
+        from benchmarks import databus_shares  # Key_Shared window shares: send to presented
+
+        return databus_shares.main(arguments[1:])
     if arguments[:1] == ["spark-read"]:
         from benchmarks import spark_read  # its own options; needs pyspark and Java
 

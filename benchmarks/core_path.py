@@ -54,6 +54,11 @@ from broker.subscription.delivery import RecordCache, delivery_messages
 from broker.subscription.log_reader import read_events_in
 from broker.subscription.members import MemberSpec
 from sdk.core.hashing import slots_of
+
+try:  # a REV before Delivery.open_windows has no share_ends (`--base`)
+    from broker.subscription.share_ends import open_windows
+except ImportError:
+    open_windows = None  # type: ignore[assignment]
 from sdk.core.pb import keybus_pb2 as pb
 
 RUN_TIMEOUT_S = 600
@@ -140,9 +145,14 @@ class CorePath:
         for record in records:
             cache.add(record)
         core.process_read(request, result, now)
-        for send in core.take_sends():
+        sends = core.take_sends()
+        if open_windows is not None:  # as the dispatcher: each send's record, its open windows
+            held = [cache.holding_all(send.events.offsets) for send in sends]
+            extra = list(zip(held, open_windows(core, cache, sends, held), strict=True))
+        for i, send in enumerate(sends):
             offsets = send.events.offsets
-            messages, gone = delivery_messages(cache, offsets, None, 0, 4 << 20, send.send)
+            messages, gone = delivery_messages(cache, offsets, None, 0, 4 << 20, send.send,
+                                               *(extra[i] if open_windows is not None else ()))
             assert messages and not len(gone)
             first, last = int(offsets[0]), int(offsets[-1])
             assert first > self.last_sent[send.consumer], "a consumer got an offset twice"
