@@ -24,18 +24,33 @@ It must not know about gRPC, the event loop or RocksDB.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from broker.subscription.core import PartitionCore, Send
-from broker.subscription.delivery import CachedRecord, RecordCache
 from broker.subscription.holdings import I64
+from broker.subscription.log_reader import ScanRecord
 
 NONE: frozenset[int] = frozenset()
 
 
-def open_windows(core: PartitionCore, cache: RecordCache, sends: Sequence[Send],
-                 held: Sequence[CachedRecord | None] | None = None) -> list[frozenset[int]]:
+class WindowRecord(ScanRecord, Protocol):
+    """A stored record as this looks at it (a `CachedRecord`, or a simulation's)."""
+
+    @property
+    def present(self) -> npt.NDArray[np.int64] | None: ...
+
+
+class RecordIndex(Protocol):
+    """Where the records of sends are found (the dispatcher's `RecordCache`)."""
+
+    def find(self, offset: int) -> WindowRecord | None: ...
+
+
+def open_windows(core: PartitionCore, cache: RecordIndex, sends: Sequence[Send],
+                 held: Sequence[WindowRecord | None] | None = None) -> list[frozenset[int]]:
     """Per send, in the order they go out: the windows (last offsets) of its records of
     which more follows for its consumer. `held`: each send's one cached record, when
     the caller looked it up already (None where a send spans records)."""
@@ -61,7 +76,7 @@ def open_windows(core: PartitionCore, cache: RecordCache, sends: Sequence[Send],
     return result
 
 
-def _continues(core: PartitionCore, consumer: str, record: CachedRecord,
+def _continues(core: PartitionCore, consumer: str, record: WindowRecord,
                later: list[I64]) -> bool:
     for offsets in later:
         if np.count_nonzero((offsets >= record.base) & (offsets < record.end)):
@@ -73,9 +88,9 @@ def _continues(core: PartitionCore, consumer: str, record: CachedRecord,
     return core.holds_unsent(consumer, positions + record.base, record.slots[positions])
 
 
-def _records_of(cache: RecordCache, offsets: I64) -> list[CachedRecord]:
+def _records_of(cache: RecordIndex, offsets: I64) -> list[WindowRecord]:
     """The cached records holding `offsets` (ascending); offsets of none are skipped."""
-    records: list[CachedRecord] = []
+    records: list[WindowRecord] = []
     i, n = 0, len(offsets)
     while i < n:
         entry = cache.find(int(offsets[i]))

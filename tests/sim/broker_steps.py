@@ -78,6 +78,7 @@ class BrokerSteps(Checks):
         self.stats.restarts += 1
         self.trail.append(f"restart from {self.persisted}")
         self.model.restart(self._acked_by(self.persisted))
+        self.owners_epoch += 1  # a new core: what was sent goes out again, as first deliveries
         self.core = PartitionCore(self.kind, self.mode, 0, self.limits,
                                   Cursor.from_bytes(self.persisted.to_bytes()), self.now)
         consumers, self.consumers = self.consumers, {}
@@ -93,6 +94,7 @@ class BrokerSteps(Checks):
     def seek(self, offset: int) -> None:
         self.trail.append(f"seek {offset}")
         self.core.process_seek(offset)
+        self.owners_epoch += 1  # everything from `offset` goes out again, as first deliveries
         self.model.seek(offset)
         self.wake()
         self.waited.clear()

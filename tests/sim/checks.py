@@ -4,8 +4,10 @@ Goal: what `model.py` cannot see at a delivery: every slot has exactly one
 owner (none twice in sticky mode); what the core holds per consumer, gives
 back and keeps waiting is exactly what the model says (so memory is what is
 in flight plus the look-ahead limits, never the events read past a waiting
-slot); and a slot whose owner is healthy and has permits gets an event
-within a bounded number of rounds.
+slot); a slot whose owner is healthy and has permits gets an event
+within a bounded number of rounds; and a window the broker told a consumer
+its share of ends (`Delivery.open_windows`, share_ends.py) gets no more first
+deliveries to it while ownership stays as it was.
 
 Method: a base class of `Simulation` (harness.py), reading its core and model.
 """
@@ -16,9 +18,11 @@ from collections import deque
 
 import numpy as np
 
-from broker.subscription.core import CoreLimits, Kind, Mode, PartitionCore
+from broker.subscription.core import CoreLimits, Kind, Mode, PartitionCore, Send
+from broker.subscription.share_ends import open_windows
 from sdk.core.hashing import SLOT_COUNT
 from tests.sim.consumer import SimConsumer
+from tests.sim.log import SimLog
 from tests.sim.model import Model, Violation
 
 
@@ -35,6 +39,12 @@ class Checks:
     waited: dict[int, tuple[int, int]]
     progress: set[int]
     trail: deque[str]
+    log: SimLog
+    # Ownership's generation: a join, a leave, a seek or a restart may move a window's
+    # events to another consumer or send them again; (consumer, window base) -> the
+    # generation in which the broker said the consumer's share of the window ended
+    owners_epoch: int
+    shares_ended: dict[tuple[str, int], int]
 
     def check_owners(self) -> None:
         """Every slot has exactly one owner (none twice in sticky mode)."""
@@ -49,6 +59,30 @@ class Checks:
             raise Violation("a slot has two owners")
         if self.mode != Mode.STICKY and self.core.members and covered.min() != 1:
             raise Violation("a slot has no owner while consumers are attached")
+
+    def check_share_ends(self, sends: list[Send]) -> None:
+        """No first delivery of a window whose share the consumer was told had ended, while
+        ownership stays as it was; then note what these sends say (as the dispatcher
+        would send it: `open_windows` over the same sends, in order). Shared: the broker
+        says nothing (`Opened.marks_share_ends` is false), so nothing is checked."""
+        if not self.core.keyed:
+            return
+        for send, opened in zip(sends, open_windows(self.core, self.log, sends), strict=True):
+            bases: dict[int, int] = {}
+            for offset, count in zip(send.events.offsets.tolist(),
+                                     send.events.counts.tolist(), strict=True):
+                record = self.log.find(offset)
+                assert record is not None
+                bases[record.base] = record.end - 1
+                ended = self.shares_ended.get((send.consumer, record.base))
+                if count == 0 and ended == self.owners_epoch:
+                    raise Violation(f"{send.consumer} got offset {offset} of the window at "
+                                    f"{record.base}, whose share it was told had ended")
+            for base, last in bases.items():
+                if last in opened:
+                    self.shares_ended.pop((send.consumer, base), None)
+                else:
+                    self.shares_ended[(send.consumer, base)] = self.owners_epoch
 
     def check_state(self) -> None:
         """The core holds, gives back and keeps exactly what the model says (memory)."""

@@ -12,8 +12,11 @@ holds per consumer, gives back and keeps waiting is exactly what the model
 says (so memory is bounded by what is in flight plus the look-ahead limits,
 never by the events read past a waiting slot); a slot whose owner is healthy
 and has permits gets an event within a bounded number of rounds; a persisted
-cursor never calls an unacknowledged event acknowledged; and once stalls end
-every event is acknowledged within a bounded number of rounds.
+cursor never calls an unacknowledged event acknowledged; a window whose share
+the broker says has ended for a consumer (`share_ends.open_windows` over the
+round's sends) gets no more first deliveries to it until a join, leave, seek
+or restart; and once stalls end every event is acknowledged within a bounded
+number of rounds.
 
 Consumers (`consumer.py`) behave as the SDK does, with messages in flight each
 way, so deliveries planned before the broker saw a nack really arrive after
@@ -94,6 +97,8 @@ class Simulation(BrokerSteps):
         self.asleep = False
         self.wake_at: int | None = None
         self.woken = False  # an input came since the shell's round began (its wake flag)
+        self.owners_epoch = 0
+        self.shares_ended: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------ the schedule
 
@@ -235,7 +240,9 @@ class Simulation(BrokerSteps):
         self.woken = True
 
     def _carry_out(self) -> None:
-        for send in self.core.take_sends():
+        sends = self.core.take_sends()
+        self.check_share_ends(sends)
+        for send in sends:
             consumer = self.consumers[send.consumer]
             offsets = send.events.offsets.tolist()
             counts = send.events.counts.tolist()
@@ -305,6 +312,7 @@ class Simulation(BrokerSteps):
             return
         self.consumers[consumer.name] = consumer
         self.nacks_seen[consumer.name] = 0
+        self.owners_epoch += 1
         self.wake()
         self.trail.append(f"attach {consumer.spec}")
         self._reconcile_rewind(before)
@@ -319,6 +327,7 @@ class Simulation(BrokerSteps):
         before = {n: set(m.holding.live().offsets.tolist()) for n, m in self.core.members.items()
                   if n != name}
         self.core.process_detach(name, self.now)
+        self.owners_epoch += 1
         self.wake()
         self.trail.append(f"{'crash' if crash else 'leave'} {name} holding "
                           f"{sorted(self.model.held_by(name))}")

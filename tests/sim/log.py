@@ -21,6 +21,7 @@ class SimRecord:
     count: int
     keys: npt.NDArray[np.int64]
     slots: npt.NDArray[np.int32]
+    present: npt.NDArray[np.int64] | None = None  # every position holds an event
 
     @property
     def end(self) -> int:
@@ -47,6 +48,11 @@ class SimLog:
     def records_from(self, start: int) -> list[SimRecord]:
         i = max(0, int(np.searchsorted(self._bases, start, side="right")) - 1)
         return self.records[i:]
+
+    def find(self, offset: int) -> SimRecord | None:
+        """The record holding `offset` (as `RecordCache.find`)."""
+        record = self.records_from(offset)[0] if self.records else None
+        return record if record is not None and record.base <= offset < record.end else None
 
     def passing(self, record: SimRecord) -> npt.NDArray[np.int64] | None:
         if not self.filter_mod:
