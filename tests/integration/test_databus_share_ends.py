@@ -7,7 +7,8 @@ longer than the test may take: only the broker's word (`Delivery.open_windows`)
 can close a share that lacks the window's last event, so a broker or SDK
 that does not say or does not listen fails this test (the last window never
 closes). With 4 permits a consumer gets its share of a 40-event window over
-several deliveries: the ones before the last must not close it.
+several deliveries: the ones before the last must not close it, whether the
+window is buffered whole or streamed to the callbacks part by part.
 
 Method: a real broker process, two `DatabusClient`s in this process on the
 same subscription (auto-split ranges, both attached before the first event),
@@ -30,9 +31,10 @@ from tests.support.broker_process import BrokerProcess
 LINGER_MS = 60_000  # longer than the test's own deadline: no share may wait for it
 
 
-@pytest.mark.parametrize(("size", "permits"), [(20, 1000), (40, 4)])
-def test_each_share_closes_on_the_brokers_word_not_on_the_linger(tmp_path: Path, size: int,
-                                                                  permits: int) -> None:
+@pytest.mark.parametrize(("size", "permits", "buffering"),
+                         [(20, 1000, True), (40, 4, True), (40, 4, False)])
+def test_each_share_closes_on_the_brokers_word_not_on_the_linger(
+        tmp_path: Path, size: int, permits: int, buffering: bool) -> None:
     broker = BrokerProcess(tmp_path / "data")
     broker.start()
     consumers = [Applying(event_sleep_s=0) for _ in range(2)]
@@ -40,7 +42,8 @@ def test_each_share_closes_on_the_brokers_word_not_on_the_linger(tmp_path: Path,
     async def go() -> list[tuple[int, list[int]]]:
         async with Admin(broker.address) as admin:
             await admin.create_topic("shares", partitions=1)
-        config = DatabusConfig(window_linger_ms=LINGER_MS, checkpoint_windows_n=1)
+        config = DatabusConfig(window_linger_ms=LINGER_MS, checkpoint_windows_n=1,
+                               window_buffering=buffering)
         clients = []
         for consumer in consumers:
             client = DatabusClient(broker.address, config=config)
