@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import pstats
 import random
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -146,13 +144,14 @@ class CorePath:
             cache.add(record)
         core.process_read(request, result, now)
         sends = core.take_sends()
+        extra: list[tuple[Any, ...]] = [()] * len(sends)
         if open_windows is not None:  # as the dispatcher: each send's record, its open windows
             held = [cache.holding_all(send.events.offsets) for send in sends]
             extra = list(zip(held, open_windows(core, cache, sends, held), strict=True))
-        for i, send in enumerate(sends):
+        for send, more in zip(sends, extra, strict=True):
             offsets = send.events.offsets
             messages, gone = delivery_messages(cache, offsets, None, 0, 4 << 20, send.send,
-                                               *(extra[i] if open_windows is not None else ()))
+                                               *more)
             assert messages and not len(gone)
             first, last = int(offsets[0]), int(offsets[-1])
             assert first > self.last_sent[send.consumer], "a consumer got an offset twice"
@@ -238,21 +237,13 @@ def render(figures: dict[str, Any]) -> str:
 
 def run_side(tree: Path, options: argparse.Namespace) -> dict[str, Any]:
     """This harness over the broker code of `tree`, in a process of its own."""
-    # run_path, not the file as a script: the script's folder would come first on the
-    # path, and benchmarks/broker.py would hide the broker package
+    from benchmarks.worktree import run_script_over  # this tree's, not REV's (see the top)
+
     arguments = ["--json", "--events", str(options.events),
                  "--consumers", str(options.consumers), "--commits", str(options.commits),
                  "--repeats", str(options.repeats), "--ack-every", str(options.ack_every)]
-    command = [sys.executable, "-c", "import runpy, sys; sys.argv = sys.argv[1:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')",
-               str(Path(__file__).resolve()), *arguments]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    if done.returncode:
-        raise RuntimeError(f"core-path over {tree} exited {done.returncode}: "
-                           f"{done.stderr.strip().splitlines()[-1:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(
+        run_script_over(tree, Path(__file__).resolve(), arguments, RUN_TIMEOUT_S))
     return result
 
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 # broker and SDK from whichever tree is first on the path (`--base`: REV's)
 from benchmarks.broker import running_broker
+from benchmarks.measurement import percentile
 from sdk import Admin, Producer
 from sdk.consumer import ConsumerConfig
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, Scn
@@ -80,17 +80,15 @@ async def _run(address: str, options: argparse.Namespace) -> dict[str, Any]:
     async with Admin(address) as admin:
         await admin.create_topic(TOPIC, partitions=1)
     consumers = [Timing() for _ in range(CONSUMERS)]
-    clients = []
-    for consumer in consumers:
-        client = DatabusClient(address, config=DatabusConfig())
-        client.register_shared(consumer, topic=TOPIC, subscription=SUBSCRIPTION,
-                               consumer_config=ConsumerConfig(type="key_shared",
-                                                              start="earliest"))
-        await client.__aenter__()
-        clients.append(client)
     due: dict[int, float] = {}
     rng = random.Random(1)
-    try:
+    async with contextlib.AsyncExitStack() as clients:
+        for consumer in consumers:
+            client = DatabusClient(address, config=DatabusConfig())
+            client.register_shared(consumer, topic=TOPIC, subscription=SUBSCRIPTION,
+                                   consumer_config=ConsumerConfig(type="key_shared",
+                                                                  start="earliest"))
+            await clients.enter_async_context(client)
         async with await Producer.create(address, TOPIC) as producer:
             start = time.monotonic() + 0.2
             for w in range(options.windows):
@@ -107,17 +105,10 @@ async def _run(address: str, options: argparse.Namespace) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise TimeoutError("the consumers did not present every window in 60 s")
             await asyncio.sleep(0.01)
-    finally:
-        for client in clients:
-            await client.__aexit__(None, None, None)
     latencies = sorted(1000 * (ended - due[scn]) for c in consumers
                        for scn, ended in c.ended.items() if scn in due)
-    return {"shares": len(latencies), "p50_ms": _quantile(latencies, 0.5),
-            "p99_ms": _quantile(latencies, 0.99), "max_ms": round(latencies[-1], 2)}
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+    return {"shares": len(latencies), "p50_ms": round(percentile(latencies, 50), 2),
+            "p99_ms": round(percentile(latencies, 99), 2), "max_ms": round(latencies[-1], 2)}
 
 
 def measure(options: argparse.Namespace) -> dict[str, Any]:
@@ -127,17 +118,12 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
 
 def run_side(tree: Path, options: argparse.Namespace) -> dict[str, Any]:
     """This measurement over the broker and SDK of `tree`, in a process of its own."""
+    from benchmarks.worktree import run_script_over  # this tree's, not REV's
+
     arguments = ["--json", "--windows", str(options.windows), "--events", str(options.events),
                  "--interval-ms", str(options.interval_ms)]
-    command = [sys.executable, "-c", "import runpy, sys; sys.argv = sys.argv[1:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')",
-               str(Path(__file__).resolve()), *arguments]
-    done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    if done.returncode:
-        raise RuntimeError(f"databus-shares over {tree} exited {done.returncode}: "
-                           f"{done.stderr.strip().splitlines()[-1:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    output = run_script_over(tree, Path(__file__).resolve(), arguments, RUN_TIMEOUT_S)
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return result
 
 

@@ -10,6 +10,7 @@ both sides fall back alike only if this tree's were not built either.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,3 +47,22 @@ def checked_out(revision: str, prefix: str) -> Iterator[Path]:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
                            capture_output=True)
+
+
+def run_script_over(tree: Path, script: Path, arguments: list[str], timeout_s: float) -> str:
+    """Run `script` with `tree`'s packages first on the path (from `tree`); its stdout.
+
+    run_path, not the file as a script: the script's folder would come first on the
+    path, and benchmarks/broker.py would hide the broker package.
+
+    Raises:
+        RuntimeError: it exited non-zero (the last line of its stderr says why).
+    """
+    command = [sys.executable, "-c", "import runpy, sys; sys.argv = sys.argv[1:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')", str(script), *arguments]
+    done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode:
+        raise RuntimeError(f"{script.name} over {tree} exited {done.returncode}: "
+                           f"{done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout

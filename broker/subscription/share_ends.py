@@ -57,18 +57,15 @@ def open_windows(core: PartitionCore, cache: RecordIndex, sends: Sequence[Send],
     n = len(sends)
     if not core.keyed or not n:  # Shared has no per-key order: no windows to frame
         return [NONE] * n
-    repeated = len({send.consumer for send in sends}) < n
-    if not repeated and held is not None and all(held) and not core.may_hold_unsent(
-            max([e.base + e.count for e in held])):  # type: ignore[union-attr]
+    lasts = held if held is not None else \
+        [cache.find(int(send.events.offsets[-1])) for send in sends]
+    stop = max([r.base + r.count for r in lasts if r is not None], default=0)
+    if len({send.consumer for send in sends}) == n and not core.may_hold_unsent(stop):
         return [NONE] * n  # following the tail: one check for the round
     result = []
     for i, send in enumerate(sends):
         offsets = send.events.offsets
         entry = held[i] if held is not None else None
-        last = entry if entry is not None else cache.find(int(offsets[-1]))
-        if not repeated and (last is None or not core.may_hold_unsent(last.end)):
-            result.append(NONE)
-            continue
         later = [s.events.offsets for s in sends[i + 1:] if s.consumer == send.consumer]
         records = [entry] if entry is not None else _records_of(cache, offsets)
         result.append(frozenset(record.end - 1 for record in records

@@ -98,11 +98,13 @@ class _Share:
     size_bytes: int = 0
     arrived_ms: int = 0
     shown: int = 0  # streamed: how many parts were emitted
-    ended: bool = False  # the broker marked the last part the share's end
 
     @property
     def complete(self) -> bool:
-        return self.ended or self.offset_seen >= self.window_last_offset
+        """Its parts reach the window's last offset, or the broker marked the last one
+        the end of this consumer's share."""
+        return self.offset_seen >= self.window_last_offset or \
+            (bool(self.parts) and self.parts[-1].ends is True)
 
 
 class ShareAssembler:
@@ -165,7 +167,6 @@ class ShareAssembler:
     def _add(self, share: _Share, part: Part, now_ms: int, out: list[Output]) -> None:
         share.parts.append(part)
         share.offset_seen = part.offset_last
-        share.ended = part.ends is True
         share.size_bytes += part.size_bytes
         share.arrived_ms = now_ms
         if share.size_bytes > self.bytes_max:

@@ -18,6 +18,7 @@ windows produced by `send_window`; every presented window is recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -44,23 +45,18 @@ def test_each_share_closes_on_the_brokers_word_not_on_the_linger(
             await admin.create_topic("shares", partitions=1)
         config = DatabusConfig(window_linger_ms=LINGER_MS, checkpoint_windows_n=1,
                                window_buffering=buffering)
-        clients = []
-        for consumer in consumers:
-            client = DatabusClient(broker.address, config=config)
-            client.register_shared(consumer, topic="shares", subscription="shares",
-                                   consumer_config=ConsumerConfig(
-                                       type="key_shared", start="earliest",
-                                       receiver_queue_size=permits))
-            await client.__aenter__()
-            clients.append(client)
-        try:
+        async with contextlib.AsyncExitStack() as clients:
+            for consumer in consumers:
+                client = DatabusClient(broker.address, config=config)
+                client.register_shared(consumer, topic="shares", subscription="shares",
+                                       consumer_config=ConsumerConfig(
+                                           type="key_shared", start="earliest",
+                                           receiver_queue_size=permits))
+                await clients.enter_async_context(client)
             made = await produce(broker.address, "shares", 0, 6, size)
             expected = {offset for _, offsets in made for offset in offsets}
             await until(lambda: {o for c in consumers for _, window in c.windows
                                  for o in window} >= expected, 30)
-        finally:
-            for client in clients:
-                await client.__aexit__(None, None, None)
         return made
 
     try:

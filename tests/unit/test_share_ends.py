@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from broker.subscription.core import PartitionCore, Send
+from broker.subscription.core import CoreLimits, Kind, Mode, PartitionCore, Send
+from broker.subscription.cursor import Cursor
 from broker.subscription.delivery import CachedRecord, RecordCache, delivery_messages
 from broker.subscription.holdings import Taken
 from broker.subscription.share_ends import open_windows
@@ -104,8 +105,6 @@ def test_a_later_send_to_the_same_consumer_keeps_the_window_open() -> None:
 
 
 def test_shared_subscriptions_mark_nothing() -> None:
-    from broker.subscription.core import CoreLimits, Kind, Mode
-    from broker.subscription.cursor import Cursor
     core = PartitionCore(Kind.SHARED, Mode.STICKY, 0, CoreLimits(), Cursor(0), 0)
     send = Send("a", Taken(np.arange(2, dtype=np.int64), np.zeros(2, np.int32),
                            np.zeros(2, np.int32)), 1)
