@@ -46,14 +46,27 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_FAILED)
 
 
+def _broker_for_every_command(ctx: click.Context, param: click.Parameter,
+                              value: str | None) -> None:
+    """`keybus --broker H:P topics list`, as `pulsar-admin --admin-url` and Kafka's tools
+    put the address first: it becomes KEYBUS_BROKER for this call, the default of every
+    command's own --broker (which, given too, still wins)."""
+    if value is not None:
+        os.environ["KEYBUS_BROKER"] = value
+
+
 @click.group(cls=KeybusGroup, epilog=EXIT_CODES_HELP,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="keybus")
+@click.option("--broker", metavar="HOST:PORT", expose_value=False, is_eager=True,
+              callback=_broker_for_every_command,
+              help="The broker every command talks to (as each command's --broker).")
 def cli() -> None:
     """Keybus: a durable, key-ordered event broker.
 
     Commands that talk to a broker take --broker HOST:PORT (default
-    localhost:6650, env KEYBUS_BROKER), --timeout and --json.
+    localhost:6650, env KEYBUS_BROKER), before or after the command's name,
+    --timeout and --json.
     """
 
 

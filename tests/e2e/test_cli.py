@@ -214,6 +214,23 @@ def test_no_broker_is_one_line_within_seconds(args: tuple[str, ...]) -> None:
     assert time.monotonic() - began < 12
 
 
+def test_broker_before_the_command_as_pulsar_admin_takes_it(shared_broker: BrokerProcess) -> None:
+    """`keybus --broker H:P topics list`: the root's --broker beats KEYBUS_BROKER, and a
+    command's own --broker beats the root's."""
+    closed = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="80", KEYBUS_BROKER=closed)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "keybus", *args], capture_output=True,
+                              text=True, timeout=60, env=env, cwd=REPO)
+
+    ok(run("--broker", shared_broker.address, "topics", "create", "cli-root-broker"))
+    listed = json.loads(ok(run("--broker", shared_broker.address, "topics", "list", "--json")))
+    assert "cli-root-broker" in [t["topic"] for t in listed]
+    line = one_line(run("--broker", shared_broker.address, "topics", "list", "--broker", closed), 1)
+    assert line.startswith(f"keybus: error: cannot reach broker at {closed}")
+
+
 BROKER_COMMANDS = [
     ("topics", "list"), ("topics", "create"), ("topics", "describe"), ("topics", "delete"),
     ("produce",), ("read",), ("consume",), ("subscriptions", "list"),
