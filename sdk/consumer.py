@@ -36,7 +36,7 @@ from sdk.consumer_wakeups import Arrivals, FlushSignal
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
-from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches
+from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
 from sdk.reconnect import ConnectionCallback, Link, failure_of
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
@@ -262,31 +262,12 @@ class Consumer:
             for offset, slot in zip(offsets, slots, strict=True):
                 first[slot] = min(first.get(slot, offset), offset)
             rest = self._holds.nacked(partition, offsets, slots)
-            given += self._give_back_prefetched(partition, first)
+            self._current, prefetched = rest_of_slots_removed(
+                self._state.buffer, self._current, partition, first)
+            given += prefetched
         self._state.nacks.append((partition, given, delay, rest))
         self._holds.queue()  # the broker counts them: Delivery.nacks_seen
         self._flush.soon()
-
-    def _give_back_prefetched(self, partition: int, first: dict[int, int]) -> list[int]:
-        """Remove buffered events of `partition` whose slot has a nacked offset before them."""
-        removed: list[int] = []
-
-        def cut(batch: ReceivedBatch) -> tuple[ReceivedBatch | None, int]:
-            drop = [i for i, (o, s) in enumerate(zip(batch.offsets, batch.slots, strict=True))
-                    if o > first.get(s, o)]
-            if not drop:
-                return batch, 0
-            removed.extend(batch.offsets[i] for i in drop)
-            return batch_without(batch, set(drop)), len(drop)
-
-        self._state.buffer.remove(partition, cut)
-        current = [m for m in self._current
-                   if not (m.partition == partition and m.offset > first.get(m.event.slot,
-                                                                             m.offset))]
-        removed += [m.offset for m in self._current
-                    if m.partition == partition and m.offset > first.get(m.event.slot, m.offset)]
-        self._current = deque(current)
-        return removed
 
     async def flush_acks(self) -> None:
         """Send every pending ack and nack now."""

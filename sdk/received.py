@@ -1,15 +1,18 @@
 """What a consumer receives: `ReceivedBatch` (one delivered record, columns
 kept protobuf), `Message` (one event as a row), `delivered_batches` (a
-Delivery's records as batches) and `batch_without` (a batch less some of its
-events, for redeliveries already handed out).
+Delivery's records as batches), `batch_without` (a batch less some of its
+events, for redeliveries already handed out) and `rest_of_slots_removed` (what
+a nack takes back from what the consumer holds but did not hand out).
 
 Split from consumer.py (one job per file); `sdk.consumer` re-exports them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sdk.core.columns import Event, record_events
 from sdk.core.pb import keybus_pb2 as pb
@@ -130,3 +133,39 @@ def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
             target.extend(column)
     counts = [batch.redelivery_counts[i] for i in keep] if batch.redelivery_counts else ()
     return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send, batch.share_ends)
+
+
+class BatchBuffer(Protocol):
+    """What `rest_of_slots_removed` needs of the fetch buffer (`FetchBuffer`)."""
+
+    def remove(self, partition: int,
+               cut: Callable[[ReceivedBatch], tuple[ReceivedBatch | None, int]]) -> None: ...
+
+
+def rest_of_slots_removed(buffer: BatchBuffer, current: deque[Message], partition: int,
+                          first: dict[int, int]) -> tuple[deque[Message], list[int]]:
+    """Take out of the buffered batches and the messages not handed out yet (`current`)
+    the events of `partition` that come after their slot's first nacked offset (`first`:
+    slot -> offset), so a nack's retry is not overtaken by them. The messages kept, and
+    the offsets taken out (given back with the nack)."""
+    removed: list[int] = []
+
+    def after_nack(slot: int, offset: int) -> bool:
+        return offset > first.get(slot, offset)
+
+    def cut(batch: ReceivedBatch) -> tuple[ReceivedBatch | None, int]:
+        drop = [i for i, (o, s) in enumerate(zip(batch.offsets, batch.slots, strict=True))
+                if after_nack(s, o)]
+        if not drop:
+            return batch, 0
+        removed.extend(batch.offsets[i] for i in drop)
+        return batch_without(batch, set(drop)), len(drop)
+
+    buffer.remove(partition, cut)
+    kept: deque[Message] = deque()
+    for message in current:
+        if message.partition == partition and after_nack(message.event.slot, message.offset):
+            removed.append(message.offset)
+        else:
+            kept.append(message)
+    return kept, removed

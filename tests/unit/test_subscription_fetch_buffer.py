@@ -18,6 +18,8 @@ takes batches and nacks, checking the permit bound after every step.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -25,7 +27,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sdk.core.offset_ranges import ranges_of_bounds
+from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import AckBuffer, FetchBuffer, NackHolds
+from sdk.received import ReceivedBatch, rest_of_slots_removed
 
 
 @given(st.lists(st.lists(st.integers(0, 300), max_size=50), max_size=5),
@@ -179,3 +183,27 @@ class PermitMachine(RuleBasedStateMachine):
 
 TestPermitMachine = PermitMachine.TestCase
 TestPermitMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+def test_a_nack_takes_back_the_rest_of_its_slots_buffered_or_not_handed_out() -> None:
+    """`rest_of_slots_removed`: events of the nacked partition after their slot's first
+    nacked offset leave the buffer and the messages not handed out; the rest stays."""
+    def batch(partition: int, base: int, slots: list[int]) -> ReceivedBatch:
+        keys = list(range(base, base + len(slots)))
+        record = pb.Record(topic="t", partition=partition, base_offset=base, batch=pb.EventBatch(
+            count=len(slots), key_ints=keys, slots=slots, values=[b"v"] * len(slots)))
+        return ReceivedBatch(record, (), base + len(slots) - 1)
+
+    buffer = FetchBuffer[ReceivedBatch](10)
+    buffer.initial_grants([0, 1])
+    buffer.put(0, 3, batch(0, 10, [7, 8, 7]))   # offsets 10, 11, 12
+    buffer.put(1, 2, batch(1, 10, [7, 7]))      # another partition: untouched
+    current = deque(batch(0, 4, [7, 9, 8]).messages())  # offsets 4, 5, 6, not handed out
+    kept, removed = rest_of_slots_removed(buffer, current, 0, {7: 3, 8: 11})
+    assert sorted(removed) == [4, 10, 12]  # slot 7 after 3; slot 8's 11 is the nacked one
+    assert [(m.offset, m.event.slot) for m in kept] == [(5, 9), (6, 8)]
+    left = buffer.take()
+    assert left is not None and list(left.offsets) == [11]
+    other = buffer.take()
+    assert other is not None and other.partition == 1 and other.count == 2
+    assert buffer.take() is None
