@@ -37,7 +37,7 @@ COLUMN_FAMILIES = ("log", "scn_index", "producers", "partitions", "meta", "curso
 
 @dataclass(frozen=True, slots=True)
 class Tail:
-    """A partition's state recovered at start: no scan, two seeks and a get."""
+    """A partition's state recovered at start: no scan, one seek and a get."""
 
     start_offset: int
     next_offset: int

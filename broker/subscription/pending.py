@@ -11,7 +11,7 @@ Rules:
    keeps a prefix of each slot's run: at most `slot_events_max` per slot and
    `events_max` in total (the rest of a slot's events past the first that
    does not fit are refused too, so what stays is always a prefix).
-3. Per-slot counts live in one 65,536-entry array (128 KiB); everything else
+3. Per-slot counts live in one 65,536-entry int32 array (256 KiB); everything else
    is proportional to what is held, at most `events_max` events.
 
 It must not know about consumers, permits, floors or the log.
