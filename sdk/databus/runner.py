@@ -17,8 +17,9 @@ sets them):
    on_rollback(start scn) to every member, then the window again from its
    first event. After `window_retries_max` retries: on_error, then stop.
 3. FATAL anywhere stops at once: only on_stop_consumption follows, and no
-   checkpoint is written. ERROR in on_start_consumption counts as FATAL;
-   results of on_rollback, on_error and on_stop_consumption are ignored.
+   checkpoint is written. ERROR in on_start_consumption counts as FATAL, as
+   does FATAL from on_rollback; other results of on_rollback, and those of
+   on_error and on_stop_consumption, are ignored.
 4. Checkpoints cover whole windows only. After a window ends, the policy
    (every N windows, every T ms) or a CHECKPOINT result asks for one, a
    SKIP_CHECKPOINT result vetoes it; then on_checkpoint(scn) runs before the
