@@ -10,12 +10,12 @@ Split from consumer.py (one job per file); `sdk.consumer` re-exports them.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from sdk.core.columns import Event, record_events
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.fetch_buffer import FetchBuffer
 from sdk.reader import ReadBatch
 
 
@@ -135,14 +135,7 @@ def batch_without(batch: ReceivedBatch, drop: set[int]) -> ReceivedBatch | None:
     return ReceivedBatch(subset, counts, batch.window_last_offset, batch.send, batch.share_ends)
 
 
-class BatchBuffer(Protocol):
-    """What `rest_of_slots_removed` needs of the fetch buffer (`FetchBuffer`)."""
-
-    def remove(self, partition: int,
-               cut: Callable[[ReceivedBatch], tuple[ReceivedBatch | None, int]]) -> None: ...
-
-
-def rest_of_slots_removed(buffer: BatchBuffer, current: deque[Message], partition: int,
+def rest_of_slots_removed(buffer: FetchBuffer[ReceivedBatch], current: deque[Message], partition: int,
                           first: dict[int, int]) -> tuple[deque[Message], list[int]]:
     """Take out of the buffered batches and the messages not handed out yet (`current`)
     the events of `partition` that come after their slot's first nacked offset (`first`:

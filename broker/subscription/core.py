@@ -170,12 +170,11 @@ class PartitionCore(DispatchSide, ReadSide):
         pending = self.pending.events.offsets
         if len(pending) and np.isin(offsets, pending).any():
             return True
-        floors = self.slots.floors
-        if not floors:
+        if not self.slots.floors:
             return False
-        never = int(offsets[-1]) + 1
-        floor = np.array([floors.get(s, never) for s in slots.tolist()], np.int64)
-        return bool((offsets >= floor).any())
+        floor_slots, floor_offsets = self.slots.floor_arrays()
+        j = np.minimum(floor_slots.searchsorted(slots), len(floor_slots) - 1)
+        return bool(((floor_slots[j] == slots) & (offsets >= floor_offsets[j])).any())
 
     # ------------------------------------------------------------ membership
 
