@@ -8,9 +8,10 @@ principal with few rights, none) and one to three requests drawn by
 
 * the only status codes allowed are the documented ones, each with a
   message; never UNKNOWN or INTERNAL (a Python exception escaping);
-* every call ends within HANG_S (10 s), except a follow Read or an open
-  Subscribe, which may wait by design: those are given a short deadline
-  and DEADLINE_EXCEEDED is allowed for them only;
+* every call ends within HANG_S (10 s), except a follow Read, a follow
+  Bootstrap (its ONLINE phase is a follow read) or an open Subscribe, which
+  may wait by design: those are given a short deadline and
+  DEADLINE_EXCEEDED is allowed for them only;
 * Produce answers each request in the stream, with a documented code.
 
 After the run the broker must still serve (health check, ListTopics) and
@@ -75,11 +76,13 @@ def token_file(directory: Path) -> Path:
 def _waits_by_design(method: str, payload: bytes) -> bool:
     if method == "Subscribe":
         return True
-    if method == "Read":
-        try:
+    try:
+        if method == "Read":
             return pb.ReadRequest.FromString(payload).follow
-        except Exception:
-            return False
+        if method == "Bootstrap":
+            return pb.BootstrapRequest.FromString(payload).follow
+    except Exception:
+        return False
     return False
 
 
