@@ -37,7 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.fuzz_strategies import PROTECTED_TOPIC, SERVICE, payloads
+from benchmarks.fuzz_strategies import PROTECTED_TOPIC, SERVICE, message_class, payloads
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 
@@ -74,16 +74,18 @@ def token_file(directory: Path) -> Path:
 
 
 def _waits_by_design(method: str, payload: bytes) -> bool:
+    """An open Subscribe, or a request with `follow` set (the contract's Read and
+    Bootstrap: whichever request message has that field, read from the proto)."""
     if method == "Subscribe":
         return True
+    descriptor = SERVICE.methods_by_name[method].input_type
+    if "follow" not in descriptor.fields_by_name:
+        return False
     try:
-        if method == "Read":
-            return pb.ReadRequest.FromString(payload).follow
-        if method == "Bootstrap":
-            return pb.BootstrapRequest.FromString(payload).follow
+        request: Any = message_class(descriptor).FromString(payload)
+        return bool(request.follow)
     except Exception:
         return False
-    return False
 
 
 class Fuzzer:

@@ -86,7 +86,7 @@ def _field(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
 def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Message]:
     """Messages of this type with any subset of their fields set (one strategy
     per type and depth, built once: hypothesis draws fastest from a fixed tree)."""
-    cls = _class_of(descriptor)
+    cls = message_class(descriptor)
     if depth >= MAX_DEPTH:
         return st.just(cls())
     fields: dict[str, st.SearchStrategy[Any]] = {
@@ -95,7 +95,7 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
     return st.fixed_dictionaries({}, optional=fields).map(lambda values: _build(cls, values))
 
 
-def _class_of(descriptor: Descriptor) -> type[Message]:
+def message_class(descriptor: Descriptor) -> type[Message]:
     from google.protobuf import message_factory
 
     return message_factory.GetMessageClass(descriptor)

@@ -170,11 +170,7 @@ class PartitionCore(DispatchSide, ReadSide):
         pending = self.pending.events.offsets
         if len(pending) and np.isin(offsets, pending).any():
             return True
-        if not self.slots.floors:
-            return False
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        j = np.minimum(floor_slots.searchsorted(slots), len(floor_slots) - 1)
-        return bool(((floor_slots[j] == slots) & (offsets >= floor_offsets[j])).any())
+        return bool(self.slots.floors) and bool(self.slots.past_floor(slots, offsets).any())
 
     # ------------------------------------------------------------ membership
 

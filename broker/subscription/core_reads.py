@@ -204,10 +204,7 @@ class ReadSide:
             back = pick(back, found.nonzero()[0])
         if mask is None:
             return back
-        floor_slots, floor_offsets = self.slots.floor_arrays()
-        j = np.minimum(floor_slots.searchsorted(slots), max(len(floor_slots) - 1, 0))
-        region = mask[slots] & (floor_slots[j] == slots) & (offsets >= floor_offsets[j]) \
-            if len(floor_slots) else np.zeros(len(slots), np.bool_)
+        region = mask[slots] & self.slots.past_floor(slots, offsets)
         region &= self._filter_mask(offsets, slots)
         self.slots.count_past_floor(slots[region], -1)
         self.slots.raise_floors(mask, result.stop)  # lowered again for what waits

@@ -24,6 +24,7 @@ It must not know about consumers' permits, events' bytes, the log or the clock.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -118,6 +119,17 @@ class SlotState:
             order = slots.argsort()
             self._floor_arrays = (slots[order], offsets[order])
         return self._floor_arrays
+
+    def past_floor(self, slots: npt.NDArray[Any], offsets: npt.NDArray[np.int64]
+                   ) -> npt.NDArray[np.bool_]:
+        """Per event: its slot is floored and the event lies at or past that floor (one
+        binary search over `floor_arrays`, not a lookup per event)."""
+        floor_slots, floor_offsets = self.floor_arrays()
+        if not len(floor_slots):
+            return np.zeros(len(slots), np.bool_)
+        j = np.minimum(floor_slots.searchsorted(slots), len(floor_slots) - 1)
+        past: npt.NDArray[np.bool_] = (floor_slots[j] == slots) & (offsets >= floor_offsets[j])
+        return past
 
     # ------------------------------------------------------------ draining
 
