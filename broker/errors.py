@@ -80,6 +80,11 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "not support); allowed fields: {allowed}"),
         ErrorKind("shutting_down", grpc.StatusCode.UNAVAILABLE,
                   "the broker is shutting down; retry on another broker or later"),
+        ErrorKind("store_failed", grpc.StatusCode.UNAVAILABLE,
+                  "the broker's storage failed ({cause}): it stores nothing more and is "
+                  "stopping; what it acknowledged is kept, what it did not may or may not "
+                  "be: retry on another broker or once it is started again (an idempotent "
+                  "producer stores nothing twice)"),
         ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} was deleted"),
         # ------------------------------------------------------------ security and hardening

@@ -9,7 +9,9 @@ cannot drift from the settings. Precedence, lowest to highest: defaults, the
 The `keybus` CLI registers this same command as `keybus broker` (the CLI sits
 on top and may import the broker; the broker never imports the CLI).
 Failures are one line: exit 1 when the broker cannot start (port taken, data
-directory in use), 2 for a bad flag or setting.
+directory in use), 2 for a bad flag or setting, 74 (sysexits' EX_IOERR) when
+its storage failed (a full disk: broker/log/store_failure.py), at start or
+while serving.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import uvloop
 from click.core import ParameterSource
 
 from broker.config import ConfigError, Settings, load_settings
-from broker.server import StartError, serve
+from broker.errors import BrokerError
+from broker.log.store_failure import EXIT_STORE_FAILED
+from broker.server import StartError, StoreFailedStop, StoreUnusable, serve
 
 # Tables, not flags: set in the --config file (named in the command's description).
 FILE_ONLY = tuple(f.name for f in dataclasses.fields(Settings) if str(f.type).startswith("dict"))
@@ -88,7 +92,17 @@ def _run(ctx: click.Context, /, config: str | None, ready_file: str | None, log_
         uvloop.run(serve(settings, ready_file))
     except (StartError, OSError) as e:
         click.echo(f"keybus broker: error: {e}", err=True)
-        ctx.exit(1)
+        ctx.exit(EXIT_STORE_FAILED if isinstance(e, StoreUnusable) else 1)
+    except StoreFailedStop as e:
+        click.echo(f"keybus broker: stopped: its storage in {settings.data_dir} failed ({e}); "
+                   "everything it acknowledged is kept: fix the cause (free space on the "
+                   "disk when it is full) and start it again", err=True)
+        ctx.exit(EXIT_STORE_FAILED)
+    except BrokerError as e:  # the store failed while the broker started (a write it made)
+        if e.kind.name != "store_failed":
+            raise
+        click.echo(f"keybus broker: error: cannot start: {e}", err=True)
+        ctx.exit(EXIT_STORE_FAILED)
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         ctx.exit(130)
 

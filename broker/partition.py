@@ -31,7 +31,7 @@ from broker.log.wal_sync import request_synced
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.partition_commands import Command, OnTask, Produce, Trim
 from broker.partition_trim import trim
-from broker.partition_write import Written, write_group
+from broker.partition_write import Written, seen, write_group
 from broker.produce_records import response_of
 from broker.read_limit import ReadLimit
 from broker.read_path import Chunk, ReadSpec, read_chunk
@@ -263,6 +263,7 @@ class Partition:
         except Exception as e:  # the task raises it, as if it had committed the request
             command.synced = asyncio.get_running_loop().create_future()
             command.synced.set_exception(e)
+            command.synced.add_done_callback(seen)
         self._queue.put_nowait(command)  # the queue is empty: never full
 
     def _write(self, commands: list[Produce]) -> asyncio.Future[None] | None:

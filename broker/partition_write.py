@@ -10,9 +10,10 @@ else to do, in the step of the `submit` call itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.errors import BrokerError
 from broker.log import codec
@@ -77,8 +78,18 @@ def write_group(partition: Partition, commands: Sequence[Produce],
             for command in commands:
                 if not command.future.done():
                     command.future.set_exception(e)
+                    command.future.add_done_callback(seen)
             return None
     return Written(appends, outcomes)
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """Mark a failed future's error as seen. Why: when the write failed because the
+    store did (a full disk), the broker stops at once and cancels the waiters (a
+    Produce stream's answer, the partition's task); asyncio would then log each error
+    as never retrieved, with a traceback, for requests whose clients were told or gone."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _decide(partition: Partition, request: pb.ProduceRequest, publish_time_ms: int,

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from broker import gc_pauses
 from broker.config import PORT_UNBOUND, Settings
 from broker.log.rocks_store import RocksStore
+from broker.log.store_failure import is_store_failure
 from broker.processor_stores.service import ProcessorStores
 from broker.relay.node import RelayNode
 from broker.relay.servicer import RelayServicer, relay_handler
@@ -42,6 +43,7 @@ from broker.security import setup as security
 from broker.security.acl_store import AclStore, load_acl_file
 from broker.security.permissions import AccessTable
 from broker.subscription.manager import SubscriptionManager
+from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
 from sdk.core.filters import from_config
 from sdk.core.pb import keybus_pb2 as pb
@@ -52,6 +54,8 @@ MESSAGE_BYTES_MAX_SLACK = 1 << 20
 # the two gets a clean RESOURCE_EXHAUSTED answer (broker/rpc/guard.py) and the
 # Produce stream stays open; only past it does gRPC itself end the call.
 RECEIVE_LIMIT_FACTOR = 2
+# How long a stop after a store failure may take before the process exits anyway.
+STOP_AFTER_FAILURE_S = 10.0
 
 
 class StartError(Exception):
@@ -64,6 +68,15 @@ class PortInUse(StartError):
 
 class DataDirInUse(StartError):
     """Another broker process holds the data directory's RocksDB lock."""
+
+
+class StoreUnusable(StartError):
+    """The data directory's disk refused RocksDB's writes while it opened (a full disk)."""
+
+
+class StoreFailedStop(Exception):
+    """The broker stopped because its store failed (broker/log/store_failure.py);
+    the message is RocksDB's status."""
 
 
 @dataclass
@@ -241,6 +254,9 @@ def open_store(settings: Settings) -> RocksStore:
             raise DataDirInUse(f"data directory {settings.data_dir} is in use by another broker "
                              f"(RocksDB's lock on {os.path.join(path, 'LOCK')} is held); stop "
                              "that broker or choose another --data-dir") from None
+        if is_store_failure(e):  # the disk refused RocksDB's own writes (a new WAL, the manifest)
+            raise StoreUnusable(f"cannot open the log in {path}: {text}; fix the cause (free "
+                                "space on the disk when it is full) and start it again") from None
         raise StartError(f"cannot open the log in {path}: {text}") from None
 
 
@@ -274,7 +290,28 @@ async def serve(settings: Settings, ready_file: str | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+
+    def store_failed(_: str) -> None:  # on the failing thread: the WAL syncer's, or the loop
+        loop.call_soon_threadsafe(stop.set)
+
+    broker.store.disk_failures.listen(store_failed)
     await stop.wait()
+    failure = broker.store.disk_failures.first
     log.info("shutting down")
-    await broker.stop()
-    log.info("stopped")
+    if failure is None:
+        await broker.stop()
+        log.info("stopped")
+        return
+    await stop_after_store_failure(broker)
+    raise StoreFailedStop(failure)
+
+
+async def stop_after_store_failure(broker: Broker) -> None:
+    """Stop as on SIGTERM, within a bound: writes the stop makes (cursors, the
+    view's last pass) are refused with the store's failure, which is already
+    logged, so they are noted as one line each and the stop goes on."""
+    try:
+        await asyncio.wait_for(broker.stop(), STOP_AFTER_FAILURE_S)
+    except Exception as e:  # TimeoutError included: the process exits all the same
+        log.warning("stopping after the store failed: %s", describe_cause(e))
+    log.info("stopped: the store failed")

@@ -6,7 +6,8 @@ would wait forever, and nothing would say why. `supervise` runs the task's
 body; when the body raises something unexpected it
 
 1. logs the traceback, once per distinct cause (a cause that repeats on every
-   restart is logged again as one line, not a traceback per attempt);
+   restart is logged again as one line, not a traceback per attempt; a
+   `BrokerError`, such as the store's failure, is a known state: one line);
 2. calls the owner's `fail(error, retry_ms)`: the owner fails what is in
    flight and refuses later requests with a status naming itself and the cause;
 3. waits a bounded backoff (`RestartBackoff`, doubling to a cap) and calls the
@@ -26,6 +27,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from broker.errors import BrokerError
 
 CAUSE_CHARS_MAX = 200
 
@@ -105,7 +108,9 @@ async def _recover(name: str, error: Exception, failures: int, last_cause: str,
         failures += 1
         delay_ms = backoff.delay_ms(failures)
         cause = describe_cause(error)
-        if cause != last_cause:
+        if cause != last_cause and isinstance(error, BrokerError):  # a known state: no trace
+            log.error("%s failed (%s); restarting it in %d ms", name, cause, delay_ms)
+        elif cause != last_cause:
             log.error("%s failed; restarting it in %d ms", name, delay_ms, exc_info=error)
         else:
             log.warning("%s failed again (%s, %d in a row); restarting it in %d ms",

@@ -1,7 +1,9 @@
 """The RocksDB store: one database per broker, one column family per kind.
 
 Layout is in `codec.py`. Every method is a blocking call. RocksDB itself is
-thread-safe; this class keeps no mutable state beyond the handles.
+thread-safe; this class keeps no mutable state beyond the handles and the
+first write that failed on the disk (`disk_failures`: after it RocksDB refuses
+every write until reopened, so the broker stops; store_failure.py).
 
 Durable writes are two steps (`write`): the WriteBatch is written without
 sync, then RocksDB's write-ahead log is fsynced (`sync_wal`). rocksdict's
@@ -26,6 +28,7 @@ import rocksdict
 
 from broker.log import codec
 from broker.log.retention import HeadRecord
+from broker.log.store_failure import StoreFailures, is_store_failure
 from broker.log.wal_sync import WalSyncer
 from broker.metrics import WAL_FSYNC_SECONDS
 from sdk.core.pb import keybus_pb2 as pb
@@ -83,15 +86,22 @@ class RocksStore:
         self.durable = fsync  # data writes are fsynced before they count (metadata always is)
         self._unsynced = rocksdict.WriteOptions()
         self._unsynced.sync = False
+        # A write or fsync that fails on the disk leaves RocksDB refusing writes until it
+        # is reopened: the broker stops (store_failure.py).
+        self.disk_failures = StoreFailures(path)
         # The partitions' group commits fsync here (wal_sync.py); looked up per call, so a
         # subclass's or a tracer's sync_wal is the one that runs.
         self.wal_syncer = WalSyncer(lambda: self.sync_wal(), observe=WAL_FSYNC_SECONDS.observe)
 
     def close(self) -> None:
         self.wal_syncer.close()  # no fsync runs once the database closes
-        for view in self._views.values():
-            view.close()
-        self._db.close()
+        try:  # closing flushes the memtables: after a failure, refused with its error
+            for view in self._views.values():
+                view.close()
+            self._db.close()
+        except Exception:
+            if self.disk_failures.first is None:
+                raise
 
     # ------------------------------------------------------------ metadata
 
@@ -369,7 +379,12 @@ class RocksStore:
     def sync_wal(self) -> None:
         """fsync the write-ahead log: every write made before this call is then on
         disk. Releases the GIL while the disk works (see the module docstring)."""
-        self._db.flush_wal(True)
+        try:
+            self._db.flush_wal(True)
+        except Exception as e:
+            if not is_store_failure(e):
+                raise
+            raise self.disk_failures.failed(e) from e
 
     def _batch(self) -> rocksdict.WriteBatch:
         return rocksdict.WriteBatch(raw_mode=True)
@@ -384,7 +399,12 @@ class RocksStore:
     def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
         """Write a WriteBatch built on `column_family` handles, fsynced if asked (two
         steps: see the module docstring)."""
-        self._db.write(batch, self._unsynced)  # holds the GIL: memtable + WAL append only
+        try:
+            self._db.write(batch, self._unsynced)  # holds the GIL: memtable + WAL append only
+        except Exception as e:
+            if not is_store_failure(e):
+                raise
+            raise self.disk_failures.failed(e) from e
         if sync:
             self.sync_wal()
 
