@@ -63,7 +63,8 @@ class Settings:
                                                      "ids are looked for.")
     # Reads.
     read_events_max: int = setting(10_000, "Events per read response: the default and the cap.")
-    read_bytes_max: int = setting(4 << 20, "Bytes per read response: the default and the cap.")
+    read_bytes_max: int = setting(4 << 20, "Bytes of one Read or Bootstrap response message, "
+                                  "framing included: the default and the cap.")
     # Retention (per topic settings override; these are the topic defaults).
     retention_ms: int = setting(0, "Default age limit of a new topic's events (0 = forever).")
     retention_bytes: int = setting(0, "Default size limit per partition of a new topic "

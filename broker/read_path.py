@@ -20,6 +20,14 @@ from broker.log.rocks_store import RocksStore
 from sdk.core.columns import OPTIONAL_COLUMNS
 from sdk.core.pb import keybus_pb2 as pb
 
+# A chunk's bytes_max bounds the whole ReadResponse message (broker/rpc/wire.py), so that
+# at the default of 4 MiB it fits gRPC's default receive limit (4 MiB) of any client, not
+# only the SDK's: each record adds its tag and length, and the message's other fields
+# (next_offset, end_offset, high_watermark) a tag and a varint of at most 10 bytes each.
+# Only a single record larger than bytes_max goes out alone past it (a read must progress).
+RECORD_FRAMING_BYTES_MAX = 6
+RESPONSE_FIELDS_BYTES_MAX = 3 * 11
+
 # Given a batch, the indexes of the events that pass (ascending).
 EventSelector = Callable[[pb.EventBatch], list[int]]
 
@@ -48,7 +56,8 @@ class Chunk:
 def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
     """Read records from `start` until a limit or the end of the log."""
     records: list[bytes] = []
-    events = size = scanned = 0
+    events = scanned = 0
+    size = RESPONSE_FIELDS_BYTES_MAX
     next_offset = start
     stop = spec.stop_offset
     for base, value in store.records_from(spec.topic_id, spec.partition, start):
@@ -64,12 +73,14 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
             body, n = _subset(body, start, stop, spec)
         else:
             n = header.count
+        if n and records and size + len(body) + RECORD_FRAMING_BYTES_MAX > spec.bytes_max:
+            break  # it starts the next chunk, so the response stays within bytes_max
         scanned += header.count
         next_offset = end if stop is None else min(end, stop)
         if n:
             records.append(body)
             events += n
-            size += len(body)
+            size += len(body) + RECORD_FRAMING_BYTES_MAX
         if events >= spec.events_max or size >= spec.bytes_max or scanned >= 8 * spec.events_max:
             break
     return Chunk(records, next_offset, events, scanned)

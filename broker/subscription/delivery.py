@@ -61,6 +61,14 @@ _NACKS_SEEN_TAG = b"\x30"  # Delivery.nacks_seen: field 6, varint
 _SEND_TAG = b"\x38"  # Delivery.send: field 7, varint
 _OPEN_WINDOWS_TAG = b"\x42"  # Delivery.open_windows: field 8, packed
 _NO_WINDOWS: frozenset[int] = frozenset()
+# Rule 2's bound is the whole message, so that at the default 4 MiB it fits gRPC's default
+# receive limit of any client, not only the SDK's: a message's own fields (the response's
+# and the Delivery's tags and lengths, nacks_seen, send, one open window) take at most
+# DELIVERY_FIELDS_BYTES_MAX; each record part its tag, length, last offset and open window
+# (PART_FRAMING_BYTES_MAX) and a varint per redelivery count.
+DELIVERY_FIELDS_BYTES_MAX = 64
+PART_FRAMING_BYTES_MAX = 26
+COUNT_BYTES_MAX = 5
 _INDEX_ROOM = 64  # first size of a cache's index arrays
 # A record of at most this many events: its subsets come from the parsed columns (a few
 # microseconds each), never from a layout (about 50 us to find, worth it for big records)
@@ -299,6 +307,8 @@ def delivery_messages(cache: RecordCache, offsets: npt.NDArray[np.int64],
     the caller fetched what the log still holds). `held`: the cached record holding
     every offset, when the caller looked it up already. `open_windows`: the windows
     (last offsets) of which more follows for this consumer after these (rule 3)."""
+    bytes_max = bytes_max - DELIVERY_FIELDS_BYTES_MAX if bytes_max > DELIVERY_FIELDS_BYTES_MAX \
+        else 1  # the rest is for record parts (no call: the path following the tail)
     entry = held if held is not None else cache.holding_all(offsets)
     if entry is not None:  # every offset in one cached record (following the tail: most sends)
         if redelivery_counts is None and len(offsets) < entry.count:  # a part of it, sent once
@@ -379,11 +389,12 @@ def _messages(parts: list[tuple[bytes, int, list[int]]], with_counts: bool, nack
     current: list[tuple[bytes, int, list[int]]] = []
     size = 0
     for part in parts:
-        if current and size + len(part[0]) + 16 > bytes_max:
+        cost = len(part[0]) + PART_FRAMING_BYTES_MAX + COUNT_BYTES_MAX * len(part[2])
+        if current and size + cost > bytes_max:
             groups.append(current)
             current, size = [], 0
         current.append(part)
-        size += len(part[0]) + 16
+        size += cost
     if current:
         groups.append(current)
     messages = []

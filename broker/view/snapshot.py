@@ -34,6 +34,15 @@ from broker.view.store import ViewStore
 from sdk.core.pb import keybus_pb2 as pb
 
 SCAN_FACTOR = 8  # a chunk looks at no more than this many entries per event sent
+# A chunk's bytes_max bounds the whole BootstrapResponse (at the default 4 MiB, gRPC's
+# default receive limit of any client): an entry adds at most its key and stored value
+# (its head included) and this much of the Record's columns (offset, SCN, publish time,
+# slot: varints of at most 10 bytes each, tags and lengths); the response's own fields
+# (positions, the resume key) at most RESPONSE_FIELDS_BYTES_MAX. Only an entry larger
+# than bytes_max alone goes out past it.
+ENTRY_BYTES_OVERHEAD_MAX = 64
+RECORD_FRAMING_BYTES_MAX = 6
+RESPONSE_FIELDS_BYTES_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,27 +117,32 @@ class SnapshotCursor:
         """The next entries, up to the spec's limits, as Records per source."""
         spec = self.spec
         records: list[pb.Record] = []
-        events = size = scanned = 0
+        events = scanned = 0
+        size = RESPONSE_FIELDS_BYTES_MAX
         scan_max = SCAN_FACTOR * spec.events_max
+        full = False
         while self._index < len(self.sources) and events < spec.events_max \
-                and size < spec.bytes_max and scanned < scan_max:
+                and not full and scanned < scan_max:
             source = self.sources[self._index]
-            keys, values, looked = self._read_source(source, spec.events_max - events,
-                                                     scan_max - scanned)
+            keys, values, looked, full = self._read_source(
+                source, spec.events_max - events, scan_max - scanned,
+                spec.bytes_max - size, must_take=scanned == 0)
             scanned += looked
             skip = len(self._prefix) + len(codec.source_part(source))
             record = build_record(spec, source, keys, values, skip)
             if record is not None:
                 records.append(record)
                 events += record.batch.count
-                size += record.ByteSize()
+                size += record.ByteSize() + RECORD_FRAMING_BYTES_MAX
         return Chunk(records, events, self.position, self._index >= len(self.sources))
 
-    def _read_source(self, source: str, events_max: int, scan_max: int
-                     ) -> tuple[list[bytes], list[bytes], int]:
+    def _read_source(self, source: str, events_max: int, scan_max: int, bytes_left: int,
+                     must_take: bool) -> tuple[list[bytes], list[bytes], int, bool]:
         """Raw entries of one source from the current position that may be
         sent (below the snapshot offset; tombstones if asked): (entry keys,
-        values, entries looked at)."""
+        values, entries looked at, whether `bytes_left` stopped it). An entry
+        that would take the chunk past `bytes_left` is left for the next chunk,
+        unless `must_take` and it is the first (a chunk always moves on)."""
         it = self._it
         head = self._prefix + codec.source_part(source)
         if not self._positioned:
@@ -140,12 +154,19 @@ class SnapshotCursor:
         keys: list[bytes] = []
         values: list[bytes] = []
         limit = min(events_max, scan_max)
+        full = False
         while len(keys) < limit:
             if not it.valid() or not (key := it.key()).startswith(head):
                 self._index, self._after, self._positioned = self._index + 1, None, False
                 break
+            value = it.value()
+            cost = len(key) + len(value) + ENTRY_BYTES_OVERHEAD_MAX
+            if cost > bytes_left and (keys or not must_take):
+                full = True
+                break
+            bytes_left -= cost
             keys.append(key)
-            values.append(it.value())
+            values.append(value)
             it.next()
         if keys:
             self.position = Position(source, decode_key(keys[-1], len(head)))
@@ -158,7 +179,7 @@ class SnapshotCursor:
             if not keep.all():
                 chosen = np.flatnonzero(keep).tolist()
                 keys, values = [keys[i] for i in chosen], [values[i] for i in chosen]
-        return keys, values, looked
+        return keys, values, looked, full
 
 
 def decode_key(key: bytes, skip: int) -> int | str:

@@ -153,12 +153,29 @@ def test_messages_stay_within_their_budget() -> None:
     messages, gone = delivery_messages(cache, np.arange(16, dtype=np.int64),
                                        np.ones(16, np.int32), 5, 3000, send=42)
     assert not len(gone) and len(messages) > 4
-    assert all(len(m) <= 3000 + 64 for m in messages)  # one event is about 1 KB
+    assert all(len(m) <= 3000 for m in messages)  # one event is about 1 KB
     parsed = [parse(m) for m in messages]
     assert [o for d in parsed for r in d.records for o in record_offsets(r)] == list(range(16))
     assert all(d.nacks_seen == 5 and d.send == 42 and len(d.redelivery_counts) == sum(
         r.batch.count for r in d.records) for d in parsed)
     assert next(w for d in parsed for w in d.window_last_offsets) == 7
+
+
+def test_no_message_passes_its_budget_by_its_own_framing() -> None:
+    """Budgets around a record's own size, where the fields around the record parts
+    decide: every message within its budget (a plain gRPC client's 4 MiB limit)."""
+    record = stored(0, 4, value_bytes=1000)
+    whole, subset = np.arange(4, dtype=np.int64), np.arange(1, 4, dtype=np.int64)
+    size = len(record.body)
+    for budget in range(size - 40, size + 120):
+        for offsets, counts in ((whole, None), (subset, None),
+                                (whole, np.full(4, 3, np.int32))):
+            cache = cache_of(stored(0, 4, value_bytes=1000))
+            messages, _ = delivery_messages(cache, offsets, counts, 7, budget, send=1 << 40,
+                                            open_windows=frozenset({3}))
+            assert all(len(m) <= budget for m in messages), (budget, [len(m) for m in messages])
+            got = [o for m in messages for r in parse(m).records for o in record_offsets(r)]
+            assert got == offsets.tolist()
 
 
 @settings(max_examples=100, deadline=None)
@@ -172,7 +189,7 @@ def test_every_message_fits_and_together_they_carry_everything(
     chosen = sorted(data.draw(st.sets(st.integers(0, base - 1), min_size=1)))
     messages, _ = delivery_messages(cache_of(*records), np.array(chosen, np.int64), None, 0,
                                     budget)
-    assert all(len(m) <= max(budget, 400) + 64 for m in messages)
+    assert all(len(m) <= max(budget, 400) for m in messages)  # an event is about 200 bytes
     got = [o for m in messages for r in parse(m).records for o in record_offsets(r)]
     assert got == chosen
 
