@@ -129,7 +129,9 @@ class Broker:
 
 async def start_broker(settings: Settings, store: RocksStore | None = None) -> Broker:
     """Open the store (or use `store`, e.g. a test's fault-injecting one),
-    recover every partition, and start serving.
+    recover every partition, and start serving. A store that fails on its disk
+    refuses every write from then on: `serve` stops the broker on it, and an
+    application embedding this should too (`store.disk_failures.listen`).
 
     Raises:
         StartError: the port is taken, the data directory is in use by another
