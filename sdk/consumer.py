@@ -305,7 +305,7 @@ class Consumer:
                 opened = await stream.open()
                 break
             except grpc.aio.AioRpcError as e:
-                stream.cancel()
+                stream.close()
                 if self._closed or cancelling():  # gRPC may turn a cancel into CANCELLED
                     raise asyncio.CancelledError from None
                 if not self.config.reconnect or e.code() not in retriable or \
@@ -349,6 +349,7 @@ class Consumer:
                 except grpc.aio.AioRpcError as e:
                     if self._closed:
                         return
+                    self._stream.close()
                     if not self.config.reconnect or e.code() not in _RETRIABLE:
                         raise errors.from_rpc_error(e, self.broker) from None
                     await self._retry_after(e)
@@ -357,6 +358,7 @@ class Consumer:
                 if response is None:
                     if self._closed:
                         return
+                    self._stream.close()
                     await self._connect(reconnecting=True)
                     continue
                 self._handle(response)

@@ -102,3 +102,11 @@ class SubscribeStream:
     def cancel(self) -> None:
         if self._call is not None:
             self._call.cancel()
+
+    def close(self) -> None:
+        """End a stream that is done with (failed, or replaced by a reconnect): the call,
+        and the request side. Why both: grpcio's task that sends the requests waits on
+        this stream's queue, and a cancelled call does not end it; left waiting, one
+        task per reconnect stays pending for good, and asyncio reports each at exit."""
+        self.half_close()
+        self.cancel()

@@ -106,6 +106,9 @@ def test_lost_broker_is_told_while_retrying_and_work_resumes(tmp_path: Path) -> 
             assert up and text.startswith(f"the broker at {broker.address} is back after ")
         assert consumer.stream is not stream and not await stream.confirm(10)
         assert consumer.stream is not None and await consumer.stream.confirm(10)
+        # The lost stream's request side ended with it: only the new stream's is left
+        # (before, one grpcio task per reconnect waited on a dead queue for good).
+        assert _request_senders() == 1
         async with await Producer.create(broker.address, "away") as producer:
             await producer.send(7, b"after", partition=1)
             await producer.flush()
@@ -119,6 +122,12 @@ def test_lost_broker_is_told_while_retrying_and_work_resumes(tmp_path: Path) -> 
         asyncio.run(go())
     finally:
         broker.stop()
+
+
+def _request_senders() -> int:
+    """grpcio's tasks that send a stream's requests, still running."""
+    return len([task for task in asyncio.all_tasks() if not task.done()
+                and "_consume_request_iterator" in getattr(task.get_coro(), "__qualname__", "")])
 
 
 def test_retry_timeout_bounds_the_retrying(tmp_path: Path) -> None:
