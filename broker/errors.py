@@ -85,6 +85,10 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "stopping; what it acknowledged is kept, what it did not may or may not "
                   "be: retry on another broker or once it is started again (an idempotent "
                   "producer stores nothing twice)"),
+        ErrorKind("store_unreadable", grpc.StatusCode.DATA_LOSS,
+                  "{what} cannot be read: the broker's store is damaged there ({cause}); what "
+                  "lies before it can be read, nothing from there on until the data "
+                  "directory is restored from a follower or a backup"),
         ErrorKind("topic_deleted", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} was deleted"),
         # ------------------------------------------------------------ security and hardening
@@ -222,6 +226,10 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "may not have been applied, and the broker restarts it in {retry_ms} ms: retry"),
     ]
 }
+
+
+# What a stopped partition answers (deleted, or the broker stopping): its readers end.
+PARTITION_CLOSED = frozenset({"topic_deleted", "shutting_down"})
 
 
 class BrokerError(Exception):

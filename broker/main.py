@@ -98,8 +98,8 @@ def _run(ctx: click.Context, /, config: str | None, ready_file: str | None, log_
                    "everything it acknowledged is kept: fix the cause (free space on the "
                    "disk when it is full) and start it again", err=True)
         ctx.exit(EXIT_STORE_FAILED)
-    except BrokerError as e:  # the store failed while the broker started (a write it made)
-        if e.kind.name != "store_failed":
+    except BrokerError as e:  # the store failed or read damaged data while the broker started
+        if e.kind.name not in ("store_failed", "store_unreadable"):
             raise
         click.echo(f"keybus broker: error: cannot start: {e}", err=True)
         ctx.exit(EXIT_STORE_FAILED)

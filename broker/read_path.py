@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.rocks_store import RocksStore
 from sdk.core.columns import OPTIONAL_COLUMNS
@@ -60,29 +61,34 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
     size = RESPONSE_FIELDS_BYTES_MAX
     next_offset = start
     stop = spec.stop_offset
-    for base, value in store.records_from(spec.topic_id, spec.partition, start):
-        header = codec.decode_header(value)
-        end = base + header.count
-        if end <= start:
-            continue
-        if stop is not None and base >= stop:
-            break
-        body = codec.record_bytes(value)
-        partial = base < start or (stop is not None and end > stop) or header.sparse
-        if partial or spec.slot_mask is not None or spec.selector is not None:
-            body, n = _subset(body, start, stop, spec)
-        else:
-            n = header.count
-        if n and records and size + len(body) + RECORD_FRAMING_BYTES_MAX > spec.bytes_max:
-            break  # it starts the next chunk, so the response stays within bytes_max
-        scanned += header.count
-        next_offset = end if stop is None else min(end, stop)
-        if n:
-            records.append(body)
-            events += n
-            size += len(body) + RECORD_FRAMING_BYTES_MAX
-        if events >= spec.events_max or size >= spec.bytes_max or scanned >= 8 * spec.events_max:
-            break
+    try:
+        for base, value in store.records_from(spec.topic_id, spec.partition, start):
+            header = codec.decode_header(value)
+            end = base + header.count
+            if end <= start:
+                continue
+            if stop is not None and base >= stop:
+                break
+            body = codec.record_bytes(value)
+            partial = base < start or (stop is not None and end > stop) or header.sparse
+            if partial or spec.slot_mask is not None or spec.selector is not None:
+                body, n = _subset(body, start, stop, spec)
+            else:
+                n = header.count
+            if n and records and size + len(body) + RECORD_FRAMING_BYTES_MAX > spec.bytes_max:
+                break  # it starts the next chunk, so the response stays within bytes_max
+            scanned += header.count
+            next_offset = end if stop is None else min(end, stop)
+            if n:
+                records.append(body)
+                events += n
+                size += len(body) + RECORD_FRAMING_BYTES_MAX
+            if events >= spec.events_max or size >= spec.bytes_max \
+                    or scanned >= 8 * spec.events_max:
+                break
+    except BrokerError as e:  # a damaged block: what lies before it first, then the error
+        if e.kind.name != "store_unreadable" or not records:
+            raise
     return Chunk(records, next_offset, events, scanned)
 
 

@@ -19,8 +19,9 @@ call.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ import rocksdict
 
 from broker.log import codec
 from broker.log.retention import HeadRecord
-from broker.log.store_failure import StoreFailures, is_store_failure
+from broker.log.store_failure import StoreFailures, is_store_failure, unreadable
 from broker.log.wal_sync import WalSyncer
 from broker.metrics import WAL_FSYNC_SECONDS
 from sdk.core.pb import keybus_pb2 as pb
@@ -89,6 +90,7 @@ class RocksStore:
         # A write or fsync that fails on the disk leaves RocksDB refusing writes until it
         # is reopened: the broker stops (store_failure.py).
         self.disk_failures = StoreFailures(path)
+        self._unreadable_reported: set[str] = set()  # what a damaged block stopped (logged)
         # The partitions' group commits fsync here (wal_sync.py); looked up per call, so a
         # subclass's or a tracer's sync_wal is the one that runs.
         self.wal_syncer = WalSyncer(lambda: self.sync_wal(), observe=WAL_FSYNC_SECONDS.observe)
@@ -113,6 +115,7 @@ class RocksStore:
         while it.valid() and it.key().startswith(b"topic/"):
             topics.append(json.loads(it.value()))
             it.next()
+        self.ended(it, lambda: "the topic list")
         return topics
 
     def save_topic(self, topic: dict[str, Any]) -> None:
@@ -153,6 +156,7 @@ class RocksStore:
         start_offset, size = codec.PARTITION_STATE.unpack(state) if state else (0, 0)
         it = self._views["log"].iter()
         it.seek_for_prev(codec.log_key(topic_id, partition, codec.OFFSET_MAX))
+        self.ended(it, lambda: f"the log's last record of {self._name(topic_id, partition)}")
         if not it.valid() or not it.key().startswith(prefix):
             return Tail(start_offset, start_offset, 0, size)
         header = codec.decode_header(it.value())
@@ -195,6 +199,7 @@ class RocksStore:
             if not results or results[-1].publish_time_ms < used_before_ms:
                 expired.append(codec.offset_of_key(it.key()))
             it.next()
+        self.ended(it, lambda: f"the producer states of {self._name(topic_id, partition)}")
         if expired:
             batch = self._batch()
             for producer_id in expired:
@@ -205,24 +210,33 @@ class RocksStore:
     def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
         """Yield (base_offset, value) of the record holding `offset`, then the next
         ones, in offset order. Opens a fresh iterator per call, so a reader sees
-        what was written before the call."""
+        what was written before the call. A damaged block raises `store_unreadable`
+        after the records before it (never taken for the log's end: a caller that
+        keeps what it read, `read_chunk` and `scan`, hands that on, and its next call
+        raises)."""
         prefix = codec.prefix(topic_id, partition)
         it = self._views["log"].iter()
         it.seek_for_prev(codec.log_key(topic_id, partition, offset))
         if not it.valid() or not it.key().startswith(prefix):
             it.seek(codec.log_key(topic_id, partition, offset))
+        last = -1
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
                 return
-            yield codec.offset_of_key(key), it.value()
+            last = codec.offset_of_key(key)
+            yield last, it.value()
             it.next()
+        self.ended(it, lambda: f"the log of {self._name(topic_id, partition)} " + (
+            f"after the record at offset {last}" if last >= 0 else f"from offset {offset}"))
 
     def offset_for_scn(self, topic_id: int, partition: int, scn: int) -> int | None:
         """The first offset whose event SCN is >= scn; None when past the end."""
         prefix = codec.prefix(topic_id, partition)
         it = self._views["scn_index"].iter()
         it.seek_for_prev(codec.log_key(topic_id, partition, scn))
+        what = lambda: f"the SCN index of {self._name(topic_id, partition)}"  # noqa: E731
+        self.ended(it, what)
         if it.valid() and it.key().startswith(prefix):
             scn_first = codec.offset_of_key(it.key())
             base, count, window = codec.SCN_ENTRY.unpack(it.value())
@@ -233,6 +247,7 @@ class RocksStore:
             it.next()
         else:
             it.seek(codec.log_key(topic_id, partition, scn))
+        self.ended(it, what)
         if it.valid() and it.key().startswith(prefix):
             return int(codec.SCN_ENTRY.unpack(it.value())[0])
         return None
@@ -260,6 +275,7 @@ class RocksStore:
         while it.valid() and it.key().startswith(prefix):
             states[codec.offset_of_key(it.key())] = bytes(it.value())
             it.next()
+        self.ended(it, lambda: f"the producer states of {self._name(topic_id, partition)}")
         return states
 
     def truncate(self, topic_id: int, partition: int, offset: int, scn_stop: int,
@@ -294,6 +310,7 @@ class RocksStore:
         while it.valid() and it.key().startswith(prefix):
             found.append(json.loads(it.value()))
             it.next()
+        self.ended(it, lambda: f"the subscriptions of {self._name(topic_id)}")
         return found
 
     def save_subscription(self, topic_id: int, name: str, config: dict[str, Any],
@@ -339,6 +356,7 @@ class RocksStore:
         while it.valid():
             keys.append(bytes(it.key()))
             it.next()
+        self.ended(it, lambda: "the access grants")
         return keys
 
     def write_acl_keys(self, put: list[bytes], delete: list[bytes]) -> None:
@@ -366,6 +384,7 @@ class RocksStore:
         while it.valid() and it.key().startswith(prefix):
             found.append((bytes(it.key()), bytes(it.value())))
             it.next()
+        self.ended(it, lambda: f"the {family} store")
         return found
 
     def put_many(self, puts: list[tuple[str, bytes, bytes]], durable: bool) -> None:
@@ -395,6 +414,30 @@ class RocksStore:
         """The handle (for WriteBatch puts) and the reader of a column family
         whose layout another module owns (the compacted view: broker/view)."""
         return self._cf[name], self._views[name]
+
+    def ended(self, it: Any, what: Callable[[], str]) -> None:
+        """Raise `store_unreadable` when an iterator stopped on a block RocksDB could not
+        read rather than at its range's end (store_failure.unreadable: why). Call it
+        where an iterator may have stopped being valid; `what` names what was read."""
+        if not it.valid():
+            try:
+                it.status()
+            except Exception as e:
+                raise unreadable(e, what(), self._unreadable_reported) from e
+
+    def _name(self, topic_id: int, partition: int | None = None) -> str:
+        """A topic's name (and partition) for a message (a scan: only on errors)."""
+        with contextlib.suppress(Exception):
+            it = self._views["meta"].iter()
+            it.seek(b"topic/")
+            while it.valid() and it.key().startswith(b"topic/"):
+                topic = json.loads(it.value())
+                if topic.get("topic_id") == topic_id:
+                    name = topic["name"]
+                    return name if partition is None else f"{name}/{partition}"
+                it.next()
+        named = f"topic id {topic_id}"
+        return named if partition is None else f"{named} partition {partition}"
 
     def write(self, batch: rocksdict.WriteBatch, sync: bool) -> None:
         """Write a WriteBatch built on `column_family` handles, fsynced if asked (two

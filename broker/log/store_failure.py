@@ -1,4 +1,4 @@
-"""The store can write no more: say so once, refuse writes, let the broker stop.
+"""The store can write no more, or cannot read a block: say so, never pass it off.
 
 Why fail-stop: RocksDB keeps the first error of a failed write or WAL fsync
 (a full disk, an I/O error) and refuses every later write with it until the
@@ -82,3 +82,20 @@ class StoreFailures:
             for callback in listeners:
                 callback(status)
         return BrokerError("store_failed", cause=short_cause(status))
+
+
+def unreadable(error: BaseException, what: str, reported: set[str]) -> BrokerError:
+    """The error for a read that stopped on a block RocksDB could not read (its checksum
+    failed: a damaged disk or file), logged once per `what` (`reported` keeps them).
+
+    Why: an iterator that meets such a block stops being valid, as at the end of its
+    range; taken for the end, a reader would wait for events that are there, a consumer
+    would stall with nothing said, and a partition recovering its tail would take an
+    empty log and write new events over stored ones. RocksDB does not stop writing on a
+    bad read, so neither does the broker: the rest of the store serves."""
+    status = str(error).replace("\n", " ")
+    if what not in reported:
+        reported.add(what)
+        log.error("%s cannot be read (%s): the store is damaged there; restore the data "
+                  "directory from a follower or a backup", what, status)
+    return BrokerError("store_unreadable", what=what, cause=short_cause(status))

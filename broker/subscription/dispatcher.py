@@ -28,7 +28,7 @@ import logging
 import numpy as np
 
 from broker.config import Settings
-from broker.errors import BrokerError
+from broker.errors import PARTITION_CLOSED, BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.metrics import DISPATCHED_EVENTS, REDELIVERED_EVENTS
 from broker.partition import Partition, now_ms
@@ -187,8 +187,10 @@ class PartitionDispatcher(DispatcherUpkeep):
                     # meanwhile land first (after a wait they already have, and the
                     # wake goes straight to its round)
                     await asyncio.sleep(0)
-        except BrokerError:  # the topic was deleted under us: the manager ends the streams
-            self.closed = True
+        except BrokerError as e:
+            if e.kind.name not in PARTITION_CLOSED:  # a damaged store: supervision reports it
+                raise
+            self.closed = True  # the topic was deleted under us: the manager ends the streams
         # anything else: self.supervision ends the streams with the cause and restarts
 
     async def _round(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.rocks_store import RocksStore
 from broker.log.sparse import densify
@@ -95,32 +96,37 @@ def scan(request: ReadRequest, records: Iterable[R],
     scanned = size = selected = 0
     covered = stop
     mask = request.slot_mask
-    for entry in records:
-        if entry.base >= stop:
-            break
-        if entry.end <= start:
-            continue
-        kept.append(entry)
-        positions = passing(entry)
-        if positions is None and start <= entry.base and entry.end <= stop:
-            offsets.append(np.arange(entry.base, entry.end, dtype=np.int64))
-            slots.append(entry.slots)  # every event of it: its slot column as it is
-        else:
-            if positions is None:
-                positions = np.arange(entry.count, dtype=np.int64)
-            if entry.base < start or entry.end > stop:
-                positions = positions[(positions >= start - entry.base)
-                                      & (positions < stop - entry.base)]
-            offsets.append(positions + entry.base)
-            slots.append(entry.slots[positions])
-        scanned += entry.count
-        size += entry.size
-        if mask is not None:
-            selected += int(np.count_nonzero(mask[slots[-1]]))
-        if scanned >= request.events_max or size >= bytes_max or \
-                (mask is not None and selected >= request.selected_max):
-            covered = min(entry.end, stop)
-            break
+    try:
+        for entry in records:
+            if entry.base >= stop:
+                break
+            if entry.end <= start:
+                continue
+            kept.append(entry)
+            positions = passing(entry)
+            if positions is None and start <= entry.base and entry.end <= stop:
+                offsets.append(np.arange(entry.base, entry.end, dtype=np.int64))
+                slots.append(entry.slots)  # every event of it: its slot column as it is
+            else:
+                if positions is None:
+                    positions = np.arange(entry.count, dtype=np.int64)
+                if entry.base < start or entry.end > stop:
+                    positions = positions[(positions >= start - entry.base)
+                                          & (positions < stop - entry.base)]
+                offsets.append(positions + entry.base)
+                slots.append(entry.slots[positions])
+            scanned += entry.count
+            size += entry.size
+            if mask is not None:
+                selected += int(np.count_nonzero(mask[slots[-1]]))
+            if scanned >= request.events_max or size >= bytes_max or \
+                    (mask is not None and selected >= request.selected_max):
+                covered = min(entry.end, stop)
+                break
+    except BrokerError as e:  # a damaged block: what lies before it first, then the error
+        if e.kind.name != "store_unreadable" or not kept:
+            raise
+        covered = min(kept[-1].end, stop)  # not `stop`: nothing past the damage is read
     result = ReadResult(max(covered, start), _joined(offsets, np.int64),
                         _joined(slots, np.int32))
     return kept, result

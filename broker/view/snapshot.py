@@ -80,8 +80,10 @@ class SnapshotCursor:
     def __init__(self, views: ViewStore, spec: SnapshotSpec, position: Position,
                  snapshot_offset: int | None) -> None:
         self.spec = spec
+        self._ended = views.log.ended
         self._it = views.iterator()
         self._it.seek(codec.state_key(spec.topic_id, spec.partition))
+        self._ended(self._it, self._what)
         found = self._it.valid() and self._it.key() == codec.state_key(spec.topic_id,
                                                                          spec.partition)
         self.state = codec.ViewState.decode(bytes(self._it.value()) if found else None)
@@ -101,7 +103,11 @@ class SnapshotCursor:
             source = codec.source_of_suffix(it.key()[len(prefix):])
             found.append(source)
             it.seek(prefix + codec.source_part(source) + codec.AFTER_KEYS_TAG)
+        self._ended(it, self._what)
         return sorted(found)
+
+    def _what(self) -> str:
+        return f"the view of topic {self.spec.topic!r} partition {self.spec.partition}"
 
     def _start_at(self, position: Position) -> tuple[int, int | str | None]:
         if position.source is None:
@@ -157,6 +163,7 @@ class SnapshotCursor:
         full = False
         while len(keys) < limit:
             if not it.valid() or not (key := it.key()).startswith(head):
+                self._ended(it, self._what)
                 self._index, self._after, self._positioned = self._index + 1, None, False
                 break
             value = it.value()

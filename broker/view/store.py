@@ -171,6 +171,8 @@ class ViewStore:
         while it.valid() and it.key() < stop and len(index) < entries_max:
             index.append((bytes(it.key()), bytes(it.value())))
             it.next()
+        self.log.ended(it, lambda: f"the view's tombstones of topic id {topic_id} "
+                                   f"partition {partition}")
         del it
         if not index:
             return state
