@@ -217,9 +217,14 @@ class RocksStore:
         prefix = codec.prefix(topic_id, partition)
         it = self._views["log"].iter()
         it.seek_for_prev(codec.log_key(topic_id, partition, offset))
+        last = -1
+
+        def what() -> str:
+            place = f"after the record at offset {last}" if last >= 0 else f"from offset {offset}"
+            return f"the log of {self._name(topic_id, partition)} {place}"
+        self.ended(it, what)  # the record holding `offset` damaged: no seek past it
         if not it.valid() or not it.key().startswith(prefix):
             it.seek(codec.log_key(topic_id, partition, offset))
-        last = -1
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
@@ -227,15 +232,15 @@ class RocksStore:
             last = codec.offset_of_key(key)
             yield last, it.value()
             it.next()
-        self.ended(it, lambda: f"the log of {self._name(topic_id, partition)} " + (
-            f"after the record at offset {last}" if last >= 0 else f"from offset {offset}"))
+        self.ended(it, what)
 
     def offset_for_scn(self, topic_id: int, partition: int, scn: int) -> int | None:
         """The first offset whose event SCN is >= scn; None when past the end."""
         prefix = codec.prefix(topic_id, partition)
         it = self._views["scn_index"].iter()
         it.seek_for_prev(codec.log_key(topic_id, partition, scn))
-        what = lambda: f"the SCN index of {self._name(topic_id, partition)}"  # noqa: E731
+        def what() -> str:
+            return f"the SCN index of {self._name(topic_id, partition)}"
         self.ended(it, what)
         if it.valid() and it.key().startswith(prefix):
             scn_first = codec.offset_of_key(it.key())

@@ -36,11 +36,11 @@ RECORDS, EVENTS = 4, 5
 
 
 class _DamagedIter:
-    """RocksDB's iterator over (key, value) pairs that stops on a damaged block after
-    the first `good` of them."""
+    """RocksDB's iterator over (key, value) pairs, with the pairs at positions `bad` in a
+    block it cannot read: on one it is not valid and its status raises."""
 
-    def __init__(self, items: list[tuple[bytes, bytes]], good: int) -> None:
-        self.items, self.good, self.at = items, good, -1
+    def __init__(self, items: list[tuple[bytes, bytes]], bad: set[int]) -> None:
+        self.items, self.bad, self.at = items, bad, -1
 
     def seek(self, key: bytes) -> None:
         self.at = next((i for i, (k, _) in enumerate(self.items) if k >= key), len(self.items))
@@ -49,7 +49,7 @@ class _DamagedIter:
         self.at = max((i for i, (k, _) in enumerate(self.items) if k <= key), default=-1)
 
     def valid(self) -> bool:
-        return 0 <= self.at < min(self.good, len(self.items))
+        return 0 <= self.at < len(self.items) and self.at not in self.bad
 
     def key(self) -> bytes:
         return self.items[self.at][0]
@@ -61,14 +61,13 @@ class _DamagedIter:
         self.at += 1
 
     def status(self) -> None:
-        damaged = self.good < len(self.items)
-        if damaged and (self.at >= self.good or self.at < 0):  # stopped on it, not at the end
+        if self.at in self.bad:  # stopped on the damage, not at the end
             raise Exception(DAMAGE)
 
 
 class _Family:
-    def __init__(self, real: Any, good: int) -> None:
-        self.real, self.good = real, good
+    def __init__(self, real: Any, bad: set[int]) -> None:
+        self.real, self.bad = real, bad
 
     def close(self) -> None:
         self.real.close()
@@ -80,7 +79,7 @@ class _Family:
         while it.valid():
             items.append((bytes(it.key()), bytes(it.value())))
             it.next()
-        return _DamagedIter(items, self.good)
+        return _DamagedIter(items, self.bad)
 
 
 @pytest.fixture
@@ -102,12 +101,13 @@ def store(tmp_path: Path) -> Iterator[RocksStore]:
     store.close()
 
 
-def _damage_after(store: RocksStore, good: int) -> None:
-    store._views["log"] = _Family(store._views["log"], good)  # type: ignore[assignment]
+def _damage(store: RocksStore, *records: int) -> None:
+    """The log's records at these positions (0: the first) in a damaged block."""
+    store._views["log"] = _Family(store._views["log"], set(records))  # type: ignore[assignment]
 
 
 def test_a_read_keeps_what_lies_before_the_damage_then_raises(store: RocksStore) -> None:
-    _damage_after(store, 2)
+    _damage(store, 2)
     spec = ReadSpec(1, 0, None, 10_000, 1 << 20, None, None)
     chunk = read_chunk(store, spec, 0)
     assert chunk.events == 2 * EVENTS and chunk.next_offset == 2 * EVENTS
@@ -120,7 +120,7 @@ def test_a_read_keeps_what_lies_before_the_damage_then_raises(store: RocksStore)
 def test_a_dispatcher_read_counts_only_what_it_read(store: RocksStore) -> None:
     """Before, the read covered up to its stop (the log's end) with the damaged span unread:
     the dispatcher's cursor would have moved past events it never delivered."""
-    _damage_after(store, 2)
+    _damage(store, 2)
     request = ReadRequest(ticket=1, start=0, stop=RECORDS * EVENTS, events_max=10_000)
     records, result = read_events(store, 1, 0, request, None, 1 << 20)
     assert [r.base for r in records] == [0, EVENTS]
@@ -130,16 +130,26 @@ def test_a_dispatcher_read_counts_only_what_it_read(store: RocksStore) -> None:
         read_events(store, 1, 0, later, None, 1 << 20)
 
 
+def test_a_read_never_seeks_past_the_damaged_record_holding_its_start(
+        store: RocksStore) -> None:
+    """Offset 12 lies in the third record, damaged; the fourth is readable. Before, the
+    read sought the first record at or after 12, the fourth, and skipped 12-14."""
+    _damage(store, 2)
+    spec = ReadSpec(1, 0, None, 10_000, 1 << 20, None, None)
+    with pytest.raises(BrokerError, match="from offset 12 cannot be read"):
+        read_chunk(store, spec, 12)
+
+
 def test_a_tail_that_cannot_be_read_is_no_empty_log(store: RocksStore) -> None:
     assert store.recover_tail(1, 0).next_offset == RECORDS * EVENTS
-    _damage_after(store, RECORDS - 1)  # the last record's block is the damaged one
+    _damage(store, RECORDS - 1)  # the last record's block is the damaged one
     with pytest.raises(BrokerError, match="the log's last record of t/0 cannot be read"):
         store.recover_tail(1, 0)
 
 
 def test_the_damage_is_logged_once_per_place(store: RocksStore,
                                              caplog: pytest.LogCaptureFixture) -> None:
-    _damage_after(store, 0)
+    _damage(store, 0)
     spec = ReadSpec(1, 0, None, 10_000, 1 << 20, None, None)
     with caplog.at_level(logging.ERROR, logger="keybus.store"):
         for _ in range(3):
