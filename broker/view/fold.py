@@ -272,7 +272,9 @@ def _add_pass_winners(fold: Fold, folded: list[_Columns], starts: npt.NDArray[np
         values.extend(batch.values)
     columns = {"offset": offsets, "scn": scns, "publish_time_ms": publish,
                "event_time_ms": np.asarray(event_times, np.int64),
-               "slot": np.asarray(slots, np.uint16), "opcode": np.asarray(opcodes, np.uint8)}
+               # the broker stores slots below 65,536; damaged bytes wrap, as in the C fold
+               "slot": np.asarray(slots, np.int64).astype(np.uint16),
+               "opcode": np.asarray(opcodes, np.uint8)}
     size, step = codec.ENTRY_HEAD.size, pause_every or len(winners)
     for first in range(0, len(winners), step):
         if first and pause is not None:

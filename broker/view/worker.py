@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger("keybus.view")
 T = TypeVar("T")
@@ -72,8 +72,10 @@ class ViewWorker:
         broker's priority when it works off a `backlog` or after a starved pass."""
         catching_up = backlog or self._clock() < self._catch_up_until
         executor = self._plain if catching_up else self._nice
-        return asyncio.get_running_loop().run_in_executor(
+        future = asyncio.get_running_loop().run_in_executor(
             executor, functools.partial(self._timed, work, *args))
+        future.add_done_callback(_seen)  # a stop cancels its waiter: no "never retrieved"
+        return future
 
     def _timed(self, work: Callable[..., T], *args: int) -> T:
         began_wall, began_cpu = self._clock(), time.thread_time()
@@ -91,6 +93,13 @@ class ViewWorker:
         """Let a pass in flight finish, then end the threads (the views stopped first)."""
         self._nice.shutdown(wait=True)
         self._plain.shutdown(wait=True)
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    """Mark a pass's error as seen: its waiter reports it, unless the broker stopped
+    (a failed store stops it) and cancelled the waiter first."""
+    if not future.cancelled():
+        future.exception()
 
 
 def lower_priority(nice: int) -> None:
