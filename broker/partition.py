@@ -31,11 +31,17 @@ from broker.log.wal_sync import request_synced
 from broker.metrics import PRODUCE_COMMITS, PRODUCED_EVENTS
 from broker.partition_commands import Command, OnTask, Produce, Trim
 from broker.partition_trim import trim
-from broker.partition_write import Written, seen, write_group
+from broker.partition_write import Written, write_group
 from broker.produce_records import response_of
 from broker.read_limit import ReadLimit
 from broker.read_path import Chunk, ReadSpec, read_chunk
-from broker.supervision import RestartBackoff, describe_cause, fail_pending, supervise
+from broker.supervision import (
+    RestartBackoff,
+    describe_cause,
+    fail_pending,
+    mark_seen,
+    supervise,
+)
 from broker.windows import PartitionClock, ProducerTable
 from sdk.core.columns import BatchError, validate_batch
 from sdk.core.hashing import SlotCache
@@ -263,7 +269,7 @@ class Partition:
         except Exception as e:  # the task raises it, as if it had committed the request
             command.synced = asyncio.get_running_loop().create_future()
             command.synced.set_exception(e)
-            command.synced.add_done_callback(seen)
+            command.synced.add_done_callback(mark_seen)
         self._queue.put_nowait(command)  # the queue is empty: never full
 
     def _write(self, commands: list[Produce]) -> asyncio.Future[None] | None:

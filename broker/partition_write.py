@@ -10,16 +10,16 @@ else to do, in the step of the `submit` call itself.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.rocks_store import Append
 from broker.partition_commands import Produce
 from broker.produce_records import append_of
+from broker.supervision import mark_seen
 from broker.windows import Decision, PartitionClock, ProduceInput, advance, decide
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -78,18 +78,9 @@ def write_group(partition: Partition, commands: Sequence[Produce],
             for command in commands:
                 if not command.future.done():
                     command.future.set_exception(e)
-                    command.future.add_done_callback(seen)
+                    command.future.add_done_callback(mark_seen)
             return None
     return Written(appends, outcomes)
-
-
-def seen(future: asyncio.Future[Any]) -> None:
-    """Mark a failed future's error as seen. Why: when the write failed because the
-    store did (a full disk), the broker stops at once and cancels the waiters (a
-    Produce stream's answer, the partition's task); asyncio would then log each error
-    as never retrieved, with a traceback, for requests whose clients were told or gone."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _decide(partition: Partition, request: pb.ProduceRequest, publish_time_ms: int,

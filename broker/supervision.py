@@ -127,6 +127,15 @@ async def _recover(name: str, error: Exception, failures: int, last_cause: str,
         return failures, last_cause
 
 
+def mark_seen(future: asyncio.Future[Any]) -> None:
+    """A done-callback that marks a failed future's error as seen. Why: when a store
+    failure stops the broker, the waiters (a Produce stream's answer, the partition's
+    task, a view pass's caller) are cancelled first, and asyncio would log each error
+    as never retrieved, with a traceback, though the failure was reported once."""
+    if not future.cancelled():
+        future.exception()
+
+
 def nothing_to_fail(error: Exception, retry_ms: int) -> None:
     """`fail` for a task that holds no request (a loop that retries on its own
     schedule): `supervise`'s log line is the whole report."""

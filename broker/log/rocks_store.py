@@ -432,15 +432,9 @@ class RocksStore:
 
     def _name(self, topic_id: int, partition: int | None = None) -> str:
         """A topic's name (and partition) for a message (a scan: only on errors)."""
-        with contextlib.suppress(Exception):
-            it = self._views["meta"].iter()
-            it.seek(b"topic/")
-            while it.valid() and it.key().startswith(b"topic/"):
-                topic = json.loads(it.value())
-                if topic.get("topic_id") == topic_id:
-                    name = topic["name"]
-                    return name if partition is None else f"{name}/{partition}"
-                it.next()
+        with contextlib.suppress(Exception):  # the topic list may be what is damaged
+            name = next(t["name"] for t in self.load_topics() if t.get("topic_id") == topic_id)
+            return name if partition is None else f"{name}/{partition}"
         named = f"topic id {topic_id}"
         return named if partition is None else f"{named} partition {partition}"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from broker.read_path import EventSelector
+from broker.read_path import RECORD_FRAMING_BYTES_MAX, EventSelector
 from broker.view import codec
 from broker.view.store import ViewStore
 from sdk.core.pb import keybus_pb2 as pb
@@ -41,7 +41,6 @@ SCAN_FACTOR = 8  # a chunk looks at no more than this many entries per event sen
 # (positions, the resume key) at most RESPONSE_FIELDS_BYTES_MAX. Only an entry larger
 # than bytes_max alone goes out past it.
 ENTRY_BYTES_OVERHEAD_MAX = 64
-RECORD_FRAMING_BYTES_MAX = 6
 RESPONSE_FIELDS_BYTES_MAX = 4096
 
 

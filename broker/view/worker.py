@@ -36,7 +36,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from broker.supervision import mark_seen
 
 log = logging.getLogger("keybus.view")
 T = TypeVar("T")
@@ -74,7 +76,7 @@ class ViewWorker:
         executor = self._plain if catching_up else self._nice
         future = asyncio.get_running_loop().run_in_executor(
             executor, functools.partial(self._timed, work, *args))
-        future.add_done_callback(_seen)  # a stop cancels its waiter: no "never retrieved"
+        future.add_done_callback(mark_seen)  # a stop cancels its waiter: no "never retrieved"
         return future
 
     def _timed(self, work: Callable[..., T], *args: int) -> T:
@@ -93,13 +95,6 @@ class ViewWorker:
         """Let a pass in flight finish, then end the threads (the views stopped first)."""
         self._nice.shutdown(wait=True)
         self._plain.shutdown(wait=True)
-
-
-def _seen(future: asyncio.Future[Any]) -> None:
-    """Mark a pass's error as seen: its waiter reports it, unless the broker stopped
-    (a failed store stops it) and cancelled the waiter first."""
-    if not future.cancelled():
-        future.exception()
 
 
 def lower_priority(nice: int) -> None:
