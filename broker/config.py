@@ -97,6 +97,9 @@ class Settings:
     dispatch_cache_bytes_max: int = setting(
         16 << 20, "Memory of records a dispatcher keeps read (past it the oldest go; a record "
         "needed again is read again).")
+    dispatch_cache_broker_bytes_max: int = setting(
+        256 << 20, "Memory of records all dispatchers of the broker keep read together: each "
+        "keeps at most an equal share of it (and at most dispatch_cache_bytes_max).")
     delivery_bytes_max: int = setting(4 << 20, "Bytes of one Delivery message to a consumer, "
                                       "whatever its permits.")
     key_shared_points_per_consumer: int = setting(100, "Key_Shared consistent mode: points "
@@ -249,7 +252,8 @@ class Settings:
                      "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms",
                      "consumer_outbox_bytes_max", "waiting_slot_events_max",
                      "dispatch_read_bytes_max", "dispatch_cache_bytes_max",
-                     "delivery_bytes_max", "cursor_ranges_persisted_max",
+                     "dispatch_cache_broker_bytes_max", "delivery_bytes_max",
+                     "cursor_ranges_persisted_max",
                      "gil_switch_interval_us"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be > 0")

@@ -42,6 +42,9 @@ CONSUMER_DISPATCH_RATE = Gauge("keybus_consumer_dispatch_rate",
                                ["topic", "subscription", "consumer"])
 CONSUMER_PERMITS = Gauge("keybus_consumer_permits", "Permits a consumer granted and not used",
                          ["topic", "subscription", "consumer"])
+DISPATCH_CACHE_BYTES = Gauge("keybus_dispatch_cache_bytes",
+                             "Memory of records all dispatchers keep read, as counted against "
+                             "dispatch_cache_broker_bytes_max")
 DISPATCHED_EVENTS = Counter("keybus_dispatched_events", "Events sent to consumers (redeliveries too)",
                             ["topic", "subscription"])
 REDELIVERED_EVENTS = Counter("keybus_redelivered_events", "Events sent again after a nack, "

@@ -28,9 +28,10 @@ Rules:
    sent yet: share_ends.py), and a part split over messages in every message
    but its last.
 4. The cache evicts the oldest records first once over its memory budget
-   (what a record costs in memory, about three times its bytes)
-   (never those of the current round: `trim` runs after the round's sends),
-   and drops records that lie wholly below the mark-delete.
+   (what a record costs in memory, about three times its bytes): its own
+   `bytes_max`, or less, its share of the broker's (`cache_budget.py`);
+   never those of the current round: `trim` runs after the round's sends.
+   It drops records that lie wholly below the mark-delete.
 
 It must not know about consumers, permits, acks, the event loop or RocksDB.
 """
@@ -48,6 +49,7 @@ import numpy.typing as npt
 
 from broker.rpc.wire import varint
 from broker.subscription import record_cut, subset_wire
+from broker.subscription.cache_budget import CacheBudget
 from sdk.core.columns import OPTIONAL_COLUMNS
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -197,8 +199,9 @@ class RecordCache:
     order (a re-read below the newest) marks it for one rebuild.
     """
 
-    def __init__(self, bytes_max: int) -> None:
+    def __init__(self, bytes_max: int, budget: CacheBudget | None = None) -> None:
         self.bytes_max = bytes_max
+        self.budget = budget
         self.bytes = 0
         self._records: OrderedDict[int, CachedRecord] = OrderedDict()  # insertion order
         self._bases = np.zeros(_INDEX_ROOM, np.int64)  # [_first, _stop): sorted by base
@@ -268,7 +271,10 @@ class RecordCache:
             for base in bases[:below].tolist():
                 self.bytes -= records.pop(base).memory_bytes
             self._first += below
-        while self.bytes > self.bytes_max and records:
+        budget = self.budget  # `limit()`, inlined: a trim ends every round
+        limit = self.bytes_max if budget is None or budget.share >= self.bytes_max \
+            else budget.share
+        while self.bytes > limit and records:
             base, entry = records.popitem(last=False)
             self.bytes -= entry.memory_bytes
             if not self._stale and self._first < self._stop and \
@@ -276,6 +282,12 @@ class RecordCache:
                 self._first += 1
             else:
                 self._stale = True
+
+    def limit(self) -> int:
+        """Bytes the cache keeps after a trim: its own bound, or its share of the
+        broker's if smaller."""
+        budget = self.budget
+        return self.bytes_max if budget is None else min(self.bytes_max, budget.share)
 
     def _make_room(self) -> None:
         used = self._stop - self._first

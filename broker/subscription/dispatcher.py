@@ -34,6 +34,7 @@ from broker.metrics import DISPATCHED_EVENTS, REDELIVERED_EVENTS
 from broker.partition import Partition, now_ms
 from broker.read_path import EventSelector
 from broker.subscription.array_ops import distinct
+from broker.subscription.cache_budget import CacheBudget
 from broker.subscription.consumer_state import Session
 from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInvalid, ReadRequest
 from broker.subscription.core_types import ReadResult, Send
@@ -68,7 +69,7 @@ class PartitionDispatcher(DispatcherUpkeep):
 
     def __init__(self, spec: SubscriptionSpec, partition: Partition, store: RocksStore,
                  settings: Settings, cursor: Cursor, selector: EventSelector | None,
-                 dead_letter: DeadLetterSink) -> None:
+                 dead_letter: DeadLetterSink, cache_budget: CacheBudget | None = None) -> None:
         self.spec = spec
         self.partition = partition
         self.index = partition.index
@@ -78,7 +79,7 @@ class PartitionDispatcher(DispatcherUpkeep):
         self.core = PartitionCore(spec.type, spec.mode, partition.index,
                                   core_limits(settings, spec), cursor, now_ms())
         self.sessions: dict[str, Session] = {}
-        self.cache = RecordCache(settings.dispatch_cache_bytes_max)
+        self.cache = RecordCache(settings.dispatch_cache_bytes_max, cache_budget)
         self.persisted_mark_delete = cursor.mark_delete
         self.persisted_runs = len(cursor.run_starts)
         self._dead_letter_sink = dead_letter
@@ -231,7 +232,7 @@ class PartitionDispatcher(DispatcherUpkeep):
             return
         records, result = await asyncio.to_thread(
             read_events, self.store, self.partition.meta.topic_id, self.index, request,
-            self.selector, self.settings.dispatch_read_bytes_max)
+            self.selector, min(self.settings.dispatch_read_bytes_max, self.cache.limit()))
         if not self.closed:
             self._take_read(request, records, result)
 

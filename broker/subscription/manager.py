@@ -28,11 +28,13 @@ from broker.filtering import compile_selector
 from broker.log.rocks_store import RocksStore
 from broker.metrics import (
     DEAD_LETTERED_EVENTS,
+    DISPATCH_CACHE_BYTES,
     SUBSCRIPTION_BACKLOG,
     SUBSCRIPTION_DISPATCH_RATE,
     SUBSCRIPTION_UNACKED,
 )
 from broker.partition import TopicMeta, now_ms
+from broker.subscription.cache_budget import CacheBudget
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dispatcher import PartitionDispatcher
@@ -75,6 +77,8 @@ class SubscriptionManager:
         self._topics: dict[str, dict[str, Subscription]] = {}
         self._create_lock = asyncio.Lock()
         self._metrics_task: asyncio.Task[None] | None = None
+        self.cache_budget = CacheBudget(settings.dispatch_cache_broker_bytes_max,
+                                        settings.dispatch_cache_bytes_max)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -100,7 +104,8 @@ class SubscriptionManager:
         """A subscription's objects, not registered, nothing started."""
         selector = compile_selector(spec.key_filter(), self.config_filters)
         dispatchers = [PartitionDispatcher(spec, partition, self.store, self.settings,
-                                           cursors[partition.index], selector, self._dead_letter)
+                                           cursors[partition.index], selector, self._dead_letter,
+                                           self.cache_budget)
                        for partition in self.registry.partitions(meta.name)]
         return Subscription(spec, meta, dispatchers)
 
@@ -108,6 +113,7 @@ class SubscriptionManager:
         self._topics.setdefault(subscription.meta.name, {})[subscription.spec.name] = subscription
         for dispatcher in subscription.dispatchers:
             dispatcher.start()
+            self.cache_budget.join(dispatcher.cache, dispatcher.wake)
         return subscription
 
     async def close(self) -> None:
@@ -123,6 +129,7 @@ class SubscriptionManager:
         for session in list(subscription.sessions.values()):
             session.close(error)
         for dispatcher in subscription.dispatchers:
+            self.cache_budget.leave(dispatcher.cache)
             await dispatcher.stop(persist=persist)
         for name in subscription.sessions:
             remove_consumer_gauges(subscription.spec.topic, subscription.spec.name, name)
@@ -447,6 +454,7 @@ class SubscriptionManager:
 
     def _update_metrics(self) -> None:
         now = now_ms()
+        DISPATCH_CACHE_BYTES.set(self.cache_budget.held())
         for topic, subscriptions in self._topics.items():
             for name, subscription in subscriptions.items():
                 update_gauges(topic, name, subscription.dispatchers, now)
