@@ -37,7 +37,7 @@ from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
 from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
-from sdk.reconnect import ConnectionCallback, Link, failure_of
+from sdk.reconnect import ConnectionCallback, Link, failure_of, log_connection_change
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
@@ -314,7 +314,7 @@ class Consumer:
                 await self._retry_after(e)
         message = self._link.process_connected(_now_ms())
         if message is not None:
-            self._callback(self._on_connection_change, True, message)
+            self._callback(self._on_connection_change or log_connection_change, True, message)
         self._stream = stream
         self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
@@ -377,7 +377,7 @@ class Consumer:
     async def _wait_to_retry(self, reason: str, never_reached: bool) -> None:
         delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
         if message is not None:
-            self._callback(self._on_connection_change, False, message)
+            self._callback(self._on_connection_change or log_connection_change, False, message)
         await asyncio.sleep(delay_ms / 1000)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:

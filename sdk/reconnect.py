@@ -12,7 +12,9 @@ Rules (pure: no I/O, time is an argument):
 2. Once the broker was reached, losing it is reported once (the shell calls
    `on_connection_change(False, message)`), retried with capped doubling
    backoff for `retry_timeout_ms` (0 = until it is back), and its return is
-   reported (`on_connection_change(True, message)`).
+   reported (`on_connection_change(True, message)`). An application that
+   gives no callback gets `log_connection_change`: a WARNING on the `keybus`
+   logger, which Python prints on stderr even when logging is not set up.
 3. Past `retry_timeout_ms` the client fails with Unavailable naming the
    broker, the reason and the setting.
 
@@ -22,6 +24,7 @@ returns and runs the callbacks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +37,17 @@ from sdk import errors
 # is lost (the client retries), with True when it is back. May be a coroutine
 # function. Runs on the client's event loop: keep it short.
 ConnectionCallback = Callable[[bool, str], Any]
+_log = logging.getLogger("keybus.connection")
+
+
+def log_connection_change(connected: bool, message: str) -> None:
+    """The report when the application gave no `on_connection_change`: a lost broker
+    is a WARNING (shown on stderr by Python's last-resort handler when logging is not
+    configured), its return INFO."""
+    if connected:
+        _log.info("%s", message)
+    else:
+        _log.warning("%s", message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +158,7 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
     return details.split("; ")[0], False
 
 
-# gRPC's texts for an open connection that ended (the broker stopped or went away).
+# gRPC's texts for an open connection that ended (the broker stopped or went away);
+# "internal error from core" is grpcio's for a write on a stream whose connection broke.
 _CLOSED = ("socket closed", "cancelling all calls", "connection reset", "broken pipe", "goaway",
-           "stream removed", "rst_stream")
+           "stream removed", "rst_stream", "internal error from core")

@@ -23,7 +23,13 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
+from sdk.reconnect import (
+    ConnectionCallback,
+    Link,
+    RetryPolicy,
+    failure_of,
+    log_connection_change,
+)
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
 RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
@@ -108,10 +114,9 @@ class RetryingCall:
         return failure_of(error)
 
     async def _report(self, connected: bool, message: str) -> None:
-        if self._on_connection_change is not None:
-            result = self._on_connection_change(connected, message)
-            if inspect.isawaitable(result):
-                await result
+        result = (self._on_connection_change or log_connection_change)(connected, message)
+        if inspect.isawaitable(result):
+            await result
 
     def cancel(self) -> None:
         if self._call is not None:

@@ -20,6 +20,7 @@ import grpc.aio
 from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from sdk.reconnect import failure_of
 from sdk.send_queue import (  # re-exported: callers import them from here
     GAP_RETRIES_MAX,
     PRODUCER_ID_CHOSEN_BIT,
@@ -51,6 +52,13 @@ def _describe(failure: BaseException) -> str:
     if isinstance(failure, grpc.RpcError):
         return f"{failure.code().name}: {failure.details()}"
     return repr(failure)
+
+
+def _reason(failure: BaseException) -> str:
+    """What went wrong, in a user's words ("connection refused", the broker's message)."""
+    if isinstance(failure, grpc.RpcError):
+        return failure_of(failure)[0]
+    return str(failure) or type(failure).__name__
 
 
 def now_ms() -> int:
@@ -90,6 +98,8 @@ class Sender:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._answered = False  # a response arrived on the current stream
+        self._lost_since_ms: int | None = None  # an attempt failed, no answer since
+        self._last_failure = ""  # why, for the delivery timeout's message
 
     async def start(self) -> None:
         """Get a producer id (when idempotent; a chosen one needs no call, rule 5)
@@ -172,9 +182,10 @@ class Sender:
                     healthy = await self._try_reinit()
                 else:
                     healthy = await self._run_stream()
-            except Exception:  # a bug here must not silently stop every send
+            except Exception as e:  # a bug here must not silently stop every send
                 _log.exception("produce stream for topic %r failed unexpectedly", self.topic)
                 self.queue.process_stream_broken()
+                self._lost(_reason(e))
                 healthy = False
             if healthy:
                 continue
@@ -192,13 +203,32 @@ class Sender:
             self._stub = await self._relocate()
         except errors.KeybusError as e:
             _log.info("topic %r: no leader found yet (%s); retrying", self.topic, e)
+            self._last_failure = str(e)
 
     async def _try_reinit(self) -> bool:
         try:
             await self._init_producer()
-        except errors.KeybusError:
+        except errors.KeybusError as e:
+            self._lost(str(e))
             return False
+        self._reached()
         return True
+
+    def _lost(self, reason: str) -> None:
+        """An attempt failed: remember why, and say so once until the broker answers
+        again (never silent: what is sent waits meanwhile, up to its delivery timeout)."""
+        self._last_failure = reason
+        if self._lost_since_ms is None:
+            self._lost_since_ms = now_ms()
+            _log.warning("producer of topic %r lost the broker (%s); retrying; events not "
+                         "answered within delivery_timeout_ms=%d fail", self.topic, reason,
+                         self.delivery_timeout_ms)
+
+    def _reached(self) -> None:
+        if self._lost_since_ms is not None:
+            _log.warning("producer of topic %r: the broker answers again after %.1f s",
+                         self.topic, (now_ms() - self._lost_since_ms) / 1000)
+            self._lost_since_ms = None
 
     async def _run_stream(self) -> bool:
         """Write batches on one stream until it ends; True when no backoff is due."""
@@ -225,6 +255,7 @@ class Sender:
         elif failure is not None:
             _log.info("produce stream for topic %r broke (%s); reconnecting", self.topic,
                       _describe(failure))
+        self._lost(_reason(failure) if failure is not None else "the stream ended")
         self.queue.process_stream_broken()
         return False
 
@@ -250,6 +281,8 @@ class Sender:
                 if response is grpc.aio.EOF:
                     return
                 self._answered = True
+                if self._lost_since_ms is not None:
+                    self._reached()
                 queue = self.queue
                 self._finish(queue.process_response(response))
                 if queue.unsent or queue.reconnect_requested or queue.needs_reinit:
@@ -262,9 +295,11 @@ class Sender:
         interval_s = min(1.0, self.delivery_timeout_ms / 4000)
         while True:
             await asyncio.sleep(interval_s)
+            last = f" (last error: {self._last_failure})" if self._lost_since_ms is not None \
+                else ""
             error = errors.DeliveryTimeout(
                 f"no answer from the broker within delivery_timeout_ms="
-                f"{self.delivery_timeout_ms}; the events may or may not be stored")
+                f"{self.delivery_timeout_ms}{last}; the events may or may not be stored")
             outcomes = self.queue.process_expiry(now_ms(), error)
             if outcomes:
                 self._finish(outcomes)

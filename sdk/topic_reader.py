@@ -25,7 +25,7 @@ from sdk.admin import Admin
 from sdk.channel import open_channel
 from sdk.cluster import FIND_TIMEOUT_MS, is_cluster, topic_broker
 from sdk.reader import ReadBatch, Reader, Start
-from sdk.reconnect import ConnectionCallback
+from sdk.reconnect import ConnectionCallback, log_connection_change
 
 _END = object()  # a partition's reader reached its end
 
@@ -136,8 +136,9 @@ class TopicReader:
                 self._lost.discard(partition)
             else:
                 self._lost.add(partition)
-            if was_lost != bool(self._lost) and self._on_connection_change is not None:
-                result = self._on_connection_change(connected, message)
+            if was_lost != bool(self._lost):
+                result = (self._on_connection_change or log_connection_change)(connected,
+                                                                               message)
                 if inspect.isawaitable(result):
                     await result
         return report

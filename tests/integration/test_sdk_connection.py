@@ -4,7 +4,11 @@ Goal: every client fails within seconds with one sentence when no broker
 answers (`cannot reach broker at HOST:PORT: connection refused — is it
 running? (keybus broker)`); a consumer and a following reader that lose their
 broker say so through on_connection_change while they retry, say when it is
-back, and carry on; retry_timeout_ms bounds the retrying.
+back, and carry on; retry_timeout_ms bounds the retrying. Without a callback
+the consumer says it as a WARNING on the `keybus` logger, and so does a
+producer, whose events wait meanwhile: sent during the outage they are stored
+when the broker is back, or fail after delivery_timeout_ms naming the last
+error seen.
 Method: a closed port on 127.0.0.1, and a real broker process killed with
 SIGKILL and restarted on the same port and data directory.
 """
@@ -12,6 +16,7 @@ SIGKILL and restarted on the same port and data directory.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +24,16 @@ from typing import Any
 
 import pytest
 
-from sdk import Admin, Consumer, Producer, Reader, SyncConsumer, TopicReader, Unavailable
+from sdk import (
+    Admin,
+    Consumer,
+    DeliveryTimeout,
+    Producer,
+    Reader,
+    SyncConsumer,
+    TopicReader,
+    Unavailable,
+)
 from tests.support.broker_process import BrokerProcess, free_port
 
 
@@ -128,6 +142,49 @@ def _request_senders() -> int:
     """grpcio's tasks that send a stream's requests, still running."""
     return len([task for task in asyncio.all_tasks() if not task.done()
                 and "_consume_request_iterator" in getattr(task.get_coro(), "__qualname__", "")])
+
+
+def test_without_callbacks_a_lost_broker_is_logged_and_a_timeout_names_the_cause(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    caplog.set_level(logging.INFO, logger="keybus")
+
+    def said(level: int, text: str) -> bool:
+        return any(r.levelno == level and text in r.getMessage() for r in caplog.records)
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("quiet", 1)
+        consumer = await Consumer.subscribe(broker.address, "quiet", "s")
+        producer = await Producer.create(broker.address, "quiet")
+        short = await Producer.create(broker.address, "quiet", delivery_timeout_ms=3_000)
+        await (await producer.send(1, b"before"))
+        broker.kill()
+        waiting = await producer.send(2, b"during")  # stored once the broker is back
+        began = time.monotonic()
+        with pytest.raises(DeliveryTimeout, match=r"within delivery_timeout_ms=3000 \(last "
+                           r"error: connection (refused|closed)\); the events may or may not"):
+            await (await short.send(3, b"lost"))
+        assert time.monotonic() - began < 10
+        await _wait_for(lambda: said(logging.WARNING, "producer of topic 'quiet' lost the "
+                                     "broker (connection") and said(
+            logging.WARNING, f"lost the broker at {broker.address} (connection"), 20,
+            "the producer and the consumer to say the broker is lost")
+        await asyncio.to_thread(broker.start)
+        assert (await asyncio.wait_for(waiting, 30)).offset == 1
+        await _wait_for(lambda: said(logging.WARNING, "producer of topic 'quiet': the broker "
+                                     "answers again after") and said(
+            logging.INFO, f"the broker at {broker.address} is back after"), 30, "the return")
+        assert [m.value for m in [await consumer.receive(20), await consumer.receive(20)]] == \
+            [b"before", b"during"]
+        for client in (short, producer, consumer):
+            await client.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        broker.stop()
 
 
 def test_retry_timeout_bounds_the_retrying(tmp_path: Path) -> None:
