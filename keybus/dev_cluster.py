@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,8 +24,33 @@ ZOOKEEPER_CONF = Path("/etc/zookeeper/conf")  # the package's log4j settings
 REPO = Path(__file__).resolve().parents[1]
 
 
+PORT_FLOOR = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port on 127.0.0.1 that nothing listens on, for a server started next.
+
+    Why not the kernel's pick (bind to port 0): that comes from the ephemeral
+    range (32768-60999 on Linux), which every outgoing connection takes its own
+    port from too, so a client connecting elsewhere can take the port between
+    this check and the server's bind (seen as "the port is in use" in a parallel
+    test run). A random port below that range is never given to a connection;
+    it is bound once here to check that nothing holds it.
+    """
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768
+    for _ in range(100):
+        port = random.randrange(PORT_FLOOR, max(ephemeral_low, PORT_FLOOR + 1_000))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # all taken: the kernel's pick after all
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from keybus.dev_cluster import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerProcess:
@@ -80,3 +75,6 @@ class BrokerProcess:
     def restart(self) -> float:
         self.kill()
         return self.start()
+
+
+__all__ = ["REPO", "BrokerProcess", "free_port"]
