@@ -105,7 +105,7 @@ class PartitionCore(DispatchSide, ReadSide):
             if self.kind == Kind.KEY_SHARED else None
         self.active: str | None = None  # Exclusive / Failover
         self._by_index: list[Member | None] = [None]
-        self._owners = np.zeros(SLOT_COUNT, np.uint32)
+        self._reindex()  # no owner yet: the one shared empty table
         self._shared_next = 0
         self.slots = SlotState()
         self.pending = Pending()
@@ -265,7 +265,9 @@ class PartitionCore(DispatchSide, ReadSide):
             table = build_owner_table([(0, SLOT_MAX, self.active)], [self.active])
         else:
             table = build_owner_table([], [])
+        self._owner_table = table  # shared with equal ones: kept while in use
         self._owners = np.frombuffer(table.indexes, np.uint32)
+        self._owners.flags.writeable = False  # shared: a write would be a bug
         self._by_index = [None] + [self.members[n] for n in table.names[1:] if n is not None]
 
     # ------------------------------------------------------------ flow control
