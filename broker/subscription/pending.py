@@ -11,8 +11,9 @@ Rules:
    keeps a prefix of each slot's run: at most `slot_events_max` per slot and
    `events_max` in total (the rest of a slot's events past the first that
    does not fit are refused too, so what stays is always a prefix).
-3. Per-slot counts live in one 65,536-entry int32 array (256 KiB); everything else
-   is proportional to what is held, at most `events_max` events.
+3. Per-slot counts live in one 65,536-entry int32 array (256 KiB of address
+   space, resident only where counts were written: `slot_array`); everything
+   else is proportional to what is held, at most `events_max` events.
 
 It must not know about consumers, permits, floors or the log.
 """
@@ -22,9 +23,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from broker.subscription.array_ops import add_slot_counts
+from broker.subscription.array_ops import add_slot_counts, slot_array
 from broker.subscription.holdings import EMPTY, Taken, concat
-from sdk.core.hashing import SLOT_COUNT
 
 
 class Pending:
@@ -34,7 +34,7 @@ class Pending:
 
     def __init__(self) -> None:
         self._events: Taken = EMPTY
-        self.per_slot = np.zeros(SLOT_COUNT, np.int32)
+        self.per_slot = slot_array(np.int32)
 
     def __len__(self) -> int:
         return len(self._events)

@@ -10,7 +10,8 @@ Rules:
 1. One flags byte per slot (`dispatch.FLOORED`, `DRAINING`, `DELAYED`,
    `DEAD_LETTERING`) for the vectorized checks; a dict entry per slot that
    waits for the details. 64 KiB plus a few dozen bytes per waiting slot,
-   and while any slot is floored 256 KiB of counts (rule 2).
+   and while any slot is floored 256 KiB of counts (rule 2); the arrays are
+   resident only in the pages written (`slot_array`).
 2. A floor only moves down by `lower_floors` (min wins) and up by
    `raise_floor(s)`; `floor_events` counts the slot's events past its floor
    (for the backlog), as reads skip and re-read them: an int32 per slot,
@@ -29,16 +30,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from broker.subscription.array_ops import distinct, slot_counts
+from broker.subscription.array_ops import distinct, slot_array, slot_counts
 from broker.subscription.dispatch import DEAD_LETTERING, DELAYED, DRAINING, FLOORED
-from sdk.core.hashing import SLOT_COUNT
 
 
 class SlotState:
     """See the module docstring. Runs on the dispatcher's task."""
 
     def __init__(self) -> None:
-        self.flags = np.zeros(SLOT_COUNT, np.uint8)
+        self.flags = slot_array(np.uint8)
         self.floors: dict[int, int] = {}  # slot -> first offset to read again
         # events past each slot's floor (approximate, for the backlog): allocated while
         # any slot is floored, so updating the counts of thousands of slots is one gather
@@ -70,7 +70,7 @@ class SlotState:
         if not len(slots):
             return
         if self._past is None:
-            self._past = np.zeros(SLOT_COUNT, np.int32)
+            self._past = slot_array(np.int32)
         values, counts = slot_counts(slots)
         past = self._past
         past[values] = np.maximum(past[values] + (counts if sign > 0 else -counts), 0)
@@ -80,8 +80,10 @@ class SlotState:
         """slot -> events past its floor, for the slots with any (for stats)."""
         if self._past is None:
             return {}
-        slots = self._past.nonzero()[0]
-        return dict(zip(slots.tolist(), self._past[slots].tolist(), strict=True))
+        floored = self.floor_arrays()[0]  # only floored slots count (not a scan of all)
+        counts = self._past[floored]
+        kept = counts.nonzero()[0]
+        return dict(zip(floored[kept].tolist(), counts[kept].tolist(), strict=True))
 
     def raise_floor(self, slot: int, offset: int) -> None:
         if offset > self.floors[slot]:

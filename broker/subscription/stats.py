@@ -63,8 +63,9 @@ def waiting_slots(core: PartitionCore) -> Waiting:
         return Waiting(empty, empty, empty)
     floor_slots, _ = core.slots.floor_arrays()
     given = core.given_back.slots.astype(np.int64)
-    slots = distinct(np.concatenate((floor_slots, np.flatnonzero(core.pending.per_slot),
-                                      given)))
+    # the look-ahead's slots from its events, not a scan of its per-slot counts (which
+    # would map every page of them: `slot_array`)
+    slots = distinct(np.concatenate((floor_slots, core.pending.events.slots, given)))
     if not len(slots):
         return Waiting(empty, empty, empty)
     events = core.pending.per_slot[slots].astype(np.int64)
