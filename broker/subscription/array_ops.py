@@ -17,6 +17,7 @@ import numpy.typing as npt
 from sdk.core.hashing import SLOT_COUNT
 
 _BINCOUNT_MIN = 384  # per-slot counts of at least this many events: by bincount
+_PRIVATE = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 
 
 def slot_array(dtype: type) -> npt.NDArray[Any]:
@@ -30,9 +31,10 @@ def slot_array(dtype: type) -> npt.NDArray[Any]:
     1 MB as anonymous mappings. Gathers and scatters touch only their own pages;
     a scan of the whole array would map all of them (so none is done per round).
     """
-    try:
-        return np.frombuffer(mmap.mmap(-1, SLOT_COUNT * np.dtype(dtype).itemsize), dtype)
-    except OSError:  # no mapping left (vm.max_map_count): ordinary memory
+    size = SLOT_COUNT * np.dtype(dtype).itemsize
+    try:  # private, as malloc's own large blocks (Python's default would be shared)
+        return np.frombuffer(mmap.mmap(-1, size, flags=_PRIVATE), dtype)
+    except (OSError, TypeError):  # no mapping left, or no flags (not Unix): ordinary memory
         return np.zeros(SLOT_COUNT, dtype)
 
 
