@@ -36,6 +36,8 @@ subscription (see benchmarks/databus_shares.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
+`python -m benchmarks memory [options]` measures a broker's memory with a topic of
+many partitions whose Key_Shared consumers stalled (see benchmarks/memory.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
 
@@ -120,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import view_pass  # what a compacted view pass costs the event loop
 
         return view_pass.main(arguments[1:])
+    if arguments[:1] == ["memory"]:
+        from benchmarks import memory  # a broker's RSS with many partitions, consumers stalled
+
+        return memory.main(arguments[1:])
     if arguments[:1] == ["simulate"]:
         from benchmarks import simulate  # the dispatch simulation, on every core
 
