@@ -28,7 +28,7 @@ It must not know about records, consumers or the log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 
@@ -52,7 +52,12 @@ class CacheBudget:
 
     def join(self, cache: Cache, wake: Callable[[], None]) -> None:
         """A dispatcher starts; `wake` runs its round (so it trims its cache)."""
-        self._members[cache] = wake
+        self.join_all([(cache, wake)])
+
+    def join_all(self, joining: Iterable[tuple[Cache, Callable[[], None]]]) -> None:
+        """Dispatchers start together (a subscription's partitions): one look at the
+        others' caches for all of them, not one each (1,024 partitions at a time)."""
+        self._members.update(joining)
         self._update()
         if self.share < self.cache_bytes_max:
             share = self.share

@@ -113,7 +113,7 @@ class SubscriptionManager:
         self._topics.setdefault(subscription.meta.name, {})[subscription.spec.name] = subscription
         for dispatcher in subscription.dispatchers:
             dispatcher.start()
-            self.cache_budget.join(dispatcher.cache, dispatcher.wake)
+        self.cache_budget.join_all((d.cache, d.wake) for d in subscription.dispatchers)
         return subscription
 
     async def close(self) -> None:

@@ -59,6 +59,14 @@ def test_a_join_wakes_the_dispatchers_whose_caches_hold_more_than_the_new_share(
     assert budget.held() == 60
 
 
+def test_a_subscription_joins_all_its_partitions_at_once() -> None:
+    budget = CacheBudget(bytes_max=100, cache_bytes_max=50)
+    woken: list[str] = []
+    budget.join(Held(50), lambda: woken.append("full"))
+    budget.join_all((Held(), lambda: woken.append("new")) for _ in range(3))
+    assert (len(budget), budget.share, woken) == (4, 25, ["full"])
+
+
 def test_a_cache_trims_to_its_share_and_grows_back_when_a_dispatcher_leaves() -> None:
     records = [stored(base, 3) for base in range(0, 24, 3)]
     record_memory = max(record.memory_bytes for record in records)
