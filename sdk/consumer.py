@@ -89,7 +89,8 @@ class Consumer:
         self._on_active_change = on_active_change
         self._on_connection_change = on_connection_change
         self._link = Link(broker, config.retry_policy())
-        self._state = ConsumerState(FetchBuffer(config.receiver_queue_size))
+        self._state = ConsumerState(FetchBuffer(config.receiver_queue_size,
+                                                 config.receiver_queue_total_max))
         self._current: deque[Message] = deque()
         self._arrivals = Arrivals()  # receives waiting for a delivery
         self._flush = FlushSignal()  # acks gather; grants and nacks go at once

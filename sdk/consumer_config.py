@@ -39,6 +39,11 @@ class ConsumerConfig:
         priority: Failover: 0 is the highest (default 0).
         partitions: the partitions to consume (default all).
         receiver_queue_size: permits per partition, bounds the buffer (1000).
+        receiver_queue_total_max: permits of all partitions together (50,000,
+            Pulsar's maxTotalReceiverQueueSizeAcrossPartitions): with many
+            partitions each gets this divided by their number (at least 2), so
+            a consumer of 1,024 partitions buffers at most about 50,000 events,
+            not a million.
         ack_timeout_ms: redeliver events not acknowledged in time (0 = never).
         max_redeliveries / dead_letter_topic: after this many redeliveries an
             event goes to the dead-letter topic (0 = never; topic default
@@ -66,6 +71,7 @@ class ConsumerConfig:
     priority: int = 0
     partitions: Sequence[int] = ()
     receiver_queue_size: int = 1000
+    receiver_queue_total_max: int = 50_000
     ack_timeout_ms: int = 0
     max_redeliveries: int = 0
     dead_letter_topic: str = ""
@@ -114,6 +120,9 @@ class ConsumerConfig:
                              "the other types and modes assign hash ranges themselves")
         if self.receiver_queue_size < 2:
             raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
+        if self.receiver_queue_total_max < 2:
+            raise ValueError(f"receiver_queue_total_max {self.receiver_queue_total_max} is "
+                             "invalid: need >= 2")
         request = pb.SubscribeOpen(
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             sticky_ranges=ranges_to_proto(self.ranges),

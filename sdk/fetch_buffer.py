@@ -7,7 +7,10 @@ what was taken), and turn acknowledged offsets into the fewest ranges.
 
 Rules:
 1. Permits outstanding + events buffered <= queue size per partition, so
-   the buffer is bounded by what this consumer granted.
+   the buffer is bounded by what this consumer granted. The queue size per
+   partition is the receiver queue size, or less with many partitions: the
+   total bound divided by their number, at least 2 (as Pulsar's
+   maxTotalReceiverQueueSizeAcrossPartitions).
 2. Acks are kept per partition as ranges and leave as sorted, merged
    half-open ranges in one packed field (`Ack.bounds`): one Ack message per
    partition per flush, no message object per range.
@@ -34,10 +37,12 @@ B = TypeVar("B")
 class FetchBuffer(Generic[B]):
     """Delivered batches in arrival order, with per-partition permit accounting."""
 
-    def __init__(self, queue_size: int) -> None:
+    def __init__(self, queue_size: int, total_max: int | None = None) -> None:
         if queue_size < 2:
             raise ValueError(f"receiver queue size {queue_size} is invalid: need >= 2")
-        self.queue_size = queue_size
+        self.receiver_queue_size = queue_size
+        self.total_max = total_max
+        self.queue_size = queue_size  # per partition, set by `initial_grants`
         self._batches: deque[tuple[int, int, B]] = deque()  # (partition, events, batch)
         self._taken: dict[int, int] = {}  # events taken since the last grant, per partition
         self.buffered_events = 0
@@ -48,7 +53,11 @@ class FetchBuffer(Generic[B]):
     def initial_grants(self, partitions: Sequence[int]) -> list[tuple[int, int]]:
         """(partition, permits) to send when a stream opens."""
         self._taken = dict.fromkeys(partitions, 0)
-        return [(p, self.queue_size) for p in partitions]
+        size = self.receiver_queue_size
+        if self.total_max is not None and partitions:
+            size = max(2, min(size, self.total_max // len(partitions)))
+        self.queue_size = size
+        return [(p, size) for p in partitions]
 
     def put(self, partition: int, events: int, batch: B) -> None:
         self._batches.append((partition, events, batch))

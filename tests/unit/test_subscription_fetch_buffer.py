@@ -4,7 +4,8 @@ Goal: acks leave as the fewest sorted half-open ranges (one packed field)
 covering exactly the acknowledged offsets; the fetch buffer hands batches out in arrival order
 and grants permits back Pulsar's way (the whole queue at open, then what was
 taken once half of it was), so permits outstanding plus events buffered
-never exceed the queue size of a partition; `remove` (a nack giving back
+never exceed the queue size of a partition, which many partitions share out
+of a total bound; `remove` (a nack giving back
 prefetched events) and `count_taken` (stale events given back unseen) return
 their permits; `reset` (a reconnect) forgets everything; a nack holds its
 slot until a delivery shows the broker saw that very nack (later nacks never
@@ -87,6 +88,18 @@ def test_batches_come_out_in_arrival_order_and_grants_follow_takes() -> None:
     assert buffer.grants_due() == []
     assert buffer.take() is None
     assert buffer.buffered_events == 0
+
+
+def test_many_partitions_share_the_total_bound() -> None:
+    buffer = FetchBuffer[str](1000, total_max=50_000)
+    grants = buffer.initial_grants(list(range(1024)))
+    assert {permits for _, permits in grants} == {48}  # 50,000 // 1,024, not 1,000 each
+    assert sum(permits for _, permits in grants) <= 50_000
+    buffer.put(3, 24, "a")
+    buffer.take()
+    assert buffer.grants_due() == [(3, 24)]  # half of its own queue of 48
+    assert buffer.initial_grants([0, 1]) == [(0, 1000), (1, 1000)]  # few: the queue size
+    assert FetchBuffer[str](1000, total_max=100).initial_grants(list(range(200)))[0] == (0, 2)
 
 
 def test_remove_cuts_batches_of_one_partition_and_returns_their_permits() -> None:
