@@ -87,7 +87,7 @@ class Consumer:
         self._stub = stub_of(self._channel) if self._channel is not None else None
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
-        self._on_connection_change = on_connection_change
+        self._on_connection_change = on_connection_change or log_connection_change
         self._link = Link(broker, config.retry_policy())
         self._state = ConsumerState(FetchBuffer(config.receiver_queue_size,
                                                  config.receiver_queue_total_max))
@@ -315,7 +315,7 @@ class Consumer:
                 await self._retry_after(e)
         message = self._link.process_connected(_now_ms())
         if message is not None:
-            self._callback(self._on_connection_change or log_connection_change, True, message)
+            self._callback(self._on_connection_change, True, message)
         self._stream = stream
         self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
@@ -378,7 +378,7 @@ class Consumer:
     async def _wait_to_retry(self, reason: str, never_reached: bool) -> None:
         delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
         if message is not None:
-            self._callback(self._on_connection_change or log_connection_change, False, message)
+            self._callback(self._on_connection_change, False, message)
         await asyncio.sleep(delay_ms / 1000)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:

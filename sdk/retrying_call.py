@@ -66,7 +66,7 @@ class RetryingCall:
             retry_timeout_ms = 0 if follow else 30_000
         self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms, backoff_ms,
                                               backoff_max_ms))
-        self._on_connection_change = on_connection_change
+        self._on_connection_change = on_connection_change or log_connection_change
         self._call: Any = None
         self.reconnects = 0  # calls opened again after a failure
 
@@ -114,7 +114,7 @@ class RetryingCall:
         return failure_of(error)
 
     async def _report(self, connected: bool, message: str) -> None:
-        result = (self._on_connection_change or log_connection_change)(connected, message)
+        result = self._on_connection_change(connected, message)
         if inspect.isawaitable(result):
             await result
 

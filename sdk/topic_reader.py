@@ -72,7 +72,7 @@ class TopicReader:
         self._all = partitions is None
         self._start = start
         self._options = options
-        self._on_connection_change = on_connection_change
+        self._on_connection_change = on_connection_change or log_connection_change
         self._channel = channel
         self._owns_channel = channel is None
         self._readers: dict[int, Reader] = {}
@@ -137,8 +137,7 @@ class TopicReader:
             else:
                 self._lost.add(partition)
             if was_lost != bool(self._lost):
-                result = (self._on_connection_change or log_connection_change)(connected,
-                                                                               message)
+                result = self._on_connection_change(connected, message)
                 if inspect.isawaitable(result):
                     await result
         return report

@@ -50,13 +50,10 @@ class CacheBudget:
     def __len__(self) -> int:
         return len(self._members)
 
-    def join(self, cache: Cache, wake: Callable[[], None]) -> None:
-        """A dispatcher starts; `wake` runs its round (so it trims its cache)."""
-        self.join_all([(cache, wake)])
-
     def join_all(self, joining: Iterable[tuple[Cache, Callable[[], None]]]) -> None:
-        """Dispatchers start together (a subscription's partitions): one look at the
-        others' caches for all of them, not one each (1,024 partitions at a time)."""
+        """Dispatchers start, each with the `wake` that runs its round (so it trims its
+        cache); a subscription's partitions together: one look at the others' caches
+        for all of them, not one each (1,024 partitions at a time)."""
         self._members.update(joining)
         self._update()
         if self.share < self.cache_bytes_max:

@@ -39,7 +39,7 @@ def test_each_cache_gets_an_equal_share_within_its_own_bound() -> None:
     caches = [Held() for _ in range(4)]
     shares = []
     for cache in caches:
-        budget.join(cache, lambda: None)
+        budget.join_all([(cache, lambda: None)])
         shares.append(budget.share)
     assert shares == [40, 40, 33, 25]  # never above the cache's own bound
     budget.leave(caches[0])
@@ -51,10 +51,10 @@ def test_a_join_wakes_the_dispatchers_whose_caches_hold_more_than_the_new_share(
     budget = CacheBudget(bytes_max=100, cache_bytes_max=50)
     woken: list[str] = []
     full, small = Held(50), Held(10)
-    budget.join(full, lambda: woken.append("full"))
-    budget.join(small, lambda: woken.append("small"))
+    budget.join_all([(full, lambda: woken.append("full"))])
+    budget.join_all([(small, lambda: woken.append("small"))])
     assert woken == []  # 50 each: nobody holds more
-    budget.join(Held(), lambda: woken.append("new"))
+    budget.join_all([(Held(), lambda: woken.append("new"))])
     assert budget.share == 33 and woken == ["full"]
     assert budget.held() == 60
 
@@ -62,7 +62,7 @@ def test_a_join_wakes_the_dispatchers_whose_caches_hold_more_than_the_new_share(
 def test_a_subscription_joins_all_its_partitions_at_once() -> None:
     budget = CacheBudget(bytes_max=100, cache_bytes_max=50)
     woken: list[str] = []
-    budget.join(Held(50), lambda: woken.append("full"))
+    budget.join_all([(Held(50), lambda: woken.append("full"))])
     budget.join_all((Held(), lambda: woken.append("new")) for _ in range(3))
     assert (len(budget), budget.share, woken) == (4, 25, ["full"])
 
@@ -72,9 +72,9 @@ def test_a_cache_trims_to_its_share_and_grows_back_when_a_dispatcher_leaves() ->
     record_memory = max(record.memory_bytes for record in records)
     budget = CacheBudget(bytes_max=8 * record_memory, cache_bytes_max=6 * record_memory)
     cache = RecordCache(6 * record_memory, budget)
-    budget.join(cache, lambda: None)
+    budget.join_all([(cache, lambda: None)])
     other = Held()
-    budget.join(other, lambda: None)  # share: 4 records' memory
+    budget.join_all([(other, lambda: None)])  # share: 4 records' memory
     for record in records:
         cache.add(record)
     assert cache.limit() == 4 * record_memory
