@@ -22,7 +22,10 @@ loop and fsyncs on the WAL syncer's thread, so it is thread-safe.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import shutil
 import threading
 from collections.abc import Callable
 
@@ -33,12 +36,27 @@ log = logging.getLogger("keybus.store")
 # RocksDB's Status::ToString prefixes: the database refuses writes after these.
 STORE_FAILURE_PREFIXES = ("IO error:", "Corruption:")
 EXIT_STORE_FAILED = 74  # sysexits' EX_IOERR: the broker stopped on its storage
+DISK_FULL_BYTES = 1 << 20  # a disk with less free than this when a write failed is full
+_NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device"
 
 
 def is_store_failure(error: BaseException) -> bool:
     """True for the status of a RocksDB write or fsync that failed on the disk
     (rocksdict raises a bare Exception carrying RocksDB's status text)."""
     return type(error) is Exception and str(error).startswith(STORE_FAILURE_PREFIXES)
+
+
+def with_disk_state(status: str, where: str) -> str:
+    """`status`, naming a full disk when RocksDB's text does not. Why: the write that
+    first failed on a full disk may be one the broker did not make (a memtable flush),
+    and the broker's next write then only gets 'IO error: Writer has previous error.'."""
+    if _NO_SPACE in status:
+        return status
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return status
+    return f"{status}; {_NO_SPACE} ({free:,} bytes free)" if free < DISK_FULL_BYTES else status
 
 
 def short_cause(status: str) -> str:
@@ -69,7 +87,7 @@ class StoreFailures:
 
     def failed(self, error: BaseException) -> BrokerError:
         """Record a store failure and return the error a client gets for it."""
-        status = str(error)
+        status = with_disk_state(str(error), self.where)
         with self._lock:
             first, listeners = self.first is None, self._listeners
             if first:

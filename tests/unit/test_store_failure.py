@@ -7,6 +7,7 @@ tests/integration/test_store_full.py).
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,12 @@ import pytest
 
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
-from broker.log.store_failure import StoreFailures, is_store_failure, short_cause
+from broker.log.store_failure import (
+    StoreFailures,
+    is_store_failure,
+    short_cause,
+    with_disk_state,
+)
 
 NO_SPACE = ("IO error: No space left on device: While appending to file: "
             "/data/log.rocksdb/000004.log: No space left on device")
@@ -109,3 +115,21 @@ def test_other_errors_pass_through_and_close_still_raises(tmp_path: Path) -> Non
     assert type(raised.value) is Exception and store.disk_failures.first is None
     with pytest.raises(Exception, match="Writer has previous error"):
         store.close()  # no store failure recorded: a failed close is not hidden
+
+
+def test_a_full_disk_is_named_when_rocksdb_says_only_previous_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    previous = "IO error: Writer has previous error."
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda where: usage._replace(free=4096))
+    assert with_disk_state(previous, str(tmp_path)) == \
+        f"{previous}; No space left on device (4,096 bytes free)"
+    full = "IO error: No space left on device: While appending to file: x/000004.log"
+    assert with_disk_state(full, str(tmp_path)) == full  # named already
+    monkeypatch.setattr(shutil, "disk_usage", lambda where: usage._replace(free=10 << 20))
+    assert with_disk_state(previous, str(tmp_path)) == previous  # room left: another cause
+
+    def gone(where: str) -> None:
+        raise FileNotFoundError(where)
+    monkeypatch.setattr(shutil, "disk_usage", gone)
+    assert with_disk_state(previous, str(tmp_path)) == previous
