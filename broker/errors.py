@@ -46,6 +46,12 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("batch_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
         ErrorKind("request_too_large", grpc.StatusCode.INVALID_ARGUMENT,
                   "{field}={value} is over the limit of {max}"),
+        ErrorKind("scn_too_large", grpc.StatusCode.INVALID_ARGUMENT,
+                  "scn={scn} is over the limit of {max} for a supplied SCN (a signed 64-bit "
+                  "integer, as Databus's SCNs are); allowed 1..{max}, or 0 for the next one"),
+        ErrorKind("scns_exhausted", grpc.StatusCode.FAILED_PRECONDITION,
+                  "{topic!r}/{partition} has no SCNs left for {count} more event(s): its last "
+                  "SCN is {last_scn} and an SCN is at most {max}"),
         ErrorKind("scn_not_increasing", grpc.StatusCode.FAILED_PRECONDITION,
                   "scn={scn} is not greater than the last SCN {last_scn} of "
                   "{topic!r}/{partition}; a supplied SCN must increase (a re-sent window "

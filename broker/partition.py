@@ -43,7 +43,7 @@ from broker.supervision import (
     supervise,
 )
 from broker.windows import PartitionClock, ProducerTable
-from sdk.core.columns import BatchError, validate_batch
+from sdk.core.columns import SCN_SUPPLIED_MAX, BatchError, validate_batch
 from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -200,6 +200,8 @@ class Partition:
                            self.settings.batch_events_max)
         except BatchError as e:
             raise BrokerError("batch_invalid", detail=str(e)) from None
+        if request.scn > SCN_SUPPLIED_MAX:
+            raise BrokerError("scn_too_large", scn=request.scn, max=SCN_SUPPLIED_MAX)
         settle_slots(request.batch, self.slot_cache)
         future: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
         if self._idle and self._queue.empty():

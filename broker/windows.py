@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from broker.errors import BrokerError
 from broker.log.codec import PRODUCER_RESULT, ProducerResult, encode_producer_results
+from sdk.core.columns import SCN_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,9 @@ def decide(request: ProduceInput, clock: PartitionClock, producers: ProducerTabl
         scn_first = request.scn
     else:
         scn_first = clock.last_scn + 1
+    if (scn_first if window else scn_first + request.count - 1) > SCN_MAX:  # the wire's uint64
+        raise BrokerError("scns_exhausted", topic=request.topic, partition=request.partition,
+                          count=request.count, last_scn=clock.last_scn, max=SCN_MAX)
     result = ProducerResult(request.sequence, clock.next_offset, request.count, scn_first,
                             window, publish_time_ms)
     return Decision(result, False)

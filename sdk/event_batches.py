@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from sdk.core.columns import SCN_SUPPLIED_MAX
 from sdk.core.hashing import partition_of, slot_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_checks import (
@@ -228,8 +229,9 @@ def window_request(topic: str, partitions: int,
     if type(partition) is not int or not 0 <= partition < partitions:
         raise ValueError(f"partition {partition!r} is invalid: the topic has partitions "
                          f"0..{partitions - 1}")
-    if scn is not None and (type(scn) is not int or scn < 1):
-        raise ValueError(f"scn {scn!r} is invalid: an SCN is an int >= 1, or None")
+    if scn is not None and (type(scn) is not int or not 1 <= scn <= SCN_SUPPLIED_MAX):
+        raise ValueError(f"scn {scn!r} is invalid: an SCN is an int in 1..{SCN_SUPPLIED_MAX} "
+                         "(a signed 64-bit integer), or None")
     keys, values, slots, extras = window_columns(events)
     size = sum(map(len, values)) + EVENT_OVERHEAD_BYTES * len(values)
     if size > window_bytes_max:

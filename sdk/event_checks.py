@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sdk.core.columns import TEXT_BYTES_MAX
 from sdk.core.pb import keybus_pb2 as pb
 
 # Estimated wire bytes per event beside its value: key, slot, field tags.
@@ -73,7 +74,7 @@ def check_keys(keys: Sequence[Any], name: str = "keys") -> list[int | str]:
 def check_ordering_key(ordering_key: Any, name: str = "ordering_key") -> str:
     """An ordering key as str ("" = fall back to the key); ints become text."""
     if isinstance(ordering_key, str):
-        return str(ordering_key)
+        return _check_text_size(str(ordering_key), name)
     if isinstance(ordering_key, int) and not isinstance(ordering_key, bool):
         return str(ordering_key)
     raise ValueError(f"{name} must be a str, an int or None; got {ordering_key!r}")
@@ -102,15 +103,16 @@ def extras_of(ordering_key: str | None, source: Any, opcode: Any, schema: Any, h
     """
     extras: dict[str, Any] = {}
     if ordering_key:
-        extras["ordering_keys"] = ordering_key
+        extras["ordering_keys"] = ordering_key  # checked by check_ordering_key
     if source:
-        extras["sources"] = source if type(source) is str else _check_str(source, "source")
+        extras["sources"] = _check_text_size(
+            source if type(source) is str else _check_str(source, "source"), "source")
     if opcode:
         if opcode not in (pb.UPSERT, pb.DELETE) or isinstance(opcode, bool):
             raise ValueError(f"opcode {opcode!r} is invalid: use UPSERT (0) or DELETE (1)")
         extras["opcodes"] = int(opcode)
     if schema:
-        extras["schemas"] = _check_str(schema, "schema")
+        extras["schemas"] = _check_text_size(_check_str(schema, "schema"), "schema")
     if headers:
         extras["headers"] = check_headers(headers)
     if event_time_ms:
@@ -152,8 +154,8 @@ def event_columns(n: int, sources: Sequence[Any] | None = None,
 
 def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
     if name in ("sources", "schemas"):
-        return [v if type(v) is str else _check_str(v, f"{name}[{i}]")
-                for i, v in enumerate(column)]
+        return [_check_text_size(v if type(v) is str else _check_str(v, f"{name}[{i}]"),
+                                 f"{name}[{i}]") for i, v in enumerate(column)]
     if name == "opcodes":
         for i, v in enumerate(column):
             if v not in (pb.UPSERT, pb.DELETE) or type(v) is not int:
@@ -165,6 +167,15 @@ def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
         if type(v) is not int:
             raise ValueError(f"event_times_ms[{i}] must be an int (milliseconds); got {v!r}")
     return list(column)
+
+
+def _check_text_size(text: str, name: str) -> str:
+    """`text`, if its UTF-8 fits TEXT_BYTES_MAX (the broker refuses the whole batch
+    otherwise, other events of it included); encoded only when it could be over."""
+    if 4 * len(text) > TEXT_BYTES_MAX and len(text.encode()) > TEXT_BYTES_MAX:
+        raise ValueError(f"{name} is {len(text.encode()):,} bytes (UTF-8); an ordering key, "
+                         f"source or schema is at most {TEXT_BYTES_MAX:,} bytes")
+    return text
 
 
 def _check_str(value: Any, name: str) -> str:

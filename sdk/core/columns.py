@@ -27,6 +27,17 @@ T = TypeVar("T")
 
 OPTIONAL_COLUMNS = ("ordering_keys", "slots", "sources", "opcodes", "schemas", "headers",
                     "event_times_ms")
+# An ordering key, source or schema is at most this many bytes of UTF-8: the compacted
+# view stores each one's length in 2 bytes, and a stored event the view cannot hold
+# would stop the view, hence retention, for good (so the broker refuses it up front).
+TEXT_BYTES_MAX = 0xFFFF
+TEXT_COLUMNS = ("ordering_keys", "sources", "schemas")
+OPCODES = frozenset((pb.UPSERT, pb.DELETE))  # protobuf keeps unknown enum numbers: checked
+# A supplied SCN (a window's) is at most a signed 64-bit integer, as Databus's SCNs are
+# Java longs; the SCNs after it (plain batches count on from it) then have 2**63 to go
+# before the wire's uint64 ends, so no client can leave a partition without SCNs.
+SCN_SUPPLIED_MAX = (1 << 63) - 1
+SCN_MAX = (1 << 64) - 1
 
 
 class BatchError(ValueError):
@@ -86,7 +97,28 @@ def validate_batch(batch: pb.EventBatch, event_bytes_max: int, batch_events_max:
             raise BatchError(f"batch.{name}", f"has {n} entries; allowed: 0, 1 or count={count}")
     if batch.slots and max(batch.slots) > SLOT_MAX:
         raise BatchError("batch.slots", f"slot {max(batch.slots)} is out of range; allowed 0..{SLOT_MAX}")
+    if batch.opcodes and not OPCODES.issuperset(batch.opcodes):
+        i, opcode = next((i, o) for i, o in enumerate(batch.opcodes) if o not in OPCODES)
+        raise BatchError("batch.opcodes", f"entry {i} is {opcode}; allowed UPSERT (0) or DELETE (1)")
+    _check_texts(batch)
     _check_sizes(batch, event_bytes_max)
+
+
+def _check_texts(batch: pb.EventBatch) -> None:
+    """Ordering keys, sources and schemas within TEXT_BYTES_MAX; the UTF-8 is encoded
+    only for a column whose longest entry could be over it (4 bytes a character at most)."""
+    for name in TEXT_COLUMNS:
+        column = getattr(batch, name)
+        if not column or 4 * max(map(len, column)) <= TEXT_BYTES_MAX:
+            continue
+        for i, text in enumerate(column):
+            size = len(text.encode())
+            if size > TEXT_BYTES_MAX:
+                which = f"event {i}" if len(column) > 1 else "every event (broadcast)"
+                raise BatchError(f"batch.{name}",
+                                 f"the {name[:-1].replace('_', ' ')} of {which} is {size:,} bytes "
+                                 f"(UTF-8), over the limit of {TEXT_BYTES_MAX:,} bytes for an "
+                                 "ordering key, source or schema", sentence=True)
 
 
 def _check_keys(batch: pb.EventBatch, count: int) -> None:

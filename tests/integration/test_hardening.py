@@ -14,6 +14,7 @@ messages over sync gRPC; every refusal read back to show nothing was stored.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -22,7 +23,7 @@ import pytest
 from sdk.core.hashing import slot_of, slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.broker_process import BrokerProcess
-from tests.support.wire import create_topic, int_batch, produce, read_all, stub
+from tests.support.wire import create_topic, events_of, int_batch, produce, read_all, stub
 
 METHODS = pb.DESCRIPTOR.services_by_name["Keybus"].methods_by_name
 # Not a protobuf message: field 1 as a length-delimited value longer than the data.
@@ -130,3 +131,41 @@ def test_producer_id_never_issued_is_refused(shared_broker: BrokerProcess) -> No
     assert "never given by InitProducer" in forged.error_message
     assert chosen.error_code == 0 and own.error_code == 0
     assert [r.batch.key_ints[0] for r in read_all(client, "hardening-ids")] == [2, 3]
+
+
+def test_scns_and_view_fields_that_would_stop_a_partition_are_refused(
+        shared_broker: BrokerProcess) -> None:
+    """Found from outside: a supplied SCN of 2**64-1 was stored, and every later produce
+    to the partition failed for good (its SCNs passed the wire's uint64; ListTopics
+    failed for every topic); an opcode outside the enum or a source of 64 KiB was
+    stored, and the partition's compacted view, hence its retention, stopped for good.
+    Now each is refused, nothing of it stored, and the partition goes on."""
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-scn")
+    topic = "hardening-scn"
+    too_large, largest, plain, opcode, source = produce(client, [
+        pb.ProduceRequest(topic=topic, batch=int_batch([1]), scn=(1 << 64) - 1),
+        pb.ProduceRequest(topic=topic, batch=int_batch([2]), scn=(1 << 63) - 1),
+        pb.ProduceRequest(topic=topic, batch=int_batch([3, 4, 5])),
+        pb.ProduceRequest(topic=topic, batch=pb.EventBatch(
+            count=1, key_ints=[6], values=[b"v"], opcodes=[7])),
+        pb.ProduceRequest(topic=topic, batch=pb.EventBatch(
+            count=1, key_ints=[7], values=[b"v"], sources=["s" * 65_536])),
+    ])
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert too_large.error_code == invalid
+    assert "is over the limit of 9223372036854775807 for a supplied SCN" in too_large.error_message
+    assert (largest.error_code, largest.scn_first) == (0, (1 << 63) - 1)
+    assert (plain.error_code, plain.scn_first) == (0, 1 << 63)
+    assert opcode.error_code == invalid and "allowed UPSERT (0) or DELETE (1)" in \
+        opcode.error_message
+    assert source.error_code == invalid and "65,536 bytes (UTF-8)" in source.error_message
+    assert [e[1] for e in events_of(read_all(client, topic))] == [2, 3, 4, 5]
+    assert topic in [t.topic for t in client.ListTopics(pb.ListTopicsRequest(), timeout=10).topics]
+    deadline = time.monotonic() + 60
+    while True:  # the view takes every stored event (a pass a second)
+        info = client.DescribeTopic(pb.DescribeTopicRequest(topic=topic), timeout=10)
+        if info.partitions[0].view_offset == 4:
+            break
+        assert time.monotonic() < deadline, f"the view stopped at {info.partitions[0]}"
+        time.sleep(0.2)

@@ -19,6 +19,7 @@ from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
 from broker.rpc import wire
 from broker.windows import PartitionClock, ProduceInput, ProducerTable, advance, decide
+from sdk.core.columns import SCN_MAX
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -79,6 +80,19 @@ def test_scn_rules() -> None:
     assert clock.last_scn == 10
     with pytest.raises(BrokerError, match="not greater than the last SCN 10"):
         decide(_input(scn=10), clock, producers, 1)
+
+
+def test_scns_never_pass_the_wire_s_uint64() -> None:
+    """A partition whose last SCN leaves no room refuses with a message, storing nothing
+    (before: the SCNs of a plain batch went past 2**64-1 and the partition failed forever)."""
+    clock, producers = PartitionClock(0, SCN_MAX - 2), ProducerTable(4)
+    with pytest.raises(BrokerError, match="no SCNs left for 3 more event"):
+        decide(_input(), clock, producers, 1)
+    fits = decide(_input(count=2), clock, producers, 1)
+    advance(clock, fits.result)
+    assert clock.last_scn == SCN_MAX
+    with pytest.raises(BrokerError, match="no SCNs left for 1 more event"):
+        decide(_input(count=1), clock, producers, 1)
 
 
 def test_idempotence_rules() -> None:

@@ -254,7 +254,10 @@ class EventBatch(_message.Message):
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """broadcast column"""
+        """An ordering key, source or schema is at most 65,535 bytes of UTF-8 (the
+        compacted view stores each length in 2 bytes); an opcode is UPSERT or DELETE.
+        broadcast column
+        """
 
     @_builtins.property
     def opcodes(self) -> _containers.RepeatedScalarFieldContainer[Global___Opcode.ValueType]:
@@ -400,7 +403,8 @@ class ProduceRequest(_message.Message):
     scn: _builtins.int
     """Producer-supplied SCN (0 = let the broker assign). Must be greater than
     the partition's last SCN; a supplied SCN makes the call a window. A
-    non-increasing SCN is refused with FAILED_PRECONDITION.
+    non-increasing SCN is refused with FAILED_PRECONDITION, one above 2^63-1
+    (a signed 64-bit integer, as Databus's SCNs) with INVALID_ARGUMENT.
     """
     producer_id: _builtins.int
     """Idempotence: a producer id (0 = none) and a per-partition batch sequence
