@@ -5,14 +5,29 @@ what was wrong and what is allowed (NATS keeps its errors the same way).
 Cores and the partition task raise `BrokerError`; the RPC shell maps it to a
 status once (`broker/rpc/status.py`). A `BrokerError` is the client's fault
 or a state the client must react to; a bug is an `AssertionError`.
+
+A status message travels in the grpc-message header, and gRPC drops a reply
+whose headers pass 8 KiB (at random) or 16 KiB (always) for "Stream removed":
+the client would lose the message that says what it did wrong. So a name a
+client sent, quoted with `!r` in a template, is quoted by `quote` (at most
+`QUOTE_CHARS_MAX` characters of it), and every message is cut at
+`MESSAGE_BYTES_MAX` bytes as a last guard (gRPC percent-encodes the bytes of
+non-ASCII text, so 2 KiB of text is at most 6 KiB on the wire).
 """
 
 from __future__ import annotations
 
+import functools
+import string
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+# Characters of one client string that a message quotes; the rest is counted.
+QUOTE_CHARS_MAX = 64
+# UTF-8 bytes of one status message: well under gRPC's 8 KiB header limit.
+MESSAGE_BYTES_MAX = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +253,65 @@ CATALOGUE: dict[str, ErrorKind] = {
 PARTITION_CLOSED = frozenset({"topic_deleted", "shutting_down"})
 
 
+def quote(value: str | bytes, chars_max: int = QUOTE_CHARS_MAX) -> str:
+    """`repr(value)`, shortened past `chars_max` characters (or bytes) to its
+    first ones, "…" and the length: a client may send a 10,000-character name,
+    and a message that echoes it whole is lost (see the module docstring)."""
+    if len(value) <= chars_max:
+        return repr(value)
+    head = repr(value[:chars_max])
+    unit = "characters" if isinstance(value, str) else "bytes"
+    return f"{head[:-1]}…{head[-1]} ({len(value):,} {unit})"
+
+
+class _Quoted:
+    """A long client string in a template: `!r` gives `quote(value)`, a plain
+    field the same shortened text without the quotes."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str | bytes) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return quote(self.value)
+
+    def __str__(self) -> str:
+        if isinstance(self.value, bytes):
+            return quote(self.value)
+        return f"{self.value[:QUOTE_CHARS_MAX]}… ({len(self.value):,} characters)"
+
+
+@functools.cache
+def _quoted_fields(template: str) -> frozenset[str]:
+    """The fields a template quotes with `!r`: by the catalogue's convention,
+    the names and keys a client sent."""
+    return frozenset(field for _, field, _, conversion in string.Formatter().parse(template)
+                     if field and conversion == "r")
+
+
+def cap_message(message: str, bytes_max: int = MESSAGE_BYTES_MAX) -> str:
+    """The message, cut to at most `bytes_max` UTF-8 bytes with a note that it was
+    cut: the guard for text a template does not quote (a `detail` built elsewhere)."""
+    data = message.encode()
+    if len(data) <= bytes_max:
+        return message
+    note = f"… (message cut from {len(data):,} bytes)"
+    head = data[:bytes_max - len(note.encode())].decode(errors="ignore")
+    return head + note
+
+
 class BrokerError(Exception):
     """An error to report to the client: a catalogue entry filled in."""
 
     def __init__(self, name: str, **params: Any) -> None:
         kind = CATALOGUE[name]
         self.kind = kind
-        self.message = kind.template.format(**params)
+        for field in _quoted_fields(kind.template):
+            value = params.get(field)
+            if isinstance(value, (str, bytes)) and len(value) > QUOTE_CHARS_MAX:
+                params[field] = _Quoted(value)
+        self.message = cap_message(kind.template.format(**params))
         super().__init__(self.message)
 
     @property

@@ -164,6 +164,8 @@ BAD_INPUT = [
      "the value of event 0 is 2,000,000 bytes, over the broker's limit of 1,048,576 bytes per "
      "event (event_bytes_max)", "batch."),
     (("topics", "create", "bad name"), "", 1, "is invalid", None),
+    (("topics", "describe", "t" * 10_000), "", 1, "(10,000 characters) does not exist",
+     "Stream removed"),
     (("topics", "create", "cli-huge", "--partitions", "5000"), "", 1,
      "partitions=5000 is out of range; allowed 1..1024 (the broker's partitions_max)", "config."),
     (("filters", "explain", "range:abc"), "", 2, "range", None),

@@ -7,7 +7,9 @@ naming the limit and the size, and the Produce stream stays open for the
 next request (a 34 MiB request was stored); (3) the broker verifies the
 slots column against the ordering keys and refuses a mismatch (wrong slots
 were stored and broke per-key order), fills it in when absent, and refuses
-a producer id InitProducer never gave.
+a producer id InitProducer never gave. (4) A 10,000-character name is quoted
+shortened in the refusal: echoed whole it made a 20 KiB status header, which
+gRPC drops for RESOURCE_EXHAUSTED "Stream removed", losing the message.
 Method: a real broker process with its default limits; raw bytes and
 messages over sync gRPC; every refusal read back to show nothing was stored.
 """
@@ -15,7 +17,7 @@ messages over sync gRPC; every refusal read back to show nothing was stored.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -169,3 +171,38 @@ def test_scns_and_view_fields_that_would_stop_a_partition_are_refused(
             break
         assert time.monotonic() < deadline, f"the view stopped at {info.partitions[0]}"
         time.sleep(0.2)
+
+
+LONG_NAME = "t" * 10_000
+
+
+def _refusal(call: Callable[[], object]) -> grpc.RpcError:
+    try:
+        call()
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError("the call was answered")
+
+
+def test_a_long_name_is_quoted_shortened_in_every_refusal(shared_broker: BrokerProcess) -> None:
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-long", partitions=2)
+    group = {"namespace": "ns", "topic": "hardening-long", "consumer_group": "g"}
+    calls: list[tuple[Callable[[], object], grpc.StatusCode]] = [
+        (lambda: client.DescribeTopic(pb.DescribeTopicRequest(topic=LONG_NAME), timeout=10),
+         grpc.StatusCode.NOT_FOUND),
+        (lambda: client.InitProducer(pb.InitProducerRequest(topic=LONG_NAME), timeout=10),
+         grpc.StatusCode.NOT_FOUND),
+        (lambda: read_all(client, LONG_NAME), grpc.StatusCode.NOT_FOUND),
+        (lambda: client.DescribeSubscription(pb.DescribeSubscriptionRequest(
+            topic="hardening-long", subscription=LONG_NAME), timeout=10),
+         grpc.StatusCode.NOT_FOUND),
+        (lambda: client.ClaimOwnership(pb.ClaimOwnershipRequest(**group, claims=[
+            pb.OwnershipClaim(partition=0, owner_id=LONG_NAME)]), timeout=10),
+         grpc.StatusCode.INVALID_ARGUMENT),
+    ]
+    for call, code in calls:
+        error = _refusal(call)
+        assert error.code() == code, error.details()
+        assert "(10,000 characters)" in error.details() and "t" * 65 not in error.details()
+        assert len(error.details().encode()) <= 2048
