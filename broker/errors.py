@@ -155,6 +155,17 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("consumer_name_taken", grpc.StatusCode.ALREADY_EXISTS,
                   "consumer {consumer!r} is already attached to subscription {subscription!r} "
                   "on topic {topic!r}; consumer names are unique per subscription"),
+        ErrorKind("dead_letter_topic_invalid", grpc.StatusCode.INVALID_ARGUMENT,
+                  "dead_letter_topic={topic!r} is invalid: use 1..{max} characters from "
+                  "[A-Za-z0-9._-]"),
+        ErrorKind("dead_letter_topic_is_topic", grpc.StatusCode.INVALID_ARGUMENT,
+                  "dead_letter_topic={topic!r} is the subscribed topic: an event dead-lettered "
+                  "there would reach subscription {subscription!r} again, without end; name "
+                  "another topic, or leave it empty for <topic>-<subscription>-DLQ"),
+        ErrorKind("dead_letter_default_too_long", grpc.StatusCode.INVALID_ARGUMENT,
+                  "the default dead-letter topic name <topic>-<subscription>-DLQ would be "
+                  "{size} characters, over the limit of {max} (topic_name_bytes_max); name "
+                  "a shorter one with dead_letter_topic"),
         ErrorKind("sticky_range_conflict", grpc.StatusCode.FAILED_PRECONDITION, "{detail}"),
         ErrorKind("key_shared_refused", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
         ErrorKind("subscribe_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,

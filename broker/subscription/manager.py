@@ -41,7 +41,7 @@ from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.spec import SubscriptionSpec, mode_named
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
-from broker.topics import TOPIC_NAME, TopicRegistry
+from broker.topics import TopicRegistry
 from sdk.consumer_config import MODES
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.hashing import SLOT_MAX
@@ -219,10 +219,7 @@ class SubscriptionManager:
             raise BrokerError("subscribe_limit_invalid", field="max_redeliveries",
                               value=request.max_redeliveries,
                               allowed=f"0 (no dead-letter topic) or 1..{s.max_redeliveries_max}")
-        dead_letter = asked.dead_letter_topic
-        if dead_letter and not (len(dead_letter) <= s.topic_name_bytes_max
-                                and TOPIC_NAME.fullmatch(dead_letter)):
-            raise BrokerError("topic_name_invalid", topic=dead_letter, max=s.topic_name_bytes_max)
+        asked.check_dead_letter(bool(request.dead_letter_topic), s.topic_name_bytes_max)
         compile_selector(asked.key_filter(), {})  # raises filter_invalid
 
     @staticmethod

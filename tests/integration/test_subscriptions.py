@@ -311,6 +311,30 @@ def test_dead_letter_after_max_redeliveries(shared_broker: BrokerProcess) -> Non
     run(go())
 
 
+def test_a_dead_letter_topic_that_loops_or_cannot_be_named_is_refused(
+        shared_broker: BrokerProcess) -> None:
+    """A subscription dead-lettering into its own topic was accepted, and one poison
+    event nacked for 8 s grew the topic to 1,961 events; a long topic and subscription
+    got "topic name 'TTT…-SSS…-DLQ' is invalid", a topic the user never named."""
+    async def go() -> None:
+        address = shared_broker.address
+        await topic_with(address, "dlq-loop", [1])
+        with pytest.raises(InvalidArgument, match="dead_letter_topic='dlq-loop' is the "
+                                                  "subscribed topic"):
+            await Consumer.subscribe(address, "dlq-loop", "s", type="shared",
+                                     max_redeliveries=1, dead_letter_topic="dlq-loop")
+        long_topic = "t" * 200
+        await topic_with(address, long_topic, [1])
+        with pytest.raises(InvalidArgument, match="default dead-letter topic name "
+                                                  "<topic>-<subscription>-DLQ would be 305"):
+            await Consumer.subscribe(address, long_topic, "s" * 100, max_redeliveries=1)
+        async with SubscriptionAdmin(address) as admin:
+            assert await admin.list_subscriptions("dlq-loop") == []
+            assert await admin.list_subscriptions(long_topic) == []
+
+    run(go())
+
+
 def test_seek_delete_and_topic_deletion(shared_broker: BrokerProcess) -> None:
     async def go() -> None:
         address = shared_broker.address

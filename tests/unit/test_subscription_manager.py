@@ -4,7 +4,8 @@ Goal: the manager's checks run before anything is created. A consumer's own
 requirements (sticky mode needs ranges) refuse the consumer and create
 nothing; `ensure` (a relay follower mirroring its upstream, no consumer)
 creates any valid subscription, sticky ones too, and stores it (a restart
-loads what is stored).
+loads what is stored). A dead-letter topic that is the subscribed topic (an
+endless loop) or a default one too long to create is refused, naming the field.
 
 Method: a real RocksDB store in a temp dir, a real topic registry and
 manager, no broker process.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.config import Settings
@@ -84,6 +86,39 @@ def test_ensure_refuses_an_invalid_subscription(tmp_path: Path) -> None:
         with pytest.raises(BrokerError, match="max_redeliveries"):
             await manager.ensure(bad, created_ms=1)
         assert manager.list_all("t") == []
+        await closed(store, registry, manager)
+
+    asyncio.run(body())
+
+
+def test_a_dead_letter_topic_that_loops_or_cannot_be_named_is_refused(tmp_path: Path) -> None:
+    async def body() -> None:
+        store, registry, manager = await opened(tmp_path)
+        await registry.create("t" * 200, pb.TopicConfig(partitions=1))
+        refused = [
+            (pb.SubscribeOpen(topic="t", subscription="s", consumer_name="c", max_redeliveries=1,
+                              dead_letter_topic="t"),
+             "dead_letter_topic='t' is the subscribed topic"),
+            (pb.SubscribeOpen(topic="t", subscription="s", consumer_name="c",
+                              dead_letter_topic="t"),  # no redeliveries yet: still a loop
+             "dead_letter_topic='t' is the subscribed topic"),
+            (pb.SubscribeOpen(topic="t" * 200, subscription="s" * 100, consumer_name="c",
+                              max_redeliveries=1),
+             r"default dead-letter topic name <topic>-<subscription>-DLQ would be 305 "
+             r"characters, over the limit of 249 .* dead_letter_topic"),
+            (pb.SubscribeOpen(topic="t", subscription="s", consumer_name="c", max_redeliveries=1,
+                              dead_letter_topic="no spaces"),
+             "dead_letter_topic='no spaces' is invalid"),
+        ]
+        for request, message in refused:
+            with pytest.raises(BrokerError, match=message) as caught:
+                await manager.attach(request)
+            assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert manager.list_all("t") == [] and manager.list_all("t" * 200) == []
+        named = pb.SubscribeOpen(topic="t" * 200, subscription="s" * 100, consumer_name="c",
+                                 max_redeliveries=1, dead_letter_topic="t-dead")
+        session = await manager.attach(named)
+        assert manager.spec_of(session).dead_letter_topic == "t-dead"
         await closed(store, registry, manager)
 
     asyncio.run(body())
