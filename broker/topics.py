@@ -99,7 +99,8 @@ class TopicRegistry:
                               max=self.settings.partitions_max)
         for name in ("retention_ms", "retention_bytes"):
             if getattr(config, name) < 0:
-                raise BrokerError("retention_invalid", field=name, value=getattr(config, name))
+                raise BrokerError("retention_invalid", field=name, value=getattr(config, name),
+                                  zero="no limit")
         retention_ms = config.retention_ms or self.settings.retention_ms
         retention_bytes = config.retention_bytes or self.settings.retention_bytes
         meta = TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())

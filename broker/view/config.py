@@ -34,7 +34,8 @@ def check_view_config(meta: TopicMeta, config: pb.TopicConfig, settings: Setting
                                  "config.view=VIEW_OFF; leave view unset or VIEW_ON")
     if config.delete_retention_ms < 0:
         raise BrokerError("retention_invalid", field="delete_retention_ms",
-                          value=config.delete_retention_ms)
+                          value=config.delete_retention_ms,
+                          zero=f"the broker's default, {settings.delete_retention_ms:,} ms")
     view = config.view == pb.VIEW_ON or config.compacted or (
         config.view == pb.VIEW_DEFAULT and settings.view_default)
     return dataclasses.replace(meta, view=view, compacted=config.compacted,

@@ -103,8 +103,9 @@ def test_view_settings() -> None:
     assert check_view_config(meta, pb.TopicConfig(compacted=True), off).view  # compaction needs it
     with pytest.raises(BrokerError, match="needs the compacted view"):
         check_view_config(meta, pb.TopicConfig(compacted=True, view=pb.VIEW_OFF), on)
-    with pytest.raises(BrokerError, match="delete_retention_ms"):
-        check_view_config(meta, pb.TopicConfig(delete_retention_ms=-1), on)
+    with pytest.raises(BrokerError, match=r"delete_retention_ms=-5 is invalid; allowed 0 \(the "
+                                          r"broker's default, 86,400,000 ms\) or a positive"):
+        check_view_config(meta, pb.TopicConfig(delete_retention_ms=-5), on)  # 0 is not "no limit"
     config = pb.TopicConfig()
     describe_view_config(dataclasses.replace(meta, view=True), config, on)
     assert (config.view, config.delete_retention_ms) == (pb.VIEW_ON, on.delete_retention_ms)
