@@ -172,10 +172,12 @@ class ProcessorStores:
     # ------------------------------------------------------------ checkpoints
 
     def list_checkpoints(self, group: Group, partitions: list[int]) -> list[tuple[int, Position]]:
-        """The group's checkpoints, of the given partitions only when any are given."""
+        """The group's checkpoints, of the given partitions only when any are given
+        (each must be one of the topic's: a typo would otherwise read as "no checkpoint")."""
         if partitions:
             found = []
             for partition in sorted(set(partitions)):
+                self.registry.partition(group.topic, partition)  # refuses one out of range
                 value = self.store.get_value(CHECKPOINTS, keys.checkpoint_key(
                     group.topic_id, group.namespace, group.consumer_group, partition))
                 if value is not None:

@@ -10,6 +10,8 @@ were stored and broke per-key order), fills it in when absent, and refuses
 a producer id InitProducer never gave. (4) A 10,000-character name is quoted
 shortened in the refusal: echoed whole it made a 20 KiB status header, which
 gRPC drops for RESOURCE_EXHAUSTED "Stream removed", losing the message.
+(5) ListCheckpoints of a partition the topic lacks is refused, as every
+other RPC naming a partition is (it answered "no checkpoint").
 Method: a real broker process with its default limits; raw bytes and
 messages over sync gRPC; every refusal read back to show nothing was stored.
 """
@@ -206,3 +208,16 @@ def test_a_long_name_is_quoted_shortened_in_every_refusal(shared_broker: BrokerP
         assert error.code() == code, error.details()
         assert "(10,000 characters)" in error.details() and "t" * 65 not in error.details()
         assert len(error.details().encode()) <= 2048
+
+
+def test_list_checkpoints_refuses_a_partition_out_of_range(shared_broker: BrokerProcess) -> None:
+    client = stub(shared_broker.address)
+    create_topic(client, "hardening-checkpoints", partitions=2)
+    group = {"namespace": "ns", "topic": "hardening-checkpoints", "consumer_group": "g"}
+    assert not client.ListCheckpoints(pb.ListCheckpointsRequest(**group, partitions=[1]),
+                                      timeout=10).checkpoints
+    error = _refusal(lambda: client.ListCheckpoints(
+        pb.ListCheckpointsRequest(**group, partitions=[1, 9]), timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert error.details() == ("partition=9 is out of range for topic 'hardening-checkpoints'; "
+                               "allowed 0..1")
