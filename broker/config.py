@@ -26,6 +26,29 @@ def setting(default: Any, description: str) -> Any:
     return field(default=default, metadata={"help": description})
 
 
+# The int settings for which 0 means nothing usable: no topic, no event, no read,
+# a loop that never waits, producer state forgotten at once. Every other int
+# setting may be 0, which its help says the meaning of ("0 = forever", "0 = none").
+POSITIVE_SETTINGS = frozenset({
+    "event_bytes_max", "batch_events_max", "request_bytes_max", "topic_name_bytes_max",
+    "partitions_max", "commit_requests_max", "commit_bytes_max", "partition_queue_requests_max",
+    "produce_in_flight_max", "producer_expiry_ms", "read_events_max", "read_bytes_max",
+    "retention_check_interval_ms", "default_partitions", "subscriptions_per_topic_max",
+    "consumers_per_subscription_max", "consumer_permits_max", "consumer_unacked_events_max",
+    "consumer_outbox_messages_max", "consumer_outbox_bytes_max", "look_ahead_events_max",
+    "waiting_slot_events_max", "dispatch_read_events_max", "dispatch_read_bytes_max",
+    "dispatch_cache_bytes_max", "dispatch_cache_broker_bytes_max", "delivery_bytes_max",
+    "key_shared_points_per_consumer", "nack_delay_ms_max", "ack_timeout_ms_max",
+    "cursor_persist_interval_ms", "cursor_ranges_persisted_max",
+    "zookeeper_session_timeout_ms", "relay_retry_backoff_ms", "relay_retry_backoff_max_ms",
+    "relay_sync_interval_ms", "acks_timeout_ms", "view_pass_events_max",
+    "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
+    "bootstrap_streams_max", "processor_store_queue_max", "processor_commit_commands_max",
+    "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
+    "gil_switch_interval_us",
+})
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every broker setting. Limits carry their unit in the name; each field's
@@ -239,30 +262,12 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and f.name not in ("metrics_port",) and value < 0:
+            if f.type != "int" or f.name in ("port", "metrics_port"):
+                continue  # ports: checked below
+            if f.name in POSITIVE_SETTINGS and value <= 0:
+                raise ConfigError(f"{f.name}={value} must be > 0; allowed: an integer >= 1")
+            if value < 0:
                 raise ConfigError(f"{f.name}={value} is negative; allowed: an integer >= 0")
-        for name in ("event_bytes_max", "batch_events_max", "request_bytes_max",
-                     "partitions_max", "commit_requests_max", "commit_bytes_max",
-                     "partition_queue_requests_max", "produce_in_flight_max",
-                     "read_events_max", "read_bytes_max", "default_partitions",
-                     "subscriptions_per_topic_max", "consumers_per_subscription_max",
-                     "consumer_permits_max", "consumer_unacked_events_max",
-                     "consumer_outbox_messages_max", "look_ahead_events_max",
-                     "dispatch_read_events_max", "key_shared_points_per_consumer",
-                     "nack_delay_ms_max", "ack_timeout_ms_max", "cursor_persist_interval_ms",
-                     "consumer_outbox_bytes_max", "waiting_slot_events_max",
-                     "dispatch_read_bytes_max", "dispatch_cache_bytes_max",
-                     "dispatch_cache_broker_bytes_max", "delivery_bytes_max",
-                     "cursor_ranges_persisted_max",
-                     "gil_switch_interval_us"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
-        for name in ("view_pass_events_max", "view_sweep_interval_ms", "view_sweep_entries_max",
-                     "compaction_records_max", "bootstrap_streams_max",
-                     "processor_store_queue_max", "processor_commit_commands_max",
-                     "processor_name_bytes_max"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)} must be > 0")
         if self.view_thread_nice > 19:
             raise ConfigError(f"view_thread_nice={self.view_thread_nice} is above 19; allowed: "
                               f"0-19 (a nice value)")

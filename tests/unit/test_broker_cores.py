@@ -7,13 +7,14 @@ Method: direct calls with small inputs; hypothesis for the codec and retention.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.config import ConfigError, load_settings
+from broker.config import POSITIVE_SETTINGS, ConfigError, Settings, load_settings
 from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
@@ -144,6 +145,23 @@ def test_settings_precedence_and_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="key_shared_default_mode='sticky' is invalid; "
                                           "allowed: consistent, auto_split"):
         load_settings(None, env={"KEYBUS_KEY_SHARED_DEFAULT_MODE": "sticky"})
+
+
+def test_a_setting_where_zero_means_nothing_says_so_for_negatives_too() -> None:
+    """partitions_max=-1 said "allowed: an integer >= 0", and 0 was refused too."""
+    int_settings = {f.name for f in dataclasses.fields(Settings) if f.type == "int"}
+    assert POSITIVE_SETTINGS.issubset(int_settings)
+    for name in sorted(POSITIVE_SETTINGS):
+        for value in (0, -1):
+            with pytest.raises(ConfigError, match=rf"^{name}={value} must be > 0; allowed: an "
+                                                  r"integer >= 1$"):
+                Settings(**{name: value})
+    for name in sorted(int_settings - POSITIVE_SETTINGS - {"port", "metrics_port"}):
+        Settings(**{name: 0})  # 0 has a meaning here (its help says which)
+        with pytest.raises(ConfigError, match=rf"^{name}=-1 is negative; allowed: an integer >= 0"):
+            Settings(**{name: -1})
+    with pytest.raises(ConfigError, match="retention_check_interval_ms=0 must be > 0"):
+        load_settings(None, env={"KEYBUS_RETENTION_CHECK_INTERVAL_MS": "0"})  # a busy loop
 
 
 def test_bad_filter_config_names_the_line(tmp_path: Path) -> None:
