@@ -97,7 +97,11 @@ class BrokerCheckpointStore(AdminClient):
 
     async def get_checkpoint(self, namespace: str, topic: str, consumer_group: str,
                              partition: int) -> Checkpoint | None:
-        """One partition's checkpoint (only that one travels), or None."""
+        """One partition's checkpoint (only that one travels), or None.
+
+        Raises:
+            TopicNotFound, InvalidArgument (a partition the topic lacks), Unavailable.
+        """
         response = await self._call("ListCheckpoints", pb.ListCheckpointsRequest(
             namespace=namespace, topic=topic, consumer_group=consumer_group,
             partitions=[partition]))
