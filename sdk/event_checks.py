@@ -8,7 +8,7 @@ the same way whichever call sent it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sdk.core.columns import TEXT_BYTES_MAX
@@ -211,3 +211,18 @@ def check_columns(keys: Sequence[Any], values: Sequence[Any],
     ordering = [check_ordering_key(o, f"ordering_keys[{i}]")
                 for i, o in enumerate(ordering_keys or [])]
     return check_keys(keys, "keys"), checked_values, ordering
+
+
+def check_sources(sources: Iterable[str] | None) -> list[str] | None:
+    """Source names to read (None: every source), checked: a str is refused, since
+    `list("orders")` would quietly read the sources 'o', 'r', 'd', ... ."""
+    if sources is None:
+        return None
+    if isinstance(sources, str):
+        raise ValueError(f"sources={sources!r} is a string; give a list such as [{sources!r}]")
+    checked = list(sources)
+    if not checked or len(set(checked)) != len(checked) or \
+            not all(isinstance(s, str) for s in checked):
+        raise ValueError(f"sources {checked!r} are invalid: need a non-empty list of distinct "
+                         "source names (or None for every source)")
+    return checked

@@ -28,6 +28,7 @@ from sdk.core.columns import Event, keys_of, record_events, record_offsets, reco
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.event_checks import check_sources
 from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
@@ -184,7 +185,7 @@ class Reader:
             self._start = pb.StartPosition()
             self._bootstrap = BootstrapStream(
                 self._bootstrap_call, pb.BootstrapRequest(
-                    topic=topic, partition=partition, sources=list(sources or []),
+                    topic=topic, partition=partition, sources=check_sources(sources) or [],
                     filter=self._template.filter, hash_ranges=self._template.hash_ranges,
                     events_max=events_max, bytes_max=bytes_max, follow=follow,
                     include_tombstones=include_tombstones, stop_offset=stop_offset or 0),

@@ -1,7 +1,7 @@
 """What the compacted view and the SCNs can hold, refused at the door: an opcode
 protobuf kept though the enum lacks it, and ordering keys, sources and schemas over
 TEXT_BYTES_MAX. Each was stored before and then stopped the partition's view (hence
-its retention) for good."""
+its retention) for good. Also a reader's sources given as one string."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sdk.core.columns import TEXT_BYTES_MAX, BatchError, validate_batch
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_batches import window_request
 from sdk.event_checks import check_ordering_key, event_columns, extras_of
+from sdk.reader import Reader
 
 
 def _batch(**columns: object) -> pb.EventBatch:
@@ -60,3 +61,12 @@ def test_the_sdk_refuses_the_same_before_sending() -> None:
 def test_the_sdk_refuses_a_window_scn_over_int64(scn: int) -> None:
     with pytest.raises(ValueError, match=r"an SCN is an int in 1\.\.9223372036854775807"):
         window_request("t", 1, [{"key": 1, "value": b"v"}], 0, scn, 100, 1 << 20)
+
+
+@pytest.mark.parametrize("sources", ["orders", "ab"])
+def test_a_reader_refuses_sources_given_as_one_string(sources: str) -> None:
+    """`list("ab")` was read as the sources 'a' and 'b' (or refused by the broker as
+    "'r' named more than once" for "orders"); now refused before any call."""
+    with pytest.raises(ValueError, match=f"sources='{sources}' is a string; give a list"):
+        Reader("127.0.0.1:1", "t", 0, start="bootstrap", sources=sources)
+    Reader("127.0.0.1:1", "t", 0, start="bootstrap", sources=[sources])  # no call yet
