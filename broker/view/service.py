@@ -26,6 +26,7 @@ from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.metrics import VIEW_ERRORS, VIEW_FOLDED_EVENTS, VIEW_LAG_EVENTS
 from broker.partition import Partition, TopicMeta
+from broker.supervision import RestartBackoff, describe_cause
 from broker.view.codec import ViewState
 from broker.view.compaction import Compactor
 from broker.view.store import ViewStore
@@ -33,7 +34,9 @@ from broker.view.worker import ViewWorker
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.view")
-ERROR_BACKOFF_S = 1.0
+# A failed pass is retried after 1 s, doubling to 60 s while it keeps failing: a cause
+# that does not go away (disk damage) must not write a traceback a second forever.
+ERROR_BACKOFF = RestartBackoff(1_000, 60_000)
 
 
 class PartitionView:
@@ -106,11 +109,17 @@ class PartitionView:
 
     async def _run(self) -> None:
         interval_s = self.settings.view_sweep_interval_ms / 1000
+        failures, last_cause = 0, ""
         while True:
             try:
                 if self.state.offset_next < self.partition.end_offset:
                     await self._linger()
                     await self._fold()
+                    if failures:
+                        log.warning("view of %s/%d: maintenance passes work again after %d "
+                                    "failure(s)", self.partition.meta.name, self.partition.index,
+                                    failures)
+                        failures, last_cause = 0, ""
                     continue
                 if self._sweep_due():
                     await self._sweep()
@@ -121,11 +130,21 @@ class PartitionView:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
                 VIEW_ERRORS.labels(self.partition.meta.name).inc()
-                log.exception("view of %s/%d: maintenance pass failed; retrying",
-                              self.partition.meta.name, self.partition.index)
-                await asyncio.sleep(ERROR_BACKOFF_S)
+                failures += 1
+                delay_ms = ERROR_BACKOFF.delay_ms(failures)
+                cause = describe_cause(e)
+                name, index = self.partition.meta.name, self.partition.index
+                if cause != last_cause:  # a new cause: its traceback, once
+                    log.error("view of %s/%d: maintenance pass failed; retrying in %d ms "
+                              "(retention keeps the log from offset %d on meanwhile)", name,
+                              index, delay_ms, self.state.offset_next, exc_info=e)
+                else:
+                    log.error("view of %s/%d: maintenance pass failed again (%s, %d in a "
+                              "row); retrying in %d ms", name, index, cause, failures, delay_ms)
+                last_cause = cause
+                await asyncio.sleep(delay_ms / 1000)
 
     async def _fold(self) -> None:
         meta, index = self.partition.meta, self.partition.index

@@ -1,0 +1,87 @@
+"""A view pass that keeps failing is logged once with its traceback, then one line per
+retry at doubling intervals (it wrote a traceback every second per partition, forever:
+about 5 MB in 13 minutes for 7 partitions); a pass that works again says so."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker.config import Settings
+from broker.supervision import RestartBackoff
+from broker.view import service
+from broker.view.codec import ViewState
+
+
+class FailingViews:
+    """A view store whose passes raise until `heal()`: then one pass folds to the end."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.healed = False
+
+    def state(self, topic_id: int, partition: int) -> ViewState:
+        return ViewState(0, 0, 0, 0, 0)
+
+    def fold_pass(self, topic_id: int, partition: int, end: int, events_max: int) -> ViewState:
+        self.calls += 1
+        if not self.healed:
+            raise ValueError("source of 65536 bytes is over 65535")
+        return ViewState(end, 1, 1, 0, 1)
+
+    def sweep(self, topic_id: int, partition: int, before_ms: int, entries_max: int
+              ) -> ViewState:
+        return ViewState(10, 1, 1, 0, 1)
+
+
+class InlineWorker:
+    def run(self, work: Any, *args: Any, backlog: bool = False) -> asyncio.Future[ViewState]:
+        future: asyncio.Future[ViewState] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(work(*args))
+        except Exception as e:
+            future.set_exception(e)
+        return future
+
+
+class Log:
+    end_offset = 10
+    meta = SimpleNamespace(name="t", topic_id=1, delete_retention_ms=0)
+    index = 0
+
+    async def wait_for_data(self, offset: int) -> None:
+        await asyncio.sleep(3600)
+
+
+def test_a_pass_failing_for_good_is_one_traceback_then_one_line_a_retry(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(service, "ERROR_BACKOFF", RestartBackoff(1, 8))
+    views = FailingViews()
+    settings = Settings(view_linger_ms=0)
+
+    async def run() -> None:
+        view = service.PartitionView(views, Log(), settings, InlineWorker())  # type: ignore[arg-type]
+        view.start()
+        for _ in range(1000):  # bounded: 8 failures take about 30 ms
+            await asyncio.sleep(0.005)
+            if views.calls >= 8:
+                break
+        views.healed = True
+        for _ in range(1000):
+            await asyncio.sleep(0.005)
+            if view.state.offset_next == 10:
+                break
+        await view.stop()
+
+    with caplog.at_level(logging.WARNING, logger="keybus.view"):
+        asyncio.run(run())
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) >= 8
+    assert [r.exc_info is not None for r in failures] == [True] + [False] * (len(failures) - 1)
+    assert "ValueError: source of 65536 bytes is over 65535" in failures[1].getMessage()
+    assert "retrying in 8 ms" in failures[-1].getMessage()  # doubled to the cap
+    assert "work again after" in caplog.records[-1].getMessage()
