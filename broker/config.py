@@ -206,7 +206,9 @@ class Settings:
                                     "runs view passes (Linux), so their CPU bursts wait for "
                                     "an idle core instead of taking one from the event loop; "
                                     "0 runs them at the broker's priority.")
-    bootstrap_streams_max: int = setting(64, "Bootstrap streams served at once by the broker.")
+    bootstrap_streams_max: int = setting(64, "Bootstrap streams in their snapshot or "
+                                         "catch-up at once (a stream that is caught up "
+                                         "and follows the log does not count).")
     # Security (docs/security.md); all off by default.
     tls_cert_file: str = setting("", "TLS: the broker's certificate (PEM); with "
                                  "--tls-key-file, both or neither. Empty: plaintext.")

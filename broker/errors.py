@@ -227,8 +227,8 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "resumed: its catch-up was removed by retention (the log starts at "
                   "{start}); start the bootstrap over"),
         ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
-                  "the broker serves {max} Bootstrap streams at once "
-                  "(bootstrap_streams_max); retry later"),
+                  "the broker serves {max} Bootstrap streams in their snapshot or "
+                  "catch-up at once (bootstrap_streams_max); retry later"),
         ErrorKind("bootstrap_sources_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "sources: {detail}"),
         # ------------------------------------------------------------ event processor stores

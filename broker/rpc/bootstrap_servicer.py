@@ -5,11 +5,18 @@ runs the phases. Responses are assembled as bytes (stored records go out
 untouched in the catch-up), so the method has its own generic handler with
 an identity serializer, registered beside the service's other methods.
 Permission (security): reading the topic, as Read.
+
+`bootstrap_streams_max` bounds the streams in their snapshot or catch-up:
+each holds a view iterator or reads the log in bulk on worker threads, and
+pins the log against retention. A stream that is caught up and follows the
+log costs what a follow Read costs, so it gives its slot back; otherwise
+readers that bootstrapped once and follow (the CLI's and the SDK's default)
+would lock every later bootstrap out for as long as they run.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import grpc
 
@@ -42,26 +49,47 @@ def check_sources(sources: list[str]) -> tuple[str, ...]:
     return tuple(sources)
 
 
+class StreamSlots:
+    """At most `limit` slots held at once; each slot is given back once, when
+    its stream is caught up or when it ends, whichever comes first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self) -> Callable[[], None]:
+        """A slot (its release function), or too_many_bootstraps when all are held."""
+        if self.held >= self.limit:
+            raise BrokerError("too_many_bootstraps", max=self.limit)
+        self.held += 1
+        taken = True
+
+        def release() -> None:
+            nonlocal taken
+            if taken:
+                taken = False
+                self.held -= 1
+        return release
+
+
 class BootstrapServicer:
     def __init__(self, registry: TopicRegistry, settings: Settings,
                  config_filters: Mapping[str, KeyFilterSpec]) -> None:
         self.registry = registry
         self.settings = settings
         self.config_filters = config_filters
-        self._active = 0
+        self.slots = StreamSlots(settings.bootstrap_streams_max)
 
     @streaming
     async def Bootstrap(self, request: pb.BootstrapRequest,
                         context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         stream = self._stream(request)
-        if self._active >= self.settings.bootstrap_streams_max:
-            raise BrokerError("too_many_bootstraps", max=self.settings.bootstrap_streams_max)
-        self._active += 1
+        stream.caught_up = release = self.slots.take()
         try:
             async for message in stream.run():
                 yield message
         finally:
-            self._active -= 1
+            release()
 
     def _stream(self, request: pb.BootstrapRequest) -> BootstrapStream:
         partition = self.registry.partition(request.topic, request.partition)

@@ -12,8 +12,10 @@ Each phase opens with a marker; every message says its phase and where to
 resume after it, so a client continues an interrupted bootstrap where it
 stopped (by key in the snapshot, by offset later). While the snapshot and
 catch-up run, the stream pins P in the partition's view: retention keeps
-the log the catch-up needs. Runs on the event loop; reads go to worker
-threads.
+the log the catch-up needs. Once caught up it calls `caught_up` (the
+servicer gives back its slot of `bootstrap_streams_max`: from there on the
+stream is a follow read like any other). Runs on the event loop; reads go
+to worker threads.
 """
 
 from __future__ import annotations
@@ -86,13 +88,15 @@ class BootstrapStream:
 
     def __init__(self, partition: Partition, view: PartitionView, snapshot: SnapshotSpec,
                  read: ReadSpec, request: pb.BootstrapRequest,
-                 open_cursor: Callable[[Position, int | None], SnapshotCursor]) -> None:
+                 open_cursor: Callable[[Position, int | None], SnapshotCursor],
+                 caught_up: Callable[[], None] = lambda: None) -> None:
         self.partition = partition
         self.view = view
         self.snapshot = snapshot
         self.read = read
         self.request = request
         self.open_cursor = open_cursor
+        self.caught_up = caught_up
         self._pin: int | None = None
         self._truncations = len(partition.truncations)  # a cut past us ends the stream
 
@@ -239,6 +243,7 @@ class BootstrapStream:
         if self._pin is not None:
             self.view.unpin(self._pin)
             self._pin = None
+        self.caught_up()  # the snapshot and catch-up are over: what the limit bounds
         if not self.request.follow or (stop is not None and offset >= stop):
             return
         if announce_online:

@@ -4,7 +4,8 @@ Goal: the hand-built BootstrapResponse parses with the generated class; a
 BootstrapPosition survives proto and JSON round trips; a reconnect does not
 repeat a phase marker and positions advance record by record; the sources
 selector and the view settings follow their rules; Spark's snapshot option
-and offsets mark behave.
+and offsets mark behave; bootstrap_streams_max refuses past its limit and a
+slot given back twice (caught up, then ended) counts once.
 Method: direct calls on small inputs.
 """
 
@@ -17,6 +18,7 @@ import pytest
 from broker.config import Settings
 from broker.errors import BrokerError
 from broker.partition import TopicMeta
+from broker.rpc.bootstrap_servicer import StreamSlots
 from broker.view.bootstrap import position_of, response, resume_of, source_selector
 from broker.view.config import check_view_config, describe_view_config
 from broker.view.snapshot import Position
@@ -122,3 +124,18 @@ def test_spark_snapshot_option_and_offsets_mark() -> None:
     marked = mark_snapshot({"t": {"0": 7}})
     assert split_snapshot_mark(marked) == ({"t": {"0": 7}}, True)
     assert split_snapshot_mark({"t": {"0": 7}}) == ({"t": {"0": 7}}, False)
+
+
+def test_stream_slots_refuse_past_the_limit_and_release_once() -> None:
+    slots = StreamSlots(2)
+    first, second = slots.take(), slots.take()
+    with pytest.raises(BrokerError, match="2 Bootstrap streams in their snapshot or catch-up"):
+        slots.take()
+    first()  # caught up: the slot goes back
+    first()  # the stream ends later: nothing more goes back
+    assert slots.held == 1
+    slots.take()
+    with pytest.raises(BrokerError):
+        slots.take()
+    second()
+    assert slots.held == 1
