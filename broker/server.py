@@ -37,6 +37,7 @@ from broker.rpc.processor_servicer import ProcessorStoreServicer, processor_hand
 from broker.rpc.produce_servicer import ProduceServicer
 from broker.rpc.read_servicer import ReadServicer
 from broker.rpc.service import SERVICE, generic_handler
+from broker.rpc.stream_writes import StreamWriteInterceptor
 from broker.rpc.subscribe_servicer import SubscribeServicer
 from broker.rpc.subscription_admin_servicer import SubscriptionAdminServicer
 from broker.security import setup as security
@@ -150,7 +151,7 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     acls = AclStore(store, access)
     acls.open(load_acl_file(settings.acl_file) if settings.acl_file else ())
     message_max = settings.request_bytes_max + MESSAGE_BYTES_MAX_SLACK
-    server = grpc.aio.server(interceptors=security_interceptors(settings, access), options=[
+    server = grpc.aio.server(interceptors=interceptors(settings, access), options=[
         ("grpc.max_receive_message_length", settings.request_bytes_max * RECEIVE_LIMIT_FACTOR),
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
@@ -262,13 +263,14 @@ def open_store(settings: Settings) -> RocksStore:
         raise StartError(f"cannot open the log in {path}: {text}") from None
 
 
-def security_interceptors(settings: Settings, access: AccessTable
-                          ) -> list[grpc.aio.ServerInterceptor]:
-    """Authentication first (when on), then the request guard (always)."""
+def interceptors(settings: Settings, access: AccessTable) -> list[grpc.aio.ServerInterceptor]:
+    """Outermost first: streamed responses written so that a client gone ends
+    its call quietly (always), authentication (when on), the request guard (always)."""
     guard = GuardInterceptor(settings.request_bytes_max)
     if not security.auth_enabled(settings):
-        return [guard]
-    return [AuthInterceptor(security.authenticator(settings), access), guard]
+        return [StreamWriteInterceptor(), guard]
+    return [StreamWriteInterceptor(), AuthInterceptor(security.authenticator(settings), access),
+            guard]
 
 
 async def serve(settings: Settings, ready_file: str | None = None) -> None:
