@@ -102,6 +102,15 @@ class Cursor:
                           - np.minimum(self.run_starts, end_offset)))
         return runs + max(0, end_offset - self.horizon)
 
+    def acked_range_count(self) -> int:
+        """Individually acknowledged ranges above the mark-delete (Pulsar's
+        individuallyDeletedMessages): the gaps between the unacknowledged runs
+        below the horizon. A floored slot's events inside a gap do not split it
+        (the cursor does not know their offsets)."""
+        lows = np.concatenate(([self.mark_delete], self.run_stops))
+        highs = np.concatenate((self.run_starts, [self.horizon]))
+        return int(np.count_nonzero(np.minimum(highs, self.horizon) > lows))
+
     def to_bytes(self) -> bytes:
         """The persisted form (version 2); see rule 5."""
         mark = self.mark_delete

@@ -81,7 +81,7 @@ class PartitionDispatcher(DispatcherUpkeep):
         self.sessions: dict[str, Session] = {}
         self.cache = RecordCache(settings.dispatch_cache_bytes_max, cache_budget)
         self.persisted_mark_delete = cursor.mark_delete
-        self.persisted_runs = len(cursor.run_starts)
+        self.persisted_acked_ranges = cursor.acked_range_count()
         self._dead_letter_sink = dead_letter
         self._last_persist_ms = 0
         self._wake = asyncio.Event()

@@ -98,6 +98,6 @@ class DispatcherSupervision:
         # what the failed core decided and `_round_now` left for the task's round
         dispatcher._unsent, dispatcher._deferred_read = [], None
         dispatcher.persisted_mark_delete = cursor.mark_delete
-        dispatcher.persisted_runs = len(cursor.run_starts)
+        dispatcher.persisted_acked_ranges = cursor.acked_range_count()
         self.failure = None
         self.restarts += 1

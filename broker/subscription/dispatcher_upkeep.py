@@ -35,7 +35,7 @@ class DispatcherUpkeep:
     core: PartitionCore
     cache: RecordCache
     persisted_mark_delete: int
-    persisted_runs: int
+    persisted_acked_ranges: int
     _wake: asyncio.Event
     _dead_letter_sink: DeadLetterSink
     _dead_letter_task: asyncio.Task[None] | None
@@ -121,7 +121,7 @@ class DispatcherUpkeep:
             self._wake.set()
             return
         self.persisted_mark_delete = cursor.mark_delete
-        self.persisted_runs = len(cursor.run_starts)
+        self.persisted_acked_ranges = cursor.acked_range_count()
         # The records wholly below it go at the round's next trim (never between the
         # round's cache look-ups and its sends, which this write may land between).
         self._cache_floor = cursor.mark_delete

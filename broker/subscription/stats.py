@@ -99,7 +99,7 @@ def partition_info(dispatcher: PartitionDispatcher, now_ms: int,
         persisted_mark_delete=d.persisted_mark_delete, end_offset=end,
         backlog=backlog(core, end), unacked=sum(m.holding.count for m in core.members.values()),
         dispatch_rate=core.meter.rate(now_ms), read_offset=core.position,
-        acked_ranges=d.persisted_runs)
+        acked_ranges=d.persisted_acked_ranges)
     single = core.kind in (Kind.EXCLUSIVE, Kind.FAILOVER)
     for name in sorted(core.members):
         member = core.members[name]

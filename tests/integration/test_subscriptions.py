@@ -362,6 +362,37 @@ def test_seek_delete_and_topic_deletion(shared_broker: BrokerProcess) -> None:
     run(go())
 
 
+def test_acked_ranges_counts_the_individually_acked_ranges(shared_broker: BrokerProcess) -> None:
+    """The proto's meaning: ranges acked above mark_delete (was: the unacked runs, 1 and 3)."""
+    async def go() -> None:
+        address = shared_broker.address
+        await topic_with(address, "acked-ranges", list(range(20)))
+        consumer = await Consumer.subscribe(address, "acked-ranges", "s", type="shared",
+                                            start="earliest")
+        messages = [await consumer.receive(5) for _ in range(20)]
+        async with SubscriptionAdmin(address) as admin:
+            async def partition() -> pb.SubscriptionPartitionInfo:
+                return (await admin.describe_subscription("acked-ranges", "s")).partitions[0]
+
+            async def persisted(mark_delete: int, acked_ranges: int) -> bool:
+                p = await partition()
+                return (p.persisted_mark_delete, p.acked_ranges) == (mark_delete, acked_ranges)
+
+            async def all_sent() -> bool:
+                return (await partition()).unacked == 20
+            await wait_for(all_sent)
+            assert (await partition()).acked_ranges == 0
+            for message in (messages[5], messages[10]):
+                consumer.ack(message)
+            await wait_for(lambda: persisted(0, 2))
+            for message in messages[:5] + messages[6:10] + messages[11:]:
+                consumer.ack(message)
+            await wait_for(lambda: persisted(20, 0))
+        await consumer.close()
+
+    run(go())
+
+
 def test_cli_lists_and_describes_with_range_bars(shared_broker: BrokerProcess) -> None:
     async def setup() -> None:
         await topic_with(shared_broker.address, "cli-subs", list(range(30)))

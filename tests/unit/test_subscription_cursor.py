@@ -1,7 +1,10 @@
 """The persisted cursor: what is unacknowledged, and building it from a core's state.
 
 Goal: a `Cursor` answers "unacknowledged?" exactly as the runs, floors and
-horizon it holds say; it survives its persisted form (version 2) and still
+horizon it holds say, and counts the acknowledged ranges between its runs
+(what DescribeSubscription reports as `acked_ranges`: 0 with nothing acked
+above the mark-delete, not the number of unacked runs); it survives its
+persisted form (version 2) and still
 reads version 1 (mark-delete plus acknowledged ranges) with the same answers;
 corruption is refused with a message; `merge_cursor` never calls an
 unacknowledged offset acknowledged, keeps a restart's knowledge beyond the
@@ -55,6 +58,38 @@ def test_runs_floors_and_horizon_say_what_is_unacked() -> None:
     assert not cursor.is_simple
     assert Cursor.from_bytes(cursor.to_bytes()) == cursor
     assert "floors={7: 13}" in repr(cursor)
+
+
+def test_acked_ranges_are_the_gaps_between_unacked_runs() -> None:
+    assert Cursor(10).acked_range_count() == 0  # nothing acknowledged above the mark-delete
+    delivered = Cursor(0, 20, *arrays([0], [20]))  # 20 sent, none acked
+    assert delivered.acked_range_count() == 0
+    two_acked = Cursor(0, 20, *arrays([0, 6, 11], [5, 10, 20]))  # [5, 6) and [10, 11) acked
+    assert two_acked.acked_range_count() == 2
+    tail_acked = Cursor(0, 20, *arrays([0], [5]))  # [5, 20) acked, 20 on not yet read
+    assert tail_acked.acked_range_count() == 1
+    floored = Cursor(4, 20, *arrays([8], [9], [7], [12]))  # a floor does not split a gap
+    assert floored.acked_range_count() == 2
+
+
+def acked_runs_model(mark: int, horizon: int, unacked: set[int]) -> int:
+    """Maximal ranges of acknowledged offsets in [mark, horizon), counted one by one."""
+    count, inside = 0, False
+    for offset in range(mark, horizon):
+        acked = offset not in unacked
+        count += acked and not inside
+        inside = acked
+    return count
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 50), st.sets(st.integers(0, 120), max_size=40), st.integers(0, 80))
+def test_acked_ranges_match_a_set_model(mark: int, unacked: set[int], above: int) -> None:
+    horizon = mark + above
+    kept = {o for o in unacked if mark <= o < horizon}
+    cursor = Cursor(mark, horizon, *runs_of(np.array(sorted(kept), I64)))
+    assert cursor.acked_range_count() == acked_runs_model(mark, horizon, kept)
+    assert Cursor.from_bytes(cursor.to_bytes()).acked_range_count() == cursor.acked_range_count()
 
 
 def test_invalid_cursors_are_refused() -> None:
