@@ -17,6 +17,7 @@ import click
 
 from keybus.cli.common import (
     FILTER,
+    PARTITION,
     RANGES,
     Connection,
     connection_options,
@@ -111,7 +112,7 @@ async def print_bootstrap(conn: Connection, topic: str, partitions: Sequence[int
 
 @click.command("bootstrap")
 @click.argument("topic")
-@click.option("--partition", "partitions", multiple=True, type=click.IntRange(0, None),
+@click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Bootstrap only this partition (repeatable; default: every partition).")
 @click.option("--source", "sources", multiple=True,
               help="Only this source (repeat for several, streamed in that order).")

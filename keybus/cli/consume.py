@@ -15,6 +15,7 @@ import click
 
 from keybus.cli.common import (
     FILTER,
+    PARTITION,
     RANGES,
     START,
     Connection,
@@ -49,7 +50,7 @@ from sdk.reader import Start
               help="Where a new subscription starts: latest (default), earliest, an offset "
                    "or scn:N. An existing subscription continues from its cursor.")
 @start_old_option
-@click.option("--partition", "partitions", multiple=True, type=click.IntRange(0, None),
+@click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Consume only this partition (repeatable; default: every partition).")
 @click.option("--filter", "key_filter", type=FILTER,
               help="Broker-side key filter: range:SIZE:[ids] or mod:N:[buckets].")

@@ -15,6 +15,7 @@ import click
 
 from keybus.cli.common import (
     FILTER,
+    PARTITION,
     RANGES,
     START,
     Connection,
@@ -107,7 +108,7 @@ async def read_events(conn: Connection, topic: str, partitions: Sequence[int] | 
 
 @click.command(short_help="Print a topic's events (no subscription).")
 @click.argument("topic")
-@click.option("--partition", "partitions", multiple=True, type=click.IntRange(0, None),
+@click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Read only this partition (repeatable; default: every partition).")
 @click.option("--start", type=START, metavar="START",
               help="Where to start: earliest (default), latest, an offset (with one "

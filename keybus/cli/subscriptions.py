@@ -12,6 +12,7 @@ import click
 
 from keybus.cli import render_subscriptions as render
 from keybus.cli.common import (
+    PARTITION,
     START,
     Connection,
     Group,
@@ -76,7 +77,7 @@ def subscriptions_describe(topic: str, subscription: str, conn: Connection, as_j
 @click.argument("subscription")
 @click.option("--to", "position", required=True, type=START, metavar="START",
               help="earliest, latest, an offset or scn:N.")
-@click.option("--partition", "partitions", multiple=True, type=click.IntRange(0, None),
+@click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Only this partition (repeatable; default: every partition).")
 @connection_options
 @json_option

@@ -9,6 +9,8 @@ import click
 
 from keybus.cli import render
 from keybus.cli.common import (
+    INT64_MAX,
+    UINT32_MAX,
     Connection,
     Group,
     connection_options,
@@ -39,17 +41,18 @@ def topics() -> None:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", default=1, show_default=True, type=click.IntRange(1, None),
+@click.option("--partitions", default=1, show_default=True, type=click.IntRange(1, UINT32_MAX),
               help="Partitions of the topic (the broker allows up to its partitions_max).")
-@click.option("--retention-ms", default=0, show_default=True, type=click.IntRange(0, None),
+@click.option("--retention-ms", default=0, show_default=True, type=click.IntRange(0, INT64_MAX),
               help="Remove records older than this (0 = keep forever).")
-@click.option("--retention-bytes", default=0, show_default=True, type=click.IntRange(0, None),
+@click.option("--retention-bytes", default=0, show_default=True,
+              type=click.IntRange(0, INT64_MAX),
               help="Keep at most this many bytes per partition (0 = no limit).")
 @click.option("--view/--no-view", default=None,
               help="Keep a compacted view for bootstrap (default: the broker's view_default).")
 @click.option("--compacted", is_flag=True,
               help="Retention keeps at least the latest event per key (Kafka cleanup.policy=compact).")
-@click.option("--delete-retention-ms", default=0, type=click.IntRange(0, None),
+@click.option("--delete-retention-ms", default=0, type=click.IntRange(0, INT64_MAX),
               help="Keep tombstones this long (0 = broker default, 24 h).")
 @connection_options
 @json_option
