@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and the allowed values."""
@@ -64,7 +66,7 @@ class Settings:
                           "crash (not a process crash) may lose the last acknowledged batches.")
     metrics_port: int = setting(0, "Port of the Prometheus /metrics endpoint (0 = none).")
     # Limits on what clients send.
-    event_bytes_max: int = setting(1 << 20, "Largest value of one event, in bytes.")
+    event_bytes_max: int = setting(EVENT_BYTES_MAX_DEFAULT, "Largest value of one event, in bytes.")
     batch_events_max: int = setting(100_000, "Most events in one produce batch or window.")
     request_bytes_max: int = setting(32 << 20, "Largest request message, in bytes.")
     topic_name_bytes_max: int = setting(249, "Longest topic, subscription or consumer name.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sdk.core.columns import TEXT_BYTES_MAX
+from sdk.core.columns import TEXT_BYTES_MAX, value_size_error
 from sdk.core.pb import keybus_pb2 as pb
 
 # Estimated wire bytes per event beside its value: key, slot, field tags.
@@ -92,6 +92,18 @@ def as_bytes(value: Any, name: str = "value") -> bytes:
         return value.encode()
     raise ValueError(f"{name} must be bytes (or bytearray, memoryview, str); "
                      f"got {type(value).__name__}")
+
+
+def check_value_size(value: bytes, event_bytes_max: int, name: str = "the value") -> bytes:
+    """A value no larger than the broker's event_bytes_max (which the producer does not
+    know: a caller that does, or assumes the default, checks before sending anything).
+
+    Raises:
+        ValueError: in the broker's words, naming `name`, its size and the limit.
+    """
+    if len(value) > event_bytes_max:
+        raise ValueError(value_size_error(name, len(value), event_bytes_max))
+    return value
 
 
 def extras_of(ordering_key: str | None, source: Any, opcode: Any, schema: Any, headers: Any,

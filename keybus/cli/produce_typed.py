@@ -15,7 +15,8 @@ import threading
 import click
 
 from keybus.cli.common import Connection, note
-from keybus.cli.produce import event_from_line, stored_line
+from keybus.cli.produce import stored_line
+from keybus.cli.produce_lines import event_from_line
 from sdk.errors import KeybusError
 from sdk.producer import Producer
 
@@ -29,7 +30,7 @@ def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None
 
 
 async def produce_typed(conn: Connection, topic: str, partition: int | None,
-                        as_json: bool) -> None:
+                        as_json: bool, event_bytes_max: int) -> None:
     """Send each typed line; returns at end of input."""
     async with await Producer.create(conn.broker, topic,
                                       request_timeout_ms=conn.request_timeout_ms) as producer:
@@ -41,7 +42,7 @@ async def produce_typed(conn: Connection, topic: str, partition: int | None,
         while (line := await lines.get()) is not None:
             number += 1
             try:
-                event = event_from_line(line, number)
+                event = event_from_line(line, number, event_bytes_max)
             except click.UsageError as e:
                 note(f"error: {e.format_message()} (not sent)")
                 continue

@@ -25,6 +25,10 @@ from sdk.core.pb import keybus_pb2 as pb
 
 T = TypeVar("T")
 
+# The broker's default event_bytes_max (broker/config.py takes it from here): a client
+# that cannot ask the broker its limit, such as `keybus produce`, checks values against it.
+EVENT_BYTES_MAX_DEFAULT = 1 << 20
+
 OPTIONAL_COLUMNS = ("ordering_keys", "slots", "sources", "opcodes", "schemas", "headers",
                     "event_times_ms")
 # An ordering key, source or schema is at most this many bytes of UTF-8: the compacted
@@ -142,11 +146,16 @@ def _check_sizes(batch: pb.EventBatch, event_bytes_max: int) -> None:
         return
     for i, value in enumerate(values):
         if len(value) > event_bytes_max:
-            raise BatchError(
-                "batch.values",
-                f"the value of event {i} is {len(value):,} bytes, over the broker's limit of "
-                f"{event_bytes_max:,} bytes per event (event_bytes_max)", sentence=True,
-            )
+            raise BatchError("batch.values",
+                             value_size_error(f"the value of event {i}", len(value),
+                                              event_bytes_max), sentence=True)
+
+
+def value_size_error(what: str, size: int, event_bytes_max: int) -> str:
+    """The words for a value over the broker's limit, the same from the broker and from
+    a client that checks before sending."""
+    return (f"{what} is {size:,} bytes, over the broker's limit of {event_bytes_max:,} "
+            "bytes per event (event_bytes_max)")
 
 
 def keys_of(batch: pb.EventBatch) -> list[int | str]:

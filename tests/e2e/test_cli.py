@@ -160,9 +160,9 @@ BAD_INPUT = [
     (("produce", "cli-bad"), '{"key": 1, "value": "x", "colour": 2}\n', 2, "unknown field(s) colour",
      None),
     (("produce", "cli-bad", "--key", "k"), "", 2, "--key and --value go together", None),
-    (("produce", "cli-bad"), BIG_VALUE, 1,
-     "the value of event 0 is 2,000,000 bytes, over the broker's limit of 1,048,576 bytes per "
-     "event (event_bytes_max)", "batch."),
+    (("produce", "cli-bad"), BIG_VALUE, 2,
+     "stdin line 1: the value is 2,000,000 bytes, over the broker's limit of 1,048,576 bytes per "
+     "event (event_bytes_max); nothing was sent", "batch."),
     (("topics", "create", "bad name"), "", 1, "is invalid", None),
     (("topics", "describe", "t" * 10_000), "", 1, "(10,000 characters) does not exist",
      "Stream removed"),
@@ -170,6 +170,8 @@ BAD_INPUT = [
      "partitions=5000 is out of range; allowed 1..1024 (the broker's partitions_max)", "config."),
     (("topics", "create", "cli-huge", "--partitions", "99999999999999999999"), "", 2,
      "'--partitions': 99999999999999999999 is not in the range 1<=x<=4294967295", None),
+    (("produce", "cli-bad", "--partition", "99999999999999999999", "--key", "1", "--value", "x"),
+     "", 2, "'--partition': 99999999999999999999 is not in the range 0<=x<=4294967295", None),
     (("read", "cli-bad", "--partition", "99999999999999999999"), "", 2,
      "'--partition': 99999999999999999999 is not in the range 0<=x<=4294967295", None),
     (("filters", "explain", "range:abc"), "", 2, "range", None),
