@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 
 import grpc
@@ -75,7 +76,7 @@ class ClientSecurity:
         token = self.bearer_token()
         if self.uses_tls:
             transport = grpc.ssl_channel_credentials(
-                _read(self.ca_file, "ca_file") if self.ca_file else None,
+                read_ca_file(self.ca_file) if self.ca_file else None,
                 _read(self.key_file, "key_file") if self.key_file else None,
                 _read(self.cert_file, "cert_file") if self.cert_file else None)
         elif token:
@@ -112,6 +113,33 @@ def _read(path: str, what: str) -> bytes:
             return f.read()
     except OSError as e:
         raise ValueError(f"{what} {path}: {e.strerror}") from None
+
+
+PEM_CERTIFICATE_BEGIN = b"-----BEGIN CERTIFICATE-----"
+
+
+def read_ca_file(path: str, name: str = "ca_file") -> bytes:
+    """The CA bundle at `path`, checked to be PEM certificate(s) before gRPC sees it:
+    gRPC takes any bytes, logs C-core errors and then fails the connection as if the
+    broker had closed it, which reads like a TLS mismatch.
+
+    Raises:
+        ValueError: naming `name` and the file, when it cannot be read or holds no
+            PEM certificate that parses.
+    """
+    data = _read(path, name)
+    if PEM_CERTIFICATE_BEGIN not in data:
+        raise ValueError(f"{name} {path} is not a PEM certificate: it has no "
+                         f"'{PEM_CERTIFICATE_BEGIN.decode()}' line; give the CA's certificate "
+                         "(or a bundle of them) in PEM")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+            cadata=data.decode("ascii", errors="replace"))
+    except ssl.SSLError:
+        raise ValueError(f"{name} {path} is not a PEM certificate: a certificate block in it "
+                         "does not parse; give the CA's certificate (or a bundle of them) "
+                         "in PEM") from None
+    return data
 
 
 def is_loopback(host: str) -> bool:

@@ -33,7 +33,7 @@ from sdk.admin import Admin
 from sdk.cluster import topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
-from sdk.security import ClientSecurity, use
+from sdk.security import ClientSecurity, read_ca_file, use
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,6 +146,11 @@ def security_options(command: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         values = {name: kwargs.pop(name) for name in _SECURITY_NAMES}
+        if values["tls_ca"]:
+            try:  # not a certificate: say so now, not as a refused connection later
+                read_ca_file(values["tls_ca"], "--tls-ca")
+            except ValueError as e:
+                raise click.UsageError(str(e)) from None
         security = ClientSecurity(
             ca_file=values["tls_ca"], cert_file=values["tls_cert"], key_file=values["tls_key"],
             server_name=values["tls_server_name"], token=values["token"],

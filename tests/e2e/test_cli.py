@@ -302,3 +302,22 @@ def test_certs_json_names_the_files_and_reuses_the_ca(tmp_path: Path) -> None:
     assert Path(made["server"]["cert"]).exists() and Path(made["clients"]["alice"]["key"]).exists()
     again = json.loads(ok(keybus(None, "certs", "--dir", str(tmp_path), "--json")))
     assert not again["ca_made"] and again["ca"] == made["ca"] and again["clients"] == {}
+
+
+def test_a_ca_file_that_is_no_certificate_is_said_before_connecting(tmp_path: Path) -> None:
+    """--tls-ca given a file that is not PEM certificates: one line naming the option and
+    the file, exit 2, before any connection (gRPC used to log C-core errors and the
+    connection failed as if the broker wanted TLS). A real CA still works (the
+    secure-client tests) and its key, which is PEM too, is refused."""
+    made = json.loads(ok(keybus(None, "certs", "--dir", str(tmp_path / "certs"), "--json")))
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("not a certificate\n")
+    broken = tmp_path / "broken.pem"
+    broken.write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    closed = f"127.0.0.1:{free_port()}"
+    for path, why in ((not_pem, "it has no '-----BEGIN CERTIFICATE-----' line"),
+                      (broken, "a certificate block in it does not parse"),
+                      (Path(made["server"]["key"]), "it has no '-----BEGIN CERTIFICATE-----'")):
+        line = one_line(keybus(None, "produce", "cli", "--tls-ca", str(path), "--key", "1",
+                               "--value", "a", "--broker", closed), 2)
+        assert f"--tls-ca {path} is not a PEM certificate: {why}" in line, line

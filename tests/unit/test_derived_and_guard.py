@@ -6,10 +6,12 @@ broadcast column) and fills in an absent column; SlotCache gives the same
 slots as slots_of across batches and when it starts over; the guard's
 decoder turns bad bytes and oversize requests into refusals, never an
 exception; ClientSecurity refuses a token in plain text to a non-loopback
-host. Method: pure functions with hypothesis over keys.
+host and a CA file that holds no PEM certificate. Method: pure functions with hypothesis over keys.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -18,9 +20,10 @@ from hypothesis import strategies as st
 from broker.derived import settle_slots
 from broker.errors import BrokerError
 from broker.rpc.guard import Refused, safe_decoder
+from broker.security import certs
 from sdk.core.hashing import SlotCache, slots_of
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.security import ClientSecurity
+from sdk.security import ClientSecurity, read_ca_file
 
 KEYS = st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(min_size=1, max_size=8)),
                 min_size=1, max_size=30)
@@ -77,3 +80,25 @@ def test_client_security_rules(tmp_path: pytest.TempPathFactory) -> None:
     assert ClientSecurity().channel_credentials("broker.invalid") is None
     assert ClientSecurity.from_env({}) is None
     assert ClientSecurity.from_env({"KEYBUS_TOKEN": "x"}) == ClientSecurity(token="x")
+
+
+def test_a_ca_file_must_hold_pem_certificates(tmp_path: Path) -> None:
+    """Checked when read, before gRPC sees it (gRPC takes any bytes and the connection
+    then fails as if the broker had closed it)."""
+    ca = certs.make_ca()
+    certs.write_pair(tmp_path, "ca", ca)
+    good = str(tmp_path / "ca.pem")
+    assert read_ca_file(good).startswith(b"-----BEGIN CERTIFICATE-----")
+    assert ClientSecurity(ca_file=good).channel_credentials("localhost") is not None
+    (tmp_path / "plain.txt").write_text("hello\n")
+    (tmp_path / "broken.pem").write_text(
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    for name, why in (("plain.txt", "it has no '-----BEGIN CERTIFICATE-----' line"),
+                      ("ca.key", "it has no '-----BEGIN CERTIFICATE-----' line"),
+                      ("broken.pem", "a certificate block in it does not parse")):
+        path = str(tmp_path / name)
+        with pytest.raises(ValueError) as raised:
+            ClientSecurity(ca_file=path).channel_credentials("localhost")
+        assert str(raised.value).startswith(f"ca_file {path} is not a PEM certificate: {why}")
+    with pytest.raises(ValueError, match=r"^--tls-ca .*missing\.pem: No such file"):
+        read_ca_file(str(tmp_path / "missing.pem"), "--tls-ca")
