@@ -82,7 +82,8 @@ class PartitionContext:
             OwnershipLost: the partition was closed as lost, or the store
                 refused a stale epoch (the partition then closes as lost
                 before the next batch).
-            ValueError: nothing delivered yet and no event given.
+            ValueError: nothing delivered yet and no event given, or an
+                event of another partition (or topic) than this context's.
         """
         offset, scn = self._position(event)
         if self.lost:
@@ -106,12 +107,23 @@ class PartitionContext:
                 raise ValueError(f"nothing was delivered from {self.topic}/{self.partition} "
                                  "yet; pass the event to checkpoint")
             event = self.last_batch
+        self._check_same_partition(event)
         if isinstance(event, ReadBatch):
             return event.offsets[-1], event.scns()[-1]
         if event.offset < 0:
             raise ValueError(f"event {event!r} has no offset; checkpoint an event the "
                              "processor delivered")
         return event.offset, event.scn
+
+    def _check_same_partition(self, event: Event | ReadBatch) -> None:
+        """Refuse another partition's event: its offset stored as this
+        partition's checkpoint would make the next owner skip events."""
+        topic = event.record.topic if isinstance(event, ReadBatch) else event.topic
+        if event.partition != self.partition or (topic and topic != self.topic):
+            raise ValueError(f"the event to checkpoint is from {topic or self.topic}/"
+                             f"{event.partition}, but this context is {self.topic}/"
+                             f"{self.partition}; checkpoint each partition with its own "
+                             "context")
 
     def __repr__(self) -> str:
         return (f"PartitionContext({self.topic}/{self.partition}, group={self.consumer_group!r}, "
