@@ -92,6 +92,7 @@ class ConsumerConfig:
                           stacklevel=3)
             object.__setattr__(self, "start", self.initial_position)
             object.__setattr__(self, "initial_position", None)
+        _check_ints(self)
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> ConsumerConfig:
@@ -118,11 +119,6 @@ class ConsumerConfig:
             raise ValueError(f"ranges={self.ranges!r} are only for type='key_shared' with "
                              f"mode='sticky' (here type={self.type!r}, mode={self.mode!r}); "
                              "the other types and modes assign hash ranges themselves")
-        if self.receiver_queue_size < 2:
-            raise ValueError(f"receiver_queue_size {self.receiver_queue_size} is invalid: need >= 2")
-        if self.receiver_queue_total_max < 2:
-            raise ValueError(f"receiver_queue_total_max {self.receiver_queue_total_max} is "
-                             "invalid: need >= 2")
         request = pb.SubscribeOpen(
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             sticky_ranges=ranges_to_proto(self.ranges),
@@ -136,3 +132,24 @@ class ConsumerConfig:
         if key_filter is not None:
             request.filter.CopyFrom(key_filter)
         return request
+
+
+# The int settings and the least each allows; the uint32 and int32 fields of
+# SubscribeOpen bound the rest of what is sent (protobuf's own error names no field).
+_INT_MIN = {"priority": 0, "receiver_queue_size": 2, "receiver_queue_total_max": 2,
+            "ack_timeout_ms": 0, "max_redeliveries": 0, "look_ahead_max": 0, "ack_flush_ms": 0,
+            "nack_delay_ms": 0, "connect_timeout_ms": 0, "retry_timeout_ms": 0,
+            "retry_backoff_ms": 1, "retry_backoff_max_ms": 1}
+_INT_MAX = {"priority": (1 << 31) - 1, "ack_timeout_ms": (1 << 32) - 1,
+            "max_redeliveries": (1 << 32) - 1, "look_ahead_max": (1 << 32) - 1}
+
+
+def _check_ints(config: ConsumerConfig) -> None:
+    """Refuse a setting that is not an int in its range, naming it (a string
+    such as "10" gave a bare TypeError later; -1 was taken)."""
+    for name, low in _INT_MIN.items():
+        value = getattr(config, name)
+        high = _INT_MAX.get(name)
+        if type(value) is not int or value < low or (high is not None and value > high):
+            allowed = f"{low}..{high}" if high is not None else f">= {low}"
+            raise ValueError(f"{name}={value!r} is invalid: need an int {allowed}")

@@ -36,6 +36,7 @@ from sdk.security import ClientSecurity
 Start = str | int | Mapping[str, int] | BootstrapPosition
 # A start past the log end after a failover (the new leader lacks never-acknowledged events).
 _TRUNCATED_CODES = {errors.OUT_OF_RANGE}
+POSITION_MAX = (1 << 64) - 1  # StartPosition's offset and scn are uint64 on the wire
 _log = logging.getLogger("keybus.reader")
 
 
@@ -195,7 +196,7 @@ class Reader:
             raise ValueError("sources applies to start='bootstrap' only (a log read has "
                              "every source; filter them from the batches)")
         else:
-            self._start = start_to_proto(start)
+            self._start = start_to_proto(start, bootstrap_ok=True)
         self._retry_timeout_ms = retry_timeout_ms
         self._backoff_first_ms = retry_backoff_ms
         self._backoff_max_ms = retry_backoff_max_ms
@@ -386,23 +387,31 @@ async def read_all(broker: str = "localhost:6650", topic: str = "", partition: i
     return events
 
 
-def start_to_proto(start: Start) -> pb.StartPosition:
+def start_to_proto(start: Start, field: str = "start", bootstrap_ok: bool = False
+                   ) -> pb.StartPosition:
     """A StartPosition from "earliest", "latest", an offset or {"scn": n}.
 
+    Args:
+        field: the caller's name for it, for the message ("start", "position").
+        bootstrap_ok: the caller also takes "bootstrap" (Reader does, before
+            this is called); only the message changes: a caller that cannot
+            bootstrap must not offer it.
     Raises:
-        ValueError: anything else, naming what is allowed.
+        ValueError: anything else (an offset or SCN outside the wire's uint64
+            included), naming `field` and what is allowed.
     """
     if start == "earliest":
         return pb.StartPosition(earliest=True)
     if start == "latest":
         return pb.StartPosition(latest=True)
-    if type(start) is int and start >= 0:
+    if type(start) is int and 0 <= start <= POSITION_MAX:
         return pb.StartPosition(offset=start)
     if isinstance(start, Mapping) and set(start) == {"scn"} and type(start["scn"]) is int \
-            and start["scn"] >= 0:
+            and 0 <= start["scn"] <= POSITION_MAX:
         return pb.StartPosition(scn=start["scn"])
-    raise ValueError(f"start {start!r} is invalid: use 'earliest', 'latest', 'bootstrap', an "
-                     "offset >= 0, or {'scn': n}")
+    bootstrap = "'bootstrap', " if bootstrap_ok else ""
+    raise ValueError(f"{field} {start!r} is invalid: use 'earliest', 'latest', {bootstrap}an "
+                     "offset 0..2**64-1, or {'scn': n} with n 0..2**64-1")
 
 
 def ranges_to_proto(

@@ -48,7 +48,7 @@ class SubscriptionAdmin(AdminClient):
             NotFound, OffsetOutOfRange, InvalidArgument, Unavailable, KeybusError.
         """
         request = pb.SeekSubscriptionRequest(topic=topic, subscription=subscription,
-                                             position=start_to_proto(position),
+                                             position=start_to_proto(position, "position"),
                                              partitions=list(partitions))
         info: pb.SubscriptionInfo = await self._call("SeekSubscription", request)
         return info
