@@ -20,13 +20,11 @@ gRPC, RocksDB or the time of day.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from broker.processor_stores.keys import Fence, Owned
-
-CONSUMER_GROUP = re.compile(r"[A-Za-z0-9._-]+")
+from sdk.core.names import NAME_CHARACTERS, is_name, is_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +55,9 @@ class Won:
 
 def check_group(namespace: str, consumer_group: str, bytes_max: int) -> None:
     """Refuse a namespace or consumer group the store cannot key safely."""
-    if not (0 < len(consumer_group.encode()) <= bytes_max
-            and CONSUMER_GROUP.fullmatch(consumer_group)):
+    if not is_name(consumer_group, bytes_max):
         raise BrokerError("processor_name_invalid", field="consumer_group", value=consumer_group,
-                          allowed=f"use 1..{bytes_max} characters from [A-Za-z0-9._-]")
+                          allowed=f"use 1..{bytes_max} characters from {NAME_CHARACTERS}")
     _check_text("namespace", namespace, bytes_max, empty_ok=True)
 
 
@@ -69,8 +66,7 @@ def check_owner_id(owner_id: str, bytes_max: int, empty_ok: bool) -> None:
 
 
 def _check_text(field: str, value: str, bytes_max: int, empty_ok: bool) -> None:
-    size = len(value.encode())
-    if size > bytes_max or (size == 0 and not empty_ok) or not value.isprintable():
+    if not is_text(value, bytes_max, empty_ok):
         low = 0 if empty_ok else 1
         raise BrokerError("processor_name_invalid", field=field, value=value,
                           allowed=f"use {low}..{bytes_max} bytes of printable UTF-8 text")

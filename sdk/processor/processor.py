@@ -28,7 +28,7 @@ import random
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -37,11 +37,12 @@ import grpc.aio
 
 from sdk.admin import Admin
 from sdk.channel import open_channel
-from sdk.processor.balancer import STRATEGIES, Group, Strategy, plan_claims
+from sdk.processor import arguments
+from sdk.processor.balancer import Group, Strategy, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
-from sdk.processor.pump import Callbacks, PartitionPump, StartPositions, start_for
-from sdk.reader import ReadBatch, Reader, Start, start_to_proto
+from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
+from sdk.reader import ReadBatch, Reader, Start
 from sdk.security import ClientSecurity
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
 from sdk.stores.fencing import fences
@@ -93,7 +94,9 @@ class EventProcessor:
             and checkpoint stores share; None = the ambient default, else
             plain text. Ignored when `channel` is given.
     Raises:
-        ValueError: a bad argument, naming what is allowed.
+        ValueError: a bad argument, naming what is allowed: names by the
+            broker's rules, a start out of range.
+        TypeError: on_event missing or a callback that is not callable.
     """
 
     def __init__(self, broker: str, topic: str, consumer_group: str, *,
@@ -113,8 +116,14 @@ class EventProcessor:
             warnings.warn("EventProcessor(start_position=...) is now start=... (the same name "
                           "as Reader's and Consumer's)", DeprecationWarning, stacklevel=2)
             start = start_position
-        _check_arguments(topic, consumer_group, strategy, load_balancing_interval_ms,
-                         ownership_expiration_ms, start)
+        arguments.check_names(topic, consumer_group, namespace, owner_id)
+        arguments.check_callbacks({"on_event": on_event,
+                                   "on_partition_initialize": on_partition_initialize,
+                                   "on_partition_close": on_partition_close,
+                                   "on_error": on_error}, blocking=False)
+        arguments.check_balancing(strategy, load_balancing_interval_ms, ownership_expiration_ms)
+        arguments.check_start(start)
+        arguments.check_options(events_max, fencing)
         if fencing and checkpoint_store is not None and not fences(checkpoint_store):
             raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
                              "(supports_fencing is false); pass fencing=False")
@@ -283,24 +292,3 @@ class EventProcessor:
         except Exception as e:
             await self._callbacks.error(None, e)
 
-
-def _check_arguments(topic: str, consumer_group: str, strategy: str, interval_ms: int,
-                     expiration_ms: int, start_position: StartPositions) -> None:
-    if not topic:
-        raise ValueError("topic is empty; give the name of an existing topic")
-    if not consumer_group:
-        raise ValueError("consumer_group is empty; use 1..255 characters from [A-Za-z0-9._-]")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is invalid; allowed: {', '.join(STRATEGIES)}")
-    if type(interval_ms) is not int or interval_ms <= 0:
-        raise ValueError(f"load_balancing_interval_ms={interval_ms!r} is invalid: a positive int")
-    if type(expiration_ms) is not int or expiration_ms <= interval_ms:
-        raise ValueError(f"ownership_expiration_ms={expiration_ms!r} is invalid: an int above "
-                         f"load_balancing_interval_ms ({interval_ms}); several intervals is usual")
-    if isinstance(start_position, Mapping) and set(start_position) != {"scn"}:
-        for partition in start_position:
-            if type(partition) is not int or partition < 0:
-                raise ValueError(f"start key {partition!r} is invalid: a partition >= 0")
-            start_to_proto(start_for(start_position, partition))
-    else:
-        start_to_proto(start_for(start_position, 0))  # raises ValueError naming what is allowed

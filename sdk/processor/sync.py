@@ -9,11 +9,13 @@ callbacks one at a time, in order), so a callback may block and may call
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from sdk.core.columns import Event
+from sdk.processor.arguments import check_callbacks
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorStats
 from sdk.processor.processor import EventProcessor
@@ -55,7 +57,13 @@ def _in_thread(callback: Callable[..., Any] | None, loop_of: Callable[[], asynci
 
     async def run(context: PartitionContext | None, *args: Any) -> None:
         wrapped = SyncPartitionContext(context, loop_of()) if context is not None else None
-        await asyncio.to_thread(callback, wrapped, *args)
+        result = await asyncio.to_thread(callback, wrapped, *args)
+        if inspect.isawaitable(result):  # e.g. a lambda calling an async def: never awaited
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"{getattr(callback, '__name__', callback)!r} returned an awaitable, "
+                            "which SyncEventProcessor never awaits (the work was not done); "
+                            "give a plain function, or use EventProcessor for async callbacks")
     return run
 
 
@@ -65,6 +73,8 @@ class SyncEventProcessor:
 
     Raises:
         ValueError: as EventProcessor.
+        TypeError: a callback that is not callable, or is a coroutine
+            function (it would never be awaited: use EventProcessor).
     """
 
     def __init__(self, broker: str, topic: str, consumer_group: str, *,
@@ -73,6 +83,9 @@ class SyncEventProcessor:
                  on_partition_close: Callable[[SyncPartitionContext, CloseReason], Any] | None = None,
                  on_error: Callable[[SyncPartitionContext | None, BaseException], Any] | None = None,
                  **options: Any) -> None:
+        check_callbacks({"on_event": on_event, "on_partition_initialize": on_partition_initialize,
+                         "on_partition_close": on_partition_close, "on_error": on_error},
+                        blocking=True)
         self._thread = LoopThread(f"keybus-processor-{topic}-{consumer_group}")
         loop_of = lambda: self._thread.loop  # noqa: E731
 

@@ -1,0 +1,102 @@
+"""What EventProcessor and SyncEventProcessor refuse at construction.
+
+A bad argument found later costs more: a None on_event consumed every event
+unprocessed, an async callback given to the blocking processor was never
+awaited (every event skipped), a bad consumer group was refused only by the
+broker after the claims were made in Redis, and a Redis ttl shorter than the
+expiration let two processors run one partition. Each check raises
+ValueError (TypeError for a callback of the wrong kind) naming the argument
+and what is allowed. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from sdk.core.names import NAME_CHARACTERS, PROCESSOR_NAME_BYTES_MAX, is_name, is_text
+from sdk.processor.balancer import STRATEGIES
+from sdk.processor.pump import StartPositions, start_for
+from sdk.reader import start_to_proto
+
+EVENTS_MAX = (1 << 32) - 1  # ReadRequest.events_max is a uint32
+TOPIC_NAME_BYTES_MAX = 249  # the broker's default topic_name_bytes_max
+
+
+def check_names(topic: Any, consumer_group: Any, namespace: Any, owner_id: Any) -> None:
+    """The broker's name rules (sdk.core.names), before anything is claimed."""
+    if not is_name(topic, TOPIC_NAME_BYTES_MAX):
+        raise ValueError(f"topic {topic!r} is invalid: the name of an existing topic "
+                         f"(1..{TOPIC_NAME_BYTES_MAX} characters from {NAME_CHARACTERS})")
+    if not is_name(consumer_group, PROCESSOR_NAME_BYTES_MAX):
+        raise ValueError(f"consumer_group {consumer_group!r} is invalid: use "
+                         f"1..{PROCESSOR_NAME_BYTES_MAX} characters from {NAME_CHARACTERS}")
+    if not is_text(namespace, PROCESSOR_NAME_BYTES_MAX, empty_ok=True):
+        raise ValueError(f"namespace {namespace!r} is invalid: a str of "
+                         f"0..{PROCESSOR_NAME_BYTES_MAX} bytes of printable UTF-8 text")
+    if owner_id is not None and not is_text(owner_id, PROCESSOR_NAME_BYTES_MAX, empty_ok=False):
+        raise ValueError(f"owner_id {owner_id!r} is invalid: None (a new UUID) or a str of "
+                         f"1..{PROCESSOR_NAME_BYTES_MAX} bytes of printable UTF-8 text, unique "
+                         "per running processor")
+
+
+def check_callbacks(callbacks: Mapping[str, Any], blocking: bool) -> None:
+    """on_event is required; every callback is callable (or None where optional).
+
+    Args:
+        callbacks: name -> callback, on_event first.
+        blocking: SyncEventProcessor's: a coroutine function would only be
+            called on a worker thread, never awaited, so it is refused.
+    Raises:
+        TypeError: naming the callback and what is allowed.
+    """
+    kind = "a plain function (run on a worker thread)" if blocking else \
+        "a function or a coroutine function"
+    for name, callback in callbacks.items():
+        if callback is None and name != "on_event":
+            continue
+        if not callable(callback):
+            raise TypeError(f"{name}={callback!r} is invalid: {kind}"
+                            + ("" if name == "on_event" else ", or None"))
+        if blocking and is_coroutine_function(callback):
+            raise TypeError(f"{name}={getattr(callback, '__name__', callback)!r} is a coroutine "
+                            "function, which SyncEventProcessor would never await; give a plain "
+                            "function, or use EventProcessor for async callbacks")
+
+
+def is_coroutine_function(callback: Any) -> bool:
+    """An `async def` function or method, or an object whose __call__ is one."""
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+        getattr(callback, "__call__", None))  # noqa: B004 - the method itself is what is asked
+
+
+def check_balancing(strategy: Any, interval_ms: Any, expiration_ms: Any) -> None:
+    """Strategy, interval and expiration."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is invalid; allowed: {', '.join(STRATEGIES)}")
+    if type(interval_ms) is not int or interval_ms <= 0:
+        raise ValueError(f"load_balancing_interval_ms={interval_ms!r} is invalid: a positive int")
+    if type(expiration_ms) is not int or expiration_ms <= interval_ms:
+        raise ValueError(f"ownership_expiration_ms={expiration_ms!r} is invalid: an int above "
+                         f"load_balancing_interval_ms ({interval_ms}); several intervals is usual")
+
+
+def check_start(start: StartPositions) -> None:
+    """One Start for all partitions, or a mapping partition -> Start."""
+    if isinstance(start, Mapping) and set(start) != {"scn"}:
+        for partition in start:
+            if type(partition) is not int or partition < 0:
+                raise ValueError(f"start key {partition!r} is invalid: a partition >= 0")
+            start_to_proto(start_for(start, partition), f"start[{partition}]")
+    else:
+        start_to_proto(start_for(start, 0))  # raises ValueError naming what is allowed
+
+
+def check_options(events_max: Any, fencing: Any) -> None:
+    if type(events_max) is not int or not 0 <= events_max <= EVENTS_MAX:
+        raise ValueError(f"events_max={events_max!r} is invalid: an int 0..{EVENTS_MAX} "
+                         "(0: the broker's default; the broker refuses more than its cap)")
+    if fencing is not None and type(fencing) is not bool:
+        raise ValueError(f"fencing={fencing!r} is invalid: True, False or None (on when the "
+                         "checkpoint store can fence)")
