@@ -71,8 +71,10 @@ def is_coroutine_function(callback: Any) -> bool:
         getattr(callback, "__call__", None))  # noqa: B004 - the method itself is what is asked
 
 
-def check_balancing(strategy: Any, interval_ms: Any, expiration_ms: Any) -> None:
-    """Strategy, interval and expiration."""
+def check_balancing(strategy: Any, interval_ms: Any, expiration_ms: Any,
+                    ownership_store: Any) -> None:
+    """Strategy, interval and expiration, and an ownership store's own record
+    lifetime (`ttl_ms`, e.g. RedisOwnershipStore's) against the expiration."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is invalid; allowed: {', '.join(STRATEGIES)}")
     if type(interval_ms) is not int or interval_ms <= 0:
@@ -80,6 +82,17 @@ def check_balancing(strategy: Any, interval_ms: Any, expiration_ms: Any) -> None
     if type(expiration_ms) is not int or expiration_ms <= interval_ms:
         raise ValueError(f"ownership_expiration_ms={expiration_ms!r} is invalid: an int above "
                          f"load_balancing_interval_ms ({interval_ms}); several intervals is usual")
+    ttl_ms = getattr(ownership_store, "ttl_ms", None)
+    if type(ttl_ms) is int and ttl_ms < expiration_ms:
+        # A holder stops processing once its claim is expiration_ms old by its own clock;
+        # a record that vanishes sooner lets another processor take the partition while
+        # the holder still runs it (and under one interval, every renewal fails).
+        raise ValueError(
+            f"{type(ownership_store).__name__} ttl_ms={ttl_ms} is shorter than "
+            f"ownership_expiration_ms={expiration_ms}: its records would vanish before the "
+            "claims expire, so another processor could take a partition its owner still "
+            "processes, and renewals fail (partitions reopen, replaying events); use "
+            "ttl_ms >= ownership_expiration_ms (equal is usual)")
 
 
 def check_start(start: StartPositions) -> None:

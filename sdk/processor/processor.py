@@ -71,7 +71,9 @@ class EventProcessor:
         on_error: on_error(context or None, error): a failed callback
             (context set: the partition closes with "error" and reopens from
             its checkpoint next cycle) or a failed cycle (None).
-        ownership_store: an OwnershipStore (default: the broker's).
+        ownership_store: an OwnershipStore (default: the broker's). One
+            whose records expire by themselves says so with `ttl_ms`
+            (RedisOwnershipStore): it must be >= ownership_expiration_ms.
         checkpoint_store: a CheckpointStore (default: the broker's).
         strategy: "greedy" (claim all it needs at once, default) or
             "balanced" (one partition per cycle).
@@ -95,7 +97,8 @@ class EventProcessor:
             plain text. Ignored when `channel` is given.
     Raises:
         ValueError: a bad argument, naming what is allowed: names by the
-            broker's rules, a start out of range.
+            broker's rules, an ownership store whose records live shorter
+            (`ttl_ms`) than ownership_expiration_ms, a start out of range.
         TypeError: on_event missing or a callback that is not callable.
     """
 
@@ -121,7 +124,8 @@ class EventProcessor:
                                    "on_partition_initialize": on_partition_initialize,
                                    "on_partition_close": on_partition_close,
                                    "on_error": on_error}, blocking=False)
-        arguments.check_balancing(strategy, load_balancing_interval_ms, ownership_expiration_ms)
+        arguments.check_balancing(strategy, load_balancing_interval_ms, ownership_expiration_ms,
+                                  ownership_store)
         arguments.check_start(start)
         arguments.check_options(events_max, fencing)
         if fencing and checkpoint_store is not None and not fences(checkpoint_store):

@@ -15,7 +15,13 @@ from sdk.stores.records import Checkpoint, PartitionOwnership
 
 @runtime_checkable
 class OwnershipStore(Protocol):
-    """Partition ownership with optimistic concurrency (compare-and-set on the etag)."""
+    """Partition ownership with optimistic concurrency (compare-and-set on the etag).
+
+    A store whose records expire by themselves (Redis) says after how long
+    with an int attribute `ttl_ms`; EventProcessor refuses one shorter than
+    its ownership_expiration_ms (a record gone early lets a second processor
+    take a partition its owner still processes).
+    """
 
     async def list_ownership(self, namespace: str, topic: str,
                              consumer_group: str) -> list[PartitionOwnership]:

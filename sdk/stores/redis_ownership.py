@@ -10,9 +10,12 @@ group's keys share a slot and a script may touch them all):
 
 Names are percent-encoded, so any string is safe. Every record expires
 `ttl_ms` after its last claim (set it to the processors'
-ownership_expiration): a dead processor's records vanish with its
-ownership, and a flushed or restarted Redis only makes processors balance
-again from scratch; checkpoints live elsewhere and are untouched.
+ownership_expiration; EventProcessor refuses a shorter one: a holder
+stops only once its claim is that old, so a record gone sooner would let a
+second processor take the partition meanwhile): a dead processor's records
+vanish with its ownership, and a flushed or restarted Redis only makes
+processors balance again from scratch; checkpoints live elsewhere and are
+untouched.
 
 A claim is one Lua script (atomic in Redis) for all claims of a group: each
 compares its etag (empty: the record must not exist), then writes the new
@@ -86,7 +89,8 @@ class RedisOwnershipStore:
         url: a redis URL, e.g. "redis://127.0.0.1:6379/0" (ignored when
             `client` is given).
         ttl_ms: how long a record lives after its last claim (default 60000,
-            the processors' default ownership expiration; keep them equal).
+            the processors' default ownership expiration; keep them equal:
+            EventProcessor refuses a ttl_ms below its ownership_expiration_ms).
         key_prefix: first part of every key (default "keybus").
         client: a `redis.asyncio.Redis` to use (not closed by close()).
         socket_timeout_s: per command (default 5).

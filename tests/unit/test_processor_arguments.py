@@ -5,10 +5,11 @@ anything is claimed or read, with a message naming the argument and what is
 allowed; what used to be taken and fail later (or silently) is in the list:
 a None or non-callable on_event, an async callback for the blocking
 processor (never awaited: every event skipped), a bad events_max, namespace
-or consumer group, start='bootstrap' (refused by a message offering it)
+or consumer group, a Redis ttl shorter than the expiration (partitions
+reopened every cycle), start='bootstrap' (refused by a message offering it)
 and an offset past the wire's uint64.
 Method: construct against an unreachable address (nothing connects in the
-constructor).
+constructor); a RedisOwnershipStore is built but never used.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from sdk.processor import EventProcessor, SyncEventProcessor
 from sdk.processor.sync import _in_thread
+from sdk.stores import RedisOwnershipStore
 
 BROKER = "127.0.0.1:1"
 
@@ -65,6 +67,21 @@ def test_a_bad_argument_is_refused_naming_it(options: dict[str, Any], error: typ
 
 def test_the_largest_start_offset_is_taken() -> None:
     assert build(start=(1 << 64) - 1).topic == "orders"
+
+
+def test_a_redis_ttl_shorter_than_the_expiration_is_refused() -> None:
+    store = RedisOwnershipStore("redis://127.0.0.1:1/0", ttl_ms=500)
+    with pytest.raises(ValueError, match=r"RedisOwnershipStore ttl_ms=500 is shorter than "
+                                         r"ownership_expiration_ms=5000: .* use ttl_ms >= "
+                                         r"ownership_expiration_ms"):
+        build(ownership_store=store, load_balancing_interval_ms=1000,
+              ownership_expiration_ms=5000)
+    with pytest.raises(ValueError, match="ttl_ms=4999 is shorter than ownership_expiration_ms"):
+        build(ownership_store=RedisOwnershipStore("redis://127.0.0.1:1/0", ttl_ms=4999),
+              load_balancing_interval_ms=1000, ownership_expiration_ms=5000)
+    for ttl_ms in (5000, 60_000):  # equal (the usual) and longer are sound
+        build(ownership_store=RedisOwnershipStore("redis://127.0.0.1:1/0", ttl_ms=ttl_ms),
+              load_balancing_interval_ms=1000, ownership_expiration_ms=5000)
 
 
 class AsyncCallable:
