@@ -24,6 +24,7 @@ from keybus.cli.common import (
     wide_option,
 )
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
+from sdk.stores.redis_url import check_redis_url, redact
 
 namespace_option = click.option("--namespace", default="", show_default=True,
                                 help="The processors' namespace.")
@@ -51,11 +52,22 @@ async def _ownership(conn: Connection, redis: str | None, namespace: str, topic:
         await redis_store.close()
 
 
+def _redis_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A URL redis-py would misread is bad usage (exit 2), its password hidden."""
+    if value is not None:
+        try:
+            check_redis_url(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+    return value
+
+
 @processors.command("ownership")
 @click.argument("topic")
 @click.argument("group")
-@click.option("--redis", metavar="URL", help="Read a Redis ownership store, e.g. "
-              "redis://127.0.0.1:6379/0 (default: the broker's).")
+@click.option("--redis", metavar="URL", callback=_redis_url,
+              help="Read a Redis ownership store, e.g. redis://127.0.0.1:6379/0 or "
+              "redis://:PASSWORD@HOST:PORT/DB (default: the broker's).")
 @click.option("--expiration-ms", default=60_000, show_default=True, type=click.IntRange(1, None),
               help="The processors' ownership expiration (for 'expires in').")
 @namespace_option
@@ -70,7 +82,7 @@ def processors_ownership(topic: str, group: str, redis: str | None, expiration_m
     if as_json:
         print_json(rows)
     else:
-        store = f"redis {redis}" if redis else "the broker"
+        store = f"redis {redact(redis)}" if redis else "the broker"
         console = stdout_console(wide)
         console.print(render.ownership_table(f"ownership of {topic} for {group} ({store})", rows,
                                              console.width, wide))

@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from sdk import errors
 from sdk.stores.records import PartitionOwnership
+from sdk.stores.redis_url import check_redis_url, redact
 
 CLAIM_SCRIPT = """
 local t = redis.call('TIME')
@@ -94,8 +95,15 @@ class RedisOwnershipStore:
         key_prefix: first part of every key (default "keybus").
         client: a `redis.asyncio.Redis` to use (not closed by close()).
         socket_timeout_s: per command (default 5).
+    Attributes:
+        url: the URL with its password as *** (what every message shows).
     Raises:
         ImportError: redis-py is not installed (pip install 'keybus[redis]').
+        ValueError: a bad ttl_ms, or a URL redis-py would misread (a database
+            path that is not a number silently meant database 0).
+    Its methods raise sdk.errors: Unauthenticated (Redis refused the
+    password: a configuration error), PermissionDenied (an ACL refused a
+    command), Unavailable (unreachable or timed out), KeybusError.
     """
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, ttl_ms: int = 60_000,
@@ -108,7 +116,9 @@ class RedisOwnershipStore:
                 from e
         if type(ttl_ms) is not int or ttl_ms <= 0:
             raise ValueError(f"ttl_ms={ttl_ms!r} is invalid: a positive number of milliseconds")
-        self.url = url
+        if client is None:
+            check_redis_url(url)
+        self.url = redact(url)  # what messages show: never the password
         self.ttl_ms = ttl_ms
         self.key_prefix = key_prefix
         self._owns_client = client is None
@@ -173,6 +183,16 @@ class RedisOwnershipStore:
 
         try:
             rows: list[Any] = await script(keys=keys, args=arguments)
+        except exceptions.AuthenticationError as e:  # a ConnectionError subclass: first
+            raise errors.Unauthenticated(
+                f"redis ownership store {self.url} refused the credentials ({e}): a "
+                "configuration error, not an outage; fix the user or password in the URL") \
+                from None
+        except exceptions.NoPermissionError as e:
+            raise errors.PermissionDenied(
+                f"redis ownership store {self.url} refused a command ({e}): the Redis user "
+                "needs EVALSHA, EVAL, HSET, HMGET, SADD, SREM, SMEMBERS and PEXPIRE on the "
+                "keybus keys") from None
         except (exceptions.ConnectionError, exceptions.TimeoutError) as e:
             raise errors.Unavailable(f"redis ownership store {self.url} is unreachable: {e}") \
                 from None

@@ -3,7 +3,7 @@
 Goal: an operator sees, per partition, who owns it (age, expires in, epoch)
 in the broker's store or in Redis (--redis), and each checkpoint with its
 lag to the end of the log; --json for scripts; bad input is one line and a
-non-zero exit.
+non-zero exit (2 for a bad --redis URL); a Redis password never shows.
 Method: records written through the SDK stores, then `python -m keybus`
 as a subprocess, as a user runs it.
 """
@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+
+import pytest
 
 from sdk import Admin
 from sdk.stores import (
@@ -21,10 +24,12 @@ from sdk.stores import (
     PartitionOwnership,
     RedisOwnershipStore,
 )
-from tests.e2e.test_cli import keybus, ok
+from tests.e2e.test_cli import keybus, ok, one_line
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.processors import produce, redis_server  # noqa: F401
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, redis_unavailable
+
+SECRET = "s3cret-Pa55"
 
 
 def test_ownership_and_checkpoints(shared_broker: BrokerProcess, redis_server: RedisServer  # noqa: F811
@@ -86,3 +91,46 @@ def test_bad_input_is_one_line(shared_broker: BrokerProcess) -> None:
 async def _topic(broker: str) -> None:
     async with Admin(broker) as admin:
         await admin.create_topic("cli-proc-bad")
+
+
+@pytest.mark.parametrize(("url", "needle"), [
+    ("nonsense", "the scheme must be one of redis://"),
+    (f"redis://:{SECRET}@127.0.0.1:6379/abc", "redis://:***@127.0.0.1:6379/abc' is invalid: "
+                                              "the path /abc is not a database number"),
+])
+def test_a_bad_redis_url_is_bad_usage(url: str, needle: str) -> None:
+    line = one_line(keybus(None, "processors", "ownership", "t", "g", "--redis", url), 2)
+    assert "'--redis'" in line and needle in line and SECRET not in line
+
+
+@pytest.fixture(scope="module")
+def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    reason = redis_unavailable()
+    if reason is not None:
+        pytest.skip(f"REDIS-SERVER UNAVAILABLE, Redis password tests not run: {reason}")
+    server = RedisServer(tmp_path_factory.mktemp("redis-auth"), password=SECRET)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_redis_password_never_shows(shared_broker: BrokerProcess,
+                                        locked_redis: RedisServer) -> None:
+    async def prepare() -> None:
+        async with Admin(shared_broker.address) as admin:
+            await admin.create_topic("cli-proc-locked")
+        redis = RedisOwnershipStore(locked_redis.url)
+        await redis.claim_ownership([PartitionOwnership("", "cli-proc-locked", "billing", 0,
+                                                        "worker-r")])
+        await redis.close()
+    asyncio.run(prepare())
+    result = keybus(shared_broker, "processors", "ownership", "cli-proc-locked", "billing",
+                    "--redis", locked_redis.url)
+    table = ok(result)
+    assert "worker-r" in table and f"redis://:***@127.0.0.1:{locked_redis.port}/0" in table
+    assert SECRET not in table + result.stderr
+    wrong = locked_redis.url.replace(SECRET, SECRET + "x")
+    line = one_line(keybus(shared_broker, "processors", "ownership", "cli-proc-locked",
+                           "billing", "--redis", wrong), 1)
+    assert "refused the credentials" in line and "unreachable" not in line
+    assert SECRET not in line

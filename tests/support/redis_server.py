@@ -29,15 +29,17 @@ def redis_unavailable() -> str | None:
 class RedisServer:
     """One redis-server process; `url` is redis://127.0.0.1:PORT/0."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, password: str = "") -> None:
         self.directory = directory
         self.port = port or free_port()
+        self.password = password  # "" = none; else --requirepass and in `url`
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = directory / "redis.log"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        secret = f":{self.password}@" if self.password else ""
+        return f"redis://{secret}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         """Start and wait until it answers PING."""
@@ -45,6 +47,8 @@ class RedisServer:
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                    "--dir", str(self.directory), "--save", "", "--appendonly", "no",
                    "--protected-mode", "no"]
+        if self.password:
+            command += ["--requirepass", self.password]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
@@ -62,8 +66,9 @@ class RedisServer:
     def _pings(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                # Without the password a PING is answered -NOAUTH: up all the same.
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 
