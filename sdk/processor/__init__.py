@@ -4,16 +4,19 @@ checkpoint. Ownership and checkpoints are two separate stores (`sdk.stores`).
 
 `balancer.py` is the pure core; `processor.py` the async shell, `sync.py`
 its blocking face; `pump.py` runs one owned partition; `context.py` is what
-callbacks see; `metrics.py` what is counted.
+callbacks see; `metrics.py` what is counted; `arguments.py` what is
+refused at construction; `own_writes.py` how an instance tells that another
+uses its owner_id.
 """
 
 from sdk.processor.balancer import Plan, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorStats
+from sdk.processor.own_writes import DuplicateOwnerId
 from sdk.processor.processor import EventProcessor
 from sdk.processor.sync import SyncEventProcessor, SyncPartitionContext
 
 __all__ = [
-    "CloseReason", "EventProcessor", "PartitionContext", "Plan", "ProcessorStats",
+    "CloseReason", "DuplicateOwnerId", "EventProcessor", "PartitionContext", "Plan", "ProcessorStats",
     "SyncEventProcessor", "SyncPartitionContext", "plan_claims",
 ]

@@ -41,6 +41,7 @@ from sdk.processor import arguments
 from sdk.processor.balancer import Group, Strategy, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
+from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.security import ClientSecurity
@@ -85,7 +86,10 @@ class EventProcessor:
             Consumer's start), or a dict partition -> one of those.
         start_position: deprecated spelling of `start`.
         namespace: groups deployments that share stores (default "").
-        owner_id: this processor's id (default: a new UUID).
+        owner_id: this processor's id (default: a new UUID). Unique per
+            running processor: one that finds records under its id written
+            by another instance reports DuplicateOwnerId to on_error, closes
+            its partitions and stops balancing.
         fencing: write the ownership epoch into checkpoints so the store
             refuses a stale owner. Default: on when the checkpoint store
             supports it (`supports_fencing`), off otherwise.
@@ -156,6 +160,8 @@ class EventProcessor:
         self._metrics = ProcessorMetrics(topic, consumer_group, self.owner_id)
         self._stopping = asyncio.Event()
         self._balancer: asyncio.Task[None] | None = None
+        self._own_writes = OwnWrites(self.owner_id)
+        self._duplicate: DuplicateOwnerId | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -224,6 +230,10 @@ class EventProcessor:
         while not self._stopping.is_set():
             try:
                 await self.balance_once()
+            except DuplicateOwnerId as e:
+                self._metrics.stats.balancing_errors += 1
+                await self._callbacks.error(None, e)
+                return  # balancing again would only fight the other instance
             except Exception as e:
                 self._metrics.stats.balancing_errors += 1
                 await self._callbacks.error(None, e)
@@ -232,17 +242,36 @@ class EventProcessor:
                 await asyncio.wait_for(self._stopping.wait(), delay_s)
 
     async def balance_once(self) -> None:
-        """One cycle: list, plan, claim, then start and stop pumps to match."""
+        """One cycle: list, plan, claim, then start and stop pumps to match.
+
+        Raises:
+            DuplicateOwnerId: another running processor claims under this
+                owner_id (own_writes.py); this one has closed every partition
+                ("ownership_lost") and balances no more.
+        """
         assert self._admin is not None and self._ownership is not None
+        if self._duplicate is not None:
+            raise self._duplicate
         info = await self._admin.describe_topic(self.topic)
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
                                                       self.consumer_group)
+        self._duplicate = self._own_writes.check(listed)
+        if self._duplicate is not None:
+            self._give_up()
+            raise self._duplicate
         group = Group(self.namespace, self.topic, self.consumer_group, self.owner_id)
         plan = plan_claims(group, len(info.partitions), listed, time.time_ns() // 1_000_000,
                            self.expiration_ms, self.strategy, random.getrandbits(64))
         claimed_at = time.monotonic()
-        won = await self._ownership.claim_ownership(plan.claims) if plan.claims else []
+        try:
+            won = await self._ownership.claim_ownership(plan.claims) if plan.claims else []
+        except Exception:
+            self._own_writes.unsure(claim.partition for claim in plan.claims)
+            raise
         mine = {o.partition: o for o in won if o.owner_id == self.owner_id}
+        self._own_writes.wrote(mine.values())
+        self._own_writes.unsure(claim.partition for claim in plan.claims
+                                if claim.partition not in mine)
         self._metrics.cycle(len(plan.claims), len(won), plan.stolen in mine)
         self._apply(mine, claimed_at)
 
@@ -263,6 +292,14 @@ class EventProcessor:
                 self._start_pump(record, claimed_at, running)
         self._held = mine
         self._metrics.owned(len(self.owned_partitions))
+
+    def _give_up(self) -> None:
+        """Another instance uses this owner_id: close every partition and keep
+        no record to release (those records are the other instance's too)."""
+        for pump in self._pumps.values():
+            pump.stop("ownership_lost")
+        self._held = {}
+        self._metrics.owned(0)
 
     def _start_pump(self, record: PartitionOwnership, claimed_at: float,
                     previous: PartitionPump | None) -> None:
