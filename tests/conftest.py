@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.redis_server import REDIS_PASSWORD, RedisServer, redis_unavailable
 
 
 @pytest.fixture
@@ -26,3 +27,16 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     process.start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server that asks for `REDIS_PASSWORD`; skipped loudly when
+    redis-server cannot be installed."""
+    reason = redis_unavailable()
+    if reason is not None:
+        pytest.skip(f"REDIS-SERVER UNAVAILABLE, Redis password tests not run: {reason}")
+    server = RedisServer(tmp_path_factory.mktemp("redis-auth"), password=REDIS_PASSWORD)
+    server.start()
+    yield server
+    server.stop()

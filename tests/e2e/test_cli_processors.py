@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,9 +26,9 @@ from sdk.stores import (
 from tests.e2e.test_cli import keybus, ok, one_line
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.processors import produce, redis_server  # noqa: F401
-from tests.support.redis_server import RedisServer, redis_unavailable
+from tests.support.redis_server import REDIS_PASSWORD, RedisServer
 
-SECRET = "s3cret-Pa55"
+SECRET = REDIS_PASSWORD
 
 
 def test_ownership_and_checkpoints(shared_broker: BrokerProcess, redis_server: RedisServer  # noqa: F811
@@ -102,16 +101,6 @@ def test_a_bad_redis_url_is_bad_usage(url: str, needle: str) -> None:
     line = one_line(keybus(None, "processors", "ownership", "t", "g", "--redis", url), 2)
     assert "'--redis'" in line and needle in line and SECRET not in line
 
-
-@pytest.fixture(scope="module")
-def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    reason = redis_unavailable()
-    if reason is not None:
-        pytest.skip(f"REDIS-SERVER UNAVAILABLE, Redis password tests not run: {reason}")
-    server = RedisServer(tmp_path_factory.mktemp("redis-auth"), password=SECRET)
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_the_redis_password_never_shows(shared_broker: BrokerProcess,

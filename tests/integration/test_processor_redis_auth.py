@@ -14,7 +14,6 @@ on_error is polled with a bounded wait.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,20 +23,10 @@ from sdk.reader import ReadBatch
 from sdk.stores import PartitionOwnership, RedisOwnershipStore
 from tests.support.broker_process import BrokerProcess
 from tests.support.processors import EXPIRATION_MS, INTERVAL_MS, wait_for
-from tests.support.redis_server import RedisServer, redis_unavailable
+from tests.support.redis_server import REDIS_PASSWORD, RedisServer
 
-SECRET = "s3cret-Pa55"
+SECRET = REDIS_PASSWORD
 
-
-@pytest.fixture(scope="module")
-def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    reason = redis_unavailable()
-    if reason is not None:
-        pytest.skip(f"REDIS-SERVER UNAVAILABLE, Redis password tests not run: {reason}")
-    server = RedisServer(tmp_path_factory.mktemp("redis-auth"), password=SECRET)
-    server.start()
-    yield server
-    server.stop()
 
 
 async def refusal(url: str) -> errors.KeybusError:

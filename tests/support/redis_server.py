@@ -19,6 +19,7 @@ from tests.support.broker_process import free_port
 from tests.support.debian import ensure_program
 
 READY_TIMEOUT_S = 20.0
+REDIS_PASSWORD = "s3cret-Pa55"  # what the `locked_redis` fixture asks for
 
 
 def redis_unavailable() -> str | None:
