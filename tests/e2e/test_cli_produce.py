@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from keybus.cli.produce_lines import line_ranges  # unit-tested in tests/unit/test_cli_produce_lines.py
 from tests.e2e.test_cli import keybus, ok, one_line
 from tests.support.broker_process import BrokerProcess
 
@@ -119,10 +120,10 @@ def test_what_the_broker_alone_refuses_is_said_with_the_lines_stored(
     in_log = sorted(stored_keys(small_broker, "produce-partial"))
     assert 6 not in in_log and len(result.stdout.splitlines()) == len(in_log)
     missing = [n for n in range(1, 11) if n not in in_log]
-    assert line.startswith(f"keybus: error: {_lines(missing)} not stored: the value of event "), \
+    assert line.startswith(f"keybus: error: {line_ranges(missing)} not stored: the value of event "), \
         (line, in_log)
     assert "is 2,000 bytes, over the broker's limit of 1,000 bytes per event" in line, line
-    assert line.endswith(f"; {_lines(in_log)} stored (printed on stdout)"), (line, in_log)
+    assert line.endswith(f"; {line_ranges(in_log)} stored (printed on stdout)"), (line, in_log)
 
 
 def test_a_larger_limit_is_taken_with_event_bytes_max(small_broker: BrokerProcess,
@@ -140,15 +141,3 @@ def test_a_larger_limit_is_taken_with_event_bytes_max(small_broker: BrokerProces
                            "2,000,000 bytes"), line
     assert line.endswith("nothing was stored"), line
 
-
-def _lines(numbers: list[int]) -> str:
-    """Line numbers as the CLI names them ("line 6", "lines 1-5, 7-10"), written
-    again here so the test does not trust the code it checks."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-    return f"line {text}" if len(numbers) == 1 else f"lines {text}"
