@@ -134,10 +134,10 @@ class ZkElection:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.session is not None and self.session.state == "CONNECTED":
-            for topic, role in self.node.roles.items():
-                if role.role == "leader" and role.replication.election == "zookeeper":
-                    with contextlib.suppress(*_STEP_ERRORS):
-                        await self._resign(topic)
+            led = [topic for topic, role in self.node.roles.items()
+                   if role.role == "leader" and role.replication.election == "zookeeper"]
+            # Together, so a stop takes one handover wait and one bounded resign, not one per topic.
+            await asyncio.gather(*(self._resign(topic) for topic in led))
         if self.session is not None:
             await self.session.stop()
 
@@ -313,16 +313,51 @@ class ZkElection:
         return True
 
     async def _resign(self, topic: str) -> None:
-        """A clean stop: wait for a follower to hold everything, then hand over."""
+        """A clean stop: wait for a follower to hold everything, then hand over.
+
+        Bounded: the wait by `leader_handover_timeout_ms`, the record of the
+        resignation by the session timeout. Without ZooKeeper (the session not
+        CONNECTED, or no answer in time) it gives up: the leader node goes
+        when the session expires, and the election then waits for the quorum
+        rule as after a crash. A stop never hangs on ZooKeeper.
+        """
         session = self.session
         assert session is not None
         role = self.node.roles[topic]
         role.stopping = True
         ends = self.node.log_ends(topic)
-        deadline = asyncio.get_running_loop().time() + self.relay.handover_timeout_ms / 1000
-        while not self.node.followers_cover(topic, ends) and \
-                asyncio.get_running_loop().time() < deadline:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.relay.handover_timeout_ms / 1000
+        while not self.node.followers_cover(topic, ends) and loop.time() < deadline \
+                and session.state == "CONNECTED":
             await asyncio.sleep(0.02)
+        if session.state != "CONNECTED":
+            log.warning("topic %s: not resigning: the ZooKeeper session is %s; the leader node "
+                        "goes when the session expires", topic, session.state)
+            return
+        timeout_s = self.relay.session_timeout_ms / 1000
+        try:
+            results = await asyncio.wait_for(self._record_resignation(topic, ends), timeout_s)
+        except TimeoutError:
+            log.warning("topic %s: resignation not recorded: ZooKeeper did not answer within "
+                        "zookeeper_session_timeout_ms=%d (session %s); the leader node goes when "
+                        "the session expires", topic, self.relay.session_timeout_ms, session.state)
+            return
+        except _STEP_ERRORS as e:
+            log.warning("topic %s: resignation not recorded (%s: %s); the leader node goes when "
+                        "the session ends", topic, type(e).__name__, e)
+            return
+        covered = self.node.followers_cover(topic, ends)
+        log.info("topic %s: resigned leadership at log ends %s (%s)", topic, list(ends),
+                 "a follower holds all of it" if covered else
+                 "no follower caught up in time: the election waits for the quorum rule")
+        if any(isinstance(r, Exception) for r in results):
+            log.warning("topic %s: resignation not recorded (%s)", topic, results)
+
+    async def _record_resignation(self, topic: str, ends: tuple[int, ...]) -> list[Any]:
+        """Write `clean_ends` and delete the leader node in one transaction."""
+        session = self.session
+        assert session is not None
         base = self._base(topic)
         data, stat = await session.call(session.client.get, f"{base}/state")
         state = resigned_state(state_of(loads(data)), ends)
@@ -333,13 +368,7 @@ class ZkElection:
             transaction.delete(f"{base}/leader")
             return list(transaction.commit())
 
-        results = await session.call(commit)
-        covered = self.node.followers_cover(topic, ends)
-        log.info("topic %s: resigned leadership at log ends %s (%s)", topic, list(ends),
-                 "a follower holds all of it" if covered else
-                 "no follower caught up in time: the election waits for the quorum rule")
-        if any(isinstance(r, Exception) for r in results):
-            log.warning("topic %s: resignation not recorded (%s)", topic, results)
+        return await session.call(commit)
 
     # ------------------------------------------------------------ topics
 

@@ -48,7 +48,11 @@ class ZkSession:
         self.client.start_async()
 
     async def stop(self) -> None:
-        """Close the session: ZooKeeper deletes its ephemeral nodes at once."""
+        """Close the session: ZooKeeper deletes its ephemeral nodes at once.
+
+        With ZooKeeper unreachable this is quick too: kazoo stops reconnecting
+        and fails every call still queued (ConnectionClosedError), which frees
+        the threads of calls given up (`asyncio.wait_for`)."""
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.client.stop)
         with contextlib.suppress(Exception):
