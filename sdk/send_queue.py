@@ -132,6 +132,9 @@ class SendQueue:
         self.needs_reinit = False
         # The broker answered UNAVAILABLE: the shell should reconnect with backoff.
         self.reconnect_requested = False
+        # What that answer said ("... cannot confirm that it still leads ..."), for the
+        # shell's warning and the delivery timeout's last error; "" when none did.
+        self.refusal = ""
 
     def reinit(self, producer_id: int, next_sequences: list[int]) -> None:
         """Adopt a producer id and its next sequence per partition."""
@@ -198,6 +201,7 @@ class SendQueue:
             self._hold(batch.partition)
             self.held[batch.partition].append(batch)
             self.reconnect_requested = True
+            self.refusal = response.error_message or f"error code {response.error_code}"
             return []
         error = errors.from_code(response.error_code, response.error_message)
         if isinstance(error, errors.SequenceError) and self.idempotent:
@@ -260,6 +264,7 @@ class SendQueue:
         self._in_flight_by_partition = [0] * self.partitions
         self.held.clear()
         self.reconnect_requested = False
+        self.refusal = ""
         self.unsent = deque(b for p in sorted(by_partition)
                             for b in sorted(by_partition[p], key=_by_sequence))
 

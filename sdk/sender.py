@@ -214,14 +214,17 @@ class Sender:
         self._reached()
         return True
 
-    def _lost(self, reason: str) -> None:
+    def _lost(self, reason: str, refused: bool = False) -> None:
         """An attempt failed: remember why, and say so once until the broker answers
-        again (never silent: what is sent waits meanwhile, up to its delivery timeout)."""
+        again (never silent: what is sent waits meanwhile, up to its delivery timeout).
+        `refused`: the broker answered, but cannot take produce now (UNAVAILABLE,
+        "not the leader"); `reason` is then its message."""
         self._last_failure = reason
         if self._lost_since_ms is None:
             self._lost_since_ms = now_ms()
-            _log.warning("producer of topic %r lost the broker (%s); retrying; events not "
-                         "answered within delivery_timeout_ms=%d fail", self.topic, reason,
+            what = ": the broker cannot take produce now" if refused else " lost the broker"
+            _log.warning("producer of topic %r%s (%s); retrying; events not answered within "
+                         "delivery_timeout_ms=%d fail", self.topic, what, reason,
                          self.delivery_timeout_ms)
 
     def _reached(self) -> None:
@@ -255,7 +258,11 @@ class Sender:
         elif failure is not None:
             _log.info("produce stream for topic %r broke (%s); reconnecting", self.topic,
                       _describe(failure))
-        self._lost(_reason(failure) if failure is not None else "the stream ended")
+        refusal = self.queue.refusal
+        if failure is None and refusal:  # the stream was ended here, after the broker's refusal
+            self._lost(refusal, refused=True)
+        else:
+            self._lost(_reason(failure) if failure is not None else "the stream ended")
         self.queue.process_stream_broken()
         return False
 
@@ -280,11 +287,11 @@ class Sender:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return
-                self._answered = True
-                if self._lost_since_ms is not None:
-                    self._reached()
                 queue = self.queue
                 self._finish(queue.process_response(response))
+                if not queue.reconnect_requested:  # a refusal to retry is no answer yet
+                    self._answered = True
+                    self._reached()
                 if queue.unsent or queue.reconnect_requested or queue.needs_reinit:
                     self._wakeup.set()  # the writer may go on (else submit wakes it)
         finally:

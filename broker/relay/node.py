@@ -5,8 +5,9 @@ The one object the RPC shell and the partitions call:
 * `check_writable(topic)`: refuses produce unless this broker leads the topic
   and knows it does (set as every partition's write guard; InitProducer);
 * `acknowledged(topic, partition, end_offset)`: waits, before a produce is
-  answered, until `acks` followers hold it and leadership is confirmed (the
-  fail-safe: after a lost ZooKeeper connection nothing is acknowledged);
+  answered, until `acks` followers hold it; refuses it while leadership is
+  unconfirmed (the fail-safe: after a lost ZooKeeper connection nothing is
+  acknowledged, and what waits is answered at once, see `unconfirm`);
 * `report(position)`, `epoch_end(...)`, `describe(...)`: the relay RPCs.
 
 Roles change through `become_leader`, `become_follower`, `become_candidate`
@@ -70,7 +71,6 @@ class TopicRole:
     # (follower broker id, partition) -> (address, end offset, wall ms of the report)
     reports: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
     leader_changes: int = 0
-    confirmed_event: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -234,13 +234,10 @@ class RelayNode:
         epoch = role.epoch
         timeout_s = self.relay.acks_timeout_ms / 1000
         tracker = role.trackers.get(partition)
-        if role.role == "leader" and tracker is not None and tracker.copies:
+        if role.role == "leader" and role.confirmed and tracker is not None and tracker.copies:
             await self._wait_copies(role, tracker, partition, end_offset, timeout_s)
-        if role.role == "leader" and not role.confirmed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(role.confirmed_event.wait(), timeout_s)
-            if role.role == "leader" and role.epoch == epoch and not role.confirmed:
-                raise BrokerError("leadership_unconfirmed", broker=self.relay.address, topic=topic)
+        if role.role == "leader" and role.epoch == epoch and not role.confirmed:
+            raise BrokerError("leadership_unconfirmed", broker=self.relay.address, topic=topic)
         if role.role != "leader" or role.epoch != epoch:
             raise BrokerError("leadership_lost", broker=self.relay.address, topic=topic,
                               offset=end_offset)
@@ -361,18 +358,30 @@ class RelayNode:
             log.info("topic %s: %s", topic, detail)
 
     def confirm(self, topic: str) -> None:
-        role = self.roles[topic]
-        role.confirmed = True
-        role.confirmed_event.set()
+        self.roles[topic].confirmed = True
 
     def unconfirm(self, topic: str) -> None:
-        """The fail-safe: a leader that cannot reach ZooKeeper acknowledges nothing."""
+        """The fail-safe: a leader that cannot reach ZooKeeper acknowledges nothing.
+
+        The produces waiting for copies are answered at once with UNAVAILABLE
+        naming why (not after acks_timeout_ms, in silence): none of them was
+        acknowledged, and a producer's retry, to this broker once it is
+        confirmed again or to a new leader, is answered as a duplicate where
+        the events are held (producer state travels with the log) and stored
+        where they are not, so holding them bought nothing but a silent wait.
+        """
         role = self.roles[topic]
         if role.role == "leader" and role.confirmed:
             log.warning("topic %s: leadership unconfirmed (ZooKeeper unreachable); nothing is "
                         "acknowledged until it is", topic)
         role.confirmed = False
-        role.confirmed_event.clear()
+        if role.role != "leader":
+            return
+        for tracker in role.trackers.values():
+            for future in tracker.drain():
+                if not future.done():
+                    future.set_exception(BrokerError(
+                        "leadership_unconfirmed", broker=self.relay.address, topic=topic))
 
     def _count_change(self, role: TopicRole, epoch: int) -> None:
         if role.epoch and epoch != role.epoch:
@@ -385,14 +394,12 @@ class RelayNode:
             return
         log.warning("topic %s: no longer leading (%s)", role.topic, detail)
         role.role, role.confirmed = "candidate", False
-        role.confirmed_event.set()  # waiters wake and see the role
         for tracker in role.trackers.values():
             for future in tracker.drain():
                 if not future.done():
                     future.set_exception(BrokerError(
                         "leadership_lost", broker=self.relay.address, topic=role.topic,
                         offset=tracker.acked_end() or 0))
-        role.confirmed_event = asyncio.Event()
 
     async def _truncated(self, topic: str, partition: int, end: int) -> None:
         """A truncation to `end`: the compacted view and subscriptions past it go

@@ -2,27 +2,36 @@
 
 Goal: with ZooKeeper gone, a leader given SIGTERM exits within
 `leader_handover_timeout_ms` plus a session timeout, giving up the
-resignation it cannot record (the session's expiry frees its leader node).
+resignation it cannot record (the session's expiry frees its leader node);
+the produces it holds are answered at once with UNAVAILABLE naming the lost
+ZooKeeper (not after acks_timeout_ms), and an SDK producer's warning and
+DeliveryTimeout carry the broker's message, as they do for an acks_timeout.
 Method: Debian's ZooKeeper (installed when missing) on a free 127.0.0.1 port,
 its own per test (it is stopped); `python -m broker` processes from
-`keybus.dev_cluster`. The follower is killed and one more event stored on the
-leader, so no follower holds its whole log and the handover wait would run its
-full length; ZooKeeper stops during that wait. Every wait is bounded.
+`keybus.dev_cluster`; the SDK in this process, its `keybus` log captured.
+A killed follower keeps the leader from acknowledging: for the stop, no
+follower holds its whole log, so the handover wait would run its full length
+while ZooKeeper stops; for the producer, its event waits for a copy when
+ZooKeeper stops. Every wait is bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from keybus.dev_cluster import BrokerRunner, start_cluster
+from sdk import Producer
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
-from tests.support.relay_cluster import cluster_story, wait_settled
+from sdk.errors import DeliveryTimeout
+from tests.support.relay_cluster import cluster_story, role, wait_settled
 from tests.support.wire import create_topic, produce, stub
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_running
 
@@ -37,20 +46,41 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture
-def brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[list[BrokerRunner]]:
-    runners = start_cluster(tmp_path, 2, zookeeper.address, "leader",
-                            session_timeout_ms=SESSION_MS, extra={
-                                "relay_retry_backoff_max_ms": 500,
-                                "leader_handover_timeout_ms": HANDOVER_MS})
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path
+            ) -> Iterator[Callable[..., list[BrokerRunner]]]:
+    """Starts two brokers electing every topic with the given acks; kills them after."""
+    started: list[BrokerRunner] = []
+
+    def start(acks: int | str, **extra: object) -> list[BrokerRunner]:
+        started.extend(start_cluster(tmp_path, 2, zookeeper.address, acks,
+                                     session_timeout_ms=SESSION_MS,
+                                     extra={"relay_retry_backoff_max_ms": 500, **extra}))
+        return started
     try:
-        yield runners
+        yield start
     finally:
-        for runner in runners:
+        for runner in started:
             runner.kill()
 
 
-def test_sigterm_without_zookeeper_stops_within_the_bound(zookeeper: ZooKeeperServer,
-                                                          brokers: list[BrokerRunner]) -> None:
+def said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and text in r.getMessage()]
+
+
+async def until(condition: Callable[[], object], timeout_s: float, what: str) -> float:
+    """Seconds until condition() holds (polled off the loop). Raises AssertionError."""
+    began = time.monotonic()
+    while not await asyncio.to_thread(condition):
+        if time.monotonic() - began > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - began
+
+
+def test_sigterm_without_zookeeper_stops_within_the_bound(
+        zookeeper: ZooKeeperServer, cluster: Callable[..., list[BrokerRunner]]) -> None:
+    brokers = cluster("leader", leader_handover_timeout_ms=HANDOVER_MS)
     create_topic(stub(brokers[0].address), "t")
     leader = brokers[wait_settled(brokers, "t", followers=1)]
     follower = next(b for b in brokers if b is not leader)
@@ -75,3 +105,58 @@ def test_sigterm_without_zookeeper_stops_within_the_bound(zookeeper: ZooKeeperSe
     text = leader.log_path.read_text()
     assert "not resigning: the ZooKeeper session is" in text or \
         "resignation not recorded" in text, text[-3000:]
+
+
+UNCONFIRMED = "cannot confirm that it still leads topic 't'"
+
+
+def test_a_leader_losing_zookeeper_answers_what_it_holds_and_the_producer_says_why(
+        zookeeper: ZooKeeperServer, cluster: Callable[..., list[BrokerRunner]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    brokers = cluster(1, acks_timeout_ms=60_000)
+    create_topic(stub(brokers[0].address), "t")
+    leader = brokers[wait_settled(brokers, "t", followers=1)]
+    caplog.set_level(logging.INFO, logger="keybus")
+
+    async def scenario() -> None:
+        async with await Producer.create(",".join(b.address for b in brokers), "t",
+                                         delivery_timeout_ms=8_000) as producer:
+            await (await producer.send(1, b"copied"))
+            next(b for b in brokers if b is not leader).kill()
+            held = await producer.send(2, b"held")  # stored; waits for a copy that never comes
+
+            def stored() -> bool:
+                info = role(leader.address, "t")
+                return info is not None and info.partitions[0].log_end_offset == 2
+            await until(stored, 10, "the leader stores the second event")
+            began = time.monotonic()
+            await asyncio.to_thread(zookeeper.stop)
+            await until(lambda: said(caplog, UNCONFIRMED), 5,
+                        "the producer warns with the broker's reason")
+            took = time.monotonic() - began
+            print(f"the producer said why {took:.2f} s after ZooKeeper stopped: "
+                  f"{said(caplog, UNCONFIRMED)[0]}")
+            with pytest.raises(DeliveryTimeout, match=r"last error: broker \S+ lost its "
+                               r"ZooKeeper connection and cannot confirm"):
+                await asyncio.wait_for(held, 30)
+
+    asyncio.run(scenario())
+
+
+def test_an_acks_timeout_reaches_the_producer_with_the_brokers_words(
+        cluster: Callable[..., list[BrokerRunner]], caplog: pytest.LogCaptureFixture) -> None:
+    brokers = cluster(2, acks_timeout_ms=1_000)  # two copies wanted, one follower there
+    create_topic(stub(brokers[0].address), "t")
+    wait_settled(brokers, "t", followers=1)
+    caplog.set_level(logging.INFO, logger="keybus")
+    missing = "1 of the 2 follower copies of 't'/0 up to offset 1 arrived within acks_timeout_ms"
+
+    async def scenario() -> None:
+        async with await Producer.create(",".join(b.address for b in brokers), "t",
+                                         delivery_timeout_ms=5_000) as producer:
+            sent = await producer.send(1, b"x")
+            with pytest.raises(DeliveryTimeout, match=f"last error: {missing}"):
+                await asyncio.wait_for(sent, 30)
+        assert said(caplog, f"the broker cannot take produce now ({missing}")
+
+    asyncio.run(scenario())

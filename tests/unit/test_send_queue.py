@@ -1,5 +1,6 @@
 """Goal: the send queue (sdk/send_queue.py) names exactly the partitions that have a
-request outstanding, which is what the producer's Nagle rule batches for.
+request outstanding, which is what the producer's Nagle rule batches for, and keeps
+the words of a retriable refusal for the producer's warning.
 
 Method: drive a SendQueue through writes, answers, a retriable refusal (held) and a
 broken stream with plain batches and tokens (no loop, no stream), and compare
@@ -67,3 +68,15 @@ def test_a_window_of_two_counts_a_partition_busy_from_its_second_outstanding_req
     queue.process_response(answer(first.request.request_id, 0))
     assert queue.busy_partitions(window=2) == set()
     assert queue.busy_partitions() == {0, 1}  # the default window is one request
+
+
+def test_a_retriable_refusal_keeps_the_brokers_words_until_the_stream_is_replaced() -> None:
+    queue = SendQueue("t", 1, idempotent=False)
+    queue.add(batch(0))
+    written = queue.next_to_write(16)
+    assert written is not None and queue.refusal == ""
+    said = "broker b:1 lost its ZooKeeper connection and cannot confirm that it still leads"
+    queue.process_response(answer(written.request.request_id, 0, errors.UNAVAILABLE, said))
+    assert queue.reconnect_requested and queue.refusal == said  # the sender's warning says it
+    queue.process_stream_broken()
+    assert queue.refusal == ""  # a later stream's end is not blamed on it
