@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import click
 import grpc
@@ -36,6 +40,36 @@ from sdk.cluster import find_leader, split_brokers
 from sdk.core.pb import keybus_pb2 as pb
 
 PROBE_TIMEOUT_S = 3.0
+# Signals that end `cluster dev` as Ctrl-C does: `kill PID`, a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived (raised in the main thread, like KeyboardInterrupt,
+    so no `except Exception` on the way swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While inside: SIGTERM and SIGHUP raise `Stopped`, once; a second one while
+    the children are being stopped is ignored, so the stop is not cut short.
+    Why: their default action ends the process at once, leaving ZooKeeper and
+    every broker running with nobody to stop them."""
+    def handler(signum: int, _: FrameType | None) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, action in previous.items():
+            signal.signal(sig, action)
 
 
 @click.group(cls=Group)
@@ -92,39 +126,56 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
 def dev(count: int, root: str, acks: str, topic: str, base_port: int, zookeeper_port: int,
         exit_after: bool, as_json: bool) -> None:
     """Start ZooKeeper and N brokers on 127.0.0.1 (installing ZooKeeper when missing),
-    print how to reach them, and keep them running until Ctrl-C."""
+    print how to reach them, and keep them running until Ctrl-C. SIGTERM and SIGHUP
+    stop them too (exit 143 and 129: 128 + the signal)."""
     _ensure_zookeeper()
     base = Path(root).resolve()
     base.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base / "zookeeper", zookeeper_port)
     runners: list[BrokerRunner] = []
     failure = ""
-    try:
-        zookeeper.start()
-        runners = start_cluster(base, count, zookeeper.address, acks,
-                                [base_port + i for i in range(count)],
-                                extra={"relay_retry_backoff_max_ms": 2000})
-        addresses = ",".join(r.address for r in runners)
-        leader = run(_create_and_elect(addresses, runners[0].address, topic))
-        if as_json:
-            print_json(_how_to_dict(zookeeper, runners, addresses, topic, leader, base))
-        else:
-            _print_how_to(zookeeper, runners, addresses, topic, leader, base)
-        if not exit_after:
-            while any(r.running() for r in runners):
-                time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    except (RuntimeError, TimeoutError) as e:  # a process that did not start
-        failure = f"{_first_and_last_line(str(e))} (logs under {base})"
-    finally:
-        for runner in runners:
-            runner.stop()
-        zookeeper.stop()
-        (note if as_json else click.echo)("stopped ZooKeeper and the brokers; data stays in "
-                                          + str(base))
+    stopped_by = 0
+    with stop_signals_raise():
+        try:
+            _start_and_serve(zookeeper, runners, base, count, acks, topic, base_port,
+                             exit_after, as_json)
+        except KeyboardInterrupt:
+            pass
+        except Stopped as e:
+            stopped_by = e.signum
+        except (RuntimeError, TimeoutError) as e:  # a process that did not start
+            failure = f"{_first_and_last_line(str(e))} (logs under {base})"
+        finally:
+            for runner in runners:
+                runner.stop()
+            zookeeper.stop()
+            with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                (note if as_json else click.echo)(
+                    "stopped ZooKeeper and the brokers; data stays in " + str(base))
     if failure:
         fail(failure)
+    if stopped_by:
+        sys.exit(128 + stopped_by)
+
+
+def _start_and_serve(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], base: Path,
+                     count: int, acks: str, topic: str, base_port: int, exit_after: bool,
+                     as_json: bool) -> None:
+    """Start everything, say how to reach it, serve until the brokers are gone (at once
+    with --exit). `runners` gets the brokers once started, for the caller to stop."""
+    zookeeper.start()
+    runners.extend(start_cluster(base, count, zookeeper.address, acks,
+                                 [base_port + i for i in range(count)],
+                                 extra={"relay_retry_backoff_max_ms": 2000}))
+    addresses = ",".join(r.address for r in runners)
+    leader = run(_create_and_elect(addresses, runners[0].address, topic))
+    if as_json:
+        print_json(_how_to_dict(zookeeper, runners, addresses, topic, leader, base))
+    else:
+        _print_how_to(zookeeper, runners, addresses, topic, leader, base)
+    if not exit_after:
+        while any(r.running() for r in runners):
+            time.sleep(1)
 
 
 def _first_and_last_line(text: str) -> str:
@@ -143,8 +194,9 @@ async def _create_and_elect(addresses: str, first: str, topic: str) -> str:
 
 def _how_to_dict(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], addresses: str,
                  topic: str, leader: str, base: Path) -> dict[str, object]:
-    return {"zookeeper": zookeeper.address, "brokers": addresses, "topic": topic,
-            "leader": leader, "dir": str(base),
+    return {"zookeeper": zookeeper.address,
+            "zookeeper_pid": zookeeper.process.pid if zookeeper.process else 0,
+            "brokers": addresses, "topic": topic, "leader": leader, "dir": str(base),
             "processes": [{"address": r.address, "pid": r.pid, "log": str(r.log_path),
                            "config": str(r.config), "data_dir": str(r.data_dir)}
                           for r in runners]}

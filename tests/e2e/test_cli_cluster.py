@@ -2,11 +2,15 @@
 
 Method: the real command in a subprocess (ZooKeeper from Debian's package,
 installed when missing, and one broker), with `--exit` so it stops again
-once a leader is elected; its output and the processes it leaves are checked.
+once a leader is elected, or SIGTERM / SIGHUP once it printed its processes;
+its output, exit status and the processes it leaves are checked.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,3 +60,40 @@ def test_cluster_dev_with_its_port_taken_is_one_line(tmp_path: Path) -> None:
     assert "stopped ZooKeeper" in done.stdout
     with pytest.raises(OSError):  # ZooKeeper was stopped too
         socket.create_connection(("127.0.0.1", zookeeper_port), timeout=1)
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_cluster_dev_stopped_by_a_signal_stops_what_it_started(tmp_path: Path,
+                                                               stop: signal.Signals) -> None:
+    reason = ensure_zookeeper()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
+    command = [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir",
+               str(tmp_path / "cluster"), "--base-port", str(free_port()), "--zookeeper-port",
+               str(free_port()), "--json"]
+    dev = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: list[int] = []
+    try:
+        assert dev.stdout is not None
+        info = json.loads(dev.stdout.readline())  # printed once the leader is elected
+        children = [info["zookeeper_pid"], *(p["pid"] for p in info["processes"])]
+        assert all(alive(pid) for pid in children), children
+        dev.send_signal(stop)
+        code = dev.wait(60)
+        assert code == 128 + stop, (code, dev.stderr.read() if dev.stderr else "")
+        left = [pid for pid in children if alive(pid)]
+        assert not left, f"still running after cluster dev exited: {left}"
+    finally:
+        dev.kill()
+        dev.wait(10)
+        for pid in children:  # by PID, only what this test started
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
