@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from types import FrameType
 import click
 import grpc
 
+from broker.relay.settings import ReplicationError, parse_acks
 from keybus.cli import render_cluster as render
 from keybus.cli.common import (
     Connection,
@@ -40,6 +42,7 @@ from sdk.cluster import find_leader, split_brokers
 from sdk.core.pb import keybus_pb2 as pb
 
 PROBE_TIMEOUT_S = 3.0
+DEFAULT_ZOOKEEPER_PORT = 2181
 # Signals that end `cluster dev` as Ctrl-C does: `kill PID`, a closed terminal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -116,19 +119,27 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
 @click.option("--brokers", "count", default=3, show_default=True, type=click.IntRange(1, 9))
 @click.option("--dir", "root", default="./keybus-cluster", show_default=True,
               help="Everything goes under this directory (data, configs, logs).")
-@click.option("--acks", default="1", show_default=True, help="leader or a number of followers.")
+@click.option("--acks", default=None, help="leader or a number of followers, at most "
+              "--brokers - 1  [default: 1; leader with --brokers 1]")
 @click.option("--topic", default="demo", show_default=True, help="A topic to create at start.")
 @click.option("--base-port", default=6650, show_default=True, type=click.IntRange(1, 65000),
               help="Brokers listen on this port and the next ones (a restart keeps its ids).")
-@click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--zookeeper-port", default=DEFAULT_ZOOKEEPER_PORT, show_default=True,
+              type=click.IntRange(1, 65535))
 @click.option("--exit", "exit_after", is_flag=True, help="Stop again once a leader is elected.")
 @json_option
-def dev(count: int, root: str, acks: str, topic: str, base_port: int, zookeeper_port: int,
-        exit_after: bool, as_json: bool) -> None:
+def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
+        zookeeper_port: int, exit_after: bool, as_json: bool) -> None:
     """Start ZooKeeper and N brokers on 127.0.0.1 (installing ZooKeeper when missing),
     print how to reach them, and keep them running until Ctrl-C. SIGTERM and SIGHUP
     stop them too (exit 143 and 129: 128 + the signal)."""
+    acks = acks or ("1" if count > 1 else "leader")  # one broker has no follower to copy
+    check_acks(acks, count)
     _ensure_zookeeper()
+    if not port_free(zookeeper_port):
+        fail(f"cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: the port is in use "
+             f"(another ZooKeeper? {DEFAULT_ZOOKEEPER_PORT} is its default); choose another "
+             "with --zookeeper-port N")
     base = Path(root).resolve()
     base.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base / "zookeeper", zookeeper_port)
@@ -176,6 +187,36 @@ def _start_and_serve(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], ba
     if not exit_after:
         while any(r.running() for r in runners):
             time.sleep(1)
+
+
+def check_acks(acks: str, count: int) -> None:
+    """--acks fits --brokers: a leader and at least `acks` followers. Why: a cluster
+    that can never hold the copies asked for acknowledges nothing, after a 30 s wait.
+
+    Raises:
+        click.UsageError: naming --acks, what was given and what is allowed (exit 2).
+    """
+    allowed = f"allowed with --brokers {count}: leader or 0..{count - 1}"
+    try:
+        followers = parse_acks("--acks", acks)
+    except ReplicationError:
+        raise click.UsageError(f"--acks {acks!r} is invalid; {allowed}") from None
+    if followers > count - 1:
+        raise click.UsageError(f"--acks {followers} needs {followers} followers besides the "
+                               f"leader, {followers + 1} brokers; {allowed}")
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:port (bound once to see). Checked before ZooKeeper
+    starts: a taken port ends it with a Java log tail that never names the port."""
+    with socket.socket() as s:
+        # As ZooKeeper's own socket: a port left in TIME_WAIT by a cluster just stopped is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _first_and_last_line(text: str) -> str:

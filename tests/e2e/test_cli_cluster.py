@@ -97,3 +97,41 @@ def test_cluster_dev_stopped_by_a_signal_stops_what_it_started(tmp_path: Path,
         for pid in children:  # by PID, only what this test started
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_cluster_dev_with_its_zookeeper_port_taken_names_the_port(tmp_path: Path) -> None:
+    reason = ensure_zookeeper()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        zookeeper_port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir",
+             str(tmp_path / "cluster"), "--base-port", str(port), "--zookeeper-port",
+             str(zookeeper_port), "--exit"], capture_output=True, text=True, timeout=120,
+            check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line == (f"keybus: error: cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: "
+                    "the port is in use (another ZooKeeper? 2181 is its default); choose "
+                    "another with --zookeeper-port N"), line
+    with pytest.raises(OSError):  # no broker was started
+        socket.create_connection(("127.0.0.1", port), timeout=1)
+
+
+@pytest.mark.parametrize(("acks", "said"), [
+    ("5", "--acks 5 needs 5 followers besides the leader, 6 brokers; allowed with --brokers 2: "
+          "leader or 0..1"),
+    ("x", "--acks 'x' is invalid; allowed with --brokers 2: leader or 0..1")])
+def test_cluster_dev_refuses_more_acks_than_followers(tmp_path: Path, acks: str,
+                                                      said: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "2", "--acks", acks,
+         "--dir", str(tmp_path / "cluster"), "--exit"], capture_output=True, text=True,
+        timeout=60, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip() == f"keybus: error: {said} (see keybus cluster dev --help)"
+    assert not (tmp_path / "cluster").exists()  # refused before anything started
