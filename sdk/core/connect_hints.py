@@ -6,8 +6,10 @@ does not start with a TLS hello; an mTLS broker does the same to a TLS client
 without a certificate); a TLS client that reaches a plain-text broker gets
 "Tls handshake failed ... WRONG_VERSION_NUMBER"; a CA that does not verify the
 broker's certificate gives a handshake failure naming a certificate or
-signature. `connection_hint` turns such a status detail into one line naming
-the address, the likely cause and the setting that fixes it.
+signature, and a certificate not issued for the name connected to "Custom
+verification check failed ... Hostname Verification Check failed".
+`connection_hint` turns such a status detail into one line naming the
+address, the likely cause and the setting that fixes it.
 
 Rules: pure (text in, text out); only connection failures get a hint, never a
 broker's own answer; a hint says "probably" where the detail is ambiguous
@@ -54,6 +56,12 @@ def _hint_for(detail: str, address: str) -> str | None:
         return (f"the broker at {address} presented a certificate that the CA bundle given does "
                 "not verify (another CA, or a name it is not issued for): pass the CA that "
                 "signed it, and server_name= / --tls-server-name if you connect by another name")
+    if "hostname verification" in lowered:
+        return (f"the broker at {address} presented a certificate that the CA bundle given does "
+                "not verify (another CA, or a name it is not issued for): here the name, it is "
+                "not issued for the host connected to (or the server_name= / --tls-server-name "
+                "given); connect by a name it is issued for, or give one as server_name= / "
+                "--tls-server-name")
     if "socket closed" in lowered:
         return (f"the broker at {address} closed the connection during the handshake: is it "
                 f"TLS? pass its CA ({CA_SETTING}); if you already do, it probably requires a "

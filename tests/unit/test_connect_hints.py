@@ -68,3 +68,15 @@ def test_from_rpc_error_carries_the_hint_as_unavailable() -> None:
     plain = errors.from_rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "the broker is shutting "
                                           "down; retry on another broker or later"))
     assert str(plain) == "the broker is shutting down; retry on another broker or later"
+
+
+def test_certificate_not_issued_for_the_name_connected_to() -> None:
+    hint = connection_hint(PREFIX + "UNKNOWN: ipv4:127.0.0.1:28855: Custom verification check "
+                           "failed with error: UNAUTHENTICATED: Hostname Verification Check "
+                           "failed.")
+    assert hint is not None and hint.startswith(
+        "the broker at 127.0.0.1:28855 presented a certificate that the CA bundle given does not "
+        "verify (another CA, or a name it is not issued for): here the name, it is not issued "
+        "for the host connected to (or the server_name= / --tls-server-name given); connect by "
+        "a name it is issued for, or give one as server_name= / --tls-server-name")
+    assert hint.endswith("Hostname Verification Check failed.)")
