@@ -74,5 +74,6 @@ def _detail(role: TopicRole) -> str:
     if role.role == "leader":
         return "leadership unconfirmed: ZooKeeper unreachable"
     if role.role == "follower":
-        return f"a follower; the leader is {role.leader}"
+        failure = role.follower.failure() if role.follower is not None else ""
+        return f"a follower; the leader is {role.leader}" + (f"; {failure}" if failure else "")
     return role.detail

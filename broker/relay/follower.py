@@ -90,6 +90,7 @@ class TopicFollower:
         self.on_truncated = on_truncated
         self.stop_offsets = dict(stop_offsets or {})
         self.states: dict[int, CopyState] = {}
+        self.error = ""  # why setting up the copy failed last ("" once it is set up)
         self._channel: grpc.aio.Channel | None = None
         self._reporter: PositionReporter | None = None
         self._task: asyncio.Task[None] | None = None
@@ -126,6 +127,14 @@ class TopicFollower:
         if self._channel is not None:
             await self._channel.close()
 
+    def failure(self) -> str:
+        """Why the copy is not going now, in words ("" when it is): describe's detail."""
+        if self.error:
+            return self.error
+        failing = sorted((i, state.error) for i, state in self.states.items() if state.error)
+        return "; ".join(f"copy of partition {i} from {self.upstream} failed ({error})"
+                         for i, error in failing[:2]) + ("; ..." if len(failing) > 2 else "")
+
     async def wait_done(self) -> None:
         """Wait until every partition's copy reached its stop offset (catch-up)."""
         assert self._task is not None
@@ -138,9 +147,11 @@ class TopicFollower:
         while True:
             try:
                 partitions = await self._ensure_topic()
+                self.error = ""
                 break
             except _RETRIED as e:
                 delay_ms = backoff.next_ms()
+                self.error = f"cannot set up the copy from {self.upstream} ({e})"
                 log.warning("topic %s: cannot set up the copy from %s (%s); retry in %d ms",
                             self.topic, self.upstream, e, delay_ms)
                 await asyncio.sleep(delay_ms / 1000)

@@ -41,19 +41,39 @@ def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
 
 
 def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]:
+    # A follower's lag is measured against the upstream end it last read: before its
+    # first read it knows none, and 0 would say "caught up" of a copy that never ran.
+    unknown = topic.role == "follower"
     return {
         "address": info.address, "role": topic.role, "writable": topic.writable,
         "leader": topic.leader, "leader_epoch": topic.leader_epoch, "election": topic.election,
         "acks": topic.acks, "upstream": topic.upstream, "detail": topic.detail,
         "leader_changes": topic.leader_changes, "zookeeper_state": info.zookeeper_state,
-        "partitions": [{"partition": p.partition, "end_offset": p.end_offset,
-                        "lag_events": p.lag_events, "lag_s": p.lag_ms / 1000,
-                        "upstream_read_s_ago": p.upstream_read_ms_ago / 1000
-                        if p.upstream_read_ms_ago >= 0 else None} for p in topic.partitions],
+        "partitions": [_partition_row(p, unknown and p.upstream_read_ms_ago < 0)
+                       for p in topic.partitions],
         "followers": [{"broker_id": f.broker_id, "partition": f.partition,
                        "end_offset": f.end_offset, "lag_events": f.lag_events,
                        "last_report_s_ago": f.last_report_ms_ago / 1000} for f in topic.followers],
     }
+
+
+def _partition_row(p: pb.PartitionRelayInfo, lag_unknown: bool) -> dict[str, Any]:
+    """One partition; lag_events and lag_s are None while the lag is unknown."""
+    return {"partition": p.partition, "end_offset": p.end_offset,
+            "lag_events": None if lag_unknown else p.lag_events,
+            "lag_s": None if lag_unknown else p.lag_ms / 1000,
+            "upstream_read_s_ago": p.upstream_read_ms_ago / 1000
+            if p.upstream_read_ms_ago >= 0 else None}
+
+
+def _sum_or_dash(values: list[int | None]) -> str:
+    return "-" if None in values else str(sum(v for v in values if v is not None))
+
+
+def _max_or_dash(values: list[float | None]) -> str:
+    if None in values:
+        return "-"
+    return f"{max((v for v in values if v is not None), default=0):.1f}"
 
 
 def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -70,8 +90,8 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
             rows.append((topic["topic"], row["address"], role, row["zookeeper_state"] or "-",
                          str(row["leader_epoch"]),
                          ",".join(str(p["end_offset"]) for p in parts) or "-",
-                         str(sum(p["lag_events"] for p in parts)),
-                         f"{max((p['lag_s'] for p in parts), default=0):.1f}",
+                         _sum_or_dash([p["lag_events"] for p in parts]),
+                         _max_or_dash([p["lag_s"] for p in parts]),
                          f"{max(read_ago):.1f}" if read_ago else "-"))
             if row["detail"]:
                 notes.append(f"{topic['topic']} on {row['address']}: {row['detail']}")

@@ -4,7 +4,8 @@ Goal: a follower holds the leader's records with the same offsets, SCNs,
 windows, publish times and producer state, honours filters for its own
 readers, carries subscription cursors, refuses produce naming the leader,
 and an upstream that is down is retried with capped backoff until the copy
-catches up.
+catches up; `keybus cluster status` shows no lag for a copy that never read
+and says why it cannot.
 
 Method: real broker processes on 127.0.0.1 with config files; the leader is
 written to through the SDK and the wire; both logs are read back and
@@ -14,7 +15,10 @@ compared record by record. Bounded waits only.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -28,7 +32,7 @@ from sdk.core.columns import keys_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.subscription_admin import SubscriptionAdmin
-from tests.support.relay_cluster import events, records, wait_for
+from tests.support.relay_cluster import events, records, role, wait_for
 from tests.support.security import SUPERUSER, TOKENS, SecureSetup
 from tests.support.wire import create_topic, stub
 
@@ -226,6 +230,41 @@ def test_a_follower_chains_from_a_leader_behind_tls_and_tokens(tmp_path: Path) -
         (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
         assert answer.error_code == 0, answer.error_message  # acks=1: the follower's report came
         wait_for(lambda: events(follower.address, "s") == 3, 15, "copied over TLS")
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) -> None:
+    """`keybus cluster status` of a follower whose copy cannot start (a TLS upstream, no
+    relay_tls_ca_file): its lag is unknown ("-", null), not 0, and its detail note names
+    the copy's failure."""
+    setup = SecureSetup.make(tmp_path / "tls")
+    leader_config = tmp_path / "leader.toml"
+    leader_config.write_text("[replication.s]\n")
+    leader = BrokerRunner(tmp_path / "leader", free_port(), leader_config, *setup.broker_args())
+    follower = broker(tmp_path, "follower", 'relay_retry_backoff_max_ms = 200\n'
+                      f'[replication.s]\nupstream = "{leader.address}"\n')
+    try:
+        leader.start()
+        follower.start()
+        root = setup.stub(leader.address, SUPERUSER)
+        root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
+        batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
+                              values=[b"a", b"b", b"c"])
+        (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+        assert answer.error_code == 0, answer.error_message
+        create_topic(stub(follower.address), "s")  # its partitions exist; nothing is copied
+        said = f"cannot set up the copy from {leader.address}"
+        wait_for(lambda: said in (role(follower.address, "s") or pb.TopicRoleInfo()).detail, 15,
+                 "the follower's detail names the copy's failure")
+        done = subprocess.run([sys.executable, "-m", "keybus", "cluster", "status", "--broker",
+                               follower.address, "--topic", "s", "--json"],
+                              capture_output=True, text=True, timeout=60, check=True)
+        (row,) = json.loads(done.stdout)["topics"][0]["brokers"]
+        assert row["role"] == "follower" and said in row["detail"], row
+        assert row["partitions"] == [{"partition": 0, "end_offset": 0, "lag_events": None,
+                                      "lag_s": None, "upstream_read_s_ago": None}], row
     finally:
         follower.stop()
         leader.stop()

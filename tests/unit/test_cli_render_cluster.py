@@ -67,3 +67,21 @@ def test_table_fits_80_columns_and_never_cuts_a_name() -> None:
     assert any(long_name in line for line in lines) and any("b:1" in line for line in lines)
     text = "\n".join(lines)  # blocks break lines between `header value` pairs only
     assert "end offsets 90" in text and "lag s 1.5" in text and "read s ago 0.2" in text
+
+
+def test_a_follower_that_never_read_its_upstream_has_no_lag_yet() -> None:
+    never = pb.ClusterInfo(broker_id="d:1", address="d:1", zookeeper_state="CONNECTED")
+    never.topics.add(topic="t", role="follower", leader="a:1", upstream="a:1",
+                     detail="a follower; the leader is a:1; cannot set up the copy from a:1 (x)",
+                     partitions=[pb.PartitionRelayInfo(end_offset=0, upstream_read_ms_ago=-1)])
+    status = cluster_dict([*answers(), ("d:1", never)])
+    row = next(b for b in status["topics"][0]["brokers"] if b["address"] == "d:1")
+    assert row["partitions"][0]["lag_events"] is None and row["partitions"][0]["lag_s"] is None
+    leader = next(b for b in status["topics"][0]["brokers"] if b["role"] == "leader")
+    assert leader["partitions"][0]["lag_events"] == 0  # a leader copies nothing: no lag
+    console = Console(width=200, record=True)
+    console.print(cluster_table([*answers(), ("d:1", never)], 200))
+    lines = console.export_text().splitlines()
+    (line,) = [line for line in lines if " d:1 " in line]
+    assert line.split()[-3:] == ["-", "-", "-"], line  # lag, lag s, read s ago
+    assert "t on d:1: a follower; the leader is a:1; cannot set up the copy from a:1 (x)" in lines
