@@ -45,12 +45,27 @@ from broker.relay.settings import RelaySettings
 from broker.topics import TopicRegistry
 from sdk import errors
 from sdk.channel import open_channel, stub_of
+from sdk.core.connect_hints import CA_SETTING, CLIENT_CERT_SETTING
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Reader
 from sdk.subscription_admin import SubscriptionAdmin
 
 log = logging.getLogger("keybus.relay")
 # What a copy attempt may fail with; anything else is a bug and is logged with its trace.
+# The SDK's connection hints name a client's settings; a follower's are in its config.
+_RELAY_SETTINGS = ((CA_SETTING, "relay_tls_ca_file in this broker's config"),
+                   (CLIENT_CERT_SETTING, "relay_tls_cert_file / relay_tls_key_file"))
+
+
+def in_relay_words(error: BaseException) -> str:
+    """An upstream failure as a follower's operator acts on it: with the relay_tls_*
+    settings where the SDK's hint names --tls-ca and the like."""
+    text = str(error)
+    for client, relay in _RELAY_SETTINGS:
+        text = text.replace(client, relay)
+    return text
+
+
 _RETRIED = (errors.KeybusError, BrokerError, ReplicaError, CorruptRecord, grpc.RpcError, OSError)
 OnTruncated = Callable[[str, int, int], Awaitable[None]]  # (topic, partition, new end)
 
@@ -151,9 +166,8 @@ class TopicFollower:
                 break
             except _RETRIED as e:
                 delay_ms = backoff.next_ms()
-                self.error = f"cannot set up the copy from {self.upstream} ({e})"
-                log.warning("topic %s: cannot set up the copy from %s (%s); retry in %d ms",
-                            self.topic, self.upstream, e, delay_ms)
+                self.error = f"cannot set up the copy from {self.upstream} ({in_relay_words(e)})"
+                log.warning("topic %s: %s; retry in %d ms", self.topic, self.error, delay_ms)
                 await asyncio.sleep(delay_ms / 1000)
         assert self._reporter is not None
         self._reporter.start()
@@ -195,11 +209,11 @@ class TopicFollower:
                 await self._handshake(partition)
                 await self._copy(partition, state, backoff)
             except Exception as e:  # never stops; a bug is logged with its trace
-                state.error = str(e)
+                state.error = in_relay_words(e)
                 delay_ms = backoff.next_ms()
                 log.log(logging.WARNING if isinstance(e, _RETRIED) else logging.ERROR,
                         "topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
-                        partition.index, self.upstream, e, delay_ms,
+                        partition.index, self.upstream, state.error, delay_ms,
                         exc_info=not isinstance(e, _RETRIED))
                 await asyncio.sleep(delay_ms / 1000)
 

@@ -24,6 +24,7 @@ import re
 _PEER = re.compile(r"\bipv[46]:(\S+?):\s+(.*)$", re.DOTALL)
 DETAIL_CHARS_MAX = 160
 CA_SETTING = "security=ClientSecurity(ca_file=...), or --tls-ca / KEYBUS_TLS_CA"
+CLIENT_CERT_SETTING = "cert_file/key_file, --tls-cert/--tls-key"
 
 
 def connection_hint(details: str) -> str | None:
@@ -65,5 +66,5 @@ def _hint_for(detail: str, address: str) -> str | None:
     if "socket closed" in lowered:
         return (f"the broker at {address} closed the connection during the handshake: is it "
                 f"TLS? pass its CA ({CA_SETTING}); if you already do, it probably requires a "
-                "client certificate (mTLS: cert_file/key_file, --tls-cert/--tls-key)")
+                f"client certificate (mTLS: {CLIENT_CERT_SETTING})")
     return None

@@ -263,6 +263,8 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
                               capture_output=True, text=True, timeout=60, check=True)
         (row,) = json.loads(done.stdout)["topics"][0]["brokers"]
         assert row["role"] == "follower" and said in row["detail"], row
+        assert "pass its CA (relay_tls_ca_file in this broker's config)" in row["detail"], row
+        assert "--tls-ca" not in follower.log_path.read_text()  # a client's setting, not its
         assert row["partitions"] == [{"partition": 0, "end_offset": 0, "lag_events": None,
                                       "lag_s": None, "upstream_read_s_ago": None}], row
     finally:
