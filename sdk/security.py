@@ -61,10 +61,10 @@ class ClientSecurity:
         if self.token_file:
             try:
                 with open(self.token_file) as f:
-                    return f.read().strip()
+                    return _checked_token(f.read().strip(), f"token file {self.token_file}")
             except OSError as e:
                 raise ValueError(f"token file {self.token_file}: {e.strerror}") from None
-        return self.token
+        return _checked_token(self.token, "token")
 
     def channel_credentials(self, host: str) -> grpc.ChannelCredentials | None:
         """The channel's credentials (None: plain text without a token).
@@ -164,3 +164,13 @@ def use(security: ClientSecurity | None) -> None:
 def resolve(security: ClientSecurity | None) -> ClientSecurity | None:
     """The security a client uses: its own, else the ambient default."""
     return security if security is not None else _ambient.get()
+
+
+def _checked_token(token: str, where: str) -> str:
+    """`token` if it can travel in a header: printable ASCII (gRPC refuses anything
+    else with a bare "Illegal metadata", and logs its own lines on stderr)."""
+    bad = next((c for c in token if not " " <= c <= "~"), None)
+    if bad is not None:
+        raise ValueError(f"{where} holds {bad!r} (at {token.index(bad)}); a bearer token is "
+                         "printable ASCII, as JWTs are")
+    return token

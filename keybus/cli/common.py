@@ -151,10 +151,14 @@ def security_options(command: Callable[..., T]) -> Callable[..., T]:
                 read_ca_file(values["tls_ca"], "--tls-ca")
             except ValueError as e:
                 raise click.UsageError(str(e)) from None
-        security = ClientSecurity(
-            ca_file=values["tls_ca"], cert_file=values["tls_cert"], key_file=values["tls_key"],
-            server_name=values["tls_server_name"], token=values["token"],
-            token_file=values["token_file"])
+        try:
+            security = ClientSecurity(
+                ca_file=values["tls_ca"], cert_file=values["tls_cert"],
+                key_file=values["tls_key"], server_name=values["tls_server_name"],
+                token=values["token"], token_file=values["token_file"])
+            security.bearer_token()  # a token that cannot travel: say so now, as for the CA
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
         use(None if security == ClientSecurity() else security)
         return command(*args, **kwargs)
     for option in reversed(_SECURITY_OPTIONS):

@@ -149,6 +149,8 @@ BAD_INPUT = [
      "does not exist, so there is nothing to delete", "create it first"),
     (("read", "no-such-topic"), "", 1, "does not exist", None),
     (("read", "cli-bad", "--start", "yesterday"), "", 2, "'yesterday' is not a position", None),
+    (("topics", "list", "--token", "tok\u00e9n"), "", 2,
+     "token holds '\u00e9' (at 3); a bearer token is printable ASCII", "Illegal metadata"),
     (("read", "cli-bad", "--start", "5"), "", 2, "is an offset, a position in one partition", None),
     (("read", "cli-bad", "--partition", "7"), "", 1, "allowed 0..1", None),
     (("read", "cli-bad", "--partition", "0", "--start", "9"), "", 1,

@@ -102,3 +102,13 @@ def test_a_ca_file_must_hold_pem_certificates(tmp_path: Path) -> None:
         assert str(raised.value).startswith(f"ca_file {path} is not a PEM certificate: {why}")
     with pytest.raises(ValueError, match=r"^--tls-ca .*missing\.pem: No such file"):
         read_ca_file(str(tmp_path / "missing.pem"), "--tls-ca")
+
+
+def test_a_token_that_cannot_travel_in_a_header_is_named(tmp_path: Path) -> None:
+    """gRPC refused it with a bare 'Illegal metadata' (and C-core lines on stderr)."""
+    assert ClientSecurity(token="abc.DEF-1_2 x").bearer_token() == "abc.DEF-1_2 x"
+    with pytest.raises(ValueError, match=r"^token holds 'é' \(at 3\); a bearer token is printable"):
+        ClientSecurity(token="tokéen").bearer_token()
+    (tmp_path / "token").write_text("abc\x01\n")
+    with pytest.raises(ValueError, match=r"token file .*token holds '\\x01' \(at 3\)"):
+        ClientSecurity(token_file=str(tmp_path / "token")).bearer_token()
