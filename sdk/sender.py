@@ -291,7 +291,8 @@ class Sender:
                 self._finish(queue.process_response(response))
                 if not queue.reconnect_requested:  # a refusal to retry is no answer yet
                     self._answered = True
-                    self._reached()
+                    if self._lost_since_ms is not None:  # a call per answer only when lost
+                        self._reached()
                 if queue.unsent or queue.reconnect_requested or queue.needs_reinit:
                     self._wakeup.set()  # the writer may go on (else submit wakes it)
         finally:
