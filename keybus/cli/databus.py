@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -23,7 +25,12 @@ from sdk.reader import Start
 
 
 class TailPrinter(DatabusConsumerBase):
-    """Renders callbacks; `lines` receives each finished line (human) or JSON object."""
+    """Renders callbacks; `emit` receives each finished line (human) or JSON object.
+
+    After `windows_max` windows it sets `done`. An error that ends
+    consumption is not printed as a warning: the command prints it once, as
+    its error (`is_final` tells it apart from a notice such as an outage).
+    """
 
     def __init__(self, as_json: bool, windows_max: int | None, emit: Any,
                  done: asyncio.Event) -> None:
@@ -31,6 +38,7 @@ class TailPrinter(DatabusConsumerBase):
         self.windows_left = windows_max
         self.emit = emit
         self.done = done
+        self.is_final: Callable[[Exception], bool] = lambda error: False
         self._parts: list[str] = []
 
     def _say(self, call: str, text: str, **fields: Any) -> None:
@@ -78,7 +86,7 @@ class TailPrinter(DatabusConsumerBase):
     def on_error(self, error: Exception) -> CallbackResult:
         if self.as_json:
             self._say("on_error", "", error=str(error))
-        else:
+        elif not self.is_final(error):
             click.echo(f"keybus: warning: {error}", err=True)
         return SUCCESS
 
@@ -101,6 +109,10 @@ async def tail(broker: str, topic: str, sources: list[str] | None,
     client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0))
     registration = client.register(printer, topic=topic, sources=sources, filter=key_filter,
                                    start=start, name="tail")
+    printer.is_final = lambda error: registration.runner.error is error
+    # The printer reports errors itself (on_error, then the command's error line); without
+    # this, Python's last-resort handler would print the SDK's warnings on stderr as well.
+    logging.getLogger("keybus.databus").addHandler(logging.NullHandler())
     await client.start()
     waiting = asyncio.ensure_future(registration.wait())
     stopping = asyncio.ensure_future(done.wait())

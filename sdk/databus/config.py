@@ -35,8 +35,9 @@ class DatabusConfig:
             for more of its events when none arrive (default 250 ms). A broker
             that marks where shares end closes them at once; the linger is
             left for shares it said would continue, and for older brokers.
-        unavailable_report_ms: a broker unreachable this long is reported to
-            the consumers with on_error and logged (5000 ms).
+        unavailable_report_ms: a broker unreachable this long (also while a
+            registration starts) is reported to the consumers with on_error
+            and logged (5000 ms).
         reader_bytes_max: per read response (0 = the broker's default).
         prefetch_windows_max: windows read ahead of the callbacks (256).
     """

@@ -59,8 +59,19 @@ class GroupExecutor:
         self._any_async = {name: any(flags) for name, flags in self._async.items()}
 
     async def run(self, segment: Segment) -> CallbackResult:
-        """Every member's calls of `segment`; the most severe result."""
-        if any(self._any_async[call.name] for call in segment.calls):
+        """Every member's calls of `segment`; the most severe result.
+
+        Raises:
+            RuntimeError: the segment names a callback the members lack (a
+                bug in the caller: bootstrap calls need combined consumers).
+        """
+        try:
+            any_async = any(self._any_async[call.name] for call in segment.calls)
+        except KeyError as e:
+            raise RuntimeError(
+                f"{self.label}: a {e.args[0]} call reached members that lack it (bootstrap "
+                "callbacks are known only when every member has them)") from None
+        if any_async:
             return await self._run_async(segment)
         return self._run_sync(segment)
 

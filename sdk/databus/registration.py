@@ -6,6 +6,15 @@ runner with the time, and does what the runner answers: a segment of calls
 through the `GroupExecutor`, a checkpoint write through the source, a sleep
 before a retry. Idle time becomes ticks (time-based checkpoints, outage
 notices). Runs as one asyncio task per registration.
+
+Rules:
+1. Whatever ends consumption reaches the consumers: a source that cannot
+   open (no such topic, broker unreachable or refusing a setting, a
+   checkpoint the registration cannot resume) gets on_start_consumption,
+   on_error(cause), on_stop_consumption, and a WARNING; an unexpected
+   exception (a bug) gets on_error and on_stop_consumption, and is logged
+   with its traceback. Neither escapes the task: `wait()` raises it,
+   `stop()` never does.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ from sdk.databus.inbox import (
     WindowSource,
 )
 from sdk.databus.runner import Finished, Persist, Phase, Sleep, Step, WindowRunner
-from sdk.databus.window import Segment
+from sdk.databus.window import Call, Segment
 
 _log = logging.getLogger("keybus.databus")
 _IDLE_TICK_S = 0.2  # how often an idle registration checks time-based checkpoints and health
+_OPEN_GRACE_MS = 1_000  # how long a stop asked for while the source opens waits for its outcome
 
 
 class DatabusRegistration:
@@ -90,21 +100,68 @@ class DatabusRegistration:
 
     async def _run(self) -> None:
         try:
-            await self.source.open()
-        except (errors.KeybusError, ValueError) as e:
+            self.error = await self._consume()
+        except Exception as e:  # a bug in Keybus: the consumers still hear of it (rule 1)
+            _log.exception("%s: consumption stopped by an unexpected error", self.name)
             self.error = e
-            _log.info("%s: cannot start: %s", self.name, e)
-            await self.source.close()
-            return
-        try:
-            finished = await self._carry(self.runner.start(now_ms()))
-            while finished is None:
-                finished = await self._carry(await self._next_step())
-            self.error = finished.error
-            if self.error is not None:
-                _log.info("%s: consumption stopped: %s", self.name, self.error)
+            await self._last_calls(e)
         finally:
             await self.source.close()
+
+    async def _consume(self) -> Exception | None:
+        finished = await self._carry(self.runner.start(now_ms()))
+        if finished is None:
+            error = await self._open()
+            if error is not None:  # rule 1: reported, never silent
+                _log.warning("%s: cannot start: %s", self.name, error,
+                             exc_info=not isinstance(error, errors.KeybusError | ValueError))
+                finished = await self._carry(self.runner.process_fail(error))
+        while finished is None:
+            finished = await self._carry(await self._next_step())
+        if finished.error is not None:
+            _log.info("%s: consumption stopped: %s", self.name, finished.error)
+        return finished.error
+
+    async def _open(self) -> Exception | None:
+        """Open the source: None when it is open (or a stop request cut it short),
+        else why it cannot be. A broker still unreachable after `unavailable_report_ms`
+        is told to the consumers (on_error, once) while the open goes on trying. A
+        stop request waits `_OPEN_GRACE_MS` for the outcome, so that a quick failure
+        (no such topic) is still reported, then gives up on the open."""
+        opening = asyncio.ensure_future(self.source.open())
+        give_up_ms: int | None = None
+        try:
+            while not opening.done():
+                if self._stop_requested and give_up_ms is None:
+                    give_up_ms = now_ms() + _OPEN_GRACE_MS
+                if give_up_ms is not None and now_ms() >= give_up_ms:
+                    return None  # the loop stops cleanly; close() releases what was opened
+                await asyncio.wait({opening}, timeout=_IDLE_TICK_S)
+                notice = self.source.health(now_ms()) if not opening.done() else None
+                if notice is not None:
+                    await self._carry(self.runner.process_report(notice))
+        finally:
+            if not opening.done():
+                opening.cancel()
+                await asyncio.gather(opening, return_exceptions=True)
+        if opening.cancelled():
+            return None
+        error = opening.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and the like are not a consumption's error
+        return error
+
+    async def _last_calls(self, error: Exception) -> None:
+        """After a bug: on_error and on_stop_consumption straight through the executor
+        (the runner's state cannot be trusted), unless on_stop_consumption ran."""
+        if self.runner.phase is Phase.STOPPED:
+            return
+        for call in (Call("on_error", (error,)), Call("on_stop_consumption")):
+            try:
+                await self.executor.run(Segment((call,)))
+            except Exception:
+                _log.exception("%s: %s after an unexpected error failed too", self.name,
+                               call.name)
 
     async def _next_step(self) -> Step | None:
         """Wait for the next item (or an idle tick) and hand it to the runner."""

@@ -172,6 +172,12 @@ class WindowRunner:
         self._error: Exception | None = None
         self._announcing = ""
 
+    @property
+    def error(self) -> Exception | None:
+        """The error that ends consumption, from the moment on_error is asked to
+        report it (None: nothing ends it, or a clean stop)."""
+        return self._error
+
     # ------------------------------------------------------------ table
 
     def _move(self, event: str, to: Phase) -> None:

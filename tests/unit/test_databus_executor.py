@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.callbacks import DatabusConsumerBase
 from sdk.databus.event import DbusEvent, EventColumns
@@ -80,6 +82,11 @@ def test_a_sync_call_over_budget_counts_as_error() -> None:
             time.sleep(0.03)
 
     assert run(GroupExecutor([Slow()], call_budget_ms=10), events_segment(1, 1)) is ERROR
+
+
+def test_a_callback_the_members_lack_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="on_start_bootstrap call reached members"):
+        run(GroupExecutor([Recorder()], 1000), Segment((Call("on_start_bootstrap"),)))
 
 
 def test_async_members_overlap_inside_a_segment() -> None:

@@ -1,0 +1,174 @@
+"""The registration loop (sdk/databus/registration.py): start failures and bugs.
+
+Goal: whatever ends consumption reaches the consumers: a source that cannot
+open gets on_start_consumption, on_error with the cause, on_stop_consumption
+and a WARNING; an unexpected exception (a bug) gets on_error and
+on_stop_consumption and is logged with its traceback; `stop()` raises
+neither, `wait()` raises it.
+Method: a real `DatabusRegistration`, runner and executor on a real event
+loop, fed by a small fake window source (an inbox filled at open, or an open
+that raises); no broker. Windows are one-event windows of a plain batch,
+made by the same `record_pieces` the log source uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from sdk import errors
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.databus.callbacks import DatabusConsumerBase
+from sdk.databus.config import DatabusConfig
+from sdk.databus.event import DbusEvent
+from sdk.databus.inbox import Inbox, Item, MarkerItem, PieceItem
+from sdk.databus.pieces import record_pieces
+from sdk.databus.registration import DatabusRegistration
+from sdk.databus.results import SUCCESS, CallbackResult
+from sdk.databus.window import Scn
+
+WINDOWS = 300
+
+
+def one_event_windows(count: int) -> list[Item]:
+    record = pb.Record(topic="t", partition=0, base_offset=0, scn_first=1)
+    record.batch.count = count
+    record.batch.key_ints.extend(range(count))
+    record.batch.values.extend(b"v" for _ in range(count))
+    return [PieceItem(piece, True) for piece in record_pieces(record, need_slots=False)]
+
+
+class FakeSource:
+    """A window source whose open fills the inbox with `items`, or raises `open_error`."""
+
+    def __init__(self, items: list[Item], open_error: Exception | None = None) -> None:
+        self.inbox = Inbox(len(items) + 1)
+        self.items = items
+        self.open_error = open_error
+        self.closed = False
+
+    async def open(self) -> None:
+        if self.open_error is not None:
+            raise self.open_error
+        for item in self.items:
+            await self.inbox.put(item)
+
+    def health(self, now_ms: int) -> Exception | None:
+        return None
+
+    async def persist(self, partition: int, offset: int, scn: int,
+                      position: object = None) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class Recorder(DatabusConsumerBase):
+    """Records its lifecycle calls and counts windows; `at_window_1` is set after window 1."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.windows = 0
+        self.at_window_1 = asyncio.Event()
+
+    def on_start_consumption(self) -> CallbackResult:
+        self.calls.append("start")
+        return SUCCESS
+
+    def on_event(self, event: DbusEvent) -> CallbackResult:
+        return SUCCESS
+
+    def on_end_window(self, scn: Scn) -> CallbackResult:
+        self.windows += 1
+        if self.windows == 1:
+            self.at_window_1.set()
+        return SUCCESS
+
+    def on_error(self, error: Exception) -> CallbackResult:
+        self.calls.append(("error", error))
+        return SUCCESS
+
+    def on_stop_consumption(self) -> CallbackResult:
+        self.calls.append("stop")
+        return SUCCESS
+
+
+def registration(consumer: Recorder, source: FakeSource) -> DatabusRegistration:
+    config = DatabusConfig(checkpoint_windows_n=0)  # no checkpoint write: nothing awaits
+    return DatabusRegistration("r", "t", [consumer], None, config, source)
+
+
+def test_a_source_that_cannot_open_is_reported_to_the_consumers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    cause = errors.TopicNotFound("topic 'gone' does not exist; create it first")
+
+    async def go() -> tuple[Recorder, BaseException | None]:
+        consumer = Recorder()
+        reg = registration(consumer, FakeSource([], open_error=cause))
+        reg.start()
+        await reg.stop()  # never raises the registration's error
+        try:
+            await reg.wait()
+        except Exception as e:
+            return consumer, e
+        return consumer, None
+
+    with caplog.at_level(logging.INFO, logger="keybus.databus"):
+        consumer, raised = asyncio.run(go())
+    assert consumer.calls == ["start", ("error", cause), "stop"]
+    assert raised is cause
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("cannot start" in r.getMessage() and "gone" in r.getMessage() for r in warnings)
+
+
+def test_a_bug_in_open_reaches_the_consumers_and_the_log_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> tuple[Recorder, BaseException | None]:
+        consumer = Recorder()
+        reg = registration(consumer, FakeSource([], open_error=KeyError("on_start_bootstrap")))
+        reg.start()
+        await reg.stop()
+        try:
+            await reg.wait()
+        except Exception as e:
+            return consumer, e
+        return consumer, None
+
+    with caplog.at_level(logging.INFO, logger="keybus.databus"):
+        consumer, raised = asyncio.run(go())
+    assert isinstance(raised, KeyError)
+    assert consumer.calls == ["start", ("error", raised), "stop"]
+    assert any(r.levelno >= logging.WARNING and r.exc_info for r in caplog.records)
+
+
+def test_a_bug_during_consumption_reaches_the_consumers_and_stop_does_not_raise(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A bootstrap marker reaching plain consumers (the executor has no such callback)."""
+
+    async def go() -> tuple[Recorder, BaseException | None]:
+        consumer = Recorder()
+        source = FakeSource([*one_event_windows(2), MarkerItem("on_start_bootstrap")])
+        reg = registration(consumer, source)
+        reg.start()
+        for _ in range(500):  # until the bug ended consumption (5 s at most)
+            if not reg.running:
+                break
+            await asyncio.sleep(0.01)
+        await reg.stop()  # the old loop let the bug escape from here
+        assert source.closed
+        try:
+            await reg.wait()
+        except Exception as e:
+            return consumer, e
+        return consumer, None
+
+    with caplog.at_level(logging.INFO, logger="keybus.databus"):
+        consumer, raised = asyncio.run(go())
+    assert isinstance(raised, RuntimeError) and "on_start_bootstrap" in str(raised)
+    assert consumer.windows == 2
+    assert consumer.calls == ["start", ("error", raised), "stop"]
+    assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
