@@ -91,7 +91,8 @@ class DatabusClient:
                 bootstraps from the topic's compacted view through the
                 bootstrap callbacks, then goes on online (see
                 DatabusCombinedConsumerBase, docs/bootstrap.md). Without it
-                such a checkpoint stops consumption with OffsetOutOfRange.
+                such a checkpoint stops consumption with OffsetOutOfRange, and
+                one saved during a bootstrap with FailedPrecondition.
         Returns:
             The registration (started with the client).
         Raises:

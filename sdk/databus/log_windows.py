@@ -11,7 +11,8 @@ reconnect on their own (following reads retry forever); the link's
 Bootstrap (log_bootstrap.py): a partition whose checkpoint is older than
 what the log holds switches to a bootstrap when the registration allows it
 (`bootstrap=True`), and fails loudly when it does not; a checkpoint saved
-during a bootstrap continues that bootstrap.
+during a bootstrap continues that bootstrap, or, without `bootstrap=True`,
+fails loudly too (its consumers have no bootstrap callbacks to finish it).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class LogWindows(BrokerLink):
         Raises:
             OffsetOutOfRange: the checkpoint is older than the log and the
                 registration does not allow bootstrap.
+            FailedPrecondition: the checkpoint was saved during a bootstrap and
+                the registration does not allow bootstrap.
         """
         checkpoint = None
         if self.checkpoints is not None:
@@ -115,8 +118,15 @@ class LogWindows(BrokerLink):
         if checkpoint is None:
             return BootstrapStart() if self.start == "bootstrap" else self.start
         if checkpoint.bootstrap:  # a bootstrap was under way: go on with it
-            return BootstrapStart(BootstrapPosition.from_dict(json.loads(checkpoint.bootstrap)),
-                                  checkpoint.scn)
+            position = BootstrapPosition.from_dict(json.loads(checkpoint.bootstrap))
+            if not self.bootstrap:
+                raise errors.FailedPrecondition(
+                    f"the checkpoint of {self.name} on {self.topic}/{partition} was saved "
+                    f"during a bootstrap (phase {position.phase}, scn {checkpoint.scn}); "
+                    "register with bootstrap=True and combined consumers "
+                    "(DatabusCombinedConsumerBase) to finish it, or remove that checkpoint "
+                    f"(consumer group {self.name!r}) to start over")
+            return BootstrapStart(position, checkpoint.scn)
         if checkpoint.offset + 1 >= log_start:
             return {"scn": checkpoint.scn + 1}
         if self.bootstrap:

@@ -5,8 +5,9 @@ registration that cannot start is never silent: its consumers get
 on_start_consumption, on_error with the cause, then on_stop_consumption, the
 `keybus.databus` logger says it at WARNING, `stop()` raises nothing and
 `wait()` raises the cause. Cases: a topic that does not exist, a closed
-port and a setting the broker refuses (register_shared with ack_timeout_ms=200).
-A broker that
+port, a setting the broker refuses (register_shared with ack_timeout_ms=200),
+and a checkpoint saved in the middle of a bootstrap restarted without
+bootstrap=True (the error names the phase and what to do). A broker that
 accepts connections but never answers is reported within seconds
 (`unavailable_report_ms`), and stop() then returns promptly.
 Method: one broker process for the module; consumers record their calls;
@@ -16,18 +17,23 @@ the test waits on conditions with deadlines.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sdk import Admin, errors
+from sdk.bootstrap import BootstrapPosition
 from sdk.consumer import ConsumerConfig
 from sdk.databus import SUCCESS, DatabusClient, DatabusConfig, DatabusConsumerBase
 from sdk.databus.results import CallbackResult
+from sdk.stores import FileCheckpointStore
+from sdk.stores.records import Checkpoint
 from tests.support.broker_process import BrokerProcess
 
 
@@ -68,9 +74,22 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("case", ["no_topic", "closed_port", "refused_setting"])
+async def mid_bootstrap_checkpoint(broker: BrokerProcess, directory: Path) -> FileCheckpointStore:
+    """A topic and a checkpoint as a bootstrap stopped after its first snapshot sequence
+    leaves it (what LogWindows.persist writes)."""
+    async with Admin(broker.address) as admin:
+        await admin.create_topic("starts-boot", partitions=1)
+    store = FileCheckpointStore(directory)
+    position = BootstrapPosition("snapshot", snapshot_offset=11, source="a", key=7)
+    await store.update_checkpoint(Checkpoint("", "starts-boot", "r", 0, 11, 12,
+                                             bootstrap=json.dumps(position.to_dict())))
+    return store
+
+
+@pytest.mark.parametrize("case", ["no_topic", "closed_port", "refused_setting",
+                                  "mid_bootstrap_checkpoint"])
 def test_a_registration_that_cannot_start_tells_its_consumers(
-        shared_broker: BrokerProcess, caplog: pytest.LogCaptureFixture,
+        shared_broker: BrokerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture,
         case: str) -> None:
     async def go() -> tuple[Lifecycle, BaseException | None]:
         consumer = Lifecycle()
@@ -83,6 +102,10 @@ def test_a_registration_that_cannot_start_tells_its_consumers(
             client = DatabusClient(shared_broker.address)
             client.register_shared(consumer, topic="starts-shared", subscription="s",
                                    consumer_config=ConsumerConfig(ack_timeout_ms=200))
+        elif case == "mid_bootstrap_checkpoint":
+            store = await mid_bootstrap_checkpoint(shared_broker, tmp_path)
+            client = DatabusClient(shared_broker.address, checkpoint_store=store)
+            client.register(consumer, topic="starts-boot", name="r")  # no bootstrap=True
         else:
             client = DatabusClient(shared_broker.address)
             client.register(consumer, topic="no-such-topic")
@@ -100,9 +123,12 @@ def test_a_registration_that_cannot_start_tells_its_consumers(
     assert consumer.calls == ["start", ("error", raised), "stop"]
     expected = {"no_topic": (errors.TopicNotFound, "does not exist"),
                 "closed_port": (errors.Unavailable, "cannot reach broker"),
-                "refused_setting": (errors.InvalidArgument, "ack_timeout_ms=200")}
+                "refused_setting": (errors.InvalidArgument, "ack_timeout_ms=200"),
+                "mid_bootstrap_checkpoint": (errors.FailedPrecondition, "phase snapshot")}
     kind, says = expected[case]
     assert isinstance(raised, kind) and says in str(raised), repr(raised)
+    if case == "mid_bootstrap_checkpoint":
+        assert "bootstrap=True" in str(raised) and "remove that checkpoint" in str(raised)
     assert any(r.levelno == logging.WARNING and "cannot start" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
 
