@@ -27,7 +27,8 @@ from sdk.reader import Start
 class TailPrinter(DatabusConsumerBase):
     """Renders callbacks; `emit` receives each finished line (human) or JSON object.
 
-    After `windows_max` windows it sets `done`. An error that ends
+    After `windows_max` windows it asks the registration to stop (`stop`, at
+    once: no further window is presented) and sets `done`. An error that ends
     consumption is not printed as a warning: the command prints it once, as
     its error (`is_final` tells it apart from a notice such as an outage).
     """
@@ -38,6 +39,7 @@ class TailPrinter(DatabusConsumerBase):
         self.windows_left = windows_max
         self.emit = emit
         self.done = done
+        self.stop: Callable[[], None] = done.set
         self.is_final: Callable[[Exception], bool] = lambda error: False
         self._parts: list[str] = []
 
@@ -73,6 +75,7 @@ class TailPrinter(DatabusConsumerBase):
         if self.windows_left is not None:
             self.windows_left -= 1
             if self.windows_left <= 0:
+                self.stop()
                 self.done.set()
         return SUCCESS
 
@@ -109,6 +112,7 @@ async def tail(broker: str, topic: str, sources: list[str] | None,
     client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0))
     registration = client.register(printer, topic=topic, sources=sources, filter=key_filter,
                                    start=start, name="tail")
+    printer.stop = registration.request_stop
     printer.is_final = lambda error: registration.runner.error is error
     # The printer reports errors itself (on_error, then the command's error line); without
     # this, Python's last-resort handler would print the SDK's warnings on stderr as well.

@@ -180,6 +180,8 @@ class DatabusClient:
     async def stop(self) -> None:
         """Stop every registration: finish the current window, checkpoint, call
         on_stop_consumption. Never raises a registration's error."""
+        for registration in self.registrations:  # at once: no window starts after this
+            registration.request_stop()
         await asyncio.gather(*(r.stop() for r in self.registrations))
 
     async def run(self) -> None:

@@ -15,6 +15,10 @@ Rules:
    exception (a bug) gets on_error and on_stop_consumption, and is logged
    with its traceback. Neither escapes the task: `wait()` raises it,
    `stop()` never does.
+2. The loop yields to the event loop before each item and checks for a stop
+   request there: with sync callbacks and no checkpoint write nothing else
+   suspends it, and a full inbox would otherwise be consumed whole before
+   the task that asked to stop (or any other task) runs again.
 """
 
 from __future__ import annotations
@@ -86,13 +90,22 @@ class DatabusRegistration:
         if self.error is not None:
             raise self.error
 
+    def request_stop(self) -> None:
+        """Ask consumption to stop after the current window; returns at once.
+
+        Safe to call from a callback (the loop sees the request before the
+        next window) or from any code on the registration's event loop;
+        `stop()` does the same and then waits.
+        """
+        self._stop_requested = True
+        self.source.inbox.wake()
+
     async def stop(self) -> None:
         """Finish the current window, checkpoint, call on_stop_consumption, close.
 
         Never raises the consumption's error (see `error` / `wait()`).
         """
-        self._stop_requested = True
-        self.source.inbox.wake()
+        self.request_stop()
         if self._task is not None:
             await asyncio.shield(self._task)
 
@@ -166,9 +179,12 @@ class DatabusRegistration:
     async def _next_step(self) -> Step | None:
         """Wait for the next item (or an idle tick) and hand it to the runner."""
         runner = self.runner
+        inbox = self.source.inbox
+        if len(inbox) and not self._stop_requested:
+            await asyncio.sleep(0)  # rule 2: get() would not suspend with items queued
         if self._stop_requested:
             return runner.process_stop(now_ms())
-        item = await self.source.inbox.get(_IDLE_TICK_S)
+        item = await inbox.get(_IDLE_TICK_S)
         if self._stop_requested:
             return runner.process_stop(now_ms())  # an item taken now is not processed
         now = now_ms()

@@ -2,8 +2,10 @@
 
 Goal: the command prints each window as the seed draws the callback
 sequence (sources in the order asked, a source's events together), or one
-JSON object per callback with --json; --from-scn and --filter narrow it; bad
-input is one line on stderr and exit 1, never a traceback.
+JSON object per callback with --json; --from-scn and --filter narrow it;
+--windows N prints N windows, also when many more are read ahead; bad input
+is one line on stderr, exit 2 for usage and 1 for a failed call, never a
+traceback.
 Method: `python -m keybus ...` as a subprocess, as a user runs it.
 """
 
@@ -57,3 +59,16 @@ def test_tail_bad_input_is_one_line(shared_broker: BrokerProcess) -> None:
         assert result.returncode == code and says in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_tail_stops_at_its_window_count_with_many_read_ahead(
+        shared_broker: BrokerProcess) -> None:
+    """300 one-event windows fill the read-ahead; --windows 1 prints one of them."""
+    ok(keybus(shared_broker, "topics", "create", "cli-databus-many", "--partitions", "1"))
+    ok(keybus(shared_broker, "produce", "cli-databus-many", "--partition", "0",
+              stdin="\n".join(json.dumps({"key": i, "value": "v"}) for i in range(300))))
+    for windows in (1, 3):
+        lines = ok(keybus(shared_broker, "databus", "tail", "cli-databus-many",
+                          "--windows", str(windows))).splitlines()
+        assert len(lines) == windows, lines[:5]
+        assert lines[0].startswith("StartDataEventSequence(1) --> ")

@@ -1,10 +1,13 @@
-"""The registration loop (sdk/databus/registration.py): start failures and bugs.
+"""The registration loop (sdk/databus/registration.py): stops, start failures, bugs.
 
-Goal: whatever ends consumption reaches the consumers: a source that cannot
-open gets on_start_consumption, on_error with the cause, on_stop_consumption
-and a WARNING; an unexpected exception (a bug) gets on_error and
-on_stop_consumption and is logged with its traceback; `stop()` raises
-neither, `wait()` raises it.
+Goal: the loop's two rules. (1) Whatever ends consumption reaches the
+consumers: a source that cannot open gets on_start_consumption, on_error
+with the cause, on_stop_consumption and a WARNING; an unexpected exception
+(a bug) gets on_error and on_stop_consumption and is logged with its
+traceback; `stop()` raises neither, `wait()` raises it. (2) With sync
+callbacks and a full inbox the loop still yields to the event loop between
+windows, so a stop asked for by another task takes effect at the next window,
+and other tasks on the loop are not starved.
 Method: a real `DatabusRegistration`, runner and executor on a real event
 loop, fed by a small fake window source (an inbox filled at open, or an open
 that raises); no broker. Windows are one-event windows of a plain batch,
@@ -100,6 +103,48 @@ class Recorder(DatabusConsumerBase):
 def registration(consumer: Recorder, source: FakeSource) -> DatabusRegistration:
     config = DatabusConfig(checkpoint_windows_n=0)  # no checkpoint write: nothing awaits
     return DatabusRegistration("r", "t", [consumer], None, config, source)
+
+
+def test_a_stop_from_another_task_takes_effect_at_the_next_window() -> None:
+    async def go() -> tuple[int, int]:
+        consumer = Recorder()
+        reg = registration(consumer, FakeSource(one_event_windows(WINDOWS)))
+        reg.start()
+        await consumer.at_window_1.wait()
+        at_request = consumer.windows
+        await reg.stop()
+        await reg.wait()
+        return at_request, consumer.windows
+
+    at_request, presented = asyncio.run(go())
+    assert presented - at_request <= 1, f"{presented - at_request} windows after stop()"
+    assert presented < WINDOWS
+
+
+def test_other_tasks_run_between_windows() -> None:
+    async def go() -> tuple[int, int]:
+        consumer = Recorder()
+        source = FakeSource(one_event_windows(WINDOWS))
+        reg = registration(consumer, source)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticking = asyncio.ensure_future(ticker())
+        reg.start()
+        while consumer.windows < WINDOWS:
+            await asyncio.sleep(0.01)
+        ticking.cancel()
+        await reg.stop()
+        return ticks, consumer.windows
+
+    ticks, windows = asyncio.run(go())
+    assert windows == WINDOWS
+    assert ticks >= WINDOWS // 2, f"another task ran {ticks} times during {windows} windows"
 
 
 def test_a_source_that_cannot_open_is_reported_to_the_consumers(
