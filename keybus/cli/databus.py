@@ -163,6 +163,9 @@ def register(cli: click.Group) -> None:
         if names is not None and not all(names):
             raise click.UsageError(f"--sources {sources!r} has an empty name; give names "
                                    "like a,b")
+        if names is not None and len(set(names)) != len(names):
+            raise click.UsageError(f"--sources {sources!r} names a source twice; give "
+                                   "distinct names like a,b")
         start: Start = {"scn": from_scn} if from_scn is not None else "earliest"
         run(tail(conn.broker, topic, names, key_filter, start, windows_max, as_json,
                  conn.timeout_s))

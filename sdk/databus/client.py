@@ -24,6 +24,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
+from sdk.channel import parse_broker
 from sdk.consumer import ConsumerConfig
 from sdk.databus.bootstrap_callbacks import cannot_bootstrap
 from sdk.databus.callbacks import missing_callbacks
@@ -51,17 +52,30 @@ class DatabusClient:
             channel its registrations open; None = the ambient default, else
             plain text. A broker-held checkpoint store is made by the caller
             (`BrokerCheckpointStore(broker, security=...)`).
+    Raises:
+        TypeError, ValueError: an argument of the wrong type or a broker
+            address that does not parse (named, with what is allowed).
     """
 
     def __init__(self, broker: str = "localhost:6650", *,
                  checkpoint_store: CheckpointStore | None = None, namespace: str = "",
                  config: DatabusConfig | None = None,
                  security: ClientSecurity | None = None) -> None:
+        if not isinstance(broker, str):
+            raise TypeError(f"broker={broker!r} is not a str ({type(broker).__name__}); give "
+                            "the address as HOST:PORT, e.g. localhost:6650")
+        parse_broker(broker)  # raises ValueError naming what is allowed
+        if checkpoint_store is not None and not isinstance(checkpoint_store, CheckpointStore):
+            raise TypeError(f"checkpoint_store={checkpoint_store!r} is not a CheckpointStore; "
+                            "give e.g. FileCheckpointStore(directory), or None")
+        if not isinstance(namespace, str):
+            raise TypeError(f"namespace={namespace!r} is not a str; give a name, or '' "
+                            "(the default)")
         self.broker = broker
         self.security = security
         self.checkpoint_store = checkpoint_store
         self.namespace = namespace
-        self.config = config or DatabusConfig()
+        self.config = _config(config) or DatabusConfig()
         self.registrations: list[DatabusRegistration] = []
         self._started = False
 
@@ -80,6 +94,8 @@ class DatabusClient:
                 (None: every source, in order of first appearance).
             filter: a server-side key filter ("mod:4:[0,1]", "range:1000:[2]",
                 a KeyFilter), applied in the broker.
+            partitions: the partitions to read (a non-empty list of ints >= 0,
+                each checked against the topic at start); None: every one.
             name: the registration's name, also its checkpoints' consumer
                 group (required with a checkpoint store; unique per client).
             start: where to begin without a checkpoint: "earliest" (default),
@@ -96,20 +112,23 @@ class DatabusClient:
         Returns:
             The registration (started with the client).
         Raises:
-            TypeError: a consumer lacks callbacks (named). ValueError: a bad
-            topic, source list, filter, start or name.
+            TypeError: a consumer lacks callbacks (named), or an argument of
+            the wrong type. ValueError: a bad topic, source list, filter,
+            start, partition list or name.
         """
         members = self._members(consumer)
-        config = config or self.config
+        config = _config(config) or self.config
         name = self._name(name, topic, needs_name=self.checkpoint_store is not None)
         checked_sources = _sources(sources)
+        checked_partitions = _partitions(partitions)
+        if type(bootstrap) is not bool:
+            raise TypeError(f"bootstrap={bootstrap!r} is not a bool; give True or False")
         if bootstrap or start == "bootstrap":
             _check_bootstrap(members, bootstrap)
-        else:
+        if start != "bootstrap":
             start_to_proto(start)  # raises ValueError naming what is allowed
         source = LogWindows(self.broker, topic, name=name, config=config,
-                            need_slots=len(members) > 1,
-                            partitions=list(partitions) if partitions is not None else None,
+                            need_slots=len(members) > 1, partitions=checked_partitions,
                             start=start, key_filter=filter_to_proto(filter),
                             checkpoints=self.checkpoint_store, namespace=self.namespace,
                             bootstrap=bootstrap, sources=checked_sources,
@@ -140,7 +159,7 @@ class DatabusClient:
             TypeError, ValueError: as `register`, or a bad consumer setting.
         """
         members = self._members(consumer)
-        config = config or self.config
+        config = _config(config) or self.config
         name = self._name(name or subscription, topic, needs_name=False)
         consumer_settings = consumer_config or ConsumerConfig(type="key_shared",
                                                               start="earliest")
@@ -240,6 +259,28 @@ def _check_bootstrap(members: Sequence[object], allowed: bool) -> None:
         if why is not None:
             raise TypeError(f"bootstrap=True: consumer {i} ({type(member).__name__}) {why}; "
                             "derive it from DatabusCombinedConsumerBase")
+
+
+def _config(config: DatabusConfig | None) -> DatabusConfig | None:
+    if config is not None and not isinstance(config, DatabusConfig):
+        raise TypeError(f"config={config!r} is not a DatabusConfig ({type(config).__name__}); "
+                        "give DatabusConfig(...), or None for the default")
+    return config
+
+
+def _partitions(partitions: Sequence[int] | None) -> list[int] | None:
+    """The partitions to read, checked here (the topic's count is checked at start)."""
+    if partitions is None:
+        return None
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence | set):
+        raise TypeError(f"partitions={partitions!r} is not a list; give a list of partition "
+                        "numbers such as [0, 2], or None for every partition")
+    checked = list(partitions)
+    wrong = [p for p in checked if type(p) is not int or p < 0]
+    if wrong or not checked:
+        raise ValueError(f"partitions={checked!r} is invalid: need a non-empty list of ints "
+                         ">= 0 (or None for every partition)")
+    return checked
 
 
 def _sources(sources: Sequence[str] | None) -> list[str] | None:

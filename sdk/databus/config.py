@@ -66,6 +66,9 @@ class DatabusConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: need an int >= 1")
+        if type(self.window_buffering) is not bool:  # "no" would read as True
+            raise ValueError(f"window_buffering={self.window_buffering!r} is invalid: need "
+                             "True or False")
 
     def checkpoint_due(self, windows_since: int, elapsed_ms: int) -> bool:
         """Whether the policy asks for a checkpoint now."""

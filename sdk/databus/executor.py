@@ -85,7 +85,7 @@ class GroupExecutor:
                     positions = call.slices[m]
                     if not positions:
                         continue
-                    result = self._events_sync(self._fns[call.name][m], call.payload, positions)
+                    result = self._events_sync(m, call.name, call.payload, positions)
                 else:
                     assert isinstance(call, Call)
                     result = self._call_sync(m, call)
@@ -101,18 +101,20 @@ class GroupExecutor:
         try:
             returned = fn(*call.args)
         except Exception:
-            _log.exception("%s: %s%r of member %d raised; counted as ERROR", self.label,
-                           call.name, call.args, m)
+            _log.exception("%s: %s%r of %s raised; counted as ERROR", self.label,
+                           call.name, call.args, self._who(m))
             return ERROR
         elapsed = perf_counter() - before
         if elapsed > self._budget_s:
             return self._over_budget(call.name, m, elapsed)
         return self._checked(returned, call.name, m)
 
-    def _events_sync(self, fn: Callable[[DbusEvent], Any], payload: object,
+    def _events_sync(self, m: int, name: str, payload: object,
                      positions: Sequence[int]) -> CallbackResult:
-        """The hot loop: one event object and one clock read per call, no await."""
+        """The hot loop: one event object and one clock read per call, no await.
+        `name`: on_event or on_bootstrap_event, of member `m`."""
         assert isinstance(payload, EventColumns)
+        fn = self._fns[name][m]
         worst = SUCCESS
         budget_s = self._budget_s
         clock = perf_counter
@@ -124,16 +126,16 @@ class GroupExecutor:
                 returned = fn(make(payload, i))
                 after = clock()
                 if after - before > budget_s:
-                    return self._over_budget("on_event", -1, after - before)
+                    return self._over_budget(name, m, after - before)
                 before = after
                 if returned is not None and returned is not SUCCESS:
-                    result = self._checked(returned, "on_event", -1)
+                    result = self._checked(returned, name, m)
                     if result.is_failure:
                         return result
                     worst = merge(worst, result)
         except Exception:
-            _log.exception("%s: on_event raised at offset %d; counted as ERROR", self.label,
-                           payload.offset_at(i) if i >= 0 else -1)
+            _log.exception("%s: %s of %s raised at offset %d; counted as ERROR",
+                           self.label, name, self._who(m), payload.offset_at(i) if i >= 0 else -1)
             return ERROR
         return worst
 
@@ -201,8 +203,8 @@ class GroupExecutor:
         try:
             returned = await self._fns[name][m](*args)
         except Exception:
-            _log.exception("%s: %s%r of member %d raised; counted as ERROR", self.label, name,
-                           args, m)
+            _log.exception("%s: %s%r of %s raised; counted as ERROR", self.label, name,
+                           args, self._who(m))
             return ERROR
         finally:
             started[m] = None
@@ -211,9 +213,9 @@ class GroupExecutor:
     async def _events_async(self, m: int, name: str, payload: object, positions: Sequence[int],
                             started: list[float | None]) -> CallbackResult:
         assert isinstance(payload, EventColumns)
-        fn = self._fns[name][m]
         if not self._async[name][m]:
-            return self._events_sync(fn, payload, positions)
+            return self._events_sync(m, name, payload, positions)
+        fn = self._fns[name][m]
         worst = SUCCESS
         loop = asyncio.get_running_loop()
         for i in positions:
@@ -221,13 +223,13 @@ class GroupExecutor:
             try:
                 returned = await fn(DbusEvent(payload, i))
             except Exception:
-                _log.exception("%s: on_event of member %d raised at offset %d; counted as "
-                               "ERROR", self.label, m, payload.offset_at(i))
+                _log.exception("%s: %s of %s raised at offset %d; counted as "
+                               "ERROR", self.label, name, self._who(m), payload.offset_at(i))
                 return ERROR
             finally:
                 started[m] = None
             if returned is not None and returned is not SUCCESS:
-                result = self._checked(returned, "on_event", m)
+                result = self._checked(returned, name, m)
                 if result.is_failure:
                     return result
                 worst = merge(worst, result)
@@ -242,17 +244,22 @@ class GroupExecutor:
                 returned) else repr(returned)
             if inspect.iscoroutine(returned):
                 returned.close()
-            _log.error("%s: %s of member %d returned %s, not a CallbackResult; counted as ERROR",
-                       self.label, name, m, kind)
+            _log.error("%s: %s of %s returned %s, not a CallbackResult; counted as ERROR",
+                       self.label, name, self._who(m), kind)
             return ERROR
         if result.is_failure:
-            _log.warning("%s: %s of member %d returned %s", self.label, name, m, result.name)
+            _log.warning("%s: %s of %s returned %s", self.label, name, self._who(m),
+                         result.name)
         return result
 
     def _over_budget(self, name: str, m: int, elapsed_s: float) -> CallbackResult:
-        _log.error("%s: %s of member %d ran %.0f ms, over call_budget_ms=%.0f; counted as ERROR",
-                   self.label, name, m, elapsed_s * 1000, self._budget_s * 1000)
+        _log.error("%s: %s of %s ran %.0f ms, over call_budget_ms=%.0f; counted as ERROR",
+                   self.label, name, self._who(m), elapsed_s * 1000, self._budget_s * 1000)
         return ERROR
+
+    def _who(self, m: int) -> str:
+        """Member m as the logs name it: its index in the group and its class."""
+        return f"member {m} ({type(self.members[m]).__name__})"
 
 
 def _bootstrap_names(members: Sequence[object]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ makes calls); segments built by the planning core over real event columns.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -82,6 +83,25 @@ def test_a_sync_call_over_budget_counts_as_error() -> None:
             time.sleep(0.03)
 
     assert run(GroupExecutor([Slow()], call_budget_ms=10), events_segment(1, 1)) is ERROR
+
+
+def test_the_log_names_the_member_and_callback_of_a_sync_event_call(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Slow(DatabusConsumerBase):
+        def on_event(self, event: DbusEvent):  # type: ignore[no-untyped-def]
+            time.sleep(0.03)
+
+    class Raising(DatabusConsumerBase):
+        def on_event(self, event: DbusEvent):  # type: ignore[no-untyped-def]
+            raise RuntimeError("boom")
+
+    with caplog.at_level(logging.WARNING, logger="keybus.databus"):
+        assert run(GroupExecutor([Recorder(), Slow()], call_budget_ms=10),
+                   events_segment(2, 2)) is ERROR
+        assert run(GroupExecutor([Recorder(), Raising()], 1000), events_segment(2, 2)) is ERROR
+    said = [r.getMessage() for r in caplog.records]
+    assert any("on_event of member 1 (Slow) ran" in m for m in said), said
+    assert any("on_event of member 1 (Raising) raised at offset 11" in m for m in said), said
 
 
 def test_a_callback_the_members_lack_is_a_clear_error() -> None:
