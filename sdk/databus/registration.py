@@ -15,16 +15,19 @@ Rules:
    exception (a bug) gets on_error and on_stop_consumption, and is logged
    with its traceback. Neither escapes the task: `wait()` raises it,
    `stop()` never does.
-2. The loop yields to the event loop before each item and checks for a stop
-   request there: with sync callbacks and no checkpoint write nothing else
-   suspends it, and a full inbox would otherwise be consumed whole before
-   the task that asked to stop (or any other task) runs again.
+2. The loop checks for a stop request before each item, and yields to the
+   event loop once `YIELD_EVERY_S` of it has passed without a suspension:
+   with sync callbacks and no checkpoint write nothing else suspends it, and
+   a full inbox would otherwise be consumed whole before the task that asked
+   to stop (or any other task) runs again. Not before each item: a yield
+   costs 6-9 us, a quarter of what a one-event window costs the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 from sdk import errors
@@ -46,6 +49,7 @@ from sdk.databus.window import Call, Segment
 
 _log = logging.getLogger("keybus.databus")
 _IDLE_TICK_S = 0.2  # how often an idle registration checks time-based checkpoints and health
+YIELD_EVERY_S = 0.001  # rule 2: the most loop time the registration takes in one go
 _OPEN_GRACE_MS = 1_000  # how long a stop asked for while the source opens waits for its outcome
 
 
@@ -69,6 +73,7 @@ class DatabusRegistration:
         self.executor = GroupExecutor(self.members, config.call_budget_ms, label=name)
         self.error: Exception | None = None
         self._stop_requested = False
+        self._yielded_s = 0.0  # monotonic time of the last yield (rule 2)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -180,8 +185,10 @@ class DatabusRegistration:
         """Wait for the next item (or an idle tick) and hand it to the runner."""
         runner = self.runner
         inbox = self.source.inbox
-        if len(inbox) and not self._stop_requested:
+        if len(inbox) and not self._stop_requested and \
+                time.monotonic() - self._yielded_s >= YIELD_EVERY_S:
             await asyncio.sleep(0)  # rule 2: get() would not suspend with items queued
+            self._yielded_s = time.monotonic()
         if self._stop_requested:
             return runner.process_stop(now_ms())
         item = await inbox.get(_IDLE_TICK_S)

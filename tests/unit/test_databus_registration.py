@@ -24,6 +24,7 @@ import pytest
 
 from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.databus import registration as registration_module
 from sdk.databus.callbacks import DatabusConsumerBase
 from sdk.databus.config import DatabusConfig
 from sdk.databus.event import DbusEvent
@@ -105,6 +106,14 @@ def registration(consumer: Recorder, source: FakeSource) -> DatabusRegistration:
     return DatabusRegistration("r", "t", [consumer], None, config, source)
 
 
+@pytest.fixture
+def yield_each_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop yields before every item (not each millisecond): what another task
+    sees is then exact, whatever the machine's speed."""
+    monkeypatch.setattr(registration_module, "YIELD_EVERY_S", 0.0)
+
+
+@pytest.mark.usefixtures("yield_each_item")
 def test_a_stop_from_another_task_takes_effect_at_the_next_window() -> None:
     async def go() -> tuple[int, int]:
         consumer = Recorder()
@@ -121,6 +130,7 @@ def test_a_stop_from_another_task_takes_effect_at_the_next_window() -> None:
     assert presented < WINDOWS
 
 
+@pytest.mark.usefixtures("yield_each_item")
 def test_other_tasks_run_between_windows() -> None:
     async def go() -> tuple[int, int]:
         consumer = Recorder()
@@ -145,6 +155,38 @@ def test_other_tasks_run_between_windows() -> None:
     ticks, windows = asyncio.run(go())
     assert windows == WINDOWS
     assert ticks >= WINDOWS // 2, f"another task ran {ticks} times during {windows} windows"
+
+
+def test_other_tasks_wait_at_most_about_a_slice_of_the_loop() -> None:
+    """With the default slice (1 ms), a full read-ahead of one-event windows never holds
+    the loop for long: before, 5,000 of them ran without a turn for anyone else."""
+    async def go() -> tuple[float, int]:
+        consumer = Recorder()
+        reg = registration(consumer, FakeSource(one_event_windows(5_000)))
+        loop = asyncio.get_running_loop()
+        gaps: list[float] = []
+
+        async def ticker() -> None:
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0)
+                now = loop.time()
+                gaps.append(now - last)
+                last = now
+
+        ticking = asyncio.ensure_future(ticker())
+        reg.start()
+        for _ in range(3_000):  # bounded: at most 30 s
+            if consumer.windows >= 5_000:
+                break
+            await asyncio.sleep(0.01)
+        ticking.cancel()
+        await reg.stop()
+        return max(gaps), consumer.windows
+
+    longest, windows = asyncio.run(go())
+    assert windows == 5_000
+    assert longest < 0.05, f"another task waited {longest * 1000:.1f} ms for a turn"
 
 
 def test_a_source_that_cannot_open_is_reported_to_the_consumers(
