@@ -33,6 +33,7 @@ from sdk.databus.log_windows import LogWindows
 from sdk.databus.registration import DatabusRegistration
 from sdk.databus.share_windows import ShareWindows
 from sdk.databus.window import MEMBERS_MAX
+from sdk.event_checks import check_sources
 from sdk.reader import Start, filter_to_proto, start_to_proto
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
@@ -119,7 +120,7 @@ class DatabusClient:
         members = self._members(consumer)
         config = _config(config) or self.config
         name = self._name(name, topic, needs_name=self.checkpoint_store is not None)
-        checked_sources = _sources(sources)
+        checked_sources = check_sources(sources)
         checked_partitions = _partitions(partitions)
         if type(bootstrap) is not bool:
             raise TypeError(f"bootstrap={bootstrap!r} is not a bool; give True or False")
@@ -170,7 +171,7 @@ class DatabusClient:
         source = ShareWindows(self.broker, topic, subscription, name=name, config=config,
                               need_slots=len(members) > 1, consumer_config=consumer_settings,
                               security=self.security)
-        return self._add(DatabusRegistration(name, topic, members, _sources(sources), config,
+        return self._add(DatabusRegistration(name, topic, members, check_sources(sources), config,
                                              source))
 
     # ------------------------------------------------------------ running
@@ -282,15 +283,3 @@ def _partitions(partitions: Sequence[int] | None) -> list[int] | None:
                          ">= 0 (or None for every partition)")
     return checked
 
-
-def _sources(sources: Sequence[str] | None) -> list[str] | None:
-    if sources is None:
-        return None
-    if isinstance(sources, str):
-        raise ValueError(f"sources={sources!r} is a string; give a list such as [{sources!r}]")
-    checked = list(sources)
-    if not checked or len(set(checked)) != len(checked) or \
-            not all(isinstance(s, str) for s in checked):
-        raise ValueError(f"sources {checked!r} are invalid: need a non-empty list of distinct "
-                         "source names (or None for every source)")
-    return checked
