@@ -39,15 +39,18 @@ def test_cluster_dev_starts_elects_and_stops(tmp_path: Path) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
-def test_cluster_dev_with_its_port_taken_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["broker", "zookeeper"])
+def test_cluster_dev_with_a_port_taken_is_one_line_naming_it(tmp_path: Path, which: str) -> None:
+    """A broker's port or ZooKeeper's taken: one line naming the port, exit 1, nothing
+    left running (ZooKeeper's case said only its last SLF4J log line)."""
     reason = ensure_zookeeper()
     if reason is not None:
         pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
-    zookeeper_port = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
+        busy = taken.getsockname()[1]
+        port, zookeeper_port = (busy, free_port()) if which == "broker" else (free_port(), busy)
         done = subprocess.run(
             [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir",
              str(tmp_path / "cluster"), "--base-port", str(port), "--zookeeper-port",
@@ -55,11 +58,16 @@ def test_cluster_dev_with_its_port_taken_is_one_line(tmp_path: Path) -> None:
             check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("keybus: error: broker exited with 1: keybus broker: error: cannot "
-                           f"listen on 127.0.0.1:{port}: the port is in use"), line
-    assert "stopped ZooKeeper" in done.stdout
-    with pytest.raises(OSError):  # ZooKeeper was stopped too
-        socket.create_connection(("127.0.0.1", zookeeper_port), timeout=1)
+    if which == "broker":
+        assert line.startswith("keybus: error: broker exited with 1: keybus broker: error: "
+                               f"cannot listen on 127.0.0.1:{port}: the port is in use"), line
+        assert "stopped ZooKeeper" in done.stdout
+    else:
+        assert line == (f"keybus: error: cannot listen on 127.0.0.1:{zookeeper_port} for "
+                        "ZooKeeper: the port is in use (another ZooKeeper? 2181 is its "
+                        "default); choose another with --zookeeper-port N"), line
+        with pytest.raises(OSError):  # no broker was started
+            socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
 def alive(pid: int) -> bool:
@@ -97,29 +105,6 @@ def test_cluster_dev_stopped_by_a_signal_stops_what_it_started(tmp_path: Path,
         for pid in children:  # by PID, only what this test started
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def test_cluster_dev_with_its_zookeeper_port_taken_names_the_port(tmp_path: Path) -> None:
-    reason = ensure_zookeeper()
-    if reason is not None:
-        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
-    port = free_port()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        zookeeper_port = taken.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir",
-             str(tmp_path / "cluster"), "--base-port", str(port), "--zookeeper-port",
-             str(zookeeper_port), "--exit"], capture_output=True, text=True, timeout=120,
-            check=False)
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    (line,) = done.stderr.strip().splitlines()
-    assert line == (f"keybus: error: cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: "
-                    "the port is in use (another ZooKeeper? 2181 is its default); choose "
-                    "another with --zookeeper-port N"), line
-    with pytest.raises(OSError):  # no broker was started
-        socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
 @pytest.mark.parametrize(("acks", "said"), [
