@@ -193,19 +193,8 @@ def test_a_source_that_cannot_open_is_reported_to_the_consumers(
         caplog: pytest.LogCaptureFixture) -> None:
     cause = errors.TopicNotFound("topic 'gone' does not exist; create it first")
 
-    async def go() -> tuple[Recorder, BaseException | None]:
-        consumer = Recorder()
-        reg = registration(consumer, FakeSource([], open_error=cause))
-        reg.start()
-        await reg.stop()  # never raises the registration's error
-        try:
-            await reg.wait()
-        except Exception as e:
-            return consumer, e
-        return consumer, None
-
     with caplog.at_level(logging.INFO, logger="keybus.databus"):
-        consumer, raised = asyncio.run(go())
+        consumer, raised = asyncio.run(_stopped(FakeSource([], open_error=cause)))
     assert consumer.calls == ["start", ("error", cause), "stop"]
     assert raised is cause
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -214,19 +203,9 @@ def test_a_source_that_cannot_open_is_reported_to_the_consumers(
 
 def test_a_bug_in_open_reaches_the_consumers_and_the_log_with_its_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
-    async def go() -> tuple[Recorder, BaseException | None]:
-        consumer = Recorder()
-        reg = registration(consumer, FakeSource([], open_error=KeyError("on_start_bootstrap")))
-        reg.start()
-        await reg.stop()
-        try:
-            await reg.wait()
-        except Exception as e:
-            return consumer, e
-        return consumer, None
-
     with caplog.at_level(logging.INFO, logger="keybus.databus"):
-        consumer, raised = asyncio.run(go())
+        consumer, raised = asyncio.run(
+            _stopped(FakeSource([], open_error=KeyError("on_start_bootstrap"))))
     assert isinstance(raised, KeyError)
     assert consumer.calls == ["start", ("error", raised), "stop"]
     assert any(r.levelno >= logging.WARNING and r.exc_info for r in caplog.records)
@@ -236,26 +215,32 @@ def test_a_bug_during_consumption_reaches_the_consumers_and_stop_does_not_raise(
         caplog: pytest.LogCaptureFixture) -> None:
     """A bootstrap marker reaching plain consumers (the executor has no such callback)."""
 
-    async def go() -> tuple[Recorder, BaseException | None]:
-        consumer = Recorder()
-        source = FakeSource([*one_event_windows(2), MarkerItem("on_start_bootstrap")])
-        reg = registration(consumer, source)
-        reg.start()
-        for _ in range(500):  # until the bug ended consumption (5 s at most)
-            if not reg.running:
-                break
-            await asyncio.sleep(0.01)
-        await reg.stop()  # the old loop let the bug escape from here
-        assert source.closed
-        try:
-            await reg.wait()
-        except Exception as e:
-            return consumer, e
-        return consumer, None
-
+    source = FakeSource([*one_event_windows(2), MarkerItem("on_start_bootstrap")])
     with caplog.at_level(logging.INFO, logger="keybus.databus"):
-        consumer, raised = asyncio.run(go())
+        consumer, raised = asyncio.run(_stopped(source, until_ended=True))
+    assert source.closed
     assert isinstance(raised, RuntimeError) and "on_start_bootstrap" in str(raised)
     assert consumer.windows == 2
     assert consumer.calls == ["start", ("error", raised), "stop"]
     assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
+
+
+async def _stopped(source: FakeSource, until_ended: bool = False
+                   ) -> tuple[Recorder, BaseException | None]:
+    """Start a registration over `source`, stop it (`until_ended`: once consumption
+    ended by itself, 5 s at most) and return its consumer and what `wait()` raised.
+    `stop()` itself must not raise the registration's error (the old loop let a bug
+    escape from there)."""
+    consumer = Recorder()
+    reg = registration(consumer, source)
+    reg.start()
+    for _ in range(500 if until_ended else 0):
+        if not reg.running:
+            break
+        await asyncio.sleep(0.01)
+    await reg.stop()
+    try:
+        await reg.wait()
+    except Exception as e:
+        return consumer, e
+    return consumer, None
