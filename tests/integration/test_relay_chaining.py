@@ -223,11 +223,7 @@ def test_a_follower_chains_from_a_leader_behind_tls_and_tokens(tmp_path: Path) -
     try:
         leader.start()
         follower.start()
-        root = setup.stub(leader.address, SUPERUSER)
-        root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
-        batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
-                              values=[b"a", b"b", b"c"])
-        (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+        answer = _create_and_produce_three(setup, leader.address)
         assert answer.error_code == 0, answer.error_message  # acks=1: the follower's report came
         wait_for(lambda: events(follower.address, "s") == 3, 15, "copied over TLS")
     finally:
@@ -248,11 +244,7 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
     try:
         leader.start()
         follower.start()
-        root = setup.stub(leader.address, SUPERUSER)
-        root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
-        batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
-                              values=[b"a", b"b", b"c"])
-        (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+        answer = _create_and_produce_three(setup, leader.address)
         assert answer.error_code == 0, answer.error_message
         create_topic(stub(follower.address), "s")  # its partitions exist; nothing is copied
         said = f"cannot set up the copy from {leader.address}"
@@ -270,3 +262,14 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
     finally:
         follower.stop()
         leader.stop()
+
+
+def _create_and_produce_three(setup: SecureSetup, address: str) -> pb.ProduceResponse:
+    """Topic "s" on the secured broker at `address`, and one batch of 3 events in it,
+    as the superuser; the produce's answer."""
+    root = setup.stub(address, SUPERUSER)
+    root.CreateTopic(pb.CreateTopicRequest(topic="s"), timeout=10)
+    batch = pb.EventBatch(count=3, key_ints=[1, 2, 3], slots=slots_of([1, 2, 3]),
+                          values=[b"a", b"b", b"c"])
+    (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
+    return answer
