@@ -54,7 +54,7 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "partitions={value} is out of range; allowed 1..{max} (the broker's "
                   "partitions_max)"),
         ErrorKind("retention_invalid", grpc.StatusCode.INVALID_ARGUMENT,
-                  "{field}={value} is invalid; allowed 0 ({zero}) or a positive number"),
+                  "{field}={value} is invalid; allowed {allowed}"),
         ErrorKind("partition_out_of_range", grpc.StatusCode.INVALID_ARGUMENT,
                   "partition={partition} is out of range for topic {topic!r}; "
                   "allowed 0..{last}"),

@@ -97,12 +97,9 @@ class TopicRegistry:
         if not 1 <= partitions <= self.settings.partitions_max:
             raise BrokerError("partitions_invalid", value=partitions,
                               max=self.settings.partitions_max)
-        for name in ("retention_ms", "retention_bytes"):
-            if getattr(config, name) < 0:
-                raise BrokerError("retention_invalid", field=name, value=getattr(config, name),
-                                  zero="no limit")
-        retention_ms = config.retention_ms or self.settings.retention_ms
-        retention_bytes = config.retention_bytes or self.settings.retention_bytes
+        retention_ms, retention_bytes = (
+            topic_retention(name, getattr(config, name), getattr(self.settings, name))
+            for name in ("retention_ms", "retention_bytes"))
         meta = TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())
         return check_view_config(meta, config, self.settings)
 
@@ -148,3 +145,15 @@ class TopicRegistry:
             for partition in partitions:
                 removed += await partition.enforce_retention(now_ms())
         return removed
+
+
+def topic_retention(name: str, asked: int, default: int) -> int:
+    """A topic's retention limit as stored (0: none) from what CreateTopic asked:
+    0 takes the broker's default, -1 none (a topic kept forever on a broker whose
+    default expires events), a positive number itself."""
+    if asked < -1:
+        none = "keep forever" if name == "retention_ms" else "no size limit"
+        raise BrokerError("retention_invalid", field=name, value=asked,
+                          allowed=f"-1 ({none}), 0 (the broker's default: "
+                                  f"{f'{default:,}' if default else 'none'}) or a positive number")
+    return 0 if asked == -1 else asked or default

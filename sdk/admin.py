@@ -27,8 +27,10 @@ class Admin(SubscriptionAdmin):
 
         Args:
             partitions: 1..the broker's partitions_max (default 1).
-            retention_ms: keep events this long; 0 = forever (default).
-            retention_bytes: per partition; 0 = no size limit (default).
+            retention_ms: keep events this long; 0 = the broker's default
+                (its retention_ms: forever unless set), -1 = forever.
+            retention_bytes: per partition; 0 = the broker's default (no size
+                limit unless set), -1 = no size limit.
             view: keep a compacted view (latest event per key and source) for
                 bootstrap; None (default) = the broker's view_default.
             compacted: Kafka's cleanup.policy=compact: retention keeps at least

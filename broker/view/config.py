@@ -35,7 +35,8 @@ def check_view_config(meta: TopicMeta, config: pb.TopicConfig, settings: Setting
     if config.delete_retention_ms < 0:
         raise BrokerError("retention_invalid", field="delete_retention_ms",
                           value=config.delete_retention_ms,
-                          zero=f"the broker's default, {settings.delete_retention_ms:,} ms")
+                          allowed=f"0 (the broker's default, {settings.delete_retention_ms:,} "
+                                  "ms) or a positive number")
     view = config.view == pb.VIEW_ON or config.compacted or (
         config.view == pb.VIEW_DEFAULT and settings.view_default)
     return dataclasses.replace(meta, view=view, compacted=config.compacted,

@@ -43,11 +43,13 @@ def topics() -> None:
 @click.argument("name")
 @click.option("--partitions", default=1, show_default=True, type=click.IntRange(1, UINT32_MAX),
               help="Partitions of the topic (the broker allows up to its partitions_max).")
-@click.option("--retention-ms", default=0, show_default=True, type=click.IntRange(0, INT64_MAX),
-              help="Remove records older than this (0 = keep forever).")
+@click.option("--retention-ms", default=0, show_default=True, type=click.IntRange(-1, INT64_MAX),
+              help="Remove records older than this (0 = the broker's retention_ms, forever "
+                   "unless set; -1 = keep forever).")
 @click.option("--retention-bytes", default=0, show_default=True,
-              type=click.IntRange(0, INT64_MAX),
-              help="Keep at most this many bytes per partition (0 = no limit).")
+              type=click.IntRange(-1, INT64_MAX),
+              help="Keep at most this many bytes per partition (0 = the broker's "
+                   "retention_bytes, no limit unless set; -1 = no limit).")
 @click.option("--view/--no-view", default=None,
               help="Keep a compacted view for bootstrap (default: the broker's view_default).")
 @click.option("--compacted", is_flag=True,

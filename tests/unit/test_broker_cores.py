@@ -19,6 +19,7 @@ from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
 from broker.rpc import wire
+from broker.topics import topic_retention
 from broker.windows import PartitionClock, ProduceInput, ProducerTable, advance, decide
 from sdk.core.columns import SCN_MAX
 from sdk.core.pb import keybus_pb2 as pb
@@ -188,3 +189,18 @@ def test_varint_matches_protobuf_at_every_width_boundary() -> None:
         assert wire.NEXT_OFFSET_TAG + wire.varint(value) == \
             pb.ReadResponse(next_offset=value).SerializeToString() or value == 0
     assert wire.varint(0) == b"\x00"
+
+
+@pytest.mark.parametrize(("asked", "default", "stored"), [
+    (0, 0, 0), (0, 3_600_000, 3_600_000), (5_000, 3_600_000, 5_000), (-1, 3_600_000, 0),
+    (-1, 0, 0)])
+def test_a_topic_s_retention_is_its_own_the_broker_s_default_or_none(
+        asked: int, default: int, stored: int) -> None:
+    """0 takes the broker's default, -1 none: before, a topic could not be kept forever
+    on a broker whose default expires events (0 took the default, -1 was refused), though
+    the proto said 0 kept forever."""
+
+    assert topic_retention("retention_ms", asked, default) == stored
+    with pytest.raises(BrokerError, match=r"retention_bytes=-2 is invalid; allowed -1 \(no size "
+                                          r"limit\), 0 \(the broker's default: none\)"):
+        topic_retention("retention_bytes", -2, 0)

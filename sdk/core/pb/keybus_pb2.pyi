@@ -768,9 +768,11 @@ class TopicConfig(_message.Message):
     DELETE_RETENTION_MS_FIELD_NUMBER: _builtins.int
     partitions: _builtins.int
     retention_ms: _builtins.int
-    """0 = keep forever"""
+    """0 = the broker's default (its retention_ms / retention_bytes settings);
+    -1 = keep forever / no size limit (as Kafka's topic configs).
+    """
     retention_bytes: _builtins.int
-    """per partition; 0 = no size limit"""
+    """per partition"""
     view: Global___ViewPolicy.ValueType
     """Compacted view and bootstrap (see the bootstrap section below).
     keep a compacted view per (partition, source)
