@@ -43,12 +43,20 @@ def checkpoint_rows(info: pb.TopicInfo, checkpoints: list[Checkpoint]) -> list[d
         if checkpoint is None:
             rows.append({"partition": partition.partition, "offset": None, "scn": None,
                          "epoch": None, "end_offset": partition.end_offset,
-                         "lag": partition.end_offset - partition.start_offset})
+                         "lag": partition.end_offset - partition.start_offset,
+                         "behind_retention": False})
             continue
+        # Lag counts what is still stored after the checkpoint: a checkpoint behind
+        # retention cannot be resumed from (the processor reports OffsetOutOfRange), so
+        # the events retention removed are not "to process" and are said apart.
+        next_offset = checkpoint.offset + 1
+        behind = next_offset < partition.start_offset
         rows.append({"partition": checkpoint.partition, "offset": checkpoint.offset,
                      "scn": checkpoint.scn, "epoch": checkpoint.epoch,
                      "end_offset": partition.end_offset,
-                     "lag": max(0, partition.end_offset - checkpoint.offset - 1)})
+                     "lag": max(0, partition.end_offset - max(next_offset,
+                                                              partition.start_offset)),
+                     "behind_retention": behind})
     return rows
 
 
@@ -80,6 +88,7 @@ def checkpoints_table(title: str, rows: list[dict[str, Any]], width: int,
                       wide: bool = False) -> RenderableType:
     """Each partition's checkpoint and its lag, laid out for `width`."""
     cells = [(str(row["partition"]), *("-" if row[k] is None else f"{row[k]}"
-                                       for k in ("offset", "scn", "epoch")), f"{row['lag']:,}")
+                                       for k in ("offset", "scn", "epoch")),
+              f"{row['lag']:,}" + (" (behind retention)" if row["behind_retention"] else ""))
              for row in rows]
     return fit_table(title, ("partition", "offset", "scn", "epoch", "lag"), cells, width, wide)

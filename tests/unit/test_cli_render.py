@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from keybus.cli import render, render_subscriptions
+from keybus.cli.render_processors import checkpoint_rows, checkpoints_table
 from sdk.core.hashing import SLOT_COUNT
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.stores.records import Checkpoint
 
 LONG = "billing-for-the-european-warehouse-team-v2"
 
@@ -129,3 +131,17 @@ def test_topics_table_names_whole_in_a_narrow_terminal() -> None:
 ])
 def test_format_ranges(ranges: list[HashRange], wide: bool, text: str) -> None:
     assert render.format_ranges(ranges, wide) == text
+
+
+def test_checkpoint_lag_counts_only_what_is_still_stored() -> None:
+    """A checkpoint at 9 of a partition retention trimmed to 100..120: 21 events are
+    left to process, not 110, and the row says the checkpoint is behind retention."""
+    info = pb.TopicInfo(topic="t", partitions=[
+        pb.PartitionInfo(partition=0, start_offset=100, end_offset=121),
+        pb.PartitionInfo(partition=1, start_offset=0, end_offset=50)])
+    checkpoints = [Checkpoint("", "t", "g", 0, 9, 10, 0), Checkpoint("", "t", "g", 1, 9, 10, 0)]
+    rows = checkpoint_rows(info, checkpoints)
+    assert [(r["lag"], r["behind_retention"]) for r in rows] == [(21, True), (40, False)]
+    console = Console(width=80, record=True)
+    console.print(checkpoints_table("checkpoints", rows, 80))
+    assert "21 (behind retention)" in console.export_text()
