@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sdk.admin_client import AdminClient
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.event_checks import INT64_MAX
 from sdk.subscription_admin import SubscriptionAdmin
 
 __all__ = ["Admin", "AdminClient"]
@@ -39,8 +40,16 @@ class Admin(SubscriptionAdmin):
         Returns:
             The new topic's TopicInfo.
         Raises:
-            AlreadyExists, InvalidArgument (names the bad field), Unavailable.
+            ValueError: a number that is not an int the wire can carry (named),
+                before any call; AlreadyExists, InvalidArgument (names the bad
+                field), Unavailable.
         """
+        for arg, value, low, high in (("partitions", partitions, 0, (1 << 32) - 1),
+                                      ("retention_ms", retention_ms, -1, INT64_MAX),
+                                      ("retention_bytes", retention_bytes, -1, INT64_MAX),
+                                      ("delete_retention_ms", delete_retention_ms, 0, INT64_MAX)):
+            if type(value) is not int or not low <= value <= high:  # protobuf names no field
+                raise ValueError(f"{arg}={value!r} is invalid: need an int {low}..{high}")
         config = pb.TopicConfig(
             partitions=partitions, retention_ms=retention_ms, retention_bytes=retention_bytes,
             view=pb.VIEW_DEFAULT if view is None else pb.VIEW_ON if view else pb.VIEW_OFF,

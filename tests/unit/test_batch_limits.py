@@ -1,12 +1,16 @@
 """What the compacted view and the SCNs can hold, refused at the door: an opcode
 protobuf kept though the enum lacks it, and ordering keys, sources and schemas over
 TEXT_BYTES_MAX. Each was stored before and then stopped the partition's view (hence
-its retention) for good. Also a reader's sources given as one string."""
+its retention) for good. Also a reader's sources given as one string, and create_topic's numbers."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from sdk.admin import Admin
 from sdk.core.columns import TEXT_BYTES_MAX, BatchError, validate_batch
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_batches import window_request
@@ -70,3 +74,21 @@ def test_a_reader_refuses_sources_given_as_one_string(sources: str) -> None:
     with pytest.raises(ValueError, match=f"sources='{sources}' is a string; give a list"):
         Reader("127.0.0.1:1", "t", 0, start="bootstrap", sources=sources)
     Reader("127.0.0.1:1", "t", 0, start="bootstrap", sources=[sources])  # no call yet
+
+
+@pytest.mark.parametrize(("arguments", "said"), [
+    ({"partitions": 1 << 40}, "partitions=1099511627776 is invalid: need an int 0..4294967295"),
+    ({"retention_ms": 1 << 63}, "retention_ms=9223372036854775808 is invalid: need an int -1.."),
+    ({"retention_bytes": -2}, "retention_bytes=-2 is invalid: need an int -1.."),
+    ({"delete_retention_ms": "1"}, "delete_retention_ms='1' is invalid: need an int 0..")])
+def test_create_topic_names_a_number_the_wire_cannot_carry(arguments: dict[str, Any],
+                                                           said: str) -> None:
+    """protobuf's own 'Value out of range: ...' named no argument; refused before any call
+    (the broker address is a closed port)."""
+    async def create() -> None:
+        async with Admin("127.0.0.1:1") as admin:
+            await admin.create_topic("t", **arguments)
+
+    with pytest.raises(ValueError) as raised:
+        asyncio.run(create())
+    assert str(raised.value).startswith(said), raised.value
