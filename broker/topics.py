@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
@@ -20,9 +19,8 @@ from broker.partition import Partition, TopicMeta, now_ms
 from broker.view.config import check_view_config, describe_view_config
 from broker.view.service import ViewService
 from sdk.core.hashing import SlotCache
+from sdk.core.names import is_name
 from sdk.core.pb import keybus_pb2 as pb
-
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class TopicRegistry:
@@ -91,7 +89,7 @@ class TopicRegistry:
 
     def _check_config(self, topic: str, config: pb.TopicConfig) -> TopicMeta:
         limit = self.settings.topic_name_bytes_max
-        if not (0 < len(topic) <= limit and TOPIC_NAME.fullmatch(topic)):
+        if not is_name(topic, limit):
             raise BrokerError("topic_name_invalid", topic=topic, max=limit)
         partitions = config.partitions or self.settings.default_partitions
         if not 1 <= partitions <= self.settings.partitions_max:

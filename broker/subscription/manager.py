@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 from collections.abc import Mapping
 
 from broker.config import Settings
@@ -46,10 +45,10 @@ from sdk.consumer_config import MODES
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.hashing import SLOT_MAX
 from sdk.core.model import HashRange, RangeError
+from sdk.core.names import is_name
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.subscriptions")
-NAME = re.compile(r"[A-Za-z0-9._-]+")
 METRICS_INTERVAL_S = 1.0
 
 
@@ -182,7 +181,7 @@ class SubscriptionManager:
         limit = self.settings.topic_name_bytes_max
         for field, value in (("subscription", request.subscription),
                              ("consumer_name", request.consumer_name)):
-            if not (0 < len(value) <= limit and NAME.fullmatch(value)):
+            if not is_name(value, limit):
                 raise BrokerError("subscription_name_invalid", field=field, value=value,
                                   max=limit)
         partitions = sorted(set(request.partitions)) or list(range(meta.partitions))

@@ -16,7 +16,7 @@ from typing import Any
 from broker.errors import BrokerError
 from broker.subscription.selector import SelectorError
 from broker.subscription.selector_sticky import RangeConflict
-from broker.topics import TOPIC_NAME
+from sdk.core.names import is_name
 from sdk.core.pb import keybus_pb2 as pb
 
 TYPE_NAMES: dict[int, str] = {pb.EXCLUSIVE: "exclusive", pb.SHARED: "shared", pb.FAILOVER: "failover",
@@ -68,7 +68,7 @@ class SubscriptionSpec:
             return
         if not named and len(topic) > name_max:
             raise BrokerError("dead_letter_default_too_long", size=len(topic), max=name_max)
-        if not (len(topic) <= name_max and TOPIC_NAME.fullmatch(topic)):
+        if not is_name(topic, name_max):
             raise BrokerError("dead_letter_topic_invalid", topic=topic, max=name_max)
         if topic == self.topic:
             raise BrokerError("dead_letter_topic_is_topic", topic=topic, subscription=self.name)
