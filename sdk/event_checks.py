@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sdk.core.columns import TEXT_BYTES_MAX, value_size_error
+from sdk.core.columns import OPCODES, TEXT_BYTES_MAX, text_bytes_over, value_size_error
 from sdk.core.pb import keybus_pb2 as pb
 
 # Estimated wire bytes per event beside its value: key, slot, field tags.
@@ -120,7 +120,7 @@ def extras_of(ordering_key: str | None, source: Any, opcode: Any, schema: Any, h
         extras["sources"] = _check_text_size(
             source if type(source) is str else _check_str(source, "source"), "source")
     if opcode:
-        if opcode not in (pb.UPSERT, pb.DELETE) or isinstance(opcode, bool):
+        if opcode not in OPCODES or isinstance(opcode, bool):
             raise ValueError(f"opcode {opcode!r} is invalid: use UPSERT (0) or DELETE (1)")
         extras["opcodes"] = int(opcode)
     if schema:
@@ -170,7 +170,7 @@ def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
                                  f"{name}[{i}]") for i, v in enumerate(column)]
     if name == "opcodes":
         for i, v in enumerate(column):
-            if v not in (pb.UPSERT, pb.DELETE) or type(v) is not int:
+            if v not in OPCODES or type(v) is not int:
                 raise ValueError(f"opcodes[{i}] is {v!r}: use UPSERT (0) or DELETE (1)")
         return list(column)
     if name == "headers":
@@ -184,8 +184,9 @@ def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
 def _check_text_size(text: str, name: str) -> str:
     """`text`, if its UTF-8 fits TEXT_BYTES_MAX (the broker refuses the whole batch
     otherwise, other events of it included); encoded only when it could be over."""
-    if 4 * len(text) > TEXT_BYTES_MAX and len(text.encode()) > TEXT_BYTES_MAX:
-        raise ValueError(f"{name} is {len(text.encode()):,} bytes (UTF-8); an ordering key, "
+    size = text_bytes_over(text)
+    if size:
+        raise ValueError(f"{name} is {size:,} bytes (UTF-8); an ordering key, "
                          f"source or schema is at most {TEXT_BYTES_MAX:,} bytes")
     return text
 

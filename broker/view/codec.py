@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from sdk.core.columns import TEXT_BYTES_MAX
 from sdk.core.pb import keybus_pb2 as pb
 
 PREFIX = struct.Struct(">II")
@@ -55,7 +56,7 @@ SOURCE_LENGTH = struct.Struct(">H")
 INT_KEY = struct.Struct(">Q")
 OPCODE_AT = 34  # byte position of the opcode in an entry value
 SIGN_BIT = 1 << 63
-SOURCE_BYTES_MAX = 0xFFFF
+SOURCE_BYTES_MAX = TEXT_BYTES_MAX  # 2 length bytes: the rule producers are held to
 
 ENTRY_TAG = b"e"
 STATE_TAG = b"s"

@@ -116,8 +116,8 @@ def _check_texts(batch: pb.EventBatch) -> None:
         if not column or 4 * max(map(len, column)) <= TEXT_BYTES_MAX:
             continue
         for i, text in enumerate(column):
-            size = len(text.encode())
-            if size > TEXT_BYTES_MAX:
+            size = text_bytes_over(text)
+            if size:
                 which = f"event {i}" if len(column) > 1 else "every event (broadcast)"
                 raise BatchError(f"batch.{name}",
                                  f"the {name[:-1].replace('_', ' ')} of {which} is {size:,} bytes "
@@ -149,6 +149,15 @@ def _check_sizes(batch: pb.EventBatch, event_bytes_max: int) -> None:
             raise BatchError("batch.values",
                              value_size_error(f"the value of event {i}", len(value),
                                               event_bytes_max), sentence=True)
+
+
+def text_bytes_over(text: str) -> int:
+    """The UTF-8 size of `text` if it is over TEXT_BYTES_MAX, else 0; encoded only when
+    it could be over (4 bytes a character at most)."""
+    if 4 * len(text) <= TEXT_BYTES_MAX:
+        return 0
+    size = len(text.encode())
+    return size if size > TEXT_BYTES_MAX else 0
 
 
 def value_size_error(what: str, size: int, event_bytes_max: int) -> str:
