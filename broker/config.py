@@ -192,9 +192,10 @@ class Settings:
                                        "view this long (Kafka's default).")
     view_pass_events_max: int = setting(100_000, "Log events one view maintenance pass folds, "
                                         "at most.")
-    view_linger_ms: int = setting(1_000, "Before a view pass, wait up to this long for a full "
+    view_linger_ms: int = setting(5_000, "Before a view pass, wait up to this long for a full "
                                   "pass of events (a pass over more events writes each hot "
-                                  "key once); bounds the view's lag when the log grows slowly.")
+                                  "key once: fewer view writes, which share the event loop's "
+                                  "GIL); bounds the view's lag when the log grows slowly.")
     view_sweep_interval_ms: int = setting(60_000, "How often tombstones past delete retention "
                                           "go.")
     view_sweep_entries_max: int = setting(10_000, "Tombstones one sweep pass looks at.")
