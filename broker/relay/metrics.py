@@ -7,7 +7,12 @@ what only a chain has.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge
+
+if TYPE_CHECKING:
+    from broker.relay.follower import CopyState
 
 UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
                           "Seconds since a follower last heard from its upstream (-1 = never)",
@@ -29,3 +34,20 @@ IS_LEADER = Gauge("keybus_relay_is_leader", "1 while this broker accepts produce
                   ["topic"])
 ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
                     "Produce answers held until enough followers hold the events", ["topic"])
+
+
+def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_ms: int) -> None:
+    """One partition's copy as gauges. Its lag is counted from the upstream end it last
+    read: before its first read it knows none, so the lag series are left out (a 0
+    would say "caught up"), as `keybus cluster status` shows "-" there."""
+    labels = (topic, str(partition))
+    UPSTREAM_READ_AGE.labels(*labels).set(
+        (now_ms - state.last_read_ms) / 1000 if state.last_read_ms else -1)
+    if not state.last_read_ms:
+        FOLLOWER_LAG_EVENTS.remove(*labels)  # a new copy of the topic: its last lag is gone
+        FOLLOWER_LAG_SECONDS.remove(*labels)
+        return
+    lag = max(state.upstream_end - log_end, 0)
+    FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
+    FOLLOWER_LAG_SECONDS.labels(*labels).set(
+        (now_ms - state.caught_up_ms) / 1000 if lag and state.caught_up_ms else 0)

@@ -34,14 +34,7 @@ from broker.relay.acks import AckTracker
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
 from broker.relay.follower import TopicFollower, wall_ms
-from broker.relay.metrics import (
-    ACK_WAITING,
-    FOLLOWER_LAG_EVENTS,
-    FOLLOWER_LAG_SECONDS,
-    IS_LEADER,
-    LEADER_CHANGES,
-    UPSTREAM_READ_AGE,
-)
+from broker.relay.metrics import ACK_WAITING, IS_LEADER, LEADER_CHANGES, export_copy
 from broker.relay.settings import RelaySettings, TopicReplication
 from broker.relay.tasks import RelayTasks
 from broker.supervision import describe_cause
@@ -152,13 +145,7 @@ class RelayNode:
                 for index, state in follower.states.items():
                     with contextlib.suppress(BrokerError):
                         end = self.registry.partition(topic, index).log_end
-                        lag = max(state.upstream_end - end, 0)
-                        labels = (topic, str(index))
-                        FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
-                        FOLLOWER_LAG_SECONDS.labels(*labels).set(
-                            (now - state.caught_up_ms) / 1000 if lag and state.caught_up_ms else 0)
-                        UPSTREAM_READ_AGE.labels(*labels).set(
-                            (now - state.last_read_ms) / 1000 if state.last_read_ms else -1)
+                        export_copy(topic, index, state, end, now)
 
     def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
         self.roles[topic] = TopicRole(topic, replication)

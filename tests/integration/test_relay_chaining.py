@@ -124,6 +124,26 @@ def metrics(port: int) -> str:
         return str(answer.read().decode())
 
 
+def test_a_follower_that_never_read_exports_no_lag(pair) -> None:  # type: ignore[no-untyped-def]
+    """Before its first read a follower knows no upstream end: its lag series are absent
+    (a 0 would say "caught up"; `keybus cluster status` shows "-"), until it reads."""
+    leader, follower = pair
+    create_topic(stub(leader.address), "t")  # nothing in it: the copy reads nothing
+    port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
+    never = 'keybus_relay_seconds_since_upstream_read{partition="0",topic="t"} -1.0'
+    wait_for(lambda: never in metrics(port), 15, "the copy's metrics")
+    assert "keybus_relay_follower_lag_events{" not in metrics(port)
+    assert "keybus_relay_follower_lag_seconds{" not in metrics(port)
+    asyncio.run(fill_one(leader.address))
+    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
+             metrics(port), 15, "the lag once read")
+
+
+async def fill_one(address: str) -> None:
+    async with await Producer.create(address, "t") as producer:
+        await (await producer.send(1, b"x"))
+
+
 def test_produce_to_a_follower_names_the_leader(pair) -> None:  # type: ignore[no-untyped-def]
     leader, follower = pair
     create_topic(stub(leader.address), "t")

@@ -1,0 +1,35 @@
+"""The copy's gauges: a follower that never read has no lag series (not 0, "caught up").
+
+Method: `export_copy` on copy states, read back from prometheus_client's registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from broker.relay.follower import CopyState
+from broker.relay.metrics import export_copy
+
+
+def sample(name: str, partition: int) -> float | None:
+    return REGISTRY.get_sample_value(name, {"topic": "metrics-t", "partition": str(partition)})
+
+
+def test_a_copy_that_never_read_exports_no_lag_until_it_reads() -> None:
+    export_copy("metrics-t", 0, CopyState(), log_end=0, now_ms=10_000)
+    assert sample("keybus_relay_follower_lag_events", 0) is None
+    assert sample("keybus_relay_follower_lag_seconds", 0) is None
+    assert sample("keybus_relay_seconds_since_upstream_read", 0) == -1
+    read = CopyState(upstream_end=50, last_read_ms=9_000, caught_up_ms=8_000)
+    export_copy("metrics-t", 0, read, log_end=20, now_ms=10_000)
+    assert sample("keybus_relay_follower_lag_events", 0) == 30
+    assert sample("keybus_relay_follower_lag_seconds", 0) == 2
+    assert sample("keybus_relay_seconds_since_upstream_read", 0) == 1
+
+
+def test_a_new_copy_drops_the_lag_its_predecessor_left() -> None:
+    read = CopyState(upstream_end=5, last_read_ms=9_000, caught_up_ms=9_000)
+    export_copy("metrics-t", 1, read, log_end=5, now_ms=10_000)
+    assert sample("keybus_relay_follower_lag_events", 1) == 0
+    export_copy("metrics-t", 1, CopyState(), log_end=5, now_ms=11_000)  # the copy restarted
+    assert sample("keybus_relay_follower_lag_events", 1) is None
