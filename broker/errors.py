@@ -209,6 +209,12 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "{have} of the {copies} follower copies of {topic!r}/{partition} up to offset "
                   "{offset} arrived within acks_timeout_ms={timeout}; the events are on the "
                   "leader and a retry is answered once they are copied"),
+        ErrorKind("followers_missing", grpc.StatusCode.UNAVAILABLE,
+                  "topic {topic!r} has acks={copies}, so {copies} follower(s) must copy each "
+                  "event from its leader {broker}, but {following} follow it now; nothing of "
+                  "this produce to partition {partition} was stored. Retry once enough "
+                  "followers copy (keybus cluster status --broker {broker} shows them), or "
+                  "lower the topic's acks"),
         ErrorKind("replica_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
         ErrorKind("log_truncated", grpc.StatusCode.OUT_OF_RANGE,
                   "the log of {topic!r}/{partition} was truncated to offset {cut} while this "

@@ -10,6 +10,16 @@ Rules:
    acknowledged end. With copies = 0 everything is acknowledged at once.
 3. Waiters are released in end-offset order, whole (a window is one record,
    so one waiter).
+4. A follower *follows* while a report stream that brought one of its
+   positions for this epoch is open (`attach` .. `detach`): connected,
+   however far behind (a paused or slow follower still counts; one whose
+   process is gone does not, its stream closed).
+5. A produce is refused before it is stored when fewer than `copies`
+   followers follow (`short_of_followers`), but not while the leader waits
+   for its followers to attach: until `copies` of them followed at once, or
+   for `grace_ms` after it began leading (followers attach after a leader
+   starts or is elected). Then, as for a produce already waiting when
+   followers drop away, the produce is stored and waits for its copies.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ class AckTracker(Generic[T]):
         self.positions: dict[str, int] = {}
         self._waiting: list[tuple[int, int, T]] = []
         self._order = itertools.count()
+        self._streams: set[tuple[object, str]] = set()  # (open report stream, follower)
+        self.filled = copies == 0  # `copies` followers followed at once (rule 5)
 
     def acked_end(self) -> int | None:
         """Offsets below this are held by `copies` followers (None = no limit)."""
@@ -57,6 +69,26 @@ class AckTracker(Generic[T]):
         while self._waiting and (acked is None or self._waiting[0][0] <= acked):
             released.append(heapq.heappop(self._waiting)[2])
         return released
+
+    def attach(self, follower: str, stream: object) -> None:
+        """A report of `follower` came on `stream` (rule 4)."""
+        self._streams.add((stream, follower))
+        self.filled = self.filled or self.following >= self.copies
+
+    def detach(self, stream: object) -> None:
+        """`stream` closed: its follower no longer follows through it (rule 4)."""
+        self._streams = {entry for entry in self._streams if entry[0] is not stream}
+
+    @property
+    def following(self) -> int:
+        """Followers with an open report stream (rule 4)."""
+        return len({follower for _, follower in self._streams})
+
+    def short_of_followers(self, led_ms: float, grace_ms: int) -> bool:
+        """Refuse a produce before storing it (rule 5)? `led_ms`: how long this leader leads."""
+        if self.following >= self.copies:
+            return False
+        return self.filled or led_ms >= grace_ms
 
     def drain(self) -> list[T]:
         """Every waiter, e.g. to fail them when leadership ends."""

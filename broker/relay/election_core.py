@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 HISTORY_MAX = 1000  # epochs whose start offsets the state keeps
 
@@ -204,3 +205,16 @@ def next_state(state: ElectionState, me: str, copies: int,
 def resigned_state(state: ElectionState, ends: tuple[int, ...]) -> ElectionState:
     """The state a leader that stops cleanly writes: any candidate holding `ends` may lead."""
     return ElectionState(state.epoch, state.leader, state.copies, ends, state.history)
+
+
+class ElectionLike(Protocol):
+    """What the node needs from an election (election.ZkElection)."""
+
+    @property
+    def session_state(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def join(self, topic: str) -> None: ...

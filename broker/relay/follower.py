@@ -11,7 +11,8 @@ reporter and a cursor sync loop, on one channel to the upstream. A copy task
    beginning of its retained log when ours is empty), following its tail,
    and store each response's whole records in one write
    (`replica_log.replicate`): same offsets, SCNs, producer state.
-3. Report the new durable end to the upstream (acks = n).
+3. Report the new durable end to the upstream (acks = n); also once right
+   after the handshake, so a leader counts the follower before it copies.
 
 A failure of any step is logged and retried from 1 after a capped,
 doubling backoff (`relay_retry_backoff_ms` .. `relay_retry_backoff_max_ms`,
@@ -207,6 +208,10 @@ class TopicFollower:
         while not state.done:
             try:
                 await self._handshake(partition)
+                # What it holds now agrees with the upstream's log: report it at once, so
+                # a leader counts it as following before anything is copied (acks.py).
+                assert self._reporter is not None
+                self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
                 await self._copy(partition, state, backoff)
             except Exception as e:  # never stops; a bug is logged with its trace
                 state.error = in_relay_words(e)

@@ -3,7 +3,8 @@
 The one object the RPC shell and the partitions call:
 
 * `check_writable(topic)`: refuses produce unless this broker leads the topic
-  and knows it does (set as every partition's write guard; InitProducer);
+  and knows it does (InitProducer; and every partition's write guard,
+  `check_producible`, which also refuses what too few followers would copy);
 * `acknowledged(topic, partition, end_offset)`: waits, before a produce is
   answered, until `acks` followers hold it; refuses it while leadership is
   unconfirmed (the fail-safe: after a lost ZooKeeper connection nothing is
@@ -23,9 +24,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
@@ -33,6 +34,7 @@ from broker.relay import replica_log, watermark
 from broker.relay.acks import AckTracker
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
+from broker.relay.election_core import ElectionLike
 from broker.relay.follower import TopicFollower, wall_ms
 from broker.relay.metrics import ACK_WAITING, IS_LEADER, LEADER_CHANGES, export_copy
 from broker.relay.settings import RelaySettings, TopicReplication
@@ -64,6 +66,7 @@ class TopicRole:
     # (follower broker id, partition) -> (address, end offset, wall ms of the report)
     reports: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
     leader_changes: int = 0
+    led_since: float = 0.0  # time.monotonic() when this leadership (epoch) began
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -170,7 +173,8 @@ class RelayNode:
     def _topic_started(self, meta: TopicMeta, partitions: list[Partition]) -> None:
         """A topic was loaded or created: guard its partitions, take up its role."""
         for partition in partitions:
-            partition.write_guard = functools.partial(self.check_writable, meta.name)
+            partition.write_guard = functools.partial(self.check_producible, meta.name,
+                                                      partition.index)
         replication = self.relay.for_topic(meta.name)
         if replication is None or meta.name in self.roles:
             return
@@ -209,6 +213,18 @@ class RelayNode:
         raise BrokerError("leader_unknown", topic=topic,
                           detail="the leader is stopping" if role.stopping else role.detail)
 
+    def check_producible(self, topic: str, partition: int) -> None:
+        """`check_writable`; and refuse at once, before storing, what too few followers
+        would copy (acks.py rules 4-5, Kafka's NOT_ENOUGH_REPLICAS), not after acks_timeout_ms."""
+        self.check_writable(topic)
+        role = self.roles.get(topic)
+        tracker = role.trackers.get(partition) if role is not None else None
+        if role is not None and tracker is not None and tracker.short_of_followers(
+                (time.monotonic() - role.led_since) * 1000, self.relay.acks_timeout_ms):
+            raise BrokerError("followers_missing", topic=topic, partition=partition,
+                              copies=tracker.copies, following=tracker.following,
+                              broker=self.relay.address)
+
     async def acknowledged(self, topic: str, partition: int, end_offset: int) -> None:
         """Return once the events below end_offset may be acknowledged.
 
@@ -246,8 +262,9 @@ class RelayNode:
 
     # ------------------------------------------------------------ relay RPCs
 
-    def report(self, position: pb.ReplicaPosition) -> None:
-        """A follower's durable position; releases produces waiting for copies."""
+    def report(self, position: pb.ReplicaPosition, stream: object) -> None:
+        """A follower's durable position, come on `stream` (it follows while that is open);
+        releases produces waiting for copies."""
         role = self.roles.get(position.topic)
         if role is None or role.role != "leader" or position.leader_epoch != role.epoch:
             return  # not ours to count (a chained follower's, an old epoch's)
@@ -256,12 +273,18 @@ class RelayNode:
         tracker = role.trackers.get(position.partition)
         if tracker is None:
             return
+        tracker.attach(position.broker_id, stream)
         for future in tracker.process_position(position.broker_id, position.end_offset):
             if not future.done():
                 future.set_result(None)
         with contextlib.suppress(BrokerError):
             watermark.advance(self.registry.partition(role.topic, position.partition),
                               tracker.acked_end())
+
+    def reports_ended(self, stream: object) -> None:
+        """A report stream closed: its follower follows no more through it."""
+        for tracker in (t for role in self.roles.values() for t in role.trackers.values()):
+            tracker.detach(stream)
 
     async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
         partition = self.registry.partition(request.topic, request.partition)
@@ -295,6 +318,7 @@ class RelayNode:
                 role.trackers = {p.index: AckTracker(role.replication.acks) for p in partitions}
                 watermark.lead(partitions, role.replication.acks)
                 role.reports.clear()
+                role.led_since = time.monotonic()
                 self._count_change(role, epoch)
                 log.info("topic %s: leading (leader epoch %d, acks %s)", topic, epoch,
                          role.replication.acks or "leader")
@@ -463,15 +487,3 @@ class RelayNode:
         return any(all(role.reports.get((broker, i), ("", -1, 0))[1] >= end
                        for i, end in enumerate(ends)) for broker in brokers)
 
-
-class ElectionLike(Protocol):
-    """What the node needs from an election (election.ZkElection)."""
-
-    @property
-    def session_state(self) -> str: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def join(self, topic: str) -> None: ...

@@ -35,14 +35,17 @@ class RelayServicer:
                                      context: grpc.aio.ServicerContext
                                      ) -> AsyncIterator[pb.ReplicaPositionAck]:
         count = 0
+        stream = object()  # its follower follows while it is open (broker/relay/acks.py)
         try:
             async for position in positions:  # each one checked (rpc/auth.py) as it comes
                 refuse_unknown_fields(position)
-                self.node.report(position)
+                self.node.report(position, stream)
                 count += 1
                 yield pb.ReplicaPositionAck(positions=count)
         except BrokerError as e:
             await context.abort(e.code, e.message)
+        finally:  # ended, broken or cancelled (the follower's process gone)
+            self.node.reports_ended(stream)
 
 
 def relay_handler(servicer: RelayServicer) -> grpc.GenericRpcHandler:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -345,13 +347,15 @@ def test_a_returning_old_leader_drops_its_unacknowledged_tail(zookeeper: ZooKeep
         old = wait_settled(brokers, "t", followers=2)
         end = role(brokers[old].address, "t").partitions[0].log_end_offset  # type: ignore[union-attr]
         followers = [b for i, b in enumerate(brokers) if i != old]
-        for follower in followers:  # nobody can copy what the leader stores next
-            follower.kill()
+        for follower in followers:  # paused, they still follow: the leader stores the window
+            os.kill(follower.pid, signal.SIGSTOP)  # and waits for a copy
         answers: list[Any] = []
         sender = threading.Thread(target=send_window, args=(brokers[old].address, answers))
         sender.start()
         wait_for(lambda: role(brokers[old].address, "t").partitions[0].log_end_offset  # type: ignore[union-attr]
                  == end + 10, 5, "the leader stored the window (unacknowledged: no copy)")
+        for follower in followers:  # killed still paused: nobody copied the window (killed
+            follower.kill()         # before it, the leader would refuse it, storing nothing)
         brokers[old].kill()
         for follower in followers:
             follower.start()

@@ -2,9 +2,11 @@
 
 Goal: on a topic with `acks = 2`, no reader, consumer or compacted view of
 any broker sees an event before two followers hold it (so no failover can
-take back an event someone saw); `acks = n` with fewer than n live followers
-answers a produce with a clear `acks_timeout` after `acks_timeout_ms`, and
-the event becomes visible once copied; a broker that truncates its
+take back an event someone saw); `acks = n` with a follower connected but
+not copying answers a produce with a clear `acks_timeout` after
+`acks_timeout_ms`, and the event becomes visible once copied; with fewer
+than n followers connected it refuses a produce at once and stores nothing;
+a broker that truncates its
 unacknowledged tail ends read streams past the cut with `log_truncated` and
 keeps no dropped event in its compacted view.
 
@@ -19,6 +21,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,13 +73,16 @@ def ends(broker: BrokerRunner) -> tuple[int, int]:
 
 
 def produce(address: str, keys: list[int], value: bytes, window: bool = False) -> str:
-    """One raw produce; 'acknowledged' or the error's text."""
+    """One raw produce; 'acknowledged' or the error's text (with its code's name)."""
     batch = pb.EventBatch(count=len(keys), key_ints=keys, slots=slots_of(keys),
                           values=[value] * len(keys))
     try:
         for answer in stub(address).Produce(iter([pb.ProduceRequest(
                 topic="t", batch=batch, window=window, request_id=1)]), timeout=30):
-            return "acknowledged" if not answer.error_code else answer.error_message
+            if not answer.error_code:
+                return "acknowledged"
+            code = next(c.name for c in grpc.StatusCode if c.value[0] == answer.error_code)
+            return f"{code}: {answer.error_message}"
     except grpc.RpcError as e:
         return f"{e.code().name}: {e.details()}"
     return "no answer"
@@ -173,6 +179,38 @@ def test_acks_2_hides_an_event_until_two_followers_hold_it(zookeeper: ZooKeeperS
             b.kill()
 
 
+# ---------------------------------------------------------------- acks = 2, a follower gone
+
+def test_acks_2_with_one_follower_refuses_at_once_and_stores_nothing(zookeeper: ZooKeeperServer,
+                                                                     tmp_path: Path) -> None:
+    brokers = cluster(tmp_path, zookeeper.address, "refused")
+    try:
+        create_viewed_topic(brokers[0].address)
+        leader_index = wait_settled(brokers, "t", followers=2)
+        leader = brokers[leader_index]
+        assert produce(leader.address, [1], b"acked") == "acknowledged"
+        gone = next(b for i, b in enumerate(brokers) if i != leader_index)
+        gone.kill()  # its report stream to the leader closes with its process
+        time.sleep(0.5)  # the leader sees the connection reset: well within this
+        before = ends(leader)
+        began = time.monotonic()
+        answer = produce(leader.address, [7], b"refused")
+        took = time.monotonic() - began
+        print(f"acks=2, one follower: refused after {took * 1000:.0f} ms: {answer}")
+        assert answer.startswith("UNAVAILABLE: topic 't' has acks=2, so 2 follower(s) must copy "
+                                 f"each event from its leader {leader.address}, but 1 follow it "
+                                 "now; nothing of this produce to partition 0 was stored"), answer
+        assert took < ACKS_TIMEOUT_MS / 1000 / 3, took  # at once, not after acks_timeout_ms
+        assert ends(leader) == before  # nothing stored
+        gone.start()
+        wait_settled(brokers, "t", followers=2)
+        assert produce(leader.address, [8], b"acked") == "acknowledged"
+        assert [r.batch.values for r in records(leader.address, "t")] == [[b"acked"]] * 2
+    finally:
+        for b in brokers:
+            b.kill()
+
+
 # ---------------------------------------------------------------- truncation on rejoining
 
 def read_stream(address: str, start: int, out: list[Any]) -> None:
@@ -214,10 +252,12 @@ def test_truncation_ends_streams_past_the_cut_and_keeps_the_view_clean(
         wait_for(lambda: snapshot(brokers[old].address) == dict.fromkeys(keys, b"acked"), 10,
                  "the view holds the acknowledged events")
         followers = [b for i, b in enumerate(brokers) if i != old]
-        for follower in followers:  # nobody can copy what the leader stores next
-            follower.kill()
+        for follower in followers:  # paused, they still follow: the leader stores what
+            pause(follower, True)   # comes next and waits for copies
         answer = produce(brokers[old].address, keys, b"tail", window=True)
         assert "acks_timeout_ms" in answer, answer
+        for follower in followers:  # killed still paused: nobody copied the tail (killed
+            follower.kill()         # before it, the leader would refuse it, storing nothing)
         assert ends(brokers[old]) == (end, end + 10)
         past: list[Any] = []  # a stream opened past the cut
         at: list[Any] = []  # and one at it
@@ -231,18 +271,21 @@ def test_truncation_ends_streams_past_the_cut_and_keeps_the_view_clean(
             follower.start()
         wait_for(lambda: [i for i in writable(brokers, "t") if i != old], 30, "a new leader")
         new = next(i for i in writable(brokers, "t") if i != old)
+        # One follower for acks = 2: refused at once, or (while the new leader still waits
+        # for its followers to attach, acks_timeout_ms) stored and not acknowledged in time.
         answer = produce(brokers[new].address, [100], b"new", window=True)
         assert answer != "acknowledged", cluster_story(brokers, "t")
         pause(brokers[old], False)  # comes back, truncates, follows; now acks flow again
         old_paused = False
         wait_settled(brokers, "t", followers=2, timeout_s=60)
+        assert produce(brokers[new].address, [100], b"new", window=True) == "acknowledged"
         for thread in streams:
             thread.join(60)
         assert f"dropped offsets {end}..{end + 9}" in brokers[old].log_path.read_text()
         assert len(past) == 1 and past[0][0] == grpc.StatusCode.OUT_OF_RANGE, past
         assert f"truncated to offset {end}" in past[0][1], past
         # The stream at the cut goes on with the new leader's event, never the dropped ones.
-        assert at == [(end, b"new")], at
+        assert at[:1] == [(end, b"new")], at
         view = snapshot(brokers[old].address)
         assert b"tail" not in view.values() and view.get(100) == b"new", view
     finally:

@@ -56,3 +56,33 @@ def test_release_matches_the_definition(copies: int, ends: list[int],
         acked = held[copies - 1] if len(held) >= copies else 0
         assert {i for i in range(len(ends)) if ends[i] <= acked} == set(released)
     assert [ends[i] for i in released] == sorted(ends[i] for i in released)
+
+
+def test_a_follower_follows_while_a_stream_that_brought_its_report_is_open() -> None:
+    tracker: AckTracker[str] = AckTracker(2)
+    first, second, again = object(), object(), object()
+    tracker.attach("b", first)
+    tracker.attach("b", again)  # a reconnect: the old stream not yet seen to close
+    assert tracker.following == 1
+    tracker.attach("c", second)
+    assert tracker.following == 2 and tracker.filled
+    tracker.detach(first)
+    assert tracker.following == 2  # "b" still reports on its new stream
+    tracker.detach(second)
+    assert tracker.following == 1
+
+
+def test_too_few_followers_refuse_once_they_filled_or_the_grace_is_over() -> None:
+    tracker: AckTracker[str] = AckTracker(2)
+    tracker.attach("b", object())
+    assert not tracker.short_of_followers(led_ms=999, grace_ms=1000)  # still attaching
+    assert tracker.short_of_followers(led_ms=1000, grace_ms=1000)
+    stream = object()
+    tracker.attach("c", stream)
+    assert not tracker.short_of_followers(led_ms=5000, grace_ms=1000)  # behind still counts
+    tracker.detach(stream)
+    assert tracker.short_of_followers(led_ms=0, grace_ms=1000)  # they had all attached
+
+
+def test_acks_zero_never_refuses() -> None:
+    assert not AckTracker[str](0).short_of_followers(led_ms=10**9, grace_ms=0)
