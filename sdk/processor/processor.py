@@ -13,7 +13,8 @@ them within one interval instead of after the expiration.
 Ownership and checkpoints are two stores (`sdk.stores`): by default both are
 the broker's; ownership may be Redis (`RedisOwnershipStore`) and checkpoints
 a directory (`FileCheckpointStore`). A failing cycle (store or broker
-unreachable) is reported to on_error and retried next interval; the
+unreachable) is reported to on_error (each time) and retried next interval;
+without on_error the log says it once per outage (`outages.py`); the
 partitions held keep running until their lease lapses by this machine's
 clock, so a processor cut off from the ownership store stops processing
 before another can take over.
@@ -41,6 +42,7 @@ from sdk.processor import arguments
 from sdk.processor.balancer import Group, Strategy, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
+from sdk.processor.outages import OutageLog
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
 from sdk.reader import ReadBatch, Reader, Start
@@ -71,7 +73,10 @@ class EventProcessor:
             "shutdown", "ownership_lost" or "error".
         on_error: on_error(context or None, error): a failed callback
             (context set: the partition closes with "error" and reopens from
-            its checkpoint next cycle) or a failed cycle (None).
+            its checkpoint next cycle) or a failed cycle (None), each time.
+            Without it the log: a failed callback as a WARNING each time, a
+            failed cycle as a WARNING when a kind of failure starts (DEBUG
+            while it repeats) and an INFO when a cycle works again.
         ownership_store: an OwnershipStore (default: the broker's). One
             whose records expire by themselves says so with `ttl_ms`
             (RedisOwnershipStore): it must be >= ownership_expiration_ms.
@@ -162,6 +167,7 @@ class EventProcessor:
         self._balancer: asyncio.Task[None] | None = None
         self._own_writes = OwnWrites(self.owner_id)
         self._duplicate: DuplicateOwnerId | None = None
+        self._outage = OutageLog(f"event processor {topic}/{consumer_group}: balancing")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -231,15 +237,26 @@ class EventProcessor:
             try:
                 await self.balance_once()
             except DuplicateOwnerId as e:
-                self._metrics.stats.balancing_errors += 1
-                await self._callbacks.error(None, e)
+                await self._cycle_failed(e)
                 return  # balancing again would only fight the other instance
             except Exception as e:
-                self._metrics.stats.balancing_errors += 1
-                await self._callbacks.error(None, e)
+                await self._cycle_failed(e)
+            else:
+                self._cycle_worked()
             delay_s = self.interval_ms / 1000 * (1 + JITTER * random.random())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay_s)
+
+    async def _cycle_failed(self, error: BaseException) -> None:
+        """Every failure to on_error; without one, the log once per outage."""
+        self._metrics.stats.balancing_errors += 1
+        await self._callbacks.error(None, error, self._outage.failed(error, time.monotonic()))
+
+    def _cycle_worked(self) -> None:
+        """After an outage, the log says the cycle works again (without on_error)."""
+        line = self._outage.worked(time.monotonic())
+        if line is not None and self._callbacks.on_error is None:
+            log.log(line.level, "%s", line.message)
 
     async def balance_once(self) -> None:
         """One cycle: list, plan, claim, then start and stop pumps to match.

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk.processor.context import CloseReason, PartitionContext
+from sdk.processor.outages import Line
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
 from sdk.stores.protocols import CheckpointStore
@@ -48,11 +49,17 @@ class Callbacks:
     on_partition_close: Callable[[PartitionContext, CloseReason], Any] | None = None
     on_error: Callable[[PartitionContext | None, BaseException], Any] | None = None
 
-    async def error(self, context: PartitionContext | None, error: BaseException) -> None:
-        """Tell on_error (or the log, when there is none or it fails)."""
+    async def error(self, context: PartitionContext | None, error: BaseException,
+                    line: Line | None = None) -> None:
+        """Tell on_error, every time; without one, the log: `line` when the
+        caller chose it (a failed cycle, told once per outage: outages.py),
+        else a WARNING. A failing on_error is logged."""
         try:
             if self.on_error is None:
-                log.warning("event processor error (%s): %s", context, error)
+                if line is None:
+                    log.warning("event processor error (%s): %s", context, error)
+                else:
+                    log.log(line.level, "%s", line.message)
             await call(self.on_error, context, error)
         except Exception:
             log.exception("on_error failed while reporting %r", error)
