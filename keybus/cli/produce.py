@@ -81,8 +81,11 @@ async def produce_events(conn: Connection, topic: str, events: list[LineEvent],
     Raises:
         click.UsageError: a partition the topic does not have; nothing was sent.
     """
+    # --timeout bounds the whole delivery, retries included (a refused produce, e.g. a
+    # leader short of followers, is retried): never the SDK's 120 s default silently.
     async with await Producer.create(conn.broker, topic,
-                                      request_timeout_ms=conn.request_timeout_ms) as producer:
+                                      request_timeout_ms=conn.request_timeout_ms,
+                                      delivery_timeout_ms=conn.request_timeout_ms) as producer:
         check_partitions(events, partition, window, producer.partitions)
         if window:
             return await _send_window(producer, events, partition or 0, scn, advance)
