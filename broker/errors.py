@@ -162,6 +162,13 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "dead_letter_topic={topic!r} is the subscribed topic: an event dead-lettered "
                   "there would reach subscription {subscription!r} again, without end; name "
                   "another topic, or leave it empty for <topic>-<subscription>-DLQ"),
+        ErrorKind("dead_letter_cycle", grpc.StatusCode.FAILED_PRECONDITION,
+                  "subscription {subscription!r} on topic {topic!r} would close a dead-letter "
+                  "cycle: {cycle}; an event dead-lettered along it would come back to "
+                  "{topic!r} and grow every topic of the cycle without end. Name a "
+                  "dead_letter_topic no dead-letter chain leads back from (empty means "
+                  "<topic>-<subscription>-DLQ), or first delete a subscription of the cycle "
+                  "(keybus subscriptions delete TOPIC SUBSCRIPTION)"),
         ErrorKind("dead_letter_default_too_long", grpc.StatusCode.INVALID_ARGUMENT,
                   "the default dead-letter topic name <topic>-<subscription>-DLQ would be "
                   "{size} characters, over the limit of {max} (topic_name_bytes_max); name "

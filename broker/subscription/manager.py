@@ -36,6 +36,7 @@ from broker.partition import TopicMeta, now_ms
 from broker.subscription.cache_budget import CacheBudget
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
+from broker.subscription.dead_letter_cycle import Hop, cycle_text, find_cycle
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.spec import SubscriptionSpec, mode_named
@@ -161,6 +162,7 @@ class SubscriptionManager:
             self._check_sticky(request, asked)
             created = subscription is None
             if subscription is None:
+                self._check_cycle(asked)
                 subscription = self._new(asked, meta, request.initial_position)
             subscription.spec.check_compatible(asked, spec.name)
             self._check_room(subscription, spec.name)
@@ -234,6 +236,26 @@ class SubscriptionManager:
             raise BrokerError("key_shared_refused", detail=(
                 f"consumer {request.consumer_name!r} declared no hash range; sticky mode needs "
                 f"at least one inclusive range within 0..65535"))
+
+    def _check_cycle(self, asked: SubscriptionSpec) -> None:
+        """Refuse a new subscription whose dead-letter chain, through this broker's
+        subscriptions, leads back to its own topic. Called under the create lock, so
+        two opens cannot close a cycle between them. Not by `ensure`: a follower
+        copies its upstream's subscriptions as they are (checked there when made).
+
+        Raises:
+            BrokerError: dead_letter_cycle.
+        """
+        if not asked.dead_letter_topic:
+            return
+        existing = {topic: [(name, sub.spec.dead_letter_topic) for name, sub in subs.items()
+                            if sub.spec.dead_letter_topic]
+                    for topic, subs in self._topics.items()}
+        new = Hop(asked.topic, asked.name, asked.dead_letter_topic)
+        cycle = find_cycle(new, existing)
+        if cycle is not None:
+            raise BrokerError("dead_letter_cycle", subscription=asked.name, topic=asked.topic,
+                              cycle=cycle_text(cycle))
 
     def _check_room(self, subscription: Subscription, consumer: str) -> None:
         spec = subscription.spec

@@ -57,7 +57,8 @@ class SubscriptionSpec:
         subscription as a new event and is nacked again, so the topic grows
         without end (one poison event made 1,961 in 8 s). `named` = the
         client named it (else it is the default `<topic>-<subscription>-DLQ`,
-        which a client cannot shorten but by naming one).
+        which a client cannot shorten but by naming one). A cycle through other
+        subscriptions needs the broker's state: see `dead_letter_cycle.py`.
 
         Raises:
             BrokerError: dead_letter_topic_invalid, dead_letter_topic_is_topic or
