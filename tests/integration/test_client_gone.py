@@ -27,7 +27,7 @@ import pytest
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.broker_process import BrokerProcess
-from tests.support.wire import create_topic, int_batch, produce, stub
+from tests.support.wire import create_topic, int_batch, produce, stalled_subscribe, stub
 
 TOPIC = "big"
 STREAMS = 3  # of each kind; also the broker's bootstrap_streams_max
@@ -44,14 +44,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-def _subscribe_requests(name: str, done: threading.Event) -> Iterator[pb.SubscribeRequest]:
-    yield pb.SubscribeRequest(open=pb.SubscribeOpen(
-        topic=TOPIC, subscription="s", consumer_name=name, type=pb.SHARED,
-        initial_position=pb.StartPosition(earliest=True)))
-    yield pb.SubscribeRequest(permits=pb.Permits(partition=0, count=1000))
-    done.wait(60)  # the request stream stays open while the test runs
-
-
 def _open_streams(address: str, done: threading.Event) -> list[tuple[grpc.Channel, Any]]:
     """Streams of each kind, each started (its first response arrived) and left unread."""
     opened = []
@@ -64,7 +56,8 @@ def _open_streams(address: str, done: threading.Event) -> list[tuple[grpc.Channe
                                                   start=pb.StartPosition(earliest=True)),
                                    timeout=60)
             elif kind == "subscribe":
-                call = client.Subscribe(_subscribe_requests(f"c{i}", done), timeout=60)
+                call = client.Subscribe(stalled_subscribe(TOPIC, "s", f"c{i}", done),
+                                        timeout=60)
             else:
                 call = client.Bootstrap(pb.BootstrapRequest(topic=TOPIC, follow=True), timeout=60)
             next(call)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 
 import grpc
@@ -43,3 +44,15 @@ def events_of(records: Iterable[pb.Record]) -> Iterator[tuple[int, object, bytes
 def create_topic(client: pb_grpc.KeybusStub, topic: str, partitions: int = 1) -> pb.TopicInfo:
     return client.CreateTopic(pb.CreateTopicRequest(
         topic=topic, config=pb.TopicConfig(partitions=partitions)), timeout=10)
+
+
+def stalled_subscribe(topic: str, subscription: str, name: str, done: threading.Event,
+                      permits: int = 1000) -> Iterator[pb.SubscribeRequest]:
+    """The requests of a Subscribe stream that opens a Shared subscription from the
+    earliest event, grants `permits` on partition 0, then sends nothing more and keeps
+    its request stream open until `done` (whoever holds the call may never read it)."""
+    yield pb.SubscribeRequest(open=pb.SubscribeOpen(
+        topic=topic, subscription=subscription, consumer_name=name, type=pb.SHARED,
+        initial_position=pb.StartPosition(earliest=True)))
+    yield pb.SubscribeRequest(permits=pb.Permits(partition=0, count=permits))
+    done.wait(60)
