@@ -37,7 +37,8 @@ POSITIVE_SETTINGS = frozenset({
     "produce_in_flight_max", "producer_expiry_ms", "read_events_max", "read_bytes_max",
     "retention_check_interval_ms", "default_partitions", "subscriptions_per_topic_max",
     "consumers_per_subscription_max", "consumer_permits_max", "consumer_unacked_events_max",
-    "consumer_outbox_messages_max", "consumer_outbox_bytes_max", "look_ahead_events_max",
+    "consumer_outbox_messages_max", "consumer_outbox_bytes_max",
+    "consumer_outbox_broker_bytes_max", "look_ahead_events_max",
     "waiting_slot_events_max", "dispatch_read_events_max", "dispatch_read_bytes_max",
     "dispatch_cache_bytes_max", "dispatch_cache_broker_bytes_max", "delivery_bytes_max",
     "key_shared_points_per_consumer", "nack_delay_ms_max", "ack_timeout_ms_max",
@@ -111,6 +112,10 @@ class Settings:
         16 << 20, "Bytes queued for one consumer's stream; past it the consumer is paused "
         "(sent nothing more, its slots wait as if it had no permits) until half of them are "
         "written.")
+    consumer_outbox_broker_bytes_max: int = setting(
+        256 << 20, "Bytes queued for all consumers' streams of the broker together: each "
+        "consumer's pause threshold is an equal share of it (at most consumer_outbox_bytes_max, "
+        "at least event_bytes_max).")
     look_ahead_events_max: int = setting(20_000, "Events a dispatcher reads ahead and keeps "
                                          "waiting in memory per partition.")
     waiting_slot_events_max: int = setting(

@@ -23,56 +23,20 @@ Rules:
 3. A smaller cache costs reads, not correctness: a record that left the cache
    is read again from the log when it must be sent.
 
-It must not know about records, consumers or the log.
+The equal shares, and the waking on a join, are `ShareBudget`'s (`share_budget.py`,
+which also bounds the consumers' outboxes); this adds nothing but the names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from broker.subscription.share_budget import ShareBudget
 
 
-class Cache(Protocol):
-    """What the budget sees of a cache: how much it holds."""
-
-    bytes: int
-
-
-class CacheBudget:
+class CacheBudget(ShareBudget):
     """See the module docstring. Runs on the event loop."""
 
     def __init__(self, bytes_max: int, cache_bytes_max: int) -> None:
-        self.bytes_max = bytes_max
-        self.cache_bytes_max = cache_bytes_max
-        self._members: dict[Cache, Callable[[], None]] = {}
-        self.share = cache_bytes_max
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def join_all(self, joining: Iterable[tuple[Cache, Callable[[], None]]]) -> None:
-        """Dispatchers start, each with the `wake` that runs its round (so it trims its
-        cache); a subscription's partitions together: one look at the others' caches
-        for all of them, not one each (1,024 partitions at a time)."""
-        self._members.update(joining)
-        self._update()
-        if self.share < self.cache_bytes_max:
-            share = self.share
-            for member, wake_member in self._members.items():
-                if member.bytes > share:
-                    wake_member()
-
-    def leave(self, cache: Cache) -> None:
-        """A dispatcher stopped; the others' shares grow back."""
-        if self._members.pop(cache, None) is not None:
-            self._update()
-
-    def held(self) -> int:
-        """Bytes all member caches hold now (for the metrics and tests)."""
-        return sum(member.bytes for member in self._members)
-
-    def _update(self) -> None:
-        self.share = min(self.cache_bytes_max, self.bytes_max // max(1, len(self._members)))
+        super().__init__(bytes_max, cache_bytes_max)
 
 
 __all__ = ["CacheBudget"]

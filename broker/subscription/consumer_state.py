@@ -3,12 +3,23 @@
 A `Session` is one Subscribe stream; its outbox is a bounded queue of
 serialized SubscribeResponse messages that the servicer drains. Dispatchers
 never wait on it. Deliveries are bounded by permits in events, and by bytes
-here: once the queued messages pass `outbox_bytes_max`, the session pauses
+here: once the queued messages pass the session's limit, the session pauses
 the consumer in every dispatcher it is attached to (they send it nothing
 more, its slots wait like a consumer out of permits) until the servicer has
-written half of them out. A consumer that still lets its outbox fill up
-(`outbox_max` messages) is disconnected (RESOURCE_EXHAUSTED) rather than
-letting the broker's memory grow.
+written out all but half the limit. A consumer that still lets its outbox
+fill up (`outbox_max` messages) is disconnected (RESOURCE_EXHAUSTED) rather
+than letting the broker's memory grow.
+
+The limit is `outbox_bytes_max`, or less: the session's share of the
+broker's budget for all outboxes (`share_budget.py`), which drops as
+sessions open and grows back as they close. Nothing queued is ever dropped
+for it: a session over a smaller share only stops getting more (the budget
+wakes it to pause at once) until it is written down to half its share, and a
+paused session is woken when shares grow, so it resumes if it is now under
+half (nothing else would: only a write resumes it). The check comes after a
+message is queued, so an empty outbox always takes the next delivery, even
+one larger than the share: a session's outbox makes progress whatever its
+share, and holds at most its share plus what one dispatcher round sent it.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from broker.subscription.members import MemberSpec
+from broker.subscription.share_budget import ShareBudget
 from sdk.core.model import HashRange
 
 
@@ -38,14 +50,16 @@ class Session:
     """One Subscribe stream: the consumer's identity and its bounded outbox."""
 
     def __init__(self, spec: ConsumerSpec, topic: str, subscription: str,
-                 outbox_max: int, outbox_bytes_max: int = 1 << 62) -> None:
+                 outbox_max: int, outbox_bytes_max: int = 1 << 62,
+                 budget: ShareBudget | None = None) -> None:
         self.spec = spec
         self.topic = topic
         self.subscription = subscription
         self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue(outbox_max)
         self.outbox_max = outbox_max
         self.outbox_bytes_max = outbox_bytes_max
-        self.outbox_bytes = 0
+        self.bytes = 0  # queued in the outbox (what the budget sees of the session)
+        self.budget = budget
         self.paused = False
         self._resume: dict[int, Callable[[bool], None]] = {}  # partition -> pause(flag)
         self.error: BrokerError | None = None
@@ -55,6 +69,11 @@ class Session:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def limit(self) -> int:
+        """Past this many bytes queued the session pauses: its share of the budget."""
+        return self.outbox_bytes_max if self.budget is None else \
+            min(self.outbox_bytes_max, self.budget.share)
 
     def on_pause(self, partition: int, pause: Callable[[bool], None]) -> None:
         """Register how to pause (True) and resume (False) this consumer on a partition."""
@@ -70,19 +89,36 @@ class Session:
             self.close(BrokerError("consumer_outbox_full", consumer=self.name,
                                    max=self.outbox_max))
             return
-        self.outbox_bytes += len(message)
-        if not self.paused and self.outbox_bytes > self.outbox_bytes_max:
-            self.paused = True
-            for pause in self._resume.values():
-                pause(True)
+        self.bytes += len(message)
+        if not self.paused and self.bytes > self.limit():
+            self._set_paused(True)
 
     def written(self, message: bytes) -> None:
         """The servicer handed `message` to gRPC."""
-        self.outbox_bytes -= len(message)
-        if self.paused and self.outbox_bytes <= self.outbox_bytes_max // 2:
-            self.paused = False
-            for pause in self._resume.values():
-                pause(False)
+        self.bytes -= len(message)
+        if self.paused and self.bytes <= self.limit() // 2:
+            self._set_paused(False)
+
+    def share_changed(self) -> None:
+        """The budget's wake: pause if over a smaller share, resume if under half a
+        larger one."""
+        if self.closed:
+            return
+        limit = self.limit()
+        if not self.paused and self.bytes > limit:
+            self._set_paused(True)
+        elif self.paused and self.bytes <= limit // 2:
+            self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        if self.budget is not None:
+            if paused:
+                self.budget.wait_for_room(self)
+            else:
+                self.budget.done_waiting(self)
+        for pause in self._resume.values():
+            pause(paused)
 
     def member_spec(self) -> MemberSpec:
         """What a dispatch core knows of this consumer."""

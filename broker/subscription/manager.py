@@ -39,6 +39,7 @@ from broker.subscription.cursor import Cursor
 from broker.subscription.dead_letter_cycle import Hop, cycle_text, find_cycle
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
+from broker.subscription.share_budget import ShareBudget
 from broker.subscription.spec import SubscriptionSpec, mode_named
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.topics import TopicRegistry
@@ -79,6 +80,10 @@ class SubscriptionManager:
         self._metrics_task: asyncio.Task[None] | None = None
         self.cache_budget = CacheBudget(settings.dispatch_cache_broker_bytes_max,
                                         settings.dispatch_cache_bytes_max)
+        # the consumers' outboxes: a share is never below one event of the largest size
+        self.outbox_budget = ShareBudget(settings.consumer_outbox_broker_bytes_max,
+                                         settings.consumer_outbox_bytes_max,
+                                         settings.event_bytes_max)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -128,6 +133,7 @@ class SubscriptionManager:
     async def _end(self, subscription: Subscription, error: BrokerError, persist: bool) -> None:
         for session in list(subscription.sessions.values()):
             session.close(error)
+            self.outbox_budget.leave(session)
         for dispatcher in subscription.dispatchers:
             self.cache_budget.leave(dispatcher.cache)
             await dispatcher.stop(persist=persist)
@@ -168,7 +174,7 @@ class SubscriptionManager:
             self._check_room(subscription, spec.name)
             session = Session(spec, meta.name, subscription.spec.name,
                               self.settings.consumer_outbox_messages_max,
-                              self.settings.consumer_outbox_bytes_max)
+                              self.settings.consumer_outbox_bytes_max, self.outbox_budget)
             now = now_ms()
             for index in spec.partitions:
                 subscription.dispatchers[index].check_attach(session, now)
@@ -177,6 +183,7 @@ class SubscriptionManager:
             for index in spec.partitions:
                 subscription.dispatchers[index].attach(session, now)
             subscription.sessions[spec.name] = session
+            self.outbox_budget.join_all([(session, session.share_changed)])
         return session
 
     def _consumer_spec(self, request: pb.SubscribeOpen, meta: TopicMeta) -> ConsumerSpec:
@@ -300,6 +307,7 @@ class SubscriptionManager:
 
     def detach(self, session: Session) -> None:
         """The consumer's stream ended: its unacked events go back for redelivery."""
+        self.outbox_budget.leave(session)
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
         if subscription is None or subscription.sessions.get(session.name) is not session:
             return
