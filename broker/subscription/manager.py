@@ -26,6 +26,7 @@ from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.log.rocks_store import RocksStore
 from broker.metrics import (
+    CONSUMER_OUTBOX_BYTES,
     DEAD_LETTERED_EVENTS,
     DISPATCH_CACHE_BYTES,
     SUBSCRIPTION_BACKLOG,
@@ -481,6 +482,7 @@ class SubscriptionManager:
     def _update_metrics(self) -> None:
         now = now_ms()
         DISPATCH_CACHE_BYTES.set(self.cache_budget.held())
+        CONSUMER_OUTBOX_BYTES.set(self.outbox_budget.held())
         for topic, subscriptions in self._topics.items():
             for name, subscription in subscriptions.items():
                 update_gauges(topic, name, subscription.dispatchers, now)

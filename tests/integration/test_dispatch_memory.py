@@ -21,9 +21,7 @@ once, in per-key order.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +30,7 @@ import pytest
 from keybus import Admin, Consumer, Producer
 from sdk.received import ReceivedBatch
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.metrics import gauge
 
 BUDGET = 4 << 20
 PARTITIONS = 8
@@ -51,11 +50,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[BrokerProcess, int]]:
 
 
 def cache_bytes(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    found = re.search(r"^keybus_dispatch_cache_bytes (\S+)$", text, re.MULTILINE)
-    assert found, "the broker reports no keybus_dispatch_cache_bytes"
-    return float(found[1])
+    return gauge(port, "keybus_dispatch_cache_bytes")
 
 
 async def produce(address: str) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -39,7 +39,8 @@ from benchmarks.memory import resident_mb
 from keybus import Consumer
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.metrics import gauge
 from tests.support.wire import create_topic, int_batch, produce, stalled_subscribe, stub
 
 BUDGET = 4 << 20
@@ -48,15 +49,17 @@ EVENT_BYTES_MAX = 256 << 10
 TOPIC = "big"
 EVENTS = 240
 VALUE = 200_000
+RECORD_EVENTS = 10  # events a produce request (a stored record, a delivery at most) carries
 STALLED = 6
 GRPC_STREAM_BYTES = 12 << 20  # measured: about 5.5 MB sent past the outbox per unread stream
 SLACK_BYTES = 16 << 20  # the reading consumer's own buffers, the allocator
 STEADY_S = 2.0
+METRICS_PORT = free_port()
 
 
 @pytest.fixture()
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data", "--no-fsync",
+    process = BrokerProcess(tmp_path / "data", "--no-fsync", "--metrics-port", str(METRICS_PORT),
                             "--consumer-outbox-broker-bytes-max", str(BUDGET),
                             "--event-bytes-max", str(EVENT_BYTES_MAX),
                             "--dispatch-cache-broker-bytes-max", str(CACHE_BUDGET))
@@ -70,8 +73,8 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 def fill(address: str) -> None:
     client = stub(address)
     create_topic(client, TOPIC)
-    for first in range(0, EVENTS, 10):
-        keys = list(range(first, first + 10))
+    for first in range(0, EVENTS, RECORD_EVENTS):
+        keys = list(range(first, first + RECORD_EVENTS))
         batch = int_batch(keys)
         batch.ClearField("values")
         batch.values.extend(f"{k}".encode().ljust(VALUE, b".") for k in keys)
@@ -126,6 +129,16 @@ async def take_all(address: str, pid: int, peak: list[float]) -> list[int]:
     return got
 
 
+def outbox_bytes(wanted: Callable[[float], bool]) -> float:
+    """The broker's `keybus_consumer_outbox_bytes` once `wanted` holds of it (updated
+    every second; waits up to 10 s, then returns what it is)."""
+    deadline = time.monotonic() + 10
+    while not wanted(held := gauge(METRICS_PORT, "keybus_consumer_outbox_bytes")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return held
+
+
 def test_unread_streams_hold_within_the_outbox_budget(broker: BrokerProcess) -> None:
     fill(broker.address)
     pid = broker.process.pid  # type: ignore[union-attr]
@@ -141,19 +154,25 @@ def test_unread_streams_hold_within_the_outbox_budget(broker: BrokerProcess) -> 
             next(call)  # opened; never read again
             calls.append(call)
         stalled, sent = settle(broker.address, pid)
+        queued = outbox_bytes(lambda held: held > 0)  # reported at most a second late
         peak = [stalled]
         got = asyncio.run(take_all(broker.address, pid, peak))
     finally:
         done.set()
         for channel in channels:
             channel.close()
+    gone = outbox_bytes(lambda held: held == 0)  # every stream left the budget
     growth = (peak[0] - before) * 2**20
     allowed = BUDGET + STALLED * GRPC_STREAM_BYTES + SLACK_BYTES
     print(f"broker RSS {before:.0f} MB, {stalled:.0f} MB with {STALLED} unread streams, "
           f"{peak[0]:.0f} MB at most while a consumer drained the topic; growth "
           f"{growth / 2**20:.0f} MiB, allowed {allowed / 2**20:.0f} MiB; events sent to the "
-          f"unread streams: {sent}")
+          f"unread streams: {sent}; keybus_consumer_outbox_bytes {queued:.0f} while they "
+          f"stalled, {gone:.0f} once every stream closed")
     assert got == list(range(EVENTS)), "the reading consumer missed events or got them out of order"
     assert sum(sent) * VALUE <= BUDGET + STALLED * GRPC_STREAM_BYTES, sent
     assert growth <= allowed, f"the broker's RSS grew {growth / 2**20:.0f} MiB"
+    # each unread stream: its share, and the one delivery (a record) it takes past it
+    assert 0 < queued <= BUDGET + STALLED * RECORD_EVENTS * VALUE, queued
+    assert gone == 0, f"streams that closed still count {gone:.0f} bytes against the budget"
 

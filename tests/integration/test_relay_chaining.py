@@ -20,7 +20,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -32,6 +31,7 @@ from sdk.core.columns import keys_of
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.subscription_admin import SubscriptionAdmin
+from tests.support.metrics import metrics_text
 from tests.support.relay_cluster import events, records, role, wait_for
 from tests.support.security import SUPERUSER, TOKENS, SecureSetup
 from tests.support.wire import create_topic, stub
@@ -112,16 +112,11 @@ def test_follower_holds_the_leaders_records_window_by_window(pair) -> None:  # t
     # The follower's metrics look like a broker's, plus the copy's lag and silence.
     port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
     wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
-             metrics(port), 10, "lag metric")
+             metrics_text(port), 10, "lag metric")
     age = re.search(r'keybus_relay_seconds_since_upstream_read\{partition="1",topic="t"\} (\S+)',
-                    metrics(port))
+                    metrics_text(port))
     assert age is not None and 0 <= float(age[1]) < 60
-    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics(port)
-
-
-def metrics(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        return str(answer.read().decode())
+    assert 'keybus_relay_copied_events_total{topic="t"}' in metrics_text(port)
 
 
 def test_a_follower_that_never_read_exports_no_lag(pair) -> None:  # type: ignore[no-untyped-def]
@@ -131,12 +126,12 @@ def test_a_follower_that_never_read_exports_no_lag(pair) -> None:  # type: ignor
     create_topic(stub(leader.address), "t")  # nothing in it: the copy reads nothing
     port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
     never = 'keybus_relay_seconds_since_upstream_read{partition="0",topic="t"} -1.0'
-    wait_for(lambda: never in metrics(port), 15, "the copy's metrics")
-    assert "keybus_relay_follower_lag_events{" not in metrics(port)
-    assert "keybus_relay_follower_lag_seconds{" not in metrics(port)
+    wait_for(lambda: never in metrics_text(port), 15, "the copy's metrics")
+    assert "keybus_relay_follower_lag_events{" not in metrics_text(port)
+    assert "keybus_relay_follower_lag_seconds{" not in metrics_text(port)
     asyncio.run(fill_one(leader.address))
     wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
-             metrics(port), 15, "the lag once read")
+             metrics_text(port), 15, "the lag once read")
 
 
 async def fill_one(address: str) -> None:
