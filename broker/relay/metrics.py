@@ -51,3 +51,12 @@ def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_
     FOLLOWER_LAG_EVENTS.labels(*labels).set(lag)
     FOLLOWER_LAG_SECONDS.labels(*labels).set(
         (now_ms - state.caught_up_ms) / 1000 if lag and state.caught_up_ms else 0)
+
+
+def forget_copy(topic: str, partition: int) -> None:
+    """The broker copies this partition no more (it leads the topic now, or follows
+    no one): its copy's series go, so a failed-over leader does not show the lag its
+    last copy had, for ever."""
+    labels = (topic, str(partition))
+    for gauge in (UPSTREAM_READ_AGE, FOLLOWER_LAG_EVENTS, FOLLOWER_LAG_SECONDS):
+        gauge.remove(*labels)

@@ -36,7 +36,13 @@ from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
 from broker.relay.election_core import ElectionLike
 from broker.relay.follower import TopicFollower, wall_ms
-from broker.relay.metrics import ACK_WAITING, IS_LEADER, LEADER_CHANGES, export_copy
+from broker.relay.metrics import (
+    ACK_WAITING,
+    IS_LEADER,
+    LEADER_CHANGES,
+    export_copy,
+    forget_copy,
+)
 from broker.relay.settings import RelaySettings, TopicReplication
 from broker.relay.tasks import RelayTasks
 from broker.supervision import describe_cause
@@ -143,7 +149,10 @@ class RelayNode:
             for topic, role in list(self.roles.items()):
                 ACK_WAITING.labels(topic).set(sum(t.waiting for t in role.trackers.values()))
                 follower = role.follower
-                if follower is None:
+                if follower is None:  # copies nothing now: its last copy's series go
+                    with contextlib.suppress(BrokerError):
+                        for partition in self.registry.partitions(topic):
+                            forget_copy(topic, partition.index)
                     continue
                 for index, state in follower.states.items():
                     with contextlib.suppress(BrokerError):

@@ -1,4 +1,5 @@
-"""The copy's gauges: a follower that never read has no lag series (not 0, "caught up").
+"""The copy's gauges: a follower that never read has no lag series (not 0, "caught up"),
+and a broker that copies a partition no more (it leads now) drops them.
 
 Method: `export_copy` on copy states, read back from prometheus_client's registry.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 
 from broker.relay.follower import CopyState
-from broker.relay.metrics import export_copy
+from broker.relay.metrics import export_copy, forget_copy
 
 
 def sample(name: str, partition: int) -> float | None:
@@ -33,3 +34,14 @@ def test_a_new_copy_drops_the_lag_its_predecessor_left() -> None:
     assert sample("keybus_relay_follower_lag_events", 1) == 0
     export_copy("metrics-t", 1, CopyState(), log_end=5, now_ms=11_000)  # the copy restarted
     assert sample("keybus_relay_follower_lag_events", 1) is None
+
+
+def test_a_broker_that_copies_no_more_drops_its_copy_s_series() -> None:
+    behind = CopyState(upstream_end=90, last_read_ms=9_000, caught_up_ms=5_000)
+    export_copy("metrics-t", 2, behind, log_end=40, now_ms=10_000)
+    assert sample("keybus_relay_follower_lag_events", 2) == 50
+    forget_copy("metrics-t", 2)  # it became the leader: no lag of a copy to show
+    for name in ("keybus_relay_follower_lag_events", "keybus_relay_follower_lag_seconds",
+                 "keybus_relay_seconds_since_upstream_read"):
+        assert sample(name, 2) is None, name
+    forget_copy("metrics-t", 2)  # again (every second while it leads): nothing to remove
