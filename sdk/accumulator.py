@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 from sdk.core.hashing import slot_of
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.wire_ints import INT64_MAX, INT64_MIN  # re-exported
 from sdk.event_batches import (  # re-exported: callers import them from here
     Columns,
     SlotCache,
@@ -50,8 +51,6 @@ from sdk.event_batches import (  # re-exported: callers import them from here
 from sdk.event_checks import (  # re-exported: callers import them from here
     COLUMN_DEFAULTS,
     EVENT_OVERHEAD_BYTES,
-    INT64_MAX,
-    INT64_MIN,
     _checked_key_size,
     as_bytes,
     check_headers,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sdk.admin_client import AdminClient
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.event_checks import INT64_MAX
+from sdk.core.wire_ints import INT64_MAX, UINT32_MAX
 from sdk.subscription_admin import SubscriptionAdmin
 
 __all__ = ["Admin", "AdminClient"]
@@ -44,7 +44,7 @@ class Admin(SubscriptionAdmin):
                 before any call; AlreadyExists, InvalidArgument (names the bad
                 field), Unavailable.
         """
-        for arg, value, low, high in (("partitions", partitions, 0, (1 << 32) - 1),
+        for arg, value, low, high in (("partitions", partitions, 0, UINT32_MAX),
                                       ("retention_ms", retention_ms, -1, INT64_MAX),
                                       ("retention_bytes", retention_bytes, -1, INT64_MAX),
                                       ("delete_retention_ms", delete_retention_ms, 0, INT64_MAX)):

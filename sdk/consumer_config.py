@@ -12,6 +12,7 @@ from typing import Any
 
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.wire_ints import INT32_MAX, UINT32_MAX
 from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
 from sdk.reconnect import RetryPolicy
 
@@ -140,8 +141,8 @@ _INT_MIN = {"priority": 0, "receiver_queue_size": 2, "receiver_queue_total_max":
             "ack_timeout_ms": 0, "max_redeliveries": 0, "look_ahead_max": 0, "ack_flush_ms": 0,
             "nack_delay_ms": 0, "connect_timeout_ms": 0, "retry_timeout_ms": 0,
             "retry_backoff_ms": 1, "retry_backoff_max_ms": 1}
-_INT_MAX = {"priority": (1 << 31) - 1, "ack_timeout_ms": (1 << 32) - 1,
-            "max_redeliveries": (1 << 32) - 1, "look_ahead_max": (1 << 32) - 1}
+_INT_MAX = {"priority": INT32_MAX, "ack_timeout_ms": UINT32_MAX,
+            "max_redeliveries": UINT32_MAX, "look_ahead_max": UINT32_MAX}
 
 
 def _check_ints(config: ConsumerConfig) -> None:

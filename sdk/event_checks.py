@@ -13,12 +13,11 @@ from typing import Any
 
 from sdk.core.columns import OPCODES, TEXT_BYTES_MAX, text_bytes_over, value_size_error
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.wire_ints import INT64_MAX, INT64_MIN
 
 # Estimated wire bytes per event beside its value: key, slot, field tags.
 EVENT_OVERHEAD_BYTES = 16
 
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
 
 # Default of every optional column (what an absent entry means on the wire).
 COLUMN_DEFAULTS: dict[str, Any] = {

@@ -33,6 +33,7 @@ from sdk.admin import Admin
 from sdk.cluster import topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
+from sdk.core.wire_ints import UINT32_MAX
 from sdk.security import ClientSecurity, read_ca_file, use
 
 T = TypeVar("T")
@@ -43,11 +44,6 @@ EXIT_CODES_HELP = ("Exit status: 0 done; 1 a call failed (refused by the broker,
                    "cannot be reached); 2 usage (unknown option, missing argument, a value "
                    "that does not parse); 130 interrupted.")
 REQUEST_TIMEOUT_S = 30.0
-# The wire's integer ranges: an option past them is a usage error naming the option,
-# not protobuf's "Value out of range" from deep inside a call.
-UINT32_MAX = (1 << 32) - 1
-INT64_MAX = (1 << 63) - 1
-UINT64_MAX = (1 << 64) - 1
 CONNECT_TIMEOUT_MS = 5_000  # as the SDK's: a broker never reached fails this fast
 
 

@@ -20,7 +20,6 @@ import click
 
 from keybus.cli.common import (
     PARTITION,
-    UINT64_MAX,
     Connection,
     connection_options,
     fail,
@@ -36,6 +35,7 @@ from keybus.cli.produce_lines import (
 )
 from keybus.cli.progress import progress
 from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
+from sdk.core.wire_ints import UINT64_MAX
 from sdk.errors import KeybusError
 from sdk.producer import Producer
 from sdk.producer_futures import EventFuture

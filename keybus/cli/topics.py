@@ -9,8 +9,6 @@ import click
 
 from keybus.cli import render
 from keybus.cli.common import (
-    INT64_MAX,
-    UINT32_MAX,
     Connection,
     Group,
     connection_options,
@@ -22,6 +20,7 @@ from keybus.cli.common import (
 )
 from keybus.cli.progress import progress
 from sdk.admin import Admin
+from sdk.core.wire_ints import INT64_MAX, UINT32_MAX
 from sdk.errors import TopicNotFound
 
 T = TypeVar("T")

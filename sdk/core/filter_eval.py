@@ -20,12 +20,12 @@ import numpy.typing as npt
 
 from sdk.core.filter_ids import (
     _INTEGER_TEXT,
-    INT64_MAX,
     MOD_TABLE_BUCKETS_MAX,
     FilterType,
     IdIntervals,
     _Selector,
 )
+from sdk.core.wire_ints import INT64_MAX
 
 if TYPE_CHECKING:
     from sdk.core.filters import KeyFilterSpec

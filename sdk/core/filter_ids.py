@@ -10,13 +10,13 @@ import enum
 import re
 from collections.abc import Callable, Sequence
 
+from sdk.core.wire_ints import INT64_MAX
+
 ID_LIST_ENTRIES_MAX = 10_000
 """Most comma-separated entries one id list may have."""
 
 MOD_TABLE_BUCKETS_MAX = 1 << 16
 """Up to this many buckets MOD uses a byte table (1 byte per bucket); above, a bisect."""
-
-INT64_MAX = (1 << 63) - 1
 
 IdIntervals = tuple[tuple[int, int], ...]
 """Sorted, disjoint, non-touching half-open intervals ((start, stop), ...)."""

@@ -50,7 +50,6 @@ from sdk.core.filter_eval import (
 )
 from sdk.core.filter_ids import (
     ID_LIST_ENTRIES_MAX,
-    INT64_MAX,
     MOD_TABLE_BUCKETS_MAX,
     FilterError,
     FilterType,
@@ -63,6 +62,7 @@ from sdk.core.filter_ids import (
     parse_id_list,
 )
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.wire_ints import INT64_MAX
 
 __all__ = ["CONFIG_PREFIX", "ID_LIST_ENTRIES_MAX", "INT64_MAX", "MOD_TABLE_BUCKETS_MAX",
            "FilterError", "FilterResult", "FilterType", "IdIntervals", "KeyFilterSpec",

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdk.core.names import NAME_CHARACTERS, PROCESSOR_NAME_BYTES_MAX, is_name, is_text
+from sdk.core.wire_ints import UINT32_MAX
 from sdk.processor.balancer import STRATEGIES
 from sdk.processor.pump import StartPositions, start_for
 from sdk.reader import start_to_proto
 
-EVENTS_MAX = (1 << 32) - 1  # ReadRequest.events_max is a uint32
+EVENTS_MAX = UINT32_MAX  # ReadRequest.events_max is a uint32
 TOPIC_NAME_BYTES_MAX = 249  # the broker's default topic_name_bytes_max
 
 
