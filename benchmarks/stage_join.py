@@ -1,8 +1,9 @@
 """Join the stage notes of `stage_trace.py` with the clients' stamps: where each millisecond goes. Pure.
 
-Inputs, all CLOCK_MONOTONIC nanoseconds: per event its offset, the producer's
-`send` call and its arrival at a consumer (`Arrival`); per value stamp when
-its batch left the producer's accumulator for the Sender (`left`); and the
+Inputs, all CLOCK_MONOTONIC nanoseconds: per event its offset, the time its
+send was due and its arrival at a consumer (`Arrival`); per value stamp when
+its batch left the producer's accumulator for the Sender (`left`) and when the
+answer to it was handled (`answered`, for `round_trips_ns`); and the
 broker's notes (`stage_trace.py`). Output: per event the consecutive stages
 below, which add up to its whole latency (a stage that the clocks of two
 threads make slightly negative counts as 0 in the percentiles, never dropped).
@@ -17,7 +18,8 @@ from itertools import pairwise
 from typing import Any
 
 STAGES = (
-    ("send → batch leaves the producer", "the producer's batching (Nagle's rule / linger)"),
+    ("due → batch leaves the producer", "the producer loop's wake at the due time, then its "
+     "batching: Nagle's rule (the answer to the request in flight) or linger"),
     ("→ the partition has the request", "gRPC hop in, the Produce servicer"),
     ("→ decided", "the partition's queue: waiting for the group commit in flight"),
     ("→ written and fsynced", "the WriteBatch on the loop, the WAL fsync on the syncer thread"),
@@ -50,6 +52,14 @@ def _groups(notes: Sequence[Sequence[Any]]) -> tuple[list[int], list[int], list[
     """The groups' (start, stop, synced_ns), sorted by start."""
     synced = sorted((n[1], n[2], n[3]) for n in notes if n[0] == "synced")
     return [g[0] for g in synced], [g[1] for g in synced], [g[2] for g in synced]
+
+
+def round_trips_ns(left: dict[int, int], answered: dict[int, int]) -> list[int]:
+    """The producer's round trip per batch: it left for the Sender → its answer was
+    handled. What a tick that finds a request in flight waits for, at most (Nagle's rule).
+    Keyed by value stamp, so a batch counts once per tick it holds; a tick split over two
+    batches counts its last."""
+    return [answered[stamp] - sent for stamp, sent in left.items() if stamp in answered]
 
 
 def wal_fsyncs_ns(notes: Sequence[Sequence[Any]]) -> list[int]:

@@ -1,9 +1,15 @@
 """The processes of `python -m benchmarks stages`: a traced broker, the producer, consumers.
 
-Each value begins with the CLOCK_MONOTONIC time of its `send` call (8 bytes,
-little-endian); the producer notes when each batch left its accumulator for
-the Sender (a wrapper around `Sender.submit`, so a rename breaks it loudly);
-each consumer process returns (offset, sent, arrived) for what it received.
+The producer paces as the latency scenario does (benchmarks/due_timer.py: a
+thread wakes its loop at each 1 ms tick's due time) and each value begins with
+the CLOCK_MONOTONIC time its send was *due* (8 bytes, little-endian). An
+asyncio sleep instead wakes up to 1 ms late, and late in step with the
+answers: a tick then mostly went out just after the answer to the last
+request, and its wait for that answer (Nagle's rule) did not show. The
+producer notes when each batch left its accumulator for the Sender and when
+its answer was handled (wrappers around `Sender.submit` and `Sender._finish`,
+so a rename breaks them loudly); each consumer process returns (offset, due,
+arrived) for what it received.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ import contextlib
 import multiprocessing
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks import stage_trace
 from benchmarks.broker import running_broker
+from benchmarks.due_timer import DueTimer
 
 TOPIC = "stages"
 SUBSCRIPTION = "stages"
@@ -47,36 +55,56 @@ async def _create_topic(address: str) -> None:
         await admin.create_topic(TOPIC, partitions=1)
 
 
-async def produce(address: str, rate: int, events: int, value_bytes: int) -> dict[int, int]:
-    """Send `events` at `rate` in 1 ms ticks; returns sent stamp -> when its batch left."""
+@dataclass(slots=True)
+class ProducerNotes:
+    """Per value stamp (a tick's due time): when its batch left the accumulator for the
+    Sender (`left`) and when the broker's answer to it was handled (`answered`)."""
+
+    left: dict[int, int] = field(default_factory=dict)
+    answered: dict[int, int] = field(default_factory=dict)
+
+
+async def produce(address: str, rate: int, events: int, value_bytes: int) -> ProducerNotes:
+    """Send `events` at `rate` in 1 ms ticks, each due at its time (DueTimer)."""
     import sdk.sender
     from sdk import Producer
 
-    left: dict[int, int] = {}
-    submit = sdk.sender.Sender.submit
+    notes = ProducerNotes()
+    submit, finish = sdk.sender.Sender.submit, sdk.sender.Sender._finish
 
     def noted_submit(self: Any, batch: Any) -> None:
         now = time.monotonic_ns()
         for value in batch.request.batch.values:
-            left[int.from_bytes(value[:8], "little")] = now
+            notes.left[int.from_bytes(value[:8], "little")] = now
         submit(self, batch)
 
+    def noted_finish(self: Any, outcomes: list[Any]) -> None:
+        now = time.monotonic_ns()
+        for batch, _ in outcomes:
+            for value in batch.request.batch.values:
+                notes.answered[int.from_bytes(value[:8], "little")] = now
+        finish(self, outcomes)
+
     sdk.sender.Sender.submit = noted_submit  # type: ignore[method-assign]
+    sdk.sender.Sender._finish = noted_finish  # type: ignore[method-assign]
     try:
         producer = await Producer.create(address, TOPIC)
         per_tick = max(1, rate // 1000)
         padding = b"x" * (value_bytes - 8)
         start, sent = time.monotonic(), 0
-        while sent < events:
-            due = start + sent / rate
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            for _ in range(min(per_tick, events - sent)):
-                producer.send_nowait(sent % KEYS, time.monotonic_ns().to_bytes(8, "little") + padding)
-                sent += 1
+        async with DueTimer() as timer:
+            while sent < events:
+                due = start + sent / rate
+                await timer.wait_until(due)
+                stamp = int(due * 1e9).to_bytes(8, "little") + padding
+                for _ in range(min(per_tick, events - sent)):
+                    producer.send_nowait(sent % KEYS, stamp)
+                    sent += 1
         await producer.close()
     finally:
         sdk.sender.Sender.submit = submit  # type: ignore[method-assign]
-    return left
+        sdk.sender.Sender._finish = finish  # type: ignore[method-assign]
+    return notes
 
 
 def consumers_process(address: str, events: int, results: multiprocessing.Queue[Any],

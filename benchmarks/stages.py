@@ -2,10 +2,12 @@
 
 The latency benchmark (`latency.py`) says how long; this says where. One
 broker runs under `stage_trace.py` (stamps at each step of the path), one
-producer process sends at `--rates` in 1 ms ticks (each value carries the
-time of its `send` call), `--consumers` Key_Shared consumer processes note
-each event's arrival; the producer also notes when each batch left its
-accumulator for the Sender. `stage_join.py` joins the notes on the offsets
+producer process sends at `--rates` in 1 ms ticks, paced and stamped as in the
+latency scenario (each value carries the time its send was due),
+`--consumers` Key_Shared consumer processes note each event's arrival; the
+producer also notes when each batch left its accumulator for the Sender and
+when its answer came back (the producer's round trip, which a tick due while
+a request is out waits for). `stage_join.py` joins the notes on the offsets
 and prints, per rate, p50 / p99 / p99.9 / max of every stage beside the disk's own
 fsync, the broker's WAL fsyncs of the run (how many stalled 10 ms or more), the
 CPU each process used, and where the broker's event-loop thread spent its CPU
@@ -38,7 +40,7 @@ from benchmarks.broker_metrics import STALL_S
 from benchmarks.cpu import process_cpu_s
 from benchmarks.histogram import figures_ms, of_ms
 from benchmarks.results import record_block
-from benchmarks.stage_join import STAGES, Arrival, stage_rows, wal_fsyncs_ns
+from benchmarks.stage_join import STAGES, Arrival, round_trips_ns, stage_rows, wal_fsyncs_ns
 from benchmarks.stage_run import consumers_process, produce, running_traced_broker
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -96,7 +98,7 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
             before = {"broker": process_cpu_s(pid),
                       "consumers": sum(process_cpu_s(c.pid or 0) for c in children)}
             began, producer_cpu = time.monotonic(), time.process_time()
-            left = asyncio.run(produce(address, rate, events, VALUE_BYTES))
+            producer = asyncio.run(produce(address, rate, events, VALUE_BYTES))
             arrivals: list[Arrival] = []
             deadline = time.monotonic() + 60
             while len(arrivals) < events and time.monotonic() < deadline:
@@ -110,7 +112,8 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
             for child in children:
                 child.join(10)
         notes = json.loads(notes_file.read_text())
-    rows = stage_rows(notes, arrivals, left)
+    rows = stage_rows(notes, arrivals, producer.left)
+    round_trips = round_trips_ns(producer.left, producer.answered)
     columns: list[tuple[int, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in STAGES]
     stages = [{"stage": name, "what": what, **figures_ms(of_ms(max(0, v) / 1e6 for v in column))}
               for (name, what), column in zip(STAGES, columns, strict=True)]
@@ -125,7 +128,10 @@ def run_rate(rate: int, options: argparse.Namespace) -> dict[str, Any]:
             "loop_cpu": loop_cpu.per_commit(tallied, commits) if tallied else [],
             "task_cpu": task_cpu.per_commit(tasks, tallied["loop_total_s"], commits)
             if tasks and tallied else [],
-            "wal_fsync": wal_fsync, "events": events, "joined": len(rows), "stages": stages,
+            "wal_fsync": wal_fsync,
+            "round_trip": figures_ms(of_ms(d / 1e6 for d in round_trips)),
+            "requests": len(set(producer.left.values())),  # one `submit` time per batch
+            "events": events, "joined": len(rows), "stages": stages,
             "total": figures_ms(total), "cpu_cores": {k: round(v, 3) for k, v in cpu.items()},
             "load": os.getloadavg()[0]}
 
@@ -147,10 +153,16 @@ def render(report: dict[str, Any]) -> str:
                   f"{run['load']:.2f}", "",
                   "| stage | what it holds | p50 ms | p99 ms | p99.9 ms | max ms |",
                   "|---|---|---|---|---|---|"]
-        for s in run["stages"] + [{"stage": "**send → arrival**", "what": "the whole latency",
+        for s in run["stages"] + [{"stage": "**due → arrival**", "what": "the whole latency",
                                    **run["total"]}]:
             lines.append(f"| {s['stage']} | {s['what']} | " + " | ".join(
                 str(s.get(k, "—")) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")) + " |")
+        trip = run.get("round_trip") or {}
+        if trip.get("samples"):
+            lines += ["", f"The producer's round trip (a batch leaves for the Sender → its "
+                      f"answer is handled; a tick due meanwhile waits for it, Nagle's rule): "
+                      f"p50 {trip['p50_ms']} / p99 {trip['p99_ms']} ms over "
+                      f"{run['requests']:,} requests, {trip['samples']:,} ticks."]
         if run.get("loop_cpu"):
             lines += ["", "Where the broker's event-loop thread spent its CPU (its own time in "
                       "each step, benchmarks/loop_cpu.py), per commit:", "",

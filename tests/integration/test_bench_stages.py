@@ -24,6 +24,8 @@ def test_a_short_run_joins_every_event() -> None:
     assert run["cpu_cores"]["broker"] > 0
     assert run["consumer_processes"] == 1
     assert 1 <= run["wal_fsync"]["samples"] <= 200  # one per group commit
+    # every tick's batch was answered: the producer's round trip of each is known
+    assert run["round_trip"]["samples"] == 200 and 1 <= run["requests"] <= 200
     # the event loop's CPU per commit: every step of the path was called and counted, and
     # the steps are part of the loop's whole (loop_cpu.py)
     steps = {row["step"]: row for row in run["loop_cpu"]}
@@ -39,6 +41,10 @@ def test_a_short_run_joins_every_event() -> None:
         assert tasks[task]["steps_per_commit"] > 0 and tasks[task]["us_per_step"] > 0, tasks
     assert tasks["**the loop in all**"]["us_per_commit"] == whole
     assert sum(r["us_per_commit"] for r in run["task_cpu"][:-2]) <= whole
+    assert "round trip" in stages.render({"machine": {k: "-" for k in ("date", "nproc", "cpu",
+                                                                       "python")},
+                                          "command": "stages", "runs": [run],
+                                          "disk_fsync": {"p50_ms": 0.2, "p99_ms": 0.3}})
     assert "WAL fsyncs" in stages.render({"machine": {k: "-" for k in ("date", "nproc", "cpu",
                                                                         "python")},
                                           "command": "stages", "runs": [run],

@@ -7,7 +7,7 @@ spans another consumer's offset), with known answers.
 
 from __future__ import annotations
 
-from benchmarks.stage_join import STAGES, Arrival, stage_rows, wal_fsyncs_ns
+from benchmarks.stage_join import STAGES, Arrival, round_trips_ns, stage_rows, wal_fsyncs_ns
 
 MS = 1_000_000
 
@@ -40,3 +40,9 @@ def test_the_wal_fsyncs_own_lengths_come_from_the_synced_notes() -> None:
     notes = [("synced", 0, 1, 5 * MS, 4 * MS), ("synced", 1, 9, 40 * MS, 10 * MS),
              ("synced", 9, 10, 50 * MS), ("write", 0, 1, 3 * MS)]  # an old note: no start
     assert wal_fsyncs_ns(notes) == [1 * MS, 30 * MS]
+
+
+def test_the_producers_round_trip_is_from_a_batch_leaving_to_its_answer() -> None:
+    left = {0: 1 * MS, 1 * MS: 3 * MS, 2 * MS: 3 * MS, 3 * MS: 6 * MS}
+    answered = {0: 2 * MS, 1 * MS: 5 * MS, 2 * MS: 5 * MS}  # the last one never answered
+    assert round_trips_ns(left, answered) == [1 * MS, 2 * MS, 2 * MS]
