@@ -11,7 +11,9 @@ A member never gives memory back here: it only shrinks in its own time (a
 cache in its dispatcher's round, an outbox as its stream is written). So the
 budget tells members when their share changed in a way that concerns them:
 - when members join and the share drops, each member holding more than the
-  new share is woken (so it trims, or stops taking more);
+  new share is woken (so it trims, or stops taking more). A join that leaves
+  the share as it was (at the floor: past bytes_max / floor members) looks at
+  no other member, so opening many streams costs each one a constant;
 - when a member leaves and the share grows, each member that said it waits
   for room (`wait_for_room`) is woken (so it takes more again: without it a
   paused outbox under half its new share would wait for a write that never
@@ -51,8 +53,9 @@ class ShareBudget:
         """Members join, each with the `wake` that makes it look at its share again;
         several together: one look at the others for all of them."""
         self._members.update(joining)
+        before = self.share
         self._update()
-        if self.share < self.member_bytes_max:
+        if self.share < before:  # else every member over it was woken when it dropped
             share = self.share
             for member, wake_member in list(self._members.items()):
                 if member.bytes > share:

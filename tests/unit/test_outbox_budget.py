@@ -161,3 +161,25 @@ def test_the_manager_shares_one_budget_among_every_open_stream(tmp_path: Path) -
         store.close()
 
     asyncio.run(body())
+
+
+def test_joins_at_the_floor_look_at_no_other_member() -> None:
+    """Past bytes_max / floor members the share stays at the floor: a join wakes nobody
+    and reads nobody's bytes, so opening N streams costs O(N), not O(N²)."""
+
+    class Counted:
+        reads = 0
+
+        @property
+        def bytes(self) -> int:
+            Counted.reads += 1
+            return 0
+
+    budget = ShareBudget(bytes_max=100, member_bytes_max=100, floor=10)
+    for _ in range(10):  # 100 // 10 = 10: the floor from here on
+        budget.join_all([(Counted(), lambda: None)])
+    assert budget.share == 10
+    Counted.reads = 0
+    for _ in range(1_000):
+        budget.join_all([(Counted(), lambda: None)])
+    assert Counted.reads == 0 and budget.share == 10
