@@ -1,7 +1,7 @@
 """`DescribeCluster`'s answer: this broker's view of every replicated topic.
 
 Runs on the event loop; reads only in-memory state (roles, copy states,
-followers' reports, partition offsets).
+followers' reports and how many follow, partition offsets).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             acks=role.replication.acks, leader_changes=role.leader_changes,
             detail="" if writable else _detail(role))
     copies = role.follower.states if role is not None and role.follower else {}
+    counted = role is not None and role.role == "leader" and role.replication.acks > 0
+    trackers = role.trackers if role is not None and counted else {}
     for partition in partitions:
         state = copies.get(partition.index)
         entry = pb.PartitionRelayInfo(partition=partition.index, end_offset=partition.end_offset,
@@ -57,6 +59,9 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             entry.lag_ms = 0 if not entry.lag_events or not state.caught_up_ms else \
                 now - state.caught_up_ms
             entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
+        tracker = trackers.get(partition.index)
+        if tracker is not None:  # what refuses produce (acks.py rule 5), seen before it does
+            entry.followers_following = tracker.following
         result.partitions.append(entry)
     if role is not None and role.role == "leader":
         ends = {p.index: p.log_end for p in partitions}

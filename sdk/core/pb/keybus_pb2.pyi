@@ -1949,6 +1949,7 @@ class PartitionRelayInfo(_message.Message):
     UPSTREAM_READ_MS_AGO_FIELD_NUMBER: _builtins.int
     LAST_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    FOLLOWERS_FOLLOWING_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     end_offset: _builtins.int
     upstream_end_offset: _builtins.int
@@ -1962,6 +1963,12 @@ class PartitionRelayInfo(_message.Message):
     """epoch of the last record"""
     log_end_offset: _builtins.int
     """High watermark: end_offset is what readers may see; this, the durable log end."""
+    followers_following: _builtins.int
+    """On a leader with acks = n only: the followers that follow this partition now (a
+    report stream open with a report in this epoch, broker/relay/acks.py rule 4).
+    Fewer than acks refuse produce (followers_missing). Absent on a follower, a
+    candidate, a standalone broker and with acks = leader.
+    """
     def __init__(
         self,
         *,
@@ -1973,12 +1980,15 @@ class PartitionRelayInfo(_message.Message):
         upstream_read_ms_ago: _builtins.int = ...,
         last_leader_epoch: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
+        followers_following: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "followers_following", b"followers_following"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "end_offset", b"end_offset", "followers_following", b"followers_following", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__followers_following: _TypeAlias = _typing.Literal["followers_following"]  # noqa: Y015
+    _WhichOneofArgType__followers_following: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__followers_following) -> _WhichOneofReturnType__followers_following | None: ...
 
 Global___PartitionRelayInfo: _TypeAlias = PartitionRelayInfo  # noqa: Y015
 
