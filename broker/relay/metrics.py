@@ -7,11 +7,14 @@ what only a chain has.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from broker.relay.acks import AckTracker
     from broker.relay.follower import CopyState
 
 UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
@@ -34,6 +37,21 @@ IS_LEADER = Gauge("keybus_relay_is_leader", "1 while this broker accepts produce
                   ["topic"])
 ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
                     "Produce answers held until enough followers hold the events", ["topic"])
+FOLLOWERS_FOLLOWING = Gauge("keybus_relay_followers_following",
+                            "On a leader with acks = n: followers with an open report stream "
+                            "(fewer than n refuse produce)", ["topic", "partition"])
+
+
+def export_acks(topic: str, trackers: Mapping[int, AckTracker[Any]], leading: bool) -> None:
+    """The leader's acks state as gauges. The following count is left out where it
+    refuses nothing (acks = leader, or not leading now: a failed-over leader's last
+    count would otherwise stay, for ever), as `keybus cluster status` shows "-" there."""
+    ACK_WAITING.labels(topic).set(sum(t.waiting for t in trackers.values()))
+    for index, tracker in trackers.items():
+        if leading and tracker.copies:
+            FOLLOWERS_FOLLOWING.labels(topic, str(index)).set(tracker.following)
+        else:
+            FOLLOWERS_FOLLOWING.remove(topic, str(index))
 
 
 def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_ms: int) -> None:

@@ -37,9 +37,9 @@ from broker.relay.describe import cluster_info
 from broker.relay.election_core import ElectionLike
 from broker.relay.follower import TopicFollower, wall_ms
 from broker.relay.metrics import (
-    ACK_WAITING,
     IS_LEADER,
     LEADER_CHANGES,
+    export_acks,
     export_copy,
     forget_copy,
 )
@@ -142,12 +142,12 @@ class RelayNode:
         self._tasks.spawn(f"relay-role {topic}", change, failed)
 
     async def _metrics_loop(self) -> None:
-        """Copy lag and upstream silence as gauges, once a second."""
+        """Copy lag, upstream silence and followers following as gauges, once a second."""
         while True:
             await asyncio.sleep(METRICS_INTERVAL_S)
             now = wall_ms()
             for topic, role in list(self.roles.items()):
-                ACK_WAITING.labels(topic).set(sum(t.waiting for t in role.trackers.values()))
+                export_acks(topic, role.trackers, role.role == "leader")
                 follower = role.follower
                 if follower is None:  # copies nothing now: its last copy's series go
                     with contextlib.suppress(BrokerError):

@@ -1,15 +1,18 @@
 """The copy's gauges: a follower that never read has no lag series (not 0, "caught up"),
-and a broker that copies a partition no more (it leads now) drops them.
+and a broker that copies a partition no more (it leads now) drops them. The leader's
+followers-following gauge exists only where it refuses produce (acks = n, leading).
 
-Method: `export_copy` on copy states, read back from prometheus_client's registry.
+Method: `export_copy` on copy states and `export_acks` on ack trackers, read back
+from prometheus_client's registry.
 """
 
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
+from broker.relay.acks import AckTracker
 from broker.relay.follower import CopyState
-from broker.relay.metrics import export_copy, forget_copy
+from broker.relay.metrics import export_acks, export_copy, forget_copy
 
 
 def sample(name: str, partition: int) -> float | None:
@@ -45,3 +48,25 @@ def test_a_broker_that_copies_no_more_drops_its_copy_s_series() -> None:
                  "keybus_relay_seconds_since_upstream_read"):
         assert sample(name, 2) is None, name
     forget_copy("metrics-t", 2)  # again (every second while it leads): nothing to remove
+
+
+def test_a_leader_with_acks_n_exports_how_many_follow_and_drops_it_when_it_leads_no_more() -> None:
+    trackers: dict[int, AckTracker[object]] = {0: AckTracker(2), 1: AckTracker(2)}
+    first, second = object(), object()
+    trackers[0].attach("b", first)
+    trackers[0].attach("c", second)
+    trackers[1].attach("b", first)
+    export_acks("metrics-t", trackers, leading=True)
+    assert sample("keybus_relay_followers_following", 0) == 2
+    assert sample("keybus_relay_followers_following", 1) == 1
+    trackers[0].detach(second)  # c's stream closed (its process gone)
+    export_acks("metrics-t", trackers, leading=True)
+    assert sample("keybus_relay_followers_following", 0) == 1
+    export_acks("metrics-t", trackers, leading=False)  # failed over: a count would mislead
+    assert sample("keybus_relay_followers_following", 0) is None
+    assert sample("keybus_relay_followers_following", 1) is None
+
+
+def test_acks_leader_exports_no_following_count() -> None:
+    export_acks("metrics-t", {3: AckTracker(0)}, leading=True)  # refuses nothing
+    assert sample("keybus_relay_followers_following", 3) is None
