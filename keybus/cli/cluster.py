@@ -102,8 +102,10 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = PRO
 @json_option
 def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
     """Per topic: the leader, the followers with their lag in events and seconds, and
-    each broker's ZooKeeper session. --broker takes every broker: h1:6650,h2:6650,...
-    (--timeout: how long each broker may take to answer, default 3 s)."""
+    each broker's ZooKeeper session; with acks = n, how many followers follow the
+    leader ("following" 1/2: fewer than needed, produce is refused). --broker takes
+    every broker: h1:6650,h2:6650,... (--timeout: how long each broker may take to
+    answer, default 3 s)."""
     answers = run(gather_status(split_brokers(conn.broker), topic,
                                 conn.timeout_s or PROBE_TIMEOUT_S))
     if as_json:

@@ -17,8 +17,8 @@ from keybus.cli.render import fit_table
 from sdk.core.pb import keybus_pb2 as pb
 
 Answer = tuple[str, pb.ClusterInfo | str]  # (address asked, its answer or why none)
-HEADERS = ("topic", "broker", "role", "zookeeper", "epoch", "end offsets", "lag", "lag s",
-           "read s ago")
+HEADERS = ("topic", "broker", "role", "zookeeper", "epoch", "following", "end offsets", "lag",
+           "lag s", "read s ago")
 
 
 def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
@@ -58,8 +58,11 @@ def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]
 
 
 def _partition_row(p: pb.PartitionRelayInfo, lag_unknown: bool) -> dict[str, Any]:
-    """One partition; lag_events and lag_s are None while the lag is unknown."""
+    """One partition; lag_events and lag_s are None while the lag is unknown;
+    followers_following is None but on a leader with acks = n."""
     return {"partition": p.partition, "end_offset": p.end_offset,
+            "followers_following": p.followers_following
+            if p.HasField("followers_following") else None,
             "lag_events": None if lag_unknown else p.lag_events,
             "lag_s": None if lag_unknown else p.lag_ms / 1000,
             "upstream_read_s_ago": p.upstream_read_ms_ago / 1000
@@ -76,6 +79,16 @@ def _max_or_dash(values: list[float | None]) -> str:
     return f"{max((v for v in values if v is not None), default=0):.1f}"
 
 
+def _following(row: dict[str, Any]) -> str:
+    """`following/acks` of a leader with acks = n ("2/2"; fewer than acks refuse
+    produce), one per partition when they differ ("2/2,1/2"); "-" elsewhere."""
+    counts = [p["followers_following"] for p in row["partitions"]]
+    if not counts or None in counts:
+        return "-"
+    cells = [f"{count}/{row['acks']}" for count in counts]
+    return cells[0] if len(set(cells)) == 1 else ",".join(cells)
+
+
 def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:
     """(table rows: leader first per topic, then followers, then unreachable brokers;
     notes: each broker's detail and why a broker did not answer)."""
@@ -88,7 +101,7 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
                         if p["upstream_read_s_ago"] is not None]
             role = row["role"] + ("" if row["writable"] or row["role"] != "leader" else " (!)")
             rows.append((topic["topic"], row["address"], role, row["zookeeper_state"] or "-",
-                         str(row["leader_epoch"]),
+                         str(row["leader_epoch"]), _following(row),
                          ",".join(str(p["end_offset"]) for p in parts) or "-",
                          _sum_or_dash([p["lag_events"] for p in parts]),
                          _max_or_dash([p["lag_s"] for p in parts]),
@@ -97,7 +110,7 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
                 notes.append(f"{topic['topic']} on {row['address']}: {row['detail']}")
     for broker in status["brokers"]:
         if "error" in broker:
-            rows.append(("-", broker["address"], "unreachable", *["-"] * 6))
+            rows.append(("-", broker["address"], "unreachable", *["-"] * 7))
             notes.append(f"{broker['address']}: {broker['error']}")
     return rows, notes
 

@@ -273,7 +273,8 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
         assert "pass its CA (relay_tls_ca_file in this broker's config)" in row["detail"], row
         assert "--tls-ca" not in follower.log_path.read_text()  # a client's setting, not its
         assert row["partitions"] == [{"partition": 0, "end_offset": 0, "lag_events": None,
-                                      "lag_s": None, "upstream_read_s_ago": None}], row
+                                      "lag_s": None, "upstream_read_s_ago": None,
+                                      "followers_following": None}], row
     finally:
         follower.stop()
         leader.stop()

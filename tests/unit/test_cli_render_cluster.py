@@ -1,4 +1,5 @@
-"""`keybus cluster status` rendering: the leader named per topic, followers with their lag.
+"""`keybus cluster status` rendering: the leader named per topic, followers with their lag,
+and how many followers follow a leader with acks = n (fewer than acks refuse produce).
 
 Method: two brokers' DescribeCluster answers and one unreachable broker,
 rendered as JSON and as the table (pure functions, no network).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from keybus.cli.render_cluster import cluster_dict, cluster_table
+from keybus.cli.render_cluster import HEADERS, cluster_dict, cluster_rows, cluster_table
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -34,7 +35,8 @@ def test_json_names_the_leader_and_each_brokers_lag() -> None:
     assert (topic["leader"], topic["leader_epoch"]) == ("a:1", 3)
     follower = next(b for b in topic["brokers"] if b["role"] == "follower")
     assert follower["partitions"][0] == {"partition": 0, "end_offset": 90, "lag_events": 10,
-                                         "lag_s": 1.5, "upstream_read_s_ago": 0.25}
+                                         "lag_s": 1.5, "upstream_read_s_ago": 0.25,
+                                         "followers_following": None}
     assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable"}
 
 
@@ -85,3 +87,46 @@ def test_a_follower_that_never_read_its_upstream_has_no_lag_yet() -> None:
     (line,) = [line for line in lines if " d:1 " in line]
     assert line.split()[-3:] == ["-", "-", "-"], line  # lag, lag s, read s ago
     assert "t on d:1: a follower; the leader is a:1; cannot set up the copy from a:1 (x)" in lines
+
+
+def leading(acks: int, following: list[int | None]) -> pb.ClusterInfo:
+    """A leader of 't' with `acks` whose partitions have these counts (None: absent)."""
+    info = pb.ClusterInfo(broker_id="a:1", address="a:1", zookeeper_state="CONNECTED")
+    topic = info.topics.add(topic="t", role="leader", writable=True, leader="a:1",
+                            leader_epoch=3, election="zookeeper", acks=acks)
+    for index, count in enumerate(following):
+        topic.partitions.add(partition=index, end_offset=10, upstream_read_ms_ago=-1)
+        if count is not None:
+            topic.partitions[-1].followers_following = count
+    return info
+
+
+def following_cell(answers: list[tuple[str, pb.ClusterInfo | str]], address: str) -> str:
+    rows, _ = cluster_rows(cluster_dict(answers))
+    (row,) = [row for row in rows if row[1] == address]
+    return row[HEADERS.index("following")]
+
+
+def test_following_is_counted_over_the_acks_a_leader_needs() -> None:
+    assert following_cell([("a:1", leading(2, [2]))], "a:1") == "2/2"
+    assert following_cell([("a:1", leading(2, [1]))], "a:1") == "1/2"
+    assert following_cell([("a:1", leading(2, [2, 2]))], "a:1") == "2/2"
+    assert following_cell([("a:1", leading(2, [2, 1, 2]))], "a:1") == "2/2,1/2,2/2"
+    status = cluster_dict([("a:1", leading(2, [0]))])
+    assert status["topics"][0]["brokers"][0]["partitions"][0]["followers_following"] == 0
+    assert following_cell([("a:1", leading(2, [0]))], "a:1") == "0/2"  # 0 is not "-"
+
+
+def test_following_is_a_dash_where_nothing_is_counted() -> None:
+    assert following_cell([("a:1", leading(0, [None]))], "a:1") == "-"  # acks = leader
+    assert following_cell(answers(), "b:1") == "-"  # a follower
+    assert following_cell(answers(), "c:1") == "-"  # unreachable
+
+
+def test_table_shows_the_following_column() -> None:
+    console = Console(width=200, record=True)
+    console.print(cluster_table([("a:1", leading(2, [1])), *answers()[1:]], 200))
+    lines = console.export_text().splitlines()
+    assert "following" in next(line for line in lines if "epoch" in line)
+    (row,) = [line for line in lines if " a:1 " in line]
+    assert row.split()[5] == "1/2", row  # topic broker role zookeeper epoch following
