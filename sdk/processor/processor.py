@@ -14,7 +14,9 @@ Ownership and checkpoints are two stores (`sdk.stores`): by default both are
 the broker's; ownership may be Redis (`RedisOwnershipStore`) and checkpoints
 a directory (`FileCheckpointStore`). A failing cycle (store or broker
 unreachable) is reported to on_error (each time) and retried next interval;
-without on_error the log says it once per outage (`outages.py`); the
+without on_error the log says it once per outage (`outages.py`), as it says
+a partition's failure once per outage of that partition (its pump reopens
+it every cycle); either way the log says when it works again. The
 partitions held keep running until their lease lapses by this machine's
 clock, so a processor cut off from the ownership store stops processing
 before another can take over.
@@ -42,7 +44,7 @@ from sdk.processor import arguments
 from sdk.processor.balancer import Group, Strategy, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
-from sdk.processor.outages import OutageLog
+from sdk.processor.outages import OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
 from sdk.reader import ReadBatch, Reader, Start
@@ -74,9 +76,11 @@ class EventProcessor:
         on_error: on_error(context or None, error): a failed callback
             (context set: the partition closes with "error" and reopens from
             its checkpoint next cycle) or a failed cycle (None), each time.
-            Without it the log: a failed callback as a WARNING each time, a
-            failed cycle as a WARNING when a kind of failure starts (DEBUG
-            while it repeats) and an INFO when a cycle works again.
+            Without it the log, once per outage: a WARNING when a kind of
+            failure starts (of the cycle, or of a partition's step: starting,
+            on_partition_initialize, reading, on_event, on_partition_close),
+            DEBUG while it repeats. With or without it, an INFO when the
+            cycle or step works again.
         ownership_store: an OwnershipStore (default: the broker's). One
             whose records expire by themselves says so with `ttl_ms`
             (RedisOwnershipStore): it must be >= ownership_expiration_ms.
@@ -168,6 +172,7 @@ class EventProcessor:
         self._own_writes = OwnWrites(self.owner_id)
         self._duplicate: DuplicateOwnerId | None = None
         self._outage = OutageLog(f"event processor {topic}/{consumer_group}: balancing")
+        self._partition_outages = PartitionOutages(f"event processor {topic}/{consumer_group}")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -253,9 +258,10 @@ class EventProcessor:
         await self._callbacks.error(None, error, self._outage.failed(error, time.monotonic()))
 
     def _cycle_worked(self) -> None:
-        """After an outage, the log says the cycle works again (without on_error)."""
+        """After an outage, the log says the cycle works again (with or without
+        on_error: no callback tells that, and on_error said only the failures)."""
         line = self._outage.worked(time.monotonic())
-        if line is not None and self._callbacks.on_error is None:
+        if line is not None:
             log.log(line.level, "%s", line.message)
 
     async def balance_once(self) -> None:
@@ -308,6 +314,7 @@ class EventProcessor:
             if running is None or running.stopping:
                 self._start_pump(record, claimed_at, running)
         self._held = mine
+        self._partition_outages.keep(mine)
         self._metrics.owned(len(self.owned_partitions))
 
     def _give_up(self) -> None:
@@ -316,6 +323,7 @@ class EventProcessor:
         for pump in self._pumps.values():
             pump.stop("ownership_lost")
         self._held = {}
+        self._partition_outages.keep(())
         self._metrics.owned(0)
 
     def _start_pump(self, record: PartitionOwnership, claimed_at: float,
@@ -326,7 +334,8 @@ class EventProcessor:
         context.renewed(record, claimed_at)
         pump = PartitionPump(context, self._checkpoints, bool(self._fencing),
                              self._start_position, self._callbacks, self._open_reader,
-                             self._metrics.events, previous.task if previous else None)
+                             self._metrics.events, self._partition_outages,
+                             previous.task if previous else None)
         self._pumps[record.partition] = pump
         pump.task.add_done_callback(lambda _: self._forget(pump))
 

@@ -9,6 +9,12 @@ stop, the claim's lease runs out, or the checkpoint store says the
 ownership was lost. A stop never interrupts a callback: the pump stops
 before the next batch. on_partition_close follows on_partition_initialize
 whatever ends the pump.
+
+A failure closes the partition ("error") and the next cycle reopens it, so
+a failure that lasts comes back every cycle: each goes to on_error, but the
+log says it once per outage of that partition's step (`PartitionOutages`),
+and says when the step works again (that recovery line is logged with or
+without on_error: nothing else tells that it is over).
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sdk.processor.context import CloseReason, PartitionContext
-from sdk.processor.outages import Line
+from sdk.processor.outages import Line, PartitionOutages
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
 from sdk.stores.protocols import CheckpointStore
@@ -52,8 +59,8 @@ class Callbacks:
     async def error(self, context: PartitionContext | None, error: BaseException,
                     line: Line | None = None) -> None:
         """Tell on_error, every time; without one, the log: `line` when the
-        caller chose it (a failed cycle, told once per outage: outages.py),
-        else a WARNING. A failing on_error is logged."""
+        caller chose it (a failed cycle or partition step, told once per
+        outage: outages.py), else a WARNING. A failing on_error is logged."""
         try:
             if self.on_error is None:
                 if line is None:
@@ -71,7 +78,7 @@ class PartitionPump:
     def __init__(self, context: PartitionContext, checkpoint_store: CheckpointStore,
                  fencing: bool, start_position: StartPositions, callbacks: Callbacks,
                  open_reader: Callable[[int, Start], Reader],
-                 on_events: Callable[[int], None],
+                 on_events: Callable[[int], None], outages: PartitionOutages,
                  previous: asyncio.Task[None] | None = None) -> None:
         self.context = context
         self._store = checkpoint_store
@@ -80,6 +87,9 @@ class PartitionPump:
         self._callbacks = callbacks
         self._open_reader = open_reader
         self._on_events = on_events
+        self._outages = outages
+        self._step = "starting"  # where a failure would be: a step of PartitionOutages
+        self._repeating = False  # the last failure was a repeat (logged at DEBUG)
         self._previous = previous
         self._stop = asyncio.Event()
         self._stop_reason: CloseReason = "shutdown"
@@ -103,28 +113,48 @@ class PartitionPump:
         reason: CloseReason = "shutdown"
         try:
             start = await self._resume_position()
+            self._worked("starting")
             if self._stop.is_set():
                 reason = self._stop_reason
                 return
+            self._step = "on_partition_initialize"
             await call(self._callbacks.on_partition_initialize, context)
             opened = True
+            self._worked("on_partition_initialize")
             reader = self._open_reader(context.partition, start)
             reason = await self._pump(reader)
         except OwnershipLost:
             reason = "ownership_lost"
         except Exception as e:
             reason = "error"
-            await self._callbacks.error(context, e)
+            await self._failed(e)
         finally:
             context.close_reason = reason
             if reader is not None:
                 await reader.close()
             if opened:
+                self._step = "on_partition_close"
                 try:
                     await call(self._callbacks.on_partition_close, context, reason)
                 except Exception as e:
-                    await self._callbacks.error(context, e)
-            log.info("closed %s: %s", context, reason)
+                    await self._failed(e)
+                else:
+                    self._worked("on_partition_close")
+            # an outage going on reopens (and closes) the partition every cycle
+            log.log(logging.DEBUG if self._repeating else logging.INFO, "closed %s: %s",
+                    context, reason)
+
+    async def _failed(self, error: BaseException) -> None:
+        """Every failure to on_error; without one, the log once per outage of this step."""
+        line = self._outages.failed(self.context.partition, self._step, error, time.monotonic())
+        self._repeating = line.level < logging.INFO
+        await self._callbacks.error(self.context, error, line)
+
+    def _worked(self, step: str) -> None:
+        """A step that failed before works: say so once (with or without on_error)."""
+        line = self._outages.worked(self.context.partition, step, time.monotonic())
+        if line is not None:
+            log.log(line.level, "%s", line.message)
 
     async def _resume_position(self) -> Start:
         """Fence, then start after this partition's checkpoint (or at start_position)."""
@@ -146,14 +176,18 @@ class PartitionPump:
         stop_wait = asyncio.ensure_future(self._stop.wait())
         try:
             while True:
+                self._step = "reading"
                 batch = await self._next(reader, stop_wait)
                 if batch is None:
                     return self._stop_reason
+                self._worked("reading")
                 if context.lease_expired():
                     return "ownership_lost"
                 context.last_batch = batch
                 context.end_offset = reader.end_offset
+                self._step = "on_event"
                 await call(self._callbacks.on_event, context, batch)
+                self._worked("on_event")
                 self._on_events(batch.count)
                 if context.lost:
                     return "ownership_lost"
