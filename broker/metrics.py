@@ -54,6 +54,10 @@ REDELIVERED_EVENTS = Counter("keybus_redelivered_events", "Events sent again aft
                              "ack timeout or consumer loss", ["topic", "subscription"])
 DEAD_LETTERED_EVENTS = Counter("keybus_dead_lettered_events",
                                "Events moved to a dead-letter topic", ["topic", "subscription"])
+# Set at start and whenever subscriptions are copied or deleted (dead_letter_watch.py).
+DEAD_LETTER_CYCLES = Gauge("keybus_dead_letter_cycles",
+                           "Dead-letter cycles among this broker's subscriptions, each named in "
+                           "a WARNING log line; 0 = none")
 
 # Compacted view and bootstrap.
 VIEW_LAG_EVENTS = Gauge("keybus_view_lag_events",

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Mapping
 
 from broker.config import Settings
-from broker.errors import BrokerError
+from broker.errors import BrokerError, quote
 from broker.filtering import compile_selector
 from broker.log.rocks_store import RocksStore
 from broker.metrics import (
@@ -37,7 +37,8 @@ from broker.partition import TopicMeta, now_ms
 from broker.subscription.cache_budget import CacheBudget
 from broker.subscription.consumer_state import ConsumerSpec, Session
 from broker.subscription.cursor import Cursor
-from broker.subscription.dead_letter_cycle import Hop, cycle_text, find_cycle
+from broker.subscription.dead_letter_cycle import Hop, by_topic, cycle_text, find_cycle
+from broker.subscription.dead_letter_watch import CycleWatch, report_cycles
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.share_budget import ShareBudget
@@ -78,6 +79,7 @@ class SubscriptionManager:
         self._default_mode = MODES[settings.key_shared_default_mode]
         self._topics: dict[str, dict[str, Subscription]] = {}
         self._create_lock = asyncio.Lock()
+        self._cycles = CycleWatch()
         self._metrics_task: asyncio.Task[None] | None = None
         self.cache_budget = CacheBudget(settings.dispatch_cache_broker_bytes_max,
                                         settings.dispatch_cache_bytes_max)
@@ -94,6 +96,7 @@ class SubscriptionManager:
             meta = self.registry.meta(topic)
             for raw in self.store.load_subscriptions(meta.topic_id):
                 self._start(SubscriptionSpec.from_dict(raw), meta)
+        report_cycles(self._cycles, self._hops(), "found at start")
         self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
 
     def _start(self, spec: SubscriptionSpec, meta: TopicMeta) -> Subscription:
@@ -145,6 +148,7 @@ class SubscriptionManager:
         """The topic was deleted: its subscriptions go too (their keys went with it)."""
         for subscription in self._topics.pop(topic, {}).values():
             await self._end(subscription, BrokerError("topic_deleted", topic=topic), persist=False)
+        report_cycles(self._cycles, self._hops(), "topic deleted")
 
     # ------------------------------------------------------------ consumers
 
@@ -249,21 +253,22 @@ class SubscriptionManager:
         """Refuse a new subscription whose dead-letter chain, through this broker's
         subscriptions, leads back to its own topic. Called under the create lock, so
         two opens cannot close a cycle between them. Not by `ensure`: a follower
-        copies its upstream's subscriptions as they are (checked there when made).
+        copies its upstream's subscriptions as they are (checked there when made); a
+        cycle such a copy closes is reported, not refused (`dead_letter_watch.py`).
 
         Raises:
             BrokerError: dead_letter_cycle.
         """
-        if not asked.dead_letter_topic:
-            return
-        existing = {topic: [(name, sub.spec.dead_letter_topic) for name, sub in subs.items()
-                            if sub.spec.dead_letter_topic]
-                    for topic, subs in self._topics.items()}
         new = Hop(asked.topic, asked.name, asked.dead_letter_topic)
-        cycle = find_cycle(new, existing)
+        cycle = find_cycle(new, by_topic(self._hops()))
         if cycle is not None:
             raise BrokerError("dead_letter_cycle", subscription=asked.name, topic=asked.topic,
                               cycle=cycle_text(cycle))
+
+    def _hops(self) -> list[Hop]:
+        """Every subscription's dead-letter hop (those without a dead-letter topic too)."""
+        return [Hop(topic, name, sub.spec.dead_letter_topic)
+                for topic, subs in self._topics.items() for name, sub in subs.items()]
 
     def _check_room(self, subscription: Subscription, consumer: str) -> None:
         spec = subscription.spec
@@ -455,6 +460,7 @@ class SubscriptionManager:
         for gauge in (SUBSCRIPTION_BACKLOG, SUBSCRIPTION_UNACKED, SUBSCRIPTION_DISPATCH_RATE):
             with contextlib.suppress(KeyError):
                 gauge.remove(topic, name)
+        report_cycles(self._cycles, self._hops(), "subscription deleted")
 
     async def ensure(self, request: pb.SubscribeOpen, created_ms: int) -> bool:
         """Create the subscription an `open` describes if it is missing, with no
@@ -467,6 +473,9 @@ class SubscriptionManager:
             if request.subscription in self._topics.get(meta.name, {}):
                 return False
             await self._save(self._new(asked, meta, request.initial_position))
+            # unchecked (see `_check_cycle`): a copy may close a cycle with one made here
+            report_cycles(self._cycles, self._hops(), f"closed by {quote(request.subscription)} "
+                          f"on {quote(meta.name)}, copied by a relay follower")
         return True
 
     # ------------------------------------------------------------ metrics
