@@ -45,7 +45,7 @@ from broker.relay.election_core import (
     plan,
     resigned_state,
 )
-from broker.relay.zk import ZK_ERRORS, ZkSession, dumps, loads
+from broker.relay.zk import ZK_ERRORS, ZkSession, describe_zk_error, dumps, loads
 from sdk.core.pb import keybus_pb2 as pb
 
 if TYPE_CHECKING:
@@ -133,13 +133,14 @@ class ZkElection:
         for task in self._loops.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.session is not None and self.session.state == "CONNECTED":
-            led = [topic for topic, role in self.node.roles.items()
-                   if role.role == "leader" and role.replication.election == "zookeeper"]
-            # Together, so a stop takes one handover wait and one bounded resign, not one per topic.
-            await asyncio.gather(*(self._resign(topic) for topic in led))
-        if self.session is not None:
-            await self.session.stop()
+        if self.session is None:
+            return
+        led = [topic for topic, role in self.node.roles.items()
+               if role.role == "leader" and role.replication.election == "zookeeper"]
+        # Together, so a stop takes one handover wait and one bounded resign, not one per
+        # topic; without ZooKeeper each says that it does not resign, never nothing.
+        await asyncio.gather(*(self._resign(topic) for topic in led))
+        await self.session.stop()  # bounded too; says when its leader nodes outlive it
 
     def join(self, topic: str) -> None:
         """Take part in the topic's election (idempotent)."""
@@ -186,8 +187,8 @@ class ZkElection:
                 registered = None
                 await asyncio.sleep(ERROR_PAUSE_S)
             except _STEP_ERRORS as e:
-                log.warning("topic %s: election step failed (%s: %s); retrying", topic,
-                            type(e).__name__, e)
+                log.warning("topic %s: election step failed (%s); retrying", topic,
+                            describe_zk_error(e))
                 await asyncio.sleep(ERROR_PAUSE_S)
             except Exception:  # a bug must not end the topic's election silently
                 log.exception("topic %s: election step failed unexpectedly; retrying", topic)
@@ -344,8 +345,8 @@ class ZkElection:
                         "the session expires", topic, self.relay.session_timeout_ms, session.state)
             return
         except _STEP_ERRORS as e:
-            log.warning("topic %s: resignation not recorded (%s: %s); the leader node goes when "
-                        "the session ends", topic, type(e).__name__, e)
+            log.warning("topic %s: resignation not recorded (%s); the leader node goes when "
+                        "the session ends", topic, describe_zk_error(e))
             return
         covered = self.node.followers_cover(topic, ends)
         log.info("topic %s: resigned leadership at log ends %s (%s)", topic, list(ends),

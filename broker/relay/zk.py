@@ -11,9 +11,9 @@ expired: every ephemeral node of it is gone) or NONE (not yet connected).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +22,8 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
+
+from broker.supervision import describe_cause
 
 log = logging.getLogger("keybus.zookeeper")
 T = TypeVar("T")
@@ -35,6 +37,11 @@ class ZkSession:
         self._loop = asyncio.get_running_loop()
         self._on_change = on_change
         self.state = "NONE"
+        self._timeout_ms = session_timeout_ms
+        self._closing = False  # stop() began: LOST is the close, said by stop() itself
+        self._kazoo_state = "NONE"  # as kazoo's thread saw it last
+        self._closed_from: str | None = None  # the state before LOST: CONNECTED = a clean close
+        self._session = 0  # the id of the session last CONNECTED, until it is LOST
         # The connect retry never gives up (a follower's retries never stop
         # either); each attempt waits at most a session timeout.
         self.client = KazooClient(
@@ -47,16 +54,54 @@ class ZkSession:
         """Connect in the background (never blocks; the state says when it is up)."""
         self.client.start_async()
 
-    async def stop(self) -> None:
-        """Close the session: ZooKeeper deletes its ephemeral nodes at once.
+    async def stop(self) -> bool:
+        """Close the session, within zookeeper_session_timeout_ms; True when ZooKeeper
+        answered the close (it deleted this session's ephemeral nodes at once).
 
-        With ZooKeeper unreachable this is quick too: kazoo stops reconnecting
-        and fails every call still queued (ConnectionClosedError), which frees
-        the threads of calls given up (`asyncio.wait_for`)."""
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.client.stop)
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.client.close)
+        kazoo's `stop()` sends the close and joins its connection thread, which
+        with ZooKeeper paused (its port takes connections, nothing answers) ends
+        only when kazoo's own read or connect timeout fires; it runs on a daemon
+        thread joined with a bound, so a stop never waits past the bound and the
+        process can exit with it still running. A close not answered leaves the
+        ephemeral nodes (its live nodes and any leader node) to ZooKeeper's expiry of the
+        session, which is said on the log: other brokers take over only then.
+        """
+        self._closing = True
+        session_id = self._session
+        stopper = threading.Thread(target=self._stop_client, name="zookeeper-stop", daemon=True)
+        stopper.start()
+        await asyncio.to_thread(stopper.join, self._timeout_ms / 1000)
+        if not session_id:
+            log.info("zookeeper %s: no session to close (none established, or it expired)",
+                     self.hosts)
+            return True
+        if stopper.is_alive():
+            log.warning("zookeeper %s: session 0x%x not closed: ZooKeeper did not answer within "
+                        "zookeeper_session_timeout_ms=%d; it keeps this session's ephemeral "
+                        "nodes (its live nodes and any leader node) until it expires the "
+                        "session, and other brokers take over what this one led only then",
+                        self.hosts, session_id, self._timeout_ms)
+            return False
+        if self._closed_from == "CONNECTED":
+            log.info("zookeeper %s: session 0x%x closed", self.hosts, session_id)
+            return True
+        log.warning("zookeeper %s: session 0x%x not closed: the connection was %s, not "
+                    "CONNECTED, when the close was due; ZooKeeper keeps this session's "
+                    "ephemeral nodes (its live nodes and any leader node) until it expires the "
+                    "session "
+                    "(zookeeper_session_timeout_ms=%d after its last answer), and other "
+                    "brokers take over what this one led only then", self.hosts, session_id,
+                    self._closed_from or self.state, self._timeout_ms)
+        return False
+
+    def _stop_client(self) -> None:
+        """kazoo's stop and close (blocking; see `stop`)."""
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception as e:  # the thread's last word: said, not raised into nowhere
+            log.warning("zookeeper %s: closing the client failed (%s: %s)", self.hosts,
+                        type(e).__name__, e)
 
     @property
     def session_id(self) -> int | None:
@@ -67,13 +112,23 @@ class ZkSession:
         return int(client_id[0]) if client_id else None
 
     def _listener(self, state: KazooState) -> None:
-        # kazoo's thread: hand over, never block here.
+        # kazoo's thread: note what a close came from, hand over, never block here.
+        # kazoo goes CONNECTED -> LOST only when ZooKeeper answered the close; a close
+        # with the connection down goes through SUSPENDED.
+        if str(state) == "LOST" and self._closing and self._closed_from is None:
+            self._closed_from = self._kazoo_state
+        elif str(state) == "LOST":
+            self._session = 0  # expired: nothing left to close
+        elif str(state) == "CONNECTED":
+            client_id = self.client.client_id
+            self._session = int(client_id[0]) if client_id else 0
+        self._kazoo_state = str(state)
         self._loop.call_soon_threadsafe(self._changed, str(state))
 
     def _changed(self, state: str) -> None:
         if state == self.state:
             return
-        level = logging.INFO if state == "CONNECTED" else logging.WARNING
+        level = logging.INFO if state == "CONNECTED" or self._closing else logging.WARNING
         log.log(level, "zookeeper %s: session %s", self.hosts, state)
         self.state = state
         self._on_change(state)
@@ -102,6 +157,13 @@ def loads(data: bytes | None) -> Any:
         return json.loads(data)
     except ValueError:
         return {}
+
+
+def describe_zk_error(error: BaseException) -> str:
+    """One line naming a failed ZooKeeper call; kazoo's ConnectionLoss has no message."""
+    if str(error):
+        return describe_cause(error)
+    return f"{type(error).__name__}: the connection to ZooKeeper dropped before it answered"
 
 
 # What a ZooKeeper call fails with when the connection or session is gone.

@@ -6,7 +6,10 @@ resignation it cannot record (the session's expiry frees its leader node);
 the produces it holds are answered at once with UNAVAILABLE naming the lost
 ZooKeeper (not after acks_timeout_ms), and an SDK producer's warning and
 DeliveryTimeout carry the broker's message, as they do when too few
-followers follow (refused at once, nothing stored).
+followers follow (refused at once, nothing stored). With ZooKeeper paused
+(SIGSTOP: connections taken, nothing answered) the leader's stop is bounded
+too, its log says it did not resign nor close its session, and a follower
+leads and takes produce once ZooKeeper answers again (SIGCONT).
 Method: Debian's ZooKeeper (installed when missing) on a free 127.0.0.1 port,
 its own per test (it is stopped); `python -m broker` processes from
 `keybus.dev_cluster`; the SDK in this process, its `keybus` log captured.
@@ -24,6 +27,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,12 +39,13 @@ from sdk import Producer
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.errors import DeliveryTimeout
-from tests.support.relay_cluster import cluster_story, role, wait_settled
-from tests.support.wire import create_topic, produce, stub
+from tests.support.relay_cluster import cluster_story, role, wait_for, wait_settled, writable
+from tests.support.wire import create_topic, int_batch, produce, stub
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_running
 
 SESSION_MS = 2_000
 HANDOVER_MS = 10_000  # longer than ZooKeeper takes to stop: the loss comes during the wait
+PAUSED_HANDOVER_MS = 3_000  # the default
 
 
 @pytest.fixture
@@ -169,3 +174,75 @@ def test_too_few_followers_reach_the_producer_with_the_brokers_words(
         assert info is not None and info.partitions[0].log_end_offset == 0  # nothing stored
 
     asyncio.run(scenario())
+
+
+
+@pytest.mark.parametrize("when", ["at_once", "once_suspended"])
+def test_sigterm_with_zookeeper_paused_stops_within_the_bound_and_a_follower_takes_over(
+        zookeeper: ZooKeeperServer, tmp_path: Path, when: str) -> None:
+    """ZooKeeper paused (SIGSTOP: its port takes connections, nothing answers) when the
+    leader gets SIGTERM, at once (the session still CONNECTED: the resignation is tried)
+    or once its session is SUSPENDED: the leader exits within its documented bound and
+    says on its log what it could not do (resign, close its session); once ZooKeeper
+    answers again (SIGCONT) its session expires and a follower leads and takes produce.
+    Three brokers with acks = 1: the new leader still has a follower to copy its produce."""
+    brokers = start_cluster(tmp_path, 3, zookeeper.address, 1, session_timeout_ms=SESSION_MS,
+                            extra={"relay_retry_backoff_max_ms": 500,
+                                   "leader_handover_timeout_ms": PAUSED_HANDOVER_MS})
+    assert zookeeper.process is not None
+    zk_pid = zookeeper.process.pid
+    try:
+        create_topic(stub(brokers[0].address), "t")
+        leader = brokers[wait_settled(brokers, "t", followers=2)]
+        others = [b for b in brokers if b is not leader]
+        (answer,) = produce(stub(leader.address), [pb.ProduceRequest(
+            topic="t", batch=int_batch([1]), request_id=1)])
+        assert not answer.error_code, answer.error_message
+        wait_settled(brokers, "t", followers=2)  # both followers hold it
+        assert leader.process is not None
+        os.kill(zk_pid, signal.SIGSTOP)
+        try:
+            if when == "once_suspended":
+                wait_for(lambda: "session SUSPENDED" in leader.log_path.read_text(),
+                         SESSION_MS / 1000 + 5, "the leader notices ZooKeeper does not answer")
+            began = time.monotonic()
+            leader.process.send_signal(signal.SIGTERM)
+            # Documented: the handover wait, the resignation and the session's close are
+            # bounded, then the server's 2 s grace for open streams; 5 s of margin.
+            bound_s = (PAUSED_HANDOVER_MS + 2 * SESSION_MS) / 1000 + 2 + 5
+            try:
+                code = leader.process.wait(bound_s)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the leader did not exit within {bound_s} s of SIGTERM with "
+                            f"ZooKeeper paused:\n{leader.log_path.read_text()[-4000:]}")
+            print(f"leader exited {time.monotonic() - began:.2f} s after SIGTERM with "
+                  f"ZooKeeper paused ({when})")
+        finally:
+            os.kill(zk_pid, signal.SIGCONT)
+        assert code == 0
+        text = leader.log_path.read_text()
+        if when == "once_suspended":
+            assert "topic t: not resigning: the ZooKeeper session is SUSPENDED" in text, \
+                text[-4000:]
+        else:  # the session dropped during the resignation, or just before it
+            assert "topic t: resignation not recorded" in text or \
+                "topic t: not resigning" in text, text[-4000:]
+        # ZooKeeper never answered the close: its leader node waits for the session's expiry
+        assert re.search(r"session 0x[0-9a-f]+ not closed: .*\(its live nodes and any leader "
+                         r"node\) until it expires the session", text), text[-4000:]
+        resumed = time.monotonic()
+        wait_for(lambda: len(writable(others, "t")) == 1, SESSION_MS / 1000 + 20,
+                 "a follower leads once ZooKeeper answers again")
+        (successor,) = (others[i] for i in writable(others, "t"))
+        (answer,) = produce(stub(successor.address), [pb.ProduceRequest(
+            topic="t", batch=int_batch([2]), request_id=1)])
+        assert not answer.error_code, answer.error_message
+        print(f"{successor.address} took produce {time.monotonic() - resumed:.2f} s after "
+              "ZooKeeper resumed")
+    except BaseException:
+        print(cluster_story(brokers, "t"))
+        raise
+    finally:
+        os.kill(zk_pid, signal.SIGCONT)
+        for runner in brokers:
+            runner.kill()
