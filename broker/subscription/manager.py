@@ -35,11 +35,12 @@ from broker.metrics import (
 )
 from broker.partition import TopicMeta, now_ms
 from broker.subscription.cache_budget import CacheBudget
-from broker.subscription.consumer_state import ConsumerSpec, Session
+from broker.subscription.consumer_state import Session
 from broker.subscription.cursor import Cursor
 from broker.subscription.dead_letter_cycle import Hop, by_topic, cycle_text, find_cycle
 from broker.subscription.dead_letter_watch import CycleWatch, report_cycles
 from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.open_rules import check_open, check_room, check_sticky, consumer_spec
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.share_budget import ShareBudget
 from broker.subscription.spec import SubscriptionSpec, mode_named
@@ -48,8 +49,6 @@ from broker.topics import TopicRegistry
 from sdk.consumer_config import MODES
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.hashing import SLOT_MAX
-from sdk.core.model import HashRange, RangeError
-from sdk.core.names import is_name
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.subscriptions")
@@ -162,21 +161,21 @@ class SubscriptionManager:
             BrokerError: every refusal of the catalogue's subscription section.
         """
         meta = self.registry.meta(request.topic)
-        spec = self._consumer_spec(request, meta)
+        spec = consumer_spec(request, meta, self.settings)
         asked = SubscriptionSpec.of_open(request, now_ms(), self._default_mode)
-        self._check_open(request, asked)
+        check_open(request, asked, self.settings)
         async with self._create_lock:
             subscription = self._topics.get(meta.name, {}).get(request.subscription)
             if subscription is not None and not mode_named(request) and \
                     asked.type == subscription.spec.type:
                 asked = dataclasses.replace(asked, mode=subscription.spec.mode)
-            self._check_sticky(request, asked)
+            check_sticky(request, asked)
             created = subscription is None
             if subscription is None:
                 self._check_cycle(asked)
                 subscription = self._new(asked, meta, request.initial_position)
             subscription.spec.check_compatible(asked, spec.name)
-            self._check_room(subscription, spec.name)
+            check_room(subscription.spec, subscription.sessions, spec.name, self.settings)
             session = Session(spec, meta.name, subscription.spec.name,
                               self.settings.consumer_outbox_messages_max,
                               self.settings.consumer_outbox_bytes_max, self.outbox_budget)
@@ -190,64 +189,6 @@ class SubscriptionManager:
             subscription.sessions[spec.name] = session
             self.outbox_budget.join_all([(session, session.share_changed)])
         return session
-
-    def _consumer_spec(self, request: pb.SubscribeOpen, meta: TopicMeta) -> ConsumerSpec:
-        limit = self.settings.topic_name_bytes_max
-        for field, value in (("subscription", request.subscription),
-                             ("consumer_name", request.consumer_name)):
-            if not is_name(value, limit):
-                raise BrokerError("subscription_name_invalid", field=field, value=value,
-                                  max=limit)
-        partitions = sorted(set(request.partitions)) or list(range(meta.partitions))
-        for index in partitions:
-            if index >= meta.partitions:
-                raise BrokerError("partition_out_of_range", partition=index, topic=meta.name,
-                                  last=meta.partitions - 1)
-        try:
-            ranges = tuple(HashRange(r.slot_first, r.slot_last) for r in request.sticky_ranges)
-        except RangeError as e:
-            raise BrokerError("hash_range_invalid", detail=f"sticky_ranges: {e}") from None
-        s = self.settings
-        timeout = request.ack_timeout_ms
-        if timeout and not s.ack_timeout_ms_min <= timeout <= s.ack_timeout_ms_max:
-            raise BrokerError("subscribe_limit_invalid", field="ack_timeout_ms", value=timeout,
-                              allowed=f"0 (none) or {s.ack_timeout_ms_min}..{s.ack_timeout_ms_max}")
-        if request.look_ahead_max > s.look_ahead_events_max:
-            raise BrokerError("subscribe_limit_invalid", field="look_ahead_max",
-                              value=request.look_ahead_max,
-                              allowed=f"0 (broker default) or 1..{s.look_ahead_events_max}")
-        return ConsumerSpec(request.consumer_name, request.priority, ranges, timeout,
-                            request.look_ahead_max, tuple(partitions))
-
-    def _check_open(self, request: pb.SubscribeOpen, asked: SubscriptionSpec) -> None:
-        s = self.settings
-        if request.type not in pb.SubscriptionType.values():
-            raise BrokerError("subscribe_limit_invalid", field="type", value=request.type,
-                              allowed="EXCLUSIVE (0), SHARED (1), FAILOVER (2), KEY_SHARED (3)")
-        if request.key_shared_mode not in pb.KeySharedMode.values():
-            raise BrokerError("subscribe_limit_invalid", field="key_shared_mode",
-                              value=request.key_shared_mode,
-                              allowed="AUTO_SPLIT (0), STICKY (1), CONSISTENT (2)")
-        if request.max_redeliveries > s.max_redeliveries_max:
-            raise BrokerError("subscribe_limit_invalid", field="max_redeliveries",
-                              value=request.max_redeliveries,
-                              allowed=f"0 (no dead-letter topic) or 1..{s.max_redeliveries_max}")
-        asked.check_dead_letter(bool(request.dead_letter_topic), s.topic_name_bytes_max)
-        compile_selector(asked.key_filter(), {})  # raises filter_invalid
-
-    @staticmethod
-    def _check_sticky(request: pb.SubscribeOpen, asked: SubscriptionSpec) -> None:
-        """A consumer's sticky ranges: required in sticky mode (named, or the existing
-        subscription's when it names none), refused otherwise (a subscription created
-        without a consumer, by `ensure`, needs none)."""
-        sticky = asked.type == pb.KEY_SHARED and asked.mode == pb.STICKY
-        if request.sticky_ranges and not sticky:
-            raise BrokerError("key_shared_refused", detail="sticky_ranges are only for "
-                              "type key_shared with mode sticky")
-        if sticky and not request.sticky_ranges:
-            raise BrokerError("key_shared_refused", detail=(
-                f"consumer {request.consumer_name!r} declared no hash range; sticky mode needs "
-                f"at least one inclusive range within 0..65535"))
 
     def _check_cycle(self, asked: SubscriptionSpec) -> None:
         """Refuse a new subscription whose dead-letter chain, through this broker's
@@ -269,19 +210,6 @@ class SubscriptionManager:
         """Every subscription's dead-letter hop (those without a dead-letter topic too)."""
         return [Hop(topic, name, sub.spec.dead_letter_topic)
                 for topic, subs in self._topics.items() for name, sub in subs.items()]
-
-    def _check_room(self, subscription: Subscription, consumer: str) -> None:
-        spec = subscription.spec
-        sessions = subscription.sessions
-        if consumer in sessions:
-            raise BrokerError("consumer_name_taken", consumer=consumer, subscription=spec.name,
-                              topic=spec.topic)
-        if spec.type == pb.EXCLUSIVE and sessions:
-            raise BrokerError("exclusive_consumer_busy", subscription=spec.name, topic=spec.topic,
-                              holder=next(iter(sessions)), consumer=consumer)
-        if len(sessions) >= self.settings.consumers_per_subscription_max:
-            raise BrokerError("too_many_consumers", subscription=spec.name, topic=spec.topic,
-                              count=len(sessions), max=self.settings.consumers_per_subscription_max)
 
     def _new(self, spec: SubscriptionSpec, meta: TopicMeta,
              start: pb.StartPosition) -> Subscription:
@@ -468,7 +396,7 @@ class SubscriptionManager:
         subscriptions with it (broker/relay/cursor_sync.py)."""
         meta = self.registry.meta(request.topic)
         asked = SubscriptionSpec.of_open(request, created_ms, self._default_mode)
-        self._check_open(request, asked)
+        check_open(request, asked, self.settings)
         async with self._create_lock:
             if request.subscription in self._topics.get(meta.name, {}):
                 return False
