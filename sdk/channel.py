@@ -1,7 +1,8 @@
 """Broker addresses and gRPC channels, set up once for every SDK client.
 
 Options are passed explicitly (STYLE §5): produce requests and read
-responses may carry large batches, so both message limits are 64 MiB.
+responses may carry large batches, so both message limits are 64 MiB; HTTP/2
+keepalive pings find a broker that stopped answering with its connection open.
 """
 
 from __future__ import annotations
@@ -17,6 +18,20 @@ from sdk.security import ClientSecurity, resolve
 DEFAULT_PORT = 6650
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 
+# HTTP/2 keepalive: a broker that stops answering (frozen, hung, a dead link
+# that sends no reset) is a lost broker within KEEPALIVE_TIME_MS +
+# KEEPALIVE_TIMEOUT_MS (~15 s), reported by each client's reconnect rules.
+# 10 s of silence before a ping costs a broker one small frame per connection
+# every 10 s, and a connection with frames flowing sends none. gRPC's core
+# acks pings on its own threads, not on the broker's Python event loop, so a
+# busy loop does not delay the ack; 5 s covers a loaded machine while keeping
+# the report within seconds. The broker's server accepts pings this often
+# (broker/server.py, KEEPALIVE_SERVER_OPTIONS); a gRPC server with the default
+# policy (a ping per 5 minutes on an idle stream) would answer with GOAWAY
+# too_many_pings.
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
@@ -29,9 +44,24 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     # Each channel its own subchannels: a new client is not failed fast by
     # another channel's connection backoff to the same broker.
     ("grpc.use_local_subchannel_pool", 1),
+    # A frozen broker (SIGSTOP, hung) keeps its TCP connection open, so without
+    # pings a stream waiting for events hears nothing, for ever. An HTTP/2 ping
+    # every KEEPALIVE_TIME_MS of silence, unanswered within KEEPALIVE_TIMEOUT_MS,
+    # closes the connection: the calls on it fail and the clients' reconnect
+    # rules report the lost broker (sdk/reconnect.py, sdk/sender.py).
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # Since gRPC 1.60 the wait for any ping's ack is this one (default 60 s):
+    # a ping already in flight when the broker froze (a BDP probe) holds back
+    # the keepalive ping, and keepalive_timeout_ms alone does not apply.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # Also between calls: an idle Producer or Admin learns of it before its
+    # next call waits on a dead connection.
+    ("grpc.keepalive_permit_without_calls", 1),
+    # gRPC stops pinging after 2 pings without data by default: a consumer's
+    # stream may carry no data for hours.
+    ("grpc.http2.max_pings_without_data", 0),
 ]
-# No client keepalive pings: a gRPC server's default policy answers pings more
-# often than every 5 minutes on an idle stream with GOAWAY (too_many_pings).
 
 
 def parse_broker(broker: str) -> tuple[str, int]:

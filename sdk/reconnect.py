@@ -15,7 +15,10 @@ Rules (pure: no I/O, time is an argument):
    reported (`on_connection_change(True, message)`). An application that
    gives no callback gets `log_connection_change`: a WARNING on the `keybus`
    logger, which Python prints on stderr even when logging is not set up.
-3. Past `retry_timeout_ms` the client fails with Unavailable naming the
+3. A broker that stops answering with its connection open (frozen, hung)
+   is lost too: the channel's keepalive pings (sdk/channel.py) close the
+   connection when one goes unanswered, within ~15 s, and rule 2 applies.
+4. Past `retry_timeout_ms` the client fails with Unavailable naming the
    broker, the reason and the setting.
 
 The shell (reader.py, consumer.py) makes the calls, sleeps the delays this
@@ -32,6 +35,7 @@ from typing import Any
 import grpc
 
 from sdk import errors
+from sdk.channel import KEEPALIVE_TIMEOUT_MS
 
 # on_connection_change(connected, message): called with False when the broker
 # is lost (the client retries), with True when it is back. May be a coroutine
@@ -153,6 +157,9 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
     if never is not None:
         return never, True
     lowered = details.lower()
+    if any(text in lowered for text in _UNANSWERED_PING):
+        return (f"no answer to a keepalive ping within {KEEPALIVE_TIMEOUT_MS / 1000:g} s: "
+                "the broker is frozen, overloaded or cut off"), False
     if not details or any(text in lowered for text in _CLOSED):
         return "connection closed", False
     return details.split("; ")[0], False
@@ -162,3 +169,6 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
 # "internal error from core" is grpcio's for a write on a stream whose connection broke.
 _CLOSED = ("socket closed", "cancelling all calls", "connection reset", "broken pipe", "goaway",
            "stream removed", "rst_stream", "internal error from core")
+# gRPC's texts for a connection it closed because the broker did not ack a ping
+# (sdk/channel.py): the TCP connection was open, the broker silent.
+_UNANSWERED_PING = ("ping timeout", "keepalive watchdog timeout")

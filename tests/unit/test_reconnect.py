@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from sdk import errors
-from sdk.reconnect import Link, RetryPolicy
+from sdk.reconnect import Link, RetryPolicy, failure_of
 
 REFUSED = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
            "Failed to connect to remote host: Connection refused")
@@ -121,3 +121,10 @@ class _Failed(grpc.RpcError):
 def test_rpc_errors_in_users_words(code: grpc.StatusCode, details: str, text: str) -> None:
     error = errors.from_rpc_error(_Failed(code, details), "localhost:7")
     assert str(error) == text and error.code == code.value[0]
+
+
+@pytest.mark.parametrize("details", ["Stream removed (ping timeout)", "keepalive watchdog timeout"])
+def test_an_unanswered_keepalive_ping_is_a_lost_broker_that_says_why(details: str) -> None:
+    reason, never_reached = failure_of(_Failed(grpc.StatusCode.UNAVAILABLE, details))
+    assert reason == ("no answer to a keepalive ping within 5 s: the broker is frozen, "
+                      "overloaded or cut off") and not never_reached
