@@ -46,8 +46,8 @@ from broker.security.permissions import AccessTable
 from broker.subscription.manager import SubscriptionManager
 from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
-from sdk.channel import KEEPALIVE_TIME_MS
 from sdk.core.filters import from_config
+from sdk.core.keepalive import KEEPALIVE_TIME_MS
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.broker")
@@ -58,7 +58,7 @@ MESSAGE_BYTES_MAX_SLACK = 1 << 20
 RECEIVE_LIMIT_FACTOR = 2
 # How long a stop after a store failure may take before the process exits anyway.
 STOP_AFTER_FAILURE_S = 10.0
-# Accept the SDK's keepalive pings (sdk/channel.py: one per KEEPALIVE_TIME_MS of
+# Accept the SDK's keepalive pings (sdk/core/keepalive.py: one per KEEPALIVE_TIME_MS of
 # silence, with or without calls). gRPC's default policy counts a ping less than
 # 5 minutes after the last (2 hours with no call) as a strike and closes the
 # connection with GOAWAY too_many_pings past 2 strikes; that would end every

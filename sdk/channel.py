@@ -12,25 +12,13 @@ from typing import cast
 import grpc
 import grpc.aio
 
+from sdk.core.keepalive import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from sdk.security import ClientSecurity, resolve
 
 DEFAULT_PORT = 6650
 MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 
-# HTTP/2 keepalive: a broker that stops answering (frozen, hung, a dead link
-# that sends no reset) is a lost broker within KEEPALIVE_TIME_MS +
-# KEEPALIVE_TIMEOUT_MS (~15 s), reported by each client's reconnect rules.
-# 10 s of silence before a ping costs a broker one small frame per connection
-# every 10 s, and a connection with frames flowing sends none. gRPC's core
-# acks pings on its own threads, not on the broker's Python event loop, so a
-# busy loop does not delay the ack; 5 s covers a loaded machine while keeping
-# the report within seconds. The broker's server accepts pings this often
-# (broker/server.py, KEEPALIVE_SERVER_OPTIONS); a gRPC server with the default
-# policy (a ping per 5 minutes on an idle stream) would answer with GOAWAY
-# too_many_pings.
-KEEPALIVE_TIME_MS = 10_000
-KEEPALIVE_TIMEOUT_MS = 5_000
 
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),

@@ -13,6 +13,7 @@ import re
 import grpc
 
 from sdk.core.connect_hints import connection_hint
+from sdk.core.keepalive import unanswered_ping
 
 # google.rpc.Code numbers (equal to grpc.StatusCode values).
 CANCELLED = 1
@@ -215,6 +216,9 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
         reason = connection_failure(details or "")
         if reason is not None:
             return unreachable(broker, reason)
+    silent = unanswered_ping(details or "") if code == UNAVAILABLE else None
+    if silent is not None:  # the connection was open, the broker did not answer
+        return Unavailable(f"broker{f' at {broker}' if broker else ''}: {silent}", UNAVAILABLE)
     if code == DEADLINE_EXCEEDED and broker is not None and details == "Deadline Exceeded":
         return KeybusError(f"no answer from the broker at {broker} within the call's deadline "
                            "(request_timeout_ms; --timeout in the CLI)", code)

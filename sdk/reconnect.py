@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 
 from sdk import errors
-from sdk.channel import KEEPALIVE_TIMEOUT_MS
+from sdk.core.keepalive import unanswered_ping
 
 # on_connection_change(connected, message): called with False when the broker
 # is lost (the client retries), with True when it is back. May be a coroutine
@@ -156,10 +156,10 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
     never = errors.connection_failure(details)
     if never is not None:
         return never, True
+    silent = unanswered_ping(details)
+    if silent is not None:
+        return silent, False
     lowered = details.lower()
-    if any(text in lowered for text in _UNANSWERED_PING):
-        return (f"no answer to a keepalive ping within {KEEPALIVE_TIMEOUT_MS / 1000:g} s: "
-                "the broker is frozen, overloaded or cut off"), False
     if not details or any(text in lowered for text in _CLOSED):
         return "connection closed", False
     return details.split("; ")[0], False
@@ -169,6 +169,3 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
 # "internal error from core" is grpcio's for a write on a stream whose connection broke.
 _CLOSED = ("socket closed", "cancelling all calls", "connection reset", "broken pipe", "goaway",
            "stream removed", "rst_stream", "internal error from core")
-# gRPC's texts for a connection it closed because the broker did not ack a ping
-# (sdk/channel.py): the TCP connection was open, the broker silent.
-_UNANSWERED_PING = ("ping timeout", "keepalive watchdog timeout")

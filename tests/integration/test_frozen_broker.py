@@ -24,7 +24,7 @@ from collections.abc import Callable
 import pytest
 
 from sdk import Admin, Consumer, Producer
-from sdk.channel import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from sdk.core.keepalive import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from tests.support.broker_process import BrokerProcess
 
 # A frozen broker is found by the first unanswered ping: at most keepalive time

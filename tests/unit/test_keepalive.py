@@ -12,7 +12,8 @@ tests/integration/test_frozen_broker.py.
 from __future__ import annotations
 
 from broker.server import KEEPALIVE_SERVER_OPTIONS
-from sdk.channel import CHANNEL_OPTIONS, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from sdk.channel import CHANNEL_OPTIONS
+from sdk.core.keepalive import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 
 
 def test_sdk_channels_ping_a_silent_broker_and_give_up_within_seconds() -> None:

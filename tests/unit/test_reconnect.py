@@ -117,6 +117,10 @@ class _Failed(grpc.RpcError):
      "--timeout in the CLI)"),
     (grpc.StatusCode.UNAVAILABLE, "the broker is shutting down; retry on another broker or later",
      "the broker is shutting down; retry on another broker or later"),
+    # a single call (Admin, the producer's InitProducer) on a connection whose broker froze
+    (grpc.StatusCode.UNAVAILABLE, "Stream removed (ping timeout)",
+     "broker at localhost:7: no answer to a keepalive ping within 5 s: the broker is frozen, "
+     "overloaded or cut off"),
 ])
 def test_rpc_errors_in_users_words(code: grpc.StatusCode, details: str, text: str) -> None:
     error = errors.from_rpc_error(_Failed(code, details), "localhost:7")
