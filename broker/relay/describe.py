@@ -13,7 +13,8 @@ from broker.relay.follower import wall_ms
 from sdk.core.pb import keybus_pb2 as pb
 
 if TYPE_CHECKING:
-    from broker.relay.node import RelayNode, TopicRole
+    from broker.relay.node import RelayNode
+    from broker.relay.topic_role import TopicRole
 
 
 def cluster_info(node: RelayNode, topics: list[str], session_state: str) -> pb.ClusterInfo:

@@ -26,7 +26,6 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 
 from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
@@ -45,6 +44,7 @@ from broker.relay.metrics import (
 )
 from broker.relay.settings import RelaySettings, TopicReplication
 from broker.relay.tasks import RelayTasks
+from broker.relay.topic_role import TopicRole
 from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
 from sdk import errors
@@ -53,27 +53,6 @@ from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.relay")
 METRICS_INTERVAL_S = 1.0
-
-
-@dataclass
-class TopicRole:
-    """This broker's role for one replicated topic and what goes with it."""
-
-    topic: str
-    replication: TopicReplication
-    role: str = "candidate"  # leader, follower, candidate
-    leader: str = ""  # the leader's address ("" = not known)
-    epoch: int = 0
-    confirmed: bool = False  # a leader whose ZooKeeper session is connected (or static)
-    stopping: bool = False  # a leader handing over before it stops
-    detail: str = "joining"
-    follower: TopicFollower | None = None
-    trackers: dict[int, AckTracker[asyncio.Future[None]]] = field(default_factory=dict)
-    # (follower broker id, partition) -> (address, end offset, wall ms of the report)
-    reports: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
-    leader_changes: int = 0
-    led_since: float = 0.0  # time.monotonic() when this leadership (epoch) began
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class RelayNode:
