@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,10 @@ from broker.subscription.selector_auto_split import AutoSplitSelector
 from broker.subscription.selector_consistent import ConsistentHashSelector
 from broker.subscription.selector_sticky import StickySelector
 from sdk.core.model import HashRange
+
+if TYPE_CHECKING:
+    from broker.config import Settings
+    from broker.subscription.spec import SubscriptionSpec
 
 
 class Kind(IntEnum):
@@ -49,6 +54,19 @@ class CoreLimits:
     max_redeliveries: int = 0  # given back more often: dead-letter topic (0 = never)
     points_per_consumer: int = 100  # consistent hashing
     persisted_ranges_max: int = 100_000  # unacknowledged runs in a persisted cursor
+
+    @classmethod
+    def of(cls, settings: Settings, spec: SubscriptionSpec) -> CoreLimits:
+        """A subscription partition's bounds: the broker's settings, and the
+        subscription's own max_redeliveries."""
+        return cls(look_ahead_events_max=settings.look_ahead_events_max,
+                   waiting_slot_events_max=settings.waiting_slot_events_max,
+                   read_events_max=settings.dispatch_read_events_max,
+                   consumer_unacked_events_max=settings.consumer_unacked_events_max,
+                   consumer_permits_max=settings.consumer_permits_max,
+                   max_redeliveries=spec.max_redeliveries,
+                   points_per_consumer=settings.key_shared_points_per_consumer,
+                   persisted_ranges_max=settings.cursor_ranges_persisted_max)
 
 
 @dataclass(frozen=True, slots=True)

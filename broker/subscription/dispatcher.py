@@ -52,18 +52,6 @@ from sdk.core.pb import keybus_pb2 as pb
 log = logging.getLogger("keybus.dispatch")
 
 
-def core_limits(settings: Settings, spec: SubscriptionSpec) -> CoreLimits:
-    return CoreLimits(
-        look_ahead_events_max=settings.look_ahead_events_max,
-        waiting_slot_events_max=settings.waiting_slot_events_max,
-        read_events_max=settings.dispatch_read_events_max,
-        consumer_unacked_events_max=settings.consumer_unacked_events_max,
-        consumer_permits_max=settings.consumer_permits_max,
-        max_redeliveries=spec.max_redeliveries,
-        points_per_consumer=settings.key_shared_points_per_consumer,
-        persisted_ranges_max=settings.cursor_ranges_persisted_max)
-
-
 class PartitionDispatcher(DispatcherUpkeep):
     """One subscription on one partition; see the module docstring."""
 
@@ -77,7 +65,7 @@ class PartitionDispatcher(DispatcherUpkeep):
         self.settings = settings
         self.selector = selector
         self.core = PartitionCore(spec.type, spec.mode, partition.index,
-                                  core_limits(settings, spec), cursor, now_ms())
+                                  CoreLimits.of(settings, spec), cursor, now_ms())
         self.sessions: dict[str, Session] = {}
         self.cache = RecordCache(settings.dispatch_cache_bytes_max, cache_budget)
         self.persisted_mark_delete = cursor.mark_delete
