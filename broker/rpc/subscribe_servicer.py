@@ -8,12 +8,19 @@ SubscribeResponse bytes: deliveries are assembled from stored record bytes,
 see `broker/subscription/delivery.py`). A refused request ends the stream
 with its status; the consumer's unacknowledged events go back for
 redelivery when the stream ends, however it ends.
+
+A stream that gRPC cancels (the consumer cancelled it, as the SDK's close
+does, its connection dropped, or the broker's keepalive closed a connection
+whose client did not answer pings: a frozen consumer) is logged as one INFO
+line naming the consumer and the events it held; gRPC gives the servicer no
+reason, so the line lists the possible ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -23,6 +30,8 @@ from broker.rpc.status import refuse_unknown_fields, streaming
 from broker.subscription.consumer_state import Session
 from broker.subscription.manager import SubscriptionManager
 from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.subscribe")
 
 
 class SubscribeServicer:
@@ -42,6 +51,7 @@ class SubscribeServicer:
             raise BrokerError("subscribe_open_missing", got=body or "an empty message")
         session = await self.manager.attach(first.open)
         pump: asyncio.Task[None] | None = None
+        cancelled = False
         try:
             spec = self.manager.spec_of(session)
             yield pb.SubscribeResponse(opened=pb.Opened(
@@ -54,12 +64,21 @@ class SubscribeServicer:
                 session.written(message)
             if session.error is not None:
                 raise session.error
+        except (asyncio.CancelledError, GeneratorExit):  # gRPC ended the call, not us
+            cancelled = True
+            raise
         finally:
             if pump is not None:
                 pump.cancel()
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     await pump
-            self.manager.detach(session)
+            held = self.manager.detach(session)
+            if cancelled:
+                log.info("consumer %r of subscription %r on topic %r is gone: its stream was "
+                         "cancelled (the consumer closed it, its connection dropped, or it did "
+                         "not answer the broker's keepalive pings); %d unacknowledged events "
+                         "go back for redelivery", session.name, session.subscription,
+                         session.topic, held)
 
     async def _pump(self, requests: AsyncIterator[pb.SubscribeRequest], session: Session) -> None:
         manager = self.manager

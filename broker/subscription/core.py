@@ -201,11 +201,13 @@ class PartitionCore(DispatchSide, ReadSide):
                 self._choose_active(now_ms, newcomer=spec.name)
         self._reindex()
 
-    def process_detach(self, name: str, now_ms: int) -> None:
-        """A consumer left (or its stream broke): what it held comes back, first."""
+    def process_detach(self, name: str, now_ms: int) -> int:
+        """A consumer left (or its stream broke): what it held comes back, first.
+        Returns how many events it held."""
         member = self.members.pop(name, None)
         if member is None:
-            return
+            return 0
+        held = member.holding.count
         self.slots.drop_holder(name)
         self._give_back(member.holding.take_all(), now_ms, now_ms)
         if self.selector is not None:
@@ -214,6 +216,7 @@ class PartitionCore(DispatchSide, ReadSide):
         elif self.kind != Kind.SHARED:
             self._choose_active(now_ms, newcomer=None)
         self._reindex()
+        return held
 
     def _update_rates(self, now_ms: int) -> None:
         if isinstance(self.selector, AutoSplitSelector):

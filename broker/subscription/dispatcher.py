@@ -422,12 +422,12 @@ class PartitionDispatcher(DispatcherUpkeep):
         if not paused:
             self._wake.set()
 
-    def detach(self, name: str, now: int) -> None:
-        """Remove a consumer; its unacknowledged events go back for redelivery."""
+    def detach(self, name: str, now: int) -> int:
+        """Remove a consumer; its unacknowledged events (the count returned) are redelivered."""
         if self.sessions.pop(name, None) is None:
-            return
-        self.core.process_detach(name, now)
-        self._wake.set()
+            return 0
+        self._wake.set()  # the task runs once this returns
+        return self.core.process_detach(name, now)
 
     # ------------------------------------------------------------ flow control and acks
 

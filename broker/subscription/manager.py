@@ -239,17 +239,19 @@ class SubscriptionManager:
                               topic=session.topic)
         return subscription.spec
 
-    def detach(self, session: Session) -> None:
-        """The consumer's stream ended: its unacked events go back for redelivery."""
+    def detach(self, session: Session) -> int:
+        """The consumer's stream ended: its unacked events go back for redelivery.
+        Returns how many events it held unacknowledged."""
         self.outbox_budget.leave(session)
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
         if subscription is None or subscription.sessions.get(session.name) is not session:
-            return
+            return 0
         del subscription.sessions[session.name]
         now = now_ms()
-        for index in session.spec.partitions:
-            subscription.dispatchers[index].detach(session.name, now)
+        held = sum(subscription.dispatchers[index].detach(session.name, now)
+                   for index in session.spec.partitions)
         remove_consumer_gauges(session.topic, session.subscription, session.name)
+        return held
 
     def _dispatcher(self, session: Session, partition: int, what: str) -> PartitionDispatcher:
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
