@@ -48,7 +48,7 @@ POSITIVE_SETTINGS = frozenset({
     "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
     "bootstrap_streams_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
-    "gil_switch_interval_us",
+    "gil_switch_interval_us", "client_keepalive_timeout_ms",
 })
 
 
@@ -150,6 +150,14 @@ class Settings:
         "unacknowledged after a crash (redelivered, never lost).")
     waiting_slots_reported_max: int = setting(100, "Waiting slots per partition that "
                                               "DescribeSubscription lists.")
+    # Keepalive of clients' connections (broker/keepalive.py).
+    client_keepalive_time_ms: int = setting(
+        30_000, "A client connection silent this long gets an HTTP/2 ping; one not answered "
+        "within --client-keepalive-timeout-ms is closed, so a frozen consumer's streams end and "
+        "its unacknowledged events go to the others (Pulsar's keepAliveIntervalSeconds; 0 = "
+        "gRPC's default, a ping after 2 hours).")
+    client_keepalive_timeout_ms: int = setting(10_000, "How long a client has to answer the "
+                                               "broker's keepalive ping.")
     # Server-side filters per source (Databus config keys), raw strings; set
     # in the --config file only (a table, not a flag).
     serversidefilter: dict[str, str] = field(default_factory=dict, metadata={

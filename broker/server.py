@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from broker import gc_pauses
 from broker.config import PORT_UNBOUND, Settings
+from broker.keepalive import server_options as keepalive_options
 from broker.log.rocks_store import RocksStore
 from broker.log.store_failure import is_store_failure
 from broker.processor_stores.service import ProcessorStores
@@ -47,7 +48,6 @@ from broker.subscription.manager import SubscriptionManager
 from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
 from sdk.core.filters import from_config
-from sdk.core.keepalive import KEEPALIVE_TIME_MS
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.broker")
@@ -58,17 +58,6 @@ MESSAGE_BYTES_MAX_SLACK = 1 << 20
 RECEIVE_LIMIT_FACTOR = 2
 # How long a stop after a store failure may take before the process exits anyway.
 STOP_AFTER_FAILURE_S = 10.0
-# Accept the SDK's keepalive pings (sdk/core/keepalive.py: one per KEEPALIVE_TIME_MS of
-# silence, with or without calls). gRPC's default policy counts a ping less than
-# 5 minutes after the last (2 hours with no call) as a strike and closes the
-# connection with GOAWAY too_many_pings past 2 strikes; that would end every
-# idle consumer's stream after its fourth ping. Half the SDK's interval absorbs timer jitter; the strikes
-# stay limited, so a client that pings in a loop is still cut off.
-KEEPALIVE_SERVER_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
-    ("grpc.http2.max_ping_strikes", 2),
-]
 
 
 class StartError(Exception):
@@ -167,7 +156,7 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
         ("grpc.max_receive_message_length", settings.request_bytes_max * RECEIVE_LIMIT_FACTOR),
         ("grpc.max_send_message_length", message_max),
         ("grpc.so_reuseport", 0),
-        *KEEPALIVE_SERVER_OPTIONS,
+        *keepalive_options(settings),
     ])
     relay = RelayNode(registry, subscriptions, relay_settings(settings, settings.port or PORT_UNBOUND))
     server.add_generic_rpc_handlers((generic_handler(

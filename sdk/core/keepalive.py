@@ -8,12 +8,12 @@ every 10 s, and a connection with frames flowing sends none. gRPC's core
 acks pings on its own threads, not on the broker's Python event loop, so a
 busy loop does not delay the ack; 5 s covers a loaded machine while keeping
 the report within seconds. The broker's server accepts pings this often
-(broker/server.py, KEEPALIVE_SERVER_OPTIONS); a gRPC server with the default
+(broker/keepalive.py, KEEPALIVE_SERVER_OPTIONS); a gRPC server with the default
 policy (a ping per 5 minutes on an idle stream) would answer with GOAWAY
 too_many_pings.
 
 The lowest layer: the channel (sdk/channel.py) sets the options, the broker's
-server accepts them (broker/server.py), and both the reconnect rules
+server accepts them (broker/keepalive.py), and both the reconnect rules
 (sdk/reconnect.py) and the errors of single calls (sdk/errors.py) name an
 unanswered ping the same way.
 """
