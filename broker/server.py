@@ -26,6 +26,7 @@ from broker.keepalive import server_options as keepalive_options
 from broker.log.rocks_store import RocksStore
 from broker.log.store_failure import is_store_failure
 from broker.processor_stores.service import ProcessorStores
+from broker.relay.dead_letter_forward import DeadLetterForwarder
 from broker.relay.node import RelayNode
 from broker.relay.servicer import RelayServicer, relay_handler
 from broker.relay.settings import relay_settings
@@ -159,6 +160,7 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
         *keepalive_options(settings),
     ])
     relay = RelayNode(registry, subscriptions, relay_settings(settings, settings.port or PORT_UNBOUND))
+    subscriptions.dead_letter_forwarder = DeadLetterForwarder(relay)
     server.add_generic_rpc_handlers((generic_handler(
         ProduceServicer(registry, store, settings.produce_in_flight_max, relay),
         ReadServicer(registry, settings, config_filters),

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from broker.log.rocks_store import RocksStore
 from broker.partition import Partition, now_ms
@@ -20,9 +21,19 @@ from broker.subscription.delivery import RecordCache
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_records_holding
 from broker.subscription.spec import SubscriptionSpec
+from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.dispatch")
 DeadLetterSink = Callable[[SubscriptionSpec, list[bytes]], Awaitable[None]]
+
+
+class ForwardsDeadLetters(Protocol):
+    """Where dead letters go for a topic this broker copies but does not lead
+    (`broker/relay/dead_letter_forward.py`): the subscription layer knows no relay."""
+
+    def leader_of(self, topic: str) -> str | None: ...
+
+    async def write(self, leader: str, requests: list[pb.ProduceRequest]) -> int: ...
 
 
 class DispatcherUpkeep:

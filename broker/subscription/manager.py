@@ -40,6 +40,7 @@ from broker.subscription.cursor import Cursor
 from broker.subscription.dead_letter_cycle import Hop, by_topic, cycle_text, find_cycle
 from broker.subscription.dead_letter_watch import CycleWatch, report_cycles
 from broker.subscription.dispatcher import PartitionDispatcher
+from broker.subscription.dispatcher_upkeep import ForwardsDeadLetters
 from broker.subscription.open_rules import check_open, check_room, check_sticky, consumer_spec
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.share_budget import ShareBudget
@@ -80,6 +81,8 @@ class SubscriptionManager:
         self._create_lock = asyncio.Lock()
         self._cycles = CycleWatch()
         self._metrics_task: asyncio.Task[None] | None = None
+        # set by the server when relay chaining may make this broker a follower
+        self.dead_letter_forwarder: ForwardsDeadLetters | None = None
         self.cache_budget = CacheBudget(settings.dispatch_cache_broker_bytes_max,
                                         settings.dispatch_cache_bytes_max)
         # the consumers' outboxes: a share is never below one event of the largest size
@@ -316,21 +319,28 @@ class SubscriptionManager:
 
     async def _dead_letter(self, spec: SubscriptionSpec, records: list[bytes]) -> None:
         """Append events that kept failing to the subscription's dead-letter topic
-        (created with one partition when missing)."""
+        (created with one partition when missing); on its leader when this broker
+        only copies it (`broker/relay/dead_letter_forward.py`). Returns once durable
+        there: the caller acknowledges the events after, and redelivers on a raise."""
         topic = spec.dead_letter_topic
         if topic not in self.registry.names():
             with contextlib.suppress(BrokerError):
                 await self.registry.create(topic, pb.TopicConfig(partitions=1))
         partitions = self.registry.meta(topic).partitions
-        futures = []
+        requests = []
         for body in records:
-            record = pb.Record.FromString(body)
-            batch = record.batch
+            batch = pb.Record.FromString(body).batch
             slot = batch.slots[0] if batch.slots else 0
-            request = pb.ProduceRequest(topic=topic, partition=slot % partitions, batch=batch)
-            futures.append(self.registry.partition(topic, slot % partitions).submit(request))
-        results = await asyncio.gather(*futures)
-        DEAD_LETTERED_EVENTS.labels(spec.topic, spec.name).inc(sum(r.count for r in results))
+            requests.append(pb.ProduceRequest(topic=topic, partition=slot % partitions, batch=batch))
+        forwarder = self.dead_letter_forwarder
+        leader = forwarder.leader_of(topic) if forwarder is not None else None
+        if forwarder is not None and leader is not None:  # a copied topic: its leader writes
+            stored = await forwarder.write(leader, requests)
+        else:
+            results = await asyncio.gather(*(self.registry.partition(topic, r.partition).submit(r)
+                                              for r in requests))
+            stored = sum(r.count for r in results)
+        DEAD_LETTERED_EVENTS.labels(spec.topic, spec.name).inc(stored)
 
     # ------------------------------------------------------------ admin
 
