@@ -136,6 +136,11 @@ class PartitionOutages:
         outage = self._logs.pop((partition, step), None)
         return None if outage is None else outage.worked(now_s)
 
+    def __len__(self) -> int:
+        """Steps failing now, of every partition (0 nearly always: a pump asks this
+        before it reads the clock for a step that worked, once per batch)."""
+        return len(self._logs)
+
     def down(self, partition: int) -> list[str]:
         """The steps of that partition failing now, in the order they failed first."""
         return [step for (p, step) in self._logs if p == partition]

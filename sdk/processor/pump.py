@@ -151,7 +151,10 @@ class PartitionPump:
         await self._callbacks.error(self.context, error, line)
 
     def _worked(self, step: str) -> None:
-        """A step that failed before works: say so once (with or without on_error)."""
+        """A step that failed before works: say so once (with or without on_error).
+        Runs per batch: nothing failing (the usual case) costs one length check."""
+        if not self._outages:
+            return
         line = self._outages.worked(self.context.partition, step, time.monotonic())
         if line is not None:
             log.log(line.level, "%s", line.message)
