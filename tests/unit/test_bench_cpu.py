@@ -7,6 +7,8 @@ Method: hand-written stat lines; one read of this process's own stat.
 
 from __future__ import annotations
 
+import time
+
 from benchmarks.cpu import cpu_ticks_of_stat, process_cpu_s
 
 
@@ -27,3 +29,13 @@ def test_this_process_has_used_some_cpu() -> None:
     before = process_cpu_s()
     sum(i * i for i in range(200_000))
     assert process_cpu_s() >= before >= 0.0
+
+
+def test_a_few_ms_of_this_process_are_counted() -> None:
+    """A client that works a millisecond or two (a tiny scenario) has used CPU: /proc's
+    clock ticks (10 ms) would read 0 for most such spans."""
+    for _ in range(5):
+        before, began = process_cpu_s(), time.process_time()
+        while time.process_time() - began < 0.001:
+            pass
+        assert process_cpu_s() - before > 0
