@@ -19,7 +19,8 @@ paused session is woken when shares grow, so it resumes if it is now under
 half (nothing else would: only a write resumes it). The check comes after a
 message is queued, so an empty outbox always takes the next delivery, even
 one larger than the share: a session's outbox makes progress whatever its
-share, and holds at most its share plus what one dispatcher round sent it.
+share, and holds at most its share plus what one dispatcher round sent it:
+the share it filled under, kept when the share later drops until written.
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ The growth allowed is the budget plus what gRPC and the kernel buffer per
 stream, which the budget does not bound (GRPC_STREAM_BYTES each), plus slack;
 what the unread streams were sent is held to the same bound.
 
+The streams are all open before any grants permits. A stream that fills its
+outbox while its share is larger keeps what it took until it is written or
+closed (nothing queued is dropped, `consumer_state.py`), so streams that open
+one by one, each filling before the next opens, can hold the sum of the shares
+they filled under (docs/architecture.md). This test once opened them one by one and failed when the
+first took 60 events before the second opened (CI, 18.0 MB queued).
+
 Before the budget, in this test, each unread stream was sent 110 events (22
 MB) and the broker's RSS grew by 157-159 MiB; with it, 30 events each (6 MB:
 the outbox's share, about 570 KiB, and what gRPC and the kernel took) and a
@@ -143,16 +150,17 @@ def test_unread_streams_hold_within_the_outbox_budget(broker: BrokerProcess) -> 
     fill(broker.address)
     pid = broker.process.pid  # type: ignore[union-attr]
     before = peak_mb(pid, 0.5)
-    done = threading.Event()
+    done, grant = threading.Event(), threading.Event()
     channels: list[grpc.Channel] = []
     calls = []  # held: a call that is collected is cancelled
     try:
         for i in range(STALLED):
             channels.append(grpc.insecure_channel(broker.address))
-            call = pb_grpc.KeybusStub(channels[-1]).Subscribe(
-                stalled_subscribe(TOPIC, f"stalled{i}", "c", done, permits=EVENTS), timeout=60)
+            call = pb_grpc.KeybusStub(channels[-1]).Subscribe(stalled_subscribe(
+                TOPIC, f"stalled{i}", "c", done, permits=EVENTS, grant=grant), timeout=60)
             next(call)  # opened; never read again
             calls.append(call)
+        grant.set()  # all open first: what a stream takes while alone it keeps (see above)
         stalled, sent = settle(broker.address, pid)
         queued = outbox_bytes(lambda held: held > 0)  # reported at most a second late
         peak = [stalled]

@@ -47,12 +47,16 @@ def create_topic(client: pb_grpc.KeybusStub, topic: str, partitions: int = 1) ->
 
 
 def stalled_subscribe(topic: str, subscription: str, name: str, done: threading.Event,
-                      permits: int = 1000) -> Iterator[pb.SubscribeRequest]:
+                      permits: int = 1000, grant: threading.Event | None = None,
+                      ) -> Iterator[pb.SubscribeRequest]:
     """The requests of a Subscribe stream that opens a Shared subscription from the
-    earliest event, grants `permits` on partition 0, then sends nothing more and keeps
-    its request stream open until `done` (whoever holds the call may never read it)."""
+    earliest event, grants `permits` on partition 0 (once `grant` is set, if given),
+    then sends nothing more and keeps its request stream open until `done` (whoever
+    holds the call may never read it)."""
     yield pb.SubscribeRequest(open=pb.SubscribeOpen(
         topic=topic, subscription=subscription, consumer_name=name, type=pb.SHARED,
         initial_position=pb.StartPosition(earliest=True)))
+    if grant is not None:
+        grant.wait(60)
     yield pb.SubscribeRequest(permits=pb.Permits(partition=0, count=permits))
     done.wait(60)
