@@ -18,6 +18,9 @@ from typing import Any
 
 from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
 
+WAL_BYTES_MAX = 256 << 20  # RocksStore's defaults too (tests open stores without Settings)
+WAL_RECYCLE_FILES = 4
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and the allowed values."""
@@ -48,7 +51,7 @@ POSITIVE_SETTINGS = frozenset({
     "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
     "bootstrap_streams_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
-    "gil_switch_interval_us", "client_keepalive_timeout_ms",
+    "gil_switch_interval_us", "client_keepalive_timeout_ms", "wal_bytes_max",
 })
 
 
@@ -65,6 +68,13 @@ class Settings:
     fsync: bool = setting(True, "Fsync the WAL before acknowledging a produce. --no-fsync "
                           "acknowledges once the OS has the write: faster, and a machine "
                           "crash (not a process crash) may lose the last acknowledged batches.")
+    wal_bytes_max: int = setting(
+        WAL_BYTES_MAX, "Most bytes of RocksDB write-ahead log kept; past it RocksDB flushes "
+        "the column families that still need the oldest log file. Bounds the log's disk use "
+        "and what a restart after a crash replays.")
+    wal_recycle_files: int = setting(
+        WAL_RECYCLE_FILES, "Obsolete write-ahead log files kept for reuse: an fsync into a "
+        "reused file need not record its size, so it takes less time (0 = none).")
     metrics_port: int = setting(0, "Port of the Prometheus /metrics endpoint (0 = none).")
     # Limits on what clients send.
     event_bytes_max: int = setting(EVENT_BYTES_MAX_DEFAULT, "Largest value of one event, in bytes.")

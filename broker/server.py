@@ -254,7 +254,8 @@ def open_store(settings: Settings) -> RocksStore:
     except OSError as e:
         raise StartError(f"cannot use data directory {settings.data_dir}: {e.strerror}") from None
     try:
-        return RocksStore(path, fsync=settings.fsync)
+        return RocksStore(path, fsync=settings.fsync, wal_bytes_max=settings.wal_bytes_max,
+                          wal_recycle_files=settings.wal_recycle_files)
     except Exception as e:  # rocksdict raises a bare Exception with RocksDB's status text
         text = str(e)
         if "lock" in text.lower():
