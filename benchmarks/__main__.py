@@ -36,6 +36,9 @@ subscription (see benchmarks/databus_shares.py).
 
 `python -m benchmarks view-pass` times a compacted view pass on a worker
 thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py).
+`python -m benchmarks wal [options]` measures the write-ahead log a broker keeps,
+its produce round trips once steady and a restart after SIGKILL (see
+benchmarks/wal.py).
 `python -m benchmarks memory [options]` measures a broker's memory with a topic of
 many partitions whose Key_Shared consumers stalled (see benchmarks/memory.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
@@ -122,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import view_pass  # what a compacted view pass costs the event loop
 
         return view_pass.main(arguments[1:])
+    if arguments[:1] == ["wal"]:
+        from benchmarks import wal  # the write-ahead log kept, its fsyncs, a restart
+
+        return wal.main(arguments[1:])
     if arguments[:1] == ["memory"]:
         from benchmarks import memory  # a broker's RSS with many partitions, consumers stalled
 
