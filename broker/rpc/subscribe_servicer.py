@@ -9,11 +9,14 @@ see `broker/subscription/delivery.py`). A refused request ends the stream
 with its status; the consumer's unacknowledged events go back for
 redelivery when the stream ends, however it ends.
 
-A stream that gRPC cancels (the consumer cancelled it, as the SDK's close
-does, its connection dropped, or the broker's keepalive closed a connection
+A stream that ends other than by the broker's refusal (the consumer closed
+it, its connection dropped, or the broker's keepalive closed a connection
 whose client did not answer pings: a frozen consumer) is logged as one INFO
-line naming the consumer and the events it held; gRPC gives the servicer no
-reason, so the line lists the possible ones.
+line naming the consumer and the events it held. gRPC gives the servicer no
+reason, so the line lists the possible ones; nor does it tell a lost
+connection from a clean close: the request stream of a connection gRPC
+closed may end as a half-close does, before the generator is cancelled, so
+a cancellation alone would miss some frozen consumers.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class SubscribeServicer:
             raise BrokerError("subscribe_open_missing", got=body or "an empty message")
         session = await self.manager.attach(first.open)
         pump: asyncio.Task[None] | None = None
-        cancelled = False
+        refused = False  # the broker ended the stream (a refusal, a fault), not the client
         try:
             spec = self.manager.spec_of(session)
             yield pb.SubscribeResponse(opened=pb.Opened(
@@ -64,8 +67,8 @@ class SubscribeServicer:
                 session.written(message)
             if session.error is not None:
                 raise session.error
-        except (asyncio.CancelledError, GeneratorExit):  # gRPC ended the call, not us
-            cancelled = True
+        except Exception:  # not CancelledError or GeneratorExit: gRPC ending the call
+            refused = True
             raise
         finally:
             if pump is not None:
@@ -73,9 +76,9 @@ class SubscribeServicer:
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     await pump
             held = self.manager.detach(session)
-            if cancelled:
-                log.info("consumer %r of subscription %r on topic %r is gone: its stream was "
-                         "cancelled (the consumer closed it, its connection dropped, or it did "
+            if not refused:
+                log.info("consumer %r of subscription %r on topic %r is gone: its stream "
+                         "ended (the consumer closed it, its connection dropped, or it did "
                          "not answer the broker's keepalive pings); %d unacknowledged events "
                          "go back for redelivery", session.name, session.subscription,
                          session.topic, held)
