@@ -19,7 +19,7 @@ from typing import Any
 from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
 
 WAL_BYTES_MAX = 256 << 20  # RocksStore's defaults too (tests open stores without Settings)
-WAL_RECYCLE_FILES = 4
+WAL_RECYCLE_FILES = 2  # each stays on disk at its size (about a memtable: 64 MiB)
 
 
 class ConfigError(ValueError):
