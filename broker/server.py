@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from broker import gc_pauses
 from broker.config import PORT_UNBOUND, Settings
 from broker.keepalive import server_options as keepalive_options
+from broker.log import data_format
 from broker.log.rocks_store import RocksStore
 from broker.log.store_failure import is_store_failure
 from broker.processor_stores.service import ProcessorStores
@@ -254,10 +255,12 @@ def open_store(settings: Settings) -> RocksStore:
     except OSError as e:
         raise StartError(f"cannot use data directory {settings.data_dir}: {e.strerror}") from None
     try:
-        return RocksStore(path, fsync=settings.fsync, wal_bytes_max=settings.wal_bytes_max,
-                          wal_recycle_files=settings.wal_recycle_files)
+        store = RocksStore(path, fsync=settings.fsync, wal_bytes_max=settings.wal_bytes_max,
+                           wal_recycle_files=settings.wal_recycle_files)
     except Exception as e:  # rocksdict raises a bare Exception with RocksDB's status text
         text = str(e)
+        if (newer := data_format.unknown_families(text, settings.data_dir)) is not None:
+            raise StartError(newer) from None
         if "lock" in text.lower():
             raise DataDirInUse(f"data directory {settings.data_dir} is in use by another broker "
                              f"(RocksDB's lock on {os.path.join(path, 'LOCK')} is held); stop "
@@ -266,6 +269,21 @@ def open_store(settings: Settings) -> RocksStore:
             raise StoreUnusable(f"cannot open the log in {path}: {text}; fix the cause (free "
                                 "space on the disk when it is full) and start it again") from None
         raise StartError(f"cannot open the log in {path}: {text}") from None
+    try:
+        stored = store.data_format()
+        if stored is None:  # a new directory, or one from before the number: this layout
+            store.write_data_format(data_format.DATA_FORMAT)
+        elif (newer := data_format.refusal(stored, settings.data_dir)) is not None:
+            raise StartError(newer)
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            store.close()
+        if isinstance(e, StartError):
+            raise
+        raise StoreUnusable(f"cannot write the data format to the log in {path}: {e}; fix the "
+                            "cause (free space on the disk when it is full) and start it "
+                            "again") from None
+    return store
 
 
 def interceptors(settings: Settings, access: AccessTable) -> list[grpc.aio.ServerInterceptor]:

@@ -28,7 +28,7 @@ from typing import Any
 import rocksdict
 
 from broker.config import WAL_BYTES_MAX, WAL_RECYCLE_FILES
-from broker.log import codec
+from broker.log import codec, data_format
 from broker.log.retention import HeadRecord
 from broker.log.store_failure import StoreFailures, is_store_failure, unreadable
 from broker.log.wal_sync import WalSyncer
@@ -147,6 +147,16 @@ class RocksStore:
         batch.put(key, codec.U64.pack(value), self._cf["meta"])
         self.write(batch, sync=True)
         return int(value)
+
+    def data_format(self) -> int | None:
+        """The data directory's layout number (data_format.py; None: never written)."""
+        stored = self._views["meta"].get(data_format.KEY)
+        return int(codec.U64.unpack(stored)[0]) if stored else None
+
+    def write_data_format(self, value: int) -> None:
+        batch = self._batch()
+        batch.put(data_format.KEY, codec.U64.pack(value), self._cf["meta"])
+        self.write(batch, sync=True)
 
     def peek_id(self, counter: str) -> int:
         """The last value `next_id` gave for a counter (0: none yet)."""

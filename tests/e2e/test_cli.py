@@ -297,6 +297,17 @@ def test_broker_start_failures_are_one_line(tmp_path: object, shared_broker: Bro
     assert f"data directory {shared_broker.data_dir} is in use by another broker" in line
 
 
+def test_a_data_directory_of_a_newer_keybus_is_refused_in_one_line(tmp_path: Path) -> None:
+    code = ("import sys; from broker.log.rocks_store import RocksStore; "
+            "s = RocksStore(sys.argv[1], fsync=True); s.write_data_format(99); s.close()")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "log.rocksdb")], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, timeout=60)
+    line = one_line(keybus(None, "broker", "--port", "0", "--data-dir", str(tmp_path)), 1)
+    assert line == (f"keybus broker: error: data directory {tmp_path} was written by a newer "
+                    "Keybus (data format 99); this broker reads data format 1 and older: run a "
+                    "broker of the version that wrote it, or newer")
+
+
 def test_certs_json_names_the_files_and_reuses_the_ca(tmp_path: Path) -> None:
     made = json.loads(ok(keybus(None, "certs", "--dir", str(tmp_path), "--client", "alice",
                                 "--json")))
