@@ -84,9 +84,11 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "start offset {offset} of {topic}/{partition} is past the end: {held}; "
                   "allowed {start}..{end} (the end waits for the next event), or earliest, "
                   "latest, scn:N"),
+        # what: "start offset N of T/P was", or "offsets N..M of T/P, which this read had
+        # reached, were" (removed while a read went on: broker/read_path.py)
         ErrorKind("offset_before_start", grpc.StatusCode.OUT_OF_RANGE,
-                  "start offset {offset} of {topic}/{partition} was removed by retention: "
-                  "{held}; allowed {start}..{end}, or earliest, latest, scn:N"),
+                  "{what} removed by retention: {held}; allowed {start}..{end}, or earliest, "
+                  "latest, scn:N"),
         ErrorKind("start_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "start is not set; allowed: earliest, latest, offset or scn"),
         ErrorKind("read_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,

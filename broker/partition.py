@@ -127,7 +127,8 @@ class Partition:
         self.compact_head: Callable[[int | None, int], Awaitable[tuple[int, int]]] | None = None
         # Retention is removing (or removed) every record below this offset. Set
         # before the delete, so a reader that checks it after a read knows
-        # whether that read may have missed records (a bootstrap's catch-up).
+        # whether that read may have missed records (a bootstrap's catch-up; a
+        # Read chunk that finds a gap, broker/read_path.py).
         self.removing_below = 0
         # Where each truncation (broker/relay/replica_log.py) cut the log, in order:
         # a read stream past a cut since it opened ends (`check_truncation`).
@@ -318,7 +319,10 @@ class Partition:
         end = self.log_end if replica else self.end_offset
         if spec.stop_offset is None or spec.stop_offset > end:
             spec = replace(spec, stop_offset=end)
-        return await asyncio.to_thread(read_chunk, self.store, spec, start)
+        # A follower's copy takes what is stored; a reader learns of offsets retention
+        # removed while it read (Chunk.removed, see read_path.py).
+        removed_below = None if replica else lambda: self.removing_below
+        return await asyncio.to_thread(read_chunk, self.store, spec, start, removed_below)
 
     async def wait_for_data(self, offset: int) -> None:
         """Return once readers may see an event at `offset` (or the partition closes)."""
@@ -434,18 +438,32 @@ class Partition:
         if which == "scn":
             return self.offset_for_scn(start.scn)
         # Up to the log end: past the high watermark a reader waits for it.
-        if not self.start_offset <= start.offset <= self.log_end:
-            name = "offset_past_end" if start.offset > self.log_end else "offset_before_start"
-            raise BrokerError(name, offset=start.offset, topic=self.meta.name,
+        if start.offset < self.start_offset:
+            raise self.removed_error(start.offset)
+        if start.offset > self.log_end:
+            raise BrokerError("offset_past_end", offset=start.offset, topic=self.meta.name,
                               partition=self.index, start=self.start_offset, end=self.log_end,
                               held=self.held_text())
         return start.offset
 
-    def held_text(self) -> str:
-        """What the partition holds, in words, for an out-of-range start."""
-        if self.start_offset == self.end_offset:
+    def removed_error(self, offset: int, found: int | None = None) -> BrokerError:
+        """offset_before_start (OUT_OF_RANGE): a read's start offset, or (`found`, the
+        next stored offset the read came to) offsets offset..found-1 it reached, were
+        removed by retention. The stored range counts the cut retention is making."""
+        where = f"{self.meta.name}/{self.index}"
+        what = (f"start offset {offset} of {where} was" if found is None else
+                f"offsets {offset}..{found - 1} of {where}, which this read had reached, were")
+        start = max(self.start_offset, self.removing_below)
+        return BrokerError("offset_before_start", what=what, start=start, end=self.log_end,
+                           held=self.held_text(start))
+
+    def held_text(self, start: int | None = None) -> str:
+        """What the partition holds (from `start`, default its start offset), in
+        words, for an out-of-range start."""
+        start = self.start_offset if start is None else start
+        if start >= self.end_offset:
             return f"the partition is empty and its next event gets offset {self.end_offset}"
-        return f"the partition holds offsets {self.start_offset}..{self.end_offset - 1}"
+        return f"the partition holds offsets {start}..{self.end_offset - 1}"
 
     def offset_for_scn(self, scn: int) -> int:
         found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)

@@ -6,6 +6,17 @@ before the read's start, ends after its stop, or a hash range or key filter
 drops some events): only then is it decoded and re-encoded with the
 passing events and their `offsets` column. Filtered events never leave the
 broker.
+
+A read never skips offsets silently. Stored records are contiguous (each
+starts where the one before ends; a sparse record keeps the span it had), so
+a record that starts past where the read expected one means the records in
+between were deleted: by compaction (a compacted topic drops a record it
+emptied: the events were superseded, nothing is lost) or by retention after
+the read started (the up-front check passed; the iterator then seeks to the
+next stored record). Retention announces its cut (`removed_below`) before it
+deletes, so a gap below that mark is loss: the chunk ends before it and says
+so (`Chunk.removed`), and the stream ends with OUT_OF_RANGE. The check is one
+integer comparison per record; the mark is looked at only at a gap.
 """
 
 from __future__ import annotations
@@ -52,23 +63,39 @@ class Chunk:
     next_offset: int
     events: int
     scanned_events: int
+    # (first, stop): offsets first..stop-1 the read reached were removed by retention
+    # while it read (the records before them are in `records`); None: nothing missing.
+    removed: tuple[int, int] | None = None
 
 
-def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
-    """Read records from `start` until a limit or the end of the log."""
+def read_chunk(store: RocksStore, spec: ReadSpec, start: int,
+               removed_below: Callable[[], int] | None = None) -> Chunk:
+    """Read records from `start` until a limit, the end of the log or a gap
+    that retention made.
+
+    Args:
+        removed_below: the partition's retention cut (every offset below it is
+            deleted or being deleted); read only when a record starts past
+            where the read expected one. None: gaps are not checked.
+    """
     records: list[bytes] = []
     events = scanned = 0
     size = RESPONSE_FIELDS_BYTES_MAX
-    next_offset = start
+    next_offset = expected = start
     stop = spec.stop_offset
+    removed = None
     try:
         for base, value in store.records_from(spec.topic_id, spec.partition, start):
             header = codec.decode_header(value)
             end = base + header.count
             if end <= start:
                 continue
+            if base > expected and removed_below is not None and expected < removed_below():
+                removed = (expected, base if stop is None else min(base, stop))
+                break
             if stop is not None and base >= stop:
                 break
+            expected = end
             body = codec.record_bytes(value)
             partial = base < start or (stop is not None and end > stop) or header.sparse
             if partial or spec.slot_mask is not None or spec.selector is not None:
@@ -89,7 +116,7 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int) -> Chunk:
     except BrokerError as e:  # a damaged block: what lies before it first, then the error
         if e.kind.name != "store_unreadable" or not records:
             raise
-    return Chunk(records, next_offset, events, scanned)
+    return Chunk(records, next_offset, events, scanned, removed)
 
 
 def _subset(body: bytes, start: int, stop: int | None, spec: ReadSpec) -> tuple[bytes, int]:

@@ -5,6 +5,11 @@ unfiltered read never parses or re-encodes an event. With `follow`, the
 stream waits at the tail for new records instead of ending; reaching the
 tail the first time, it sends one response without records that carries the
 position (next_offset), so the reader can resume from there.
+
+A read never skips offsets: when retention removes offsets the stream has
+not sent yet, it sends what it read before them and ends with OUT_OF_RANGE
+(`offset_before_start`) naming them and what the partition holds, as a read
+that starts below the partition's start does.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class ReadServicer:
             if chunk.records:
                 READ_EVENTS.labels(request.topic).inc(chunk.events)
                 yield wire.read_response(chunk.records, offset, partition.end_offset)
+            if chunk.removed is not None:  # retention removed what the read reached next
+                raise partition.removed_error(*chunk.removed)
 
 
 async def replica_read(partition: Partition, spec: ReadSpec, offset: int,

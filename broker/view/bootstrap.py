@@ -130,9 +130,7 @@ class BootstrapStream:
             raise self._invalid("target_offset", resume.target_offset,
                                 f"{resume.next_offset}..{p.log_end}")
         if resume.next_offset < p.start_offset:
-            raise BrokerError("offset_before_start", offset=resume.next_offset,
-                              topic=p.meta.name, partition=p.index, start=p.start_offset,
-                              end=p.end_offset, held=p.held_text())
+            raise p.removed_error(resume.next_offset)
         if resume.phase == pb.CATCHUP:
             self._pin = self.view.pin(resume.next_offset)
 
@@ -268,9 +266,7 @@ class BootstrapStream:
                            spec.bytes_max, spec.slot_mask, spec.selector)
         chunk = await p.read(bounded, offset)
         if p.removing_below > offset:  # retention removed what this read needed
-            raise BrokerError("offset_before_start", offset=offset, topic=p.meta.name,
-                              partition=p.index, start=p.start_offset, end=p.end_offset,
-                              held=p.held_text())
+            raise p.removed_error(offset)
         next_offset = max(offset, chunk.next_offset)
         if not chunk.records:
             return next_offset, None
