@@ -121,7 +121,9 @@ class ScnNotIncreasing(FailedPrecondition):
 class OffsetOutOfRange(KeybusError):
     """A start offset outside the stored offsets (OUT_OF_RANGE); the message
     gives the stored range and says whether the offset is past the end or
-    before the start (removed by retention)."""
+    before the start (removed by retention). A read also ends with it when
+    retention removes offsets it reached while it went on (the broker never
+    skips them): the message names them; what came before was handed out."""
 
     code_default = OUT_OF_RANGE
 

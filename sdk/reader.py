@@ -148,7 +148,10 @@ class Reader:
             permission); `on_high_watermark` is called with the broker's high
             watermark from every response.
     Raises (while iterating):
-        TopicNotFound, InvalidArgument, OffsetOutOfRange, Unavailable, KeybusError.
+        TopicNotFound, InvalidArgument, Unavailable, KeybusError.
+        OffsetOutOfRange: the start is not stored, or retention removed offsets
+            the read reached while it went on (after every batch received
+            before them; next_offset is the first one missing).
     """
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0, *,

@@ -30,7 +30,8 @@ class BrokerCallError(RuntimeError):
     """A broker call failed; the message says which call, which broker and why.
 
     Attributes:
-        out_of_range: a read's start offset is no longer stored (retention).
+        out_of_range: a read's start offset, or offsets it reached, are no longer
+            stored (retention).
     """
 
     def __init__(self, message: str, out_of_range: bool = False) -> None:
@@ -121,7 +122,7 @@ def read_records(broker: str, topic: str, partition: int, start: int | str, stop
         start: an offset, or "earliest".
     Raises:
         BrokerCallError: the read failed (out_of_range set when the start
-            offset is no longer stored).
+            offset, or offsets the read reached, are no longer stored).
     """
     try:
         with SyncReader(broker, topic, partition, start=start, stop_offset=stop,

@@ -163,19 +163,28 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
 
     Records are gathered until they hold events_max events, so a topic
     written in small produce batches still gives Spark large Arrow batches.
+    When retention removes events the split has not read yet (before its
+    read starts, or while it goes on: the broker ends the read with
+    OUT_OF_RANGE, never skips them), the records received before that go to
+    Spark first; then failOnDataLoss=true fails the task with DataLossError,
+    false reads on from the earliest stored offset.
 
     Raises:
-        DataLossError: the split's start is no longer stored and
+        DataLossError: events of the split are no longer stored and
             failOnDataLoss is true.
         BrokerCallError: the read failed for another reason.
     """
     split = partition.split
     key_filter, ranges = partition.read_args()
+    reached = split.start  # the offset after the last record received
 
     def records(start: int | str) -> Iterator[pb.Record]:
-        return _client.read_records(partition.broker, split.topic, split.partition, start,
-                                    split.stop, ranges, key_filter, partition.events_max,
-                                    partition.security)
+        nonlocal reached
+        for record in _client.read_records(partition.broker, split.topic, split.partition,
+                                           start, split.stop, ranges, key_filter,
+                                           partition.events_max, partition.security):
+            reached = max(reached, record_end(record))
+            yield record
 
     try:
         yield from _coalesced(records(split.start), partition.events_max, schema)
@@ -183,21 +192,38 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
         if not e.out_of_range:
             raise
         if partition.fail_on_data_loss:
-            raise DataLossError(f"{e}. Set failOnDataLoss=false to skip the events that are "
-                                "gone and go on") from None
+            raise DataLossError(
+                f"{split.topic}/{split.partition}: events from offset {reached} on, which "
+                f"this task read (offsets {split.start}..{split.stop - 1}), are no longer "
+                f"stored: {e}. Set failOnDataLoss=false to skip the events that are gone "
+                "and go on") from None
         yield from _coalesced(records("earliest"), partition.events_max, schema)
+
+
+def record_end(record: pb.Record) -> int:
+    """The offset after a record's last event (a filtered record lists its offsets)."""
+    if record.offsets:
+        return int(record.offsets[-1]) + 1
+    return record.base_offset + record.batch.count
 
 
 def _coalesced(records: Iterator[pb.Record], events_max: int,
                schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Records gathered into batches of about events_max events; what was gathered
+    when the read fails goes out before the error (it did arrive)."""
     pending: list[pb.Record] = []
     events = 0
-    for record in records:
-        pending.append(record)
-        events += record.batch.count
-        if events >= events_max:
+    try:
+        for record in records:
+            pending.append(record)
+            events += record.batch.count
+            if events >= events_max:
+                yield records_to_batch(pending, schema)
+                pending, events = [], 0
+    except _client.BrokerCallError:
+        if pending:
             yield records_to_batch(pending, schema)
-            pending, events = [], 0
+        raise
     if pending:
         yield records_to_batch(pending, schema)
 
