@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from broker import partition_positions as positions
 from broker.config import Settings
 from broker.derived import settle_slots
 from broker.errors import BrokerError
@@ -421,53 +422,13 @@ class Partition:
         return self._closed
 
     def resolve_start(self, start: pb.StartPosition, unset_is_latest: bool = False) -> int:
-        """The offset a StartPosition names here, or why it cannot be used.
-
-        Raises:
-            BrokerError: no position set (unless unset_is_latest: a new
-                subscription starts at the end, as in Pulsar), or an offset
-                outside what is stored.
-        """
-        which = start.WhichOneof("position")
-        if which is None and not unset_is_latest:
-            raise BrokerError("start_invalid")
-        if which is None or which == "latest":
-            return self.end_offset
-        if which == "earliest":
-            return self.start_offset
-        if which == "scn":
-            return self.offset_for_scn(start.scn)
-        # Up to the log end: past the high watermark a reader waits for it.
-        if start.offset < self.start_offset:
-            raise self.removed_error(start.offset)
-        if start.offset > self.log_end:
-            raise BrokerError("offset_past_end", offset=start.offset, topic=self.meta.name,
-                              partition=self.index, start=self.start_offset, end=self.log_end,
-                              held=self.held_text())
-        return start.offset
+        """The offset a StartPosition names here, or why it cannot be used
+        (partition_positions.py)."""
+        return positions.resolve_start(self, start, unset_is_latest)
 
     def removed_error(self, offset: int, found: int | None = None) -> BrokerError:
-        """offset_before_start (OUT_OF_RANGE): a read's start offset, or (`found`, the
-        next stored offset the read came to) offsets offset..found-1 it reached, were
-        removed by retention. The stored range counts the cut retention is making."""
-        where = f"{self.meta.name}/{self.index}"
-        what = (f"start offset {offset} of {where} was" if found is None else
-                f"offsets {offset}..{found - 1} of {where}, which this read had reached, were")
-        start = max(self.start_offset, self.removing_below)
-        return BrokerError("offset_before_start", what=what, start=start, end=self.log_end,
-                           held=self.held_text(start))
-
-    def held_text(self, start: int | None = None) -> str:
-        """What the partition holds (from `start`, default its start offset), in
-        words, for an out-of-range start."""
-        start = self.start_offset if start is None else start
-        if start >= self.end_offset:
-            return f"the partition is empty and its next event gets offset {self.end_offset}"
-        return f"the partition holds offsets {start}..{self.end_offset - 1}"
-
-    def offset_for_scn(self, scn: int) -> int:
-        found = self.store.offset_for_scn(self.meta.topic_id, self.index, scn)
-        return self.end_offset if found is None else max(found, self.start_offset)
+        """Offsets a read named or reached were removed by retention (partition_positions.py)."""
+        return positions.removed_error(self, offset, found)
 
     # ------------------------------------------------------------ retention
 
