@@ -54,6 +54,10 @@ REDELIVERED_EVENTS = Counter("keybus_redelivered_events", "Events sent again aft
                              "ack timeout or consumer loss", ["topic", "subscription"])
 DEAD_LETTERED_EVENTS = Counter("keybus_dead_lettered_events",
                                "Events moved to a dead-letter topic", ["topic", "subscription"])
+DEAD_LETTER_FAILED_EVENTS = Counter(
+    "keybus_dead_letter_failed_events", "Events whose move to a dead-letter topic failed, "
+    "counted at each failed try (they are redelivered and tried again; the WARNING line says "
+    "why)", ["topic", "subscription"])
 # Set at start and whenever subscriptions are copied or deleted (dead_letter_watch.py).
 DEAD_LETTER_CYCLES = Gauge("keybus_dead_letter_cycles",
                            "Dead-letter cycles among this broker's subscriptions, each named in "

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from broker.log.rocks_store import RocksStore
+from broker.metrics import DEAD_LETTER_FAILED_EVENTS
 from broker.partition import Partition, now_ms
 from broker.subscription.core import PartitionCore
 from broker.subscription.cursor import Cursor
@@ -86,6 +87,7 @@ class DispatcherUpkeep:
             await self._dead_letter_sink(self.spec, records)
             ok = True
         except Exception as e:  # retried through the normal path: the key stays held
+            DEAD_LETTER_FAILED_EVENTS.labels(self.spec.topic, self.spec.name).inc(len(dead))
             log.warning("dead-letter of %d events of %s/%d/%s failed, redelivering: %s",
                         len(dead), self.spec.topic, self.index, self.spec.name, e)
         self.core.process_dead_lettered(dead, ok, now_ms())
