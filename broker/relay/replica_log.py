@@ -17,8 +17,15 @@ Rules:
 4. Truncation drops whole records from the one holding the given offset to
    the end, rewinds producer state to what the remaining records carry, and
    is written synced before anything else happens on the partition.
+5. A log the upstream's retention overtook (the upstream's start is past this
+   log's end: offsets were removed there before they were copied) is emptied
+   and goes on from the upstream's start (`restart_at`, Kafka's reset to the
+   leader's log start offset). The removed offsets are announced first
+   (`removing_below`), so this broker's readers get OUT_OF_RANGE for them, as
+   the upstream's do, never a silent gap; so does a log empty at an earlier
+   offset whose first record comes later (rule 2).
 
-`plan_replica` is the pure part; `replicate` and `truncate` run on the
+`plan_replica` is the pure part; `replicate`, `truncate` and `restart_at` run on the
 partition task (`Partition.run_on_task`); `last_epoch` and `epoch_end` are
 blocking reads for a worker thread.
 """
@@ -54,6 +61,15 @@ class ReplicaPlan:
     start_offset: int
     events: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """What a restart at the upstream's start replaced (for the log line)."""
+
+    start_before: int
+    end_before: int
+    start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +151,8 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
                 producers.load(producer_id, codec.decode_producer_results(stored))
         producers.commit(producer_id, result)
         states[producer_id] = producers.encoded(producer_id)
+    if plan.start_offset > partition.start_offset:  # rule 5: a reader at the old start
+        partition.removing_below = max(partition.removing_below, plan.start_offset)
     saved_clock = partition.clock
     partition.clock = PartitionClock(plan.next_offset, plan.last_scn)  # ahead of the write, as _commit
     try:
@@ -187,6 +205,25 @@ async def truncate(partition: Partition, offset: int,
         await before_publish(cut)
     partition.publish()
     return Truncation(cut, end_before, dropped, events, scn_first, scn_last)
+
+
+async def restart_at(partition: Partition, start: int) -> Restart | None:
+    """Empty the log and go on from `start`, the upstream's start offset, when it
+    is past the log end (rule 5). Runs on the partition task; the delete is
+    written synced (as retention's). Returns None when the log reaches `start`."""
+    end = partition.clock.next_offset
+    if start <= end:
+        return None
+    restart = Restart(partition.start_offset, end, start)
+    partition.removing_below = start  # before the delete: a read that meets it says so
+    store, topic_id, index = partition.store, partition.meta.topic_id, partition.index
+    last_scn = partition.clock.last_scn
+    await asyncio.to_thread(store.trim, topic_id, index, start, last_scn + 1, start, 0)
+    partition.clock = PartitionClock(start, last_scn)  # upstream SCNs past `start` are higher
+    partition.start_offset = start
+    partition.bytes = 0
+    partition.publish()
+    return restart
 
 
 def _tail_from(store: RocksStore, topic_id: int, partition: int, offset: int

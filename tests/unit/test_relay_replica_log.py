@@ -25,6 +25,7 @@ from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.rocks_store import RocksStore
 from broker.partition import Partition
+from broker.read_path import ReadSpec
 from broker.relay import replica_log
 from broker.relay.replica_log import ReplicaError, plan_replica
 from broker.topics import TopicRegistry
@@ -136,6 +137,56 @@ def test_truncation_cuts_whole_records_and_rewinds_producer_state(tmp_path: Path
         assert not answer.duplicate and answer.base_offset == 10
         assert await partition.run_on_task(lambda p: replica_log.truncate(p, 50)) is None
         await registry.close()
+    run(body, tmp_path)
+
+
+def test_a_log_the_upstreams_retention_overtook_restarts_at_its_start(tmp_path: Path) -> None:
+    """Rule 5: the log is emptied and goes on from the upstream's start; the offsets
+    in between are announced removed, so a read of this broker that meets them ends
+    with OUT_OF_RANGE instead of skipping them."""
+    async def body(path: Path) -> None:
+        leader_registry, leader = await open_partition(path / "leader")
+        registry, follower = await open_partition(path / "follower")
+        for first in range(0, 12, 2):  # records at offsets 0, 2, .., 10
+            await leader.submit(request([first, first + 1]))
+        upstream = records(leader)
+        await follower.run_on_task(lambda p: replica_log.replicate(p, upstream[:3]))
+        assert await follower.run_on_task(lambda p: replica_log.restart_at(p, 6)) is None
+        restart = await follower.run_on_task(lambda p: replica_log.restart_at(p, 8))
+        assert restart == replica_log.Restart(0, 6, 8)
+        assert stored(follower) == [] and follower.removing_below == 8
+        assert (follower.start_offset, follower.log_end, follower.end_offset, follower.bytes) \
+            == (8, 8, 8, 0)
+        tail = follower.store.recover_tail(follower.meta.topic_id, 0)  # as after a restart
+        assert (tail.start_offset, tail.next_offset, tail.bytes) == (8, 8, 0)
+        with pytest.raises(BrokerError, match="start offset 4 of t/0 was removed by retention"):
+            follower.resolve_start(pb.StartPosition(offset=4))
+        await follower.run_on_task(lambda p: replica_log.replicate(p, upstream[4:]))
+        assert stored(follower) == stored(leader)[4:]
+        spec = ReadSpec(follower.meta.topic_id, 0, None, 100, 1 << 20, None, None)
+        chunk = await follower.read(spec, 4)  # a reader that was at offset 4
+        assert chunk.records == [] and chunk.removed == (4, 8)
+        assert follower.info().start_offset == 8
+        await registry.close()
+        await leader_registry.close()
+    run(body, tmp_path)
+
+
+def test_an_empty_log_whose_first_record_comes_later_marks_the_offsets_before(
+        tmp_path: Path) -> None:
+    """Rule 2's empty log at offset 0 taking a first record at 4: a reader at 0 is
+    told 0..3 were removed, never moved past them in silence."""
+    async def body(path: Path) -> None:
+        leader_registry, leader = await open_partition(path / "leader")
+        registry, follower = await open_partition(path / "follower")
+        for first in range(0, 6, 2):
+            await leader.submit(request([first, first + 1]))
+        await follower.run_on_task(lambda p: replica_log.replicate(p, records(leader)[2:]))
+        assert (follower.start_offset, follower.removing_below) == (4, 4)
+        spec = ReadSpec(follower.meta.topic_id, 0, None, 100, 1 << 20, None, None)
+        assert (await follower.read(spec, 0)).removed == (0, 4)
+        await registry.close()
+        await leader_registry.close()
     run(body, tmp_path)
 
 
