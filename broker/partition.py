@@ -320,10 +320,10 @@ class Partition:
         end = self.log_end if replica else self.end_offset
         if spec.stop_offset is None or spec.stop_offset > end:
             spec = replace(spec, stop_offset=end)
-        # A follower's copy takes what is stored; a reader learns of offsets retention
-        # removed while it read (Chunk.removed, see read_path.py).
-        removed_below = None if replica else lambda: self.removing_below
-        return await asyncio.to_thread(read_chunk, self.store, spec, start, removed_below)
+        # A reader, and a follower's copy, learn of offsets retention removed while they
+        # read (Chunk.removed, see read_path.py): a copy must not skip them either.
+        return await asyncio.to_thread(read_chunk, self.store, spec, start,
+                                       lambda: self.removing_below)
 
     async def wait_for_data(self, offset: int) -> None:
         """Return once readers may see an event at `offset` (or the partition closes)."""
@@ -455,6 +455,10 @@ class Partition:
             command.future.set_result(removed)
 
     def info(self) -> pb.PartitionInfo:
-        return pb.PartitionInfo(partition=self.index, start_offset=self.start_offset,
+        """Describe's view; the start counts the cut retention is making, as an
+        out-of-range error's does (a follower told its offsets were removed
+        resets its copy to this start: broker/relay/follower.py)."""
+        start = max(self.start_offset, self.removing_below)
+        return pb.PartitionInfo(partition=self.index, start_offset=start,
                                 end_offset=self.end_offset, last_scn=self.last_scn,
                                 bytes=self.bytes)

@@ -14,6 +14,12 @@ reporter and a cursor sync loop, on one channel to the upstream. A copy task
 3. Report the new durable end to the upstream (acks = n); also once right
    after the handshake, so a leader counts the follower before it copies.
 
+When the upstream's retention removed offsets before they were copied (its
+read answers OUT_OF_RANGE: we were stopped or slower than its retention),
+the copy restarts at the upstream's start offset (`replica_log.restart_at`,
+Kafka's reset to the leader's log start offset): one WARNING names the
+offsets that could not be copied, and the copy goes on at once.
+
 A failure of any step is logged and retried from 1 after a capped,
 doubling backoff (`relay_retry_backoff_ms` .. `relay_retry_backoff_max_ms`,
 the seed's one minute); retries never stop. With `stop_offsets` (an elected
@@ -270,6 +276,17 @@ class TopicFollower:
                         replica=True)
         # The upstream's high watermark, sent with the records and when only it moves.
         reader.on_high_watermark = functools.partial(watermark.advance, partition)
+        try:
+            await self._follow(partition, state, backoff, reader)
+        except errors.KeybusError as e:  # offsets retention removed upstream: restart there
+            if e.code != errors.OUT_OF_RANGE or not await self._restart_behind(partition):
+                raise
+            return
+        state.done = stop is not None
+
+    async def _follow(self, partition: Partition, state: CopyState, backoff: Backoff,
+                      reader: Reader) -> None:
+        """Store what `reader` brings until it ends (step 2)."""
         async with reader:
             async for batch in reader:
                 records = [batch.record, *(b.record for b in reader.drain_buffered())]
@@ -285,7 +302,34 @@ class TopicFollower:
                 backoff.reset()
                 assert self._reporter is not None
                 self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
-        state.done = stop is not None
+
+    async def _restart_behind(self, partition: Partition) -> bool:
+        """After an OUT_OF_RANGE read: when the upstream's start is past our log end,
+        restart the copy there (rule 5 of replica_log.py) and say so; False when it
+        is not (another cause: the copy fails and is retried as any failure)."""
+        assert self._channel is not None
+        try:
+            info = await stub_of(self._channel).DescribeTopic(
+                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        starts = [p.start_offset for p in info.partitions if p.partition == partition.index]
+        if not starts or starts[0] <= partition.log_end:
+            return False
+        restart = await partition.run_on_task(
+            lambda p: replica_log.restart_at(p, starts[0]))
+        if restart is None:
+            return False
+        held = (f"; offsets {restart.start_before}..{restart.end_before - 1} held here were "
+                f"dropped" if restart.end_before > restart.start_before else "")
+        log.warning("topic %s/%d: offsets %d..%d were removed by retention on upstream %s "
+                    "before this follower copied them; its copy now starts at %d, the upstream's "
+                    "start (readers here get OUT_OF_RANGE below it, as there%s)", self.topic,
+                    partition.index, restart.end_before, restart.start - 1, self.upstream,
+                    restart.start, held)
+        assert self._reporter is not None
+        self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
+        return True
 
     async def _sync_loop(self) -> None:
         """Mirror the upstream's subscription cursors (cursor_sync.py), forever."""

@@ -105,7 +105,9 @@ async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
     high watermark (what this broker's readers may see), and a response with
     no records whenever only the high watermark moved, so the follower learns
     it without new data. Ends with `log_truncated` when this broker's log is
-    cut below `offset` (the follower's next offset) since the stream opened."""
+    cut below `offset` (the follower's next offset) since the stream opened,
+    and with `offset_before_start` when retention removed offsets it reached
+    (a copy never skips them: the follower resets its copy, broker/relay/follower.py)."""
     mark = len(partition.truncations)
     sent_high_watermark = -1
     while spec.stop_offset is None or offset < spec.stop_offset:
@@ -122,3 +124,5 @@ async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
         if chunk.records or high_watermark != sent_high_watermark:
             sent_high_watermark = high_watermark
             yield wire.read_response(chunk.records, offset, partition.log_end, high_watermark)
+        if chunk.removed is not None:
+            raise partition.removed_error(*chunk.removed)

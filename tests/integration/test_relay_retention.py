@@ -1,0 +1,190 @@
+"""A follower that falls behind its leader's retention.
+
+Goal: a follower never keeps a silent hole and never gets stuck. When the
+leader's retention removed offsets the follower has not copied, the follower
+resets its copy to the leader's start offset (its readers then get the same
+OUT_OF_RANGE for those offsets as the leader's), logs one WARNING naming the
+partition and the offsets it could not copy, and copies on. Before, the copy's
+read was refused (OUT_OF_RANGE) and retried for ever: (a) a follower restarted
+after the leader trimmed what it had not copied; (b) a follower whose copy
+stream the leader's retention overtook (the replica read skipped the removed
+records, the follower refused the records past the gap, then its restart from
+its log end was refused).
+
+Method: a leader and a follower broker process with static relay config (no
+ZooKeeper); the leader checks retention every 50 ms on a topic with a small
+retention_bytes; the follower's own retention is left out (its check interval
+is longer than the test). (a) stops the follower; (b) pauses it (SIGSTOP)
+while it follows, so the leader's copy stream waits on flow control while
+retention removes what it was about to send. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from keybus.dev_cluster import BrokerRunner, free_port
+from sdk import Consumer
+from sdk.core.pb import keybus_pb2 as pb
+from tests.support.relay_cluster import cluster_story, records, wait_for
+from tests.support.wire import int_batch, produce, stub
+
+EVENTS, VALUE_BYTES = 10, 2_000  # a record of about 20 KB
+RETENTION_BYTES = 200_000  # the leader keeps about ten records
+
+
+def broker(root: Path, name: str, config: str) -> BrokerRunner:
+    path = root / f"{name}.toml"
+    path.write_text(config)
+    return BrokerRunner(root / name, free_port(), path)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[BrokerRunner, BrokerRunner]]:
+    """A leader trimming every 50 ms and its follower, topic t created (1 partition)."""
+    leader = broker(tmp_path, "leader", "retention_check_interval_ms = 50\n[replication.t]\n")
+    follower = broker(tmp_path, "follower", (
+        "retention_check_interval_ms = 600000\nrelay_retry_backoff_ms = 50\n"
+        f"relay_retry_backoff_max_ms = 500\n[replication.t]\nupstream = \"{leader.address}\"\n"))
+    try:
+        leader.start()
+        follower.start()
+        stub(leader.address).CreateTopic(pb.CreateTopicRequest(topic="t", config=pb.TopicConfig(
+            partitions=1, retention_bytes=RETENTION_BYTES)), timeout=10)
+        yield leader, follower
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def produce_records(address: str, first_key: int, count: int,
+                    value_bytes: int = VALUE_BYTES) -> None:
+    client = stub(address)
+    for k in range(first_key, first_key + count * EVENTS, EVENTS):
+        produce(client, [pb.ProduceRequest(topic="t", batch=int_batch(
+            list(range(k, k + EVENTS)), b"x" * value_bytes))])
+
+
+def offsets(address: str) -> tuple[int, int]:
+    """(start offset, end offset) of t/0; (-1, -1) while the broker cannot say."""
+    try:
+        info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="t"), timeout=2)
+    except grpc.RpcError:
+        return -1, -1
+    part = info.partitions[0] if info.partitions else None
+    return (part.start_offset, part.end_offset) if part else (-1, -1)
+
+
+def bases(address: str) -> list[int]:
+    return [r.base_offset for r in records(address, "t")]
+
+
+async def first_offset(address: str) -> int:
+    """The offset of the first event subscription s (created at the earliest) delivers
+    on `address`; nothing is acknowledged."""
+    async with await Consumer.subscribe(address, "t", "s", type="shared",
+                                        start="earliest") as consumer:
+        return (await consumer.receive(10)).offset
+
+
+class FollowingRead:
+    """A Read with follow on the follower from `start`, in a thread: the offsets it
+    got, in order, and how it ended."""
+
+    def __init__(self, address: str, start: int) -> None:
+        self.offsets: list[int] = []
+        self.ended: grpc.RpcError | None = None
+        self.call = stub(address).Read(pb.ReadRequest(
+            topic="t", start=pb.StartPosition(offset=start), follow=True), timeout=40)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for response in self.call:
+                for record in response.records:
+                    self.offsets.extend(range(record.base_offset,
+                                              record.base_offset + record.batch.count))
+        except grpc.RpcError as e:
+            self.ended = e
+
+
+def check_reset(leader: BrokerRunner, follower: BrokerRunner, missed_from: int) -> None:
+    """The follower holds what the leader holds, says where it reset once, refuses the
+    removed offsets as the leader does, and copies on."""
+    try:
+        wait_for(lambda: offsets(follower.address) == offsets(leader.address), 20,
+                 "the follower holds the leader's start..end")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{cluster_story([leader, follower], 't')}") from None
+    start, end = offsets(leader.address)
+    assert missed_from < start, (missed_from, start)
+    assert bases(follower.address) == bases(leader.address)
+    for address in (leader.address, follower.address):
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub(address).Read(pb.ReadRequest(topic="t", start=pb.StartPosition(
+                offset=missed_from)), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.OUT_OF_RANGE
+        assert f"start offset {missed_from} of t/0 was removed by retention" \
+            in str(refused.value.details())
+    log = follower.log_path.read_text()
+    lines = [line for line in log.splitlines() if "WARNING" in line and "t/0" in line]
+    resets = [line for line in lines if "removed by retention" in line]
+    assert len(resets) == 1, "\n".join(lines)
+    found = re.search(r"offsets (\d+)\.\.(\d+)", resets[0])
+    assert found is not None and missed_from <= int(found[1]) < start \
+        and int(found[2]) == start - 1, resets[0]
+    assert "failed" not in "\n".join(lines), "\n".join(lines)  # no retried failure
+    produce_records(leader.address, 10_000, 2)
+    wait_for(lambda: offsets(follower.address)[1] == end + 2 * EVENTS, 10, "copies on")
+
+
+def test_a_restarted_follower_resets_to_the_leaders_start(
+        pair: tuple[BrokerRunner, BrokerRunner]) -> None:
+    """(a) The follower is stopped; the leader's retention removes what it has not copied."""
+    leader, follower = pair
+    produce_records(leader.address, 0, 3)
+    wait_for(lambda: offsets(follower.address) == (0, 3 * EVENTS), 15, "the follower copied")
+    assert asyncio.run(first_offset(follower.address)) == 0
+    follower.stop()
+    produce_records(leader.address, 1_000, 30)
+    wait_for(lambda: offsets(leader.address)[0] > 3 * EVENTS, 10, "the leader trimmed")
+    follower.start()
+    check_reset(leader, follower, 3 * EVENTS)
+    # the subscription's cursor (0) is below the new start: it goes on from there
+    assert asyncio.run(first_offset(follower.address)) == offsets(follower.address)[0]
+
+
+def test_retention_overtaking_a_copy_stream_resets_the_follower(
+        pair: tuple[BrokerRunner, BrokerRunner]) -> None:
+    """(b) The follower is paused while it follows: the leader's copy stream waits on
+    flow control, retention removes what it would send next, the follower goes on."""
+    leader, follower = pair
+    produce_records(leader.address, 0, 3)
+    wait_for(lambda: offsets(follower.address) == (0, 3 * EVENTS), 15, "the follower copied")
+    read = FollowingRead(follower.address, 3 * EVENTS)  # waits at the follower's end
+    os.kill(follower.pid, signal.SIGSTOP)
+    try:
+        # 16 MB in records of 200 KB: past what the stream's window and the sockets hold
+        produce_records(leader.address, 1_000, 80, 20 * VALUE_BYTES)
+        wait_for(lambda: offsets(leader.address)[0] > 60 * EVENTS, 10, "the leader trimmed")
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    check_reset(leader, follower, 3 * EVENTS)
+    # A reader of the follower never skips across the reset: it got what the follower
+    # held, in order, then OUT_OF_RANGE for what the reset removed.
+    read.thread.join(10)
+    assert read.ended is not None and read.ended.code() == grpc.StatusCode.OUT_OF_RANGE, \
+        (read.ended, read.offsets[-3:])
+    got = read.offsets
+    assert got == list(range(3 * EVENTS, 3 * EVENTS + len(got))), got
+    assert "removed by retention" in str(read.ended.details())
