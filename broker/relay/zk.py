@@ -11,6 +11,8 @@ expired: every ephemeral node of it is gone) or NONE (not yet connected).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import json
 import logging
 import threading
@@ -27,6 +29,7 @@ from broker.supervision import describe_cause
 
 log = logging.getLogger("keybus.zookeeper")
 T = TypeVar("T")
+ZK_CALL_THREADS = 4
 
 
 class ZkSession:
@@ -49,6 +52,13 @@ class ZkSession:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self.client.add_listener(self._listener)
+        # Blocking calls run here, not on asyncio's default executor (6 threads on 2
+        # cores), which serves the broker's log reads: with ZooKeeper unanswering a call
+        # waits until kazoo drops the connection (about a session timeout), and the
+        # elections of many topics would hold every default thread meanwhile. kazoo
+        # sends every call down one connection, so a few threads are as fast as many.
+        self._calls = concurrent.futures.ThreadPoolExecutor(
+            max_workers=ZK_CALL_THREADS, thread_name_prefix="zookeeper-call")
 
     def start(self) -> None:
         """Connect in the background (never blocks; the state says when it is up)."""
@@ -95,13 +105,16 @@ class ZkSession:
         return False
 
     def _stop_client(self) -> None:
-        """kazoo's stop and close (blocking; see `stop`)."""
+        """kazoo's stop and close (blocking; see `stop`), then the call threads' end (a
+        call still waiting fails with the closed connection first)."""
         try:
             self.client.stop()
             self.client.close()
         except Exception as e:  # the thread's last word: said, not raised into nowhere
             log.warning("zookeeper %s: closing the client failed (%s: %s)", self.hosts,
                         type(e).__name__, e)
+        finally:
+            self._calls.shutdown(wait=False, cancel_futures=True)
 
     @property
     def session_id(self) -> int | None:
@@ -142,8 +155,8 @@ class ZkSession:
         return watch
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking kazoo call on a worker thread."""
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        """Run a blocking kazoo call on one of the session's own threads (see __init__)."""
+        return await self._loop.run_in_executor(self._calls, functools.partial(fn, *args, **kwargs))
 
 
 def dumps(value: Any) -> bytes:

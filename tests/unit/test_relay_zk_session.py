@@ -99,3 +99,22 @@ def test_a_close_that_hangs_is_given_up_after_the_session_timeout(
     (said,) = [w for w in warnings(caplog) if "not closed" in w]
     assert "ZooKeeper did not answer within zookeeper_session_timeout_ms=300" in said
     assert "(its live nodes and any leader node)" in said
+
+
+def test_calls_that_hang_leave_the_default_executor_free() -> None:
+    """ZooKeeper unanswering: kazoo calls wait about a session timeout each. They run on
+    the session's own threads, so the broker's log reads (asyncio's default executor,
+    6 threads on 2 cores) go on meanwhile; before, 6 hanging calls held them all."""
+    async def body() -> None:
+        session = ZkSession("127.0.0.1:1", 2_000, lambda state: None)
+        release = threading.Event()
+        hanging = [asyncio.ensure_future(session.call(release.wait, 10)) for _ in range(8)]
+        try:
+            await asyncio.sleep(0.05)  # every call thread taken
+            assert await asyncio.wait_for(asyncio.to_thread(lambda: "read"), 2) == "read"
+        finally:
+            release.set()
+            await asyncio.gather(*hanging)
+            session.client.close()
+
+    asyncio.run(body())
