@@ -220,6 +220,10 @@ class Reader:
         # replica reads (a relay follower's copy): called with the upstream's high
         # watermark from every response, also those without records.
         self.on_high_watermark: Callable[[int], None] | None = None
+        # A following read: called with the next offset when a response without records
+        # comes (the broker's word that the read reached the log end): the read works
+        # even when no event comes (an event processor says a partition recovered).
+        self.on_tail: Callable[[int], None] | None = None
         self._done = False
 
     @property
@@ -274,6 +278,8 @@ class Reader:
                 self.on_high_watermark(response.high_watermark)
             if not response.records:
                 self._advance(response.next_offset)
+                if self.on_tail is not None:
+                    self.on_tail(response.next_offset)
         batch = ReadBatch(self._records.popleft())
         self._advance(self._response_next if not self._records else batch.next_offset)
         return batch

@@ -122,6 +122,8 @@ class PartitionPump:
             opened = True
             self._worked("on_partition_initialize")
             reader = self._open_reader(context.partition, start)
+            # the read works once the broker says it reached the log end, events or not
+            reader.on_tail = lambda _: self._worked("reading")
             reason = await self._pump(reader)
         except OwnershipLost:
             reason = "ownership_lost"

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Admin
+from sdk import Admin, Producer
 from sdk.processor import EventProcessor, PartitionContext
 from sdk.reader import ReadBatch
-from sdk.stores import FileCheckpointStore
+from sdk.stores import Checkpoint, FileCheckpointStore
 from tests.support.broker_process import BrokerProcess
 from tests.support.processors import (
     EXPIRATION_MS,
@@ -160,3 +160,47 @@ def test_a_checkpoint_unreadable_at_start_warns_once_then_says_it_recovered(
     assert recoveries[0].startswith(f"event processor {topic}/billing partition 1 (starting) "
                                     "works again after ")
     assert "; last: ValueError)" in recoveries[0]
+
+
+def test_a_read_that_works_again_with_no_new_event_says_it_recovered(
+        shared_broker: BrokerProcess, redis_server: RedisServer,  # noqa: F811
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """Partition 1's checkpoint is past its log end (its topic was recreated, say): the
+    read is refused every cycle. Once the log reaches the checkpoint the read works and
+    waits at the end, with no event to hand over: the recovery line comes all the same
+    (before, only a batch said so, and an idle partition never did)."""
+    caplog.set_level(logging.DEBUG, logger="keybus.processor")
+    topic = "ahead"
+    checkpoints = FileCheckpointStore(tmp_path)
+    processed: Counter[int] = Counter()
+
+    async def on_event(context: PartitionContext, batch: ReadBatch) -> None:
+        processed[context.partition] += batch.count
+
+    async def run() -> None:
+        await create_topic(shared_broker.address, topic)
+        await checkpoints.update_checkpoint(Checkpoint("", topic, "billing", 1, EVENTS + 4, 0))
+        store = ownership_store("redis", shared_broker.address, redis_server)
+        processor = EventProcessor(shared_broker.address, topic, "billing", on_event=on_event,
+                                   ownership_store=store, checkpoint_store=checkpoints,
+                                   load_balancing_interval_ms=INTERVAL_MS,
+                                   ownership_expiration_ms=EXPIRATION_MS)
+        async with processor:
+            await wait_for(lambda: len(said(caplog, logging.DEBUG, "still failing"))
+                           >= FAILURES - 1, 20, "partition 1's read refused, cycle after cycle")
+            async with await Producer.create(shared_broker.address, topic) as producer:
+                await producer.send_batch(list(range(5)), [b"v"] * 5, partition=1)
+                await producer.flush()  # the log now ends where the checkpoint resumes
+            await wait_for(lambda: bool(said(caplog, logging.INFO, "works again")), 10,
+                           "the recovery line, with no event after the checkpoint")
+        await store.close()
+    asyncio.run(run())
+
+    warnings = said(caplog, logging.WARNING, "")
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"event processor {topic}/billing partition 1 (reading) failed")
+    recoveries = said(caplog, logging.INFO, "works again")
+    assert len(recoveries) == 1, recoveries
+    assert recoveries[0].startswith(f"event processor {topic}/billing partition 1 (reading) "
+                                    "works again after ")
+    assert processed == Counter({0: EVENTS, 2: EVENTS})  # nothing past partition 1's checkpoint
