@@ -25,7 +25,7 @@ from typing import Any
 from broker import partition_positions as positions
 from broker.config import Settings
 from broker.derived import settle_slots
-from broker.errors import BrokerError
+from broker.errors import PARTITION_CLOSED, BrokerError
 from broker.log.recent import RecentRecords
 from broker.log.rocks_store import RocksStore, Tail
 from broker.log.wal_sync import request_synced
@@ -44,6 +44,7 @@ from broker.supervision import (
     supervise,
 )
 from broker.windows import PartitionClock, ProducerTable
+from broker.worker_threads import WorkerThreads
 from sdk.core.columns import SCN_SUPPLIED_MAX, BatchError, validate_batch
 from sdk.core.hashing import SlotCache
 from sdk.core.pb import keybus_pb2 as pb
@@ -116,6 +117,9 @@ class Partition:
         self._deleted = False
         self.producers_checked_ms = 0  # retention's last producer-expiry pass
         self._task: asyncio.Task[None] | None = None
+        # Store work the task runs on worker threads (retention, compaction): `stop`
+        # waits for it, so none lands after a deleted topic's keys are gone.
+        self.threads = WorkerThreads()
         # Supervision (broker/supervision.py): the commands the task is working
         # on, and why it refuses requests while it waits to be reopened.
         self._in_flight: list[Command] = []
@@ -182,8 +186,10 @@ class Partition:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        # cancelled mid-group: the group in flight is answered too
-        fail_pending(self._in_flight, self._queue, lambda: BrokerError("shutting_down"))
+        await self.threads.settle()
+        # cancelled mid-group: the group in flight is answered too, as its readers are
+        # (a producer told "topic deleted" stops; told "shutting down" it retries)
+        fail_pending(self._in_flight, self._queue, self._closed_error)
 
     # ------------------------------------------------------------ produce
 
@@ -434,8 +440,9 @@ class Partition:
 
     async def enforce_retention(self, now: int) -> int:
         """Queue a trim behind pending produces; returns the records removed
-        (0 when the queue is full or the partition failed: supervision logged it)."""
-        if self._failure is not None:
+        (0 when the queue is full, the partition failed: supervision logged it, or
+        it stopped: its topic deleted during the retention pass)."""
+        if self._failure is not None or self._closed:
             return 0
         command = Trim(now)
         try:
@@ -445,7 +452,7 @@ class Partition:
         try:
             return await command.future
         except BrokerError as e:
-            if e.kind.name == "partition_failed":
+            if e.kind.name == "partition_failed" or e.kind.name in PARTITION_CLOSED:
                 return 0
             raise
 

@@ -11,7 +11,6 @@ its head instead (`compact_head`). Idempotence state of producers unused for
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from itertools import takewhile
 from typing import TYPE_CHECKING
@@ -39,19 +38,19 @@ async def trim(partition: Partition, now_ms: int) -> int:
         partition.start_offset, removed = await partition.compact_head(floor, now_ms)
         partition.bytes -= removed
     elif meta.retention_ms or meta.retention_bytes:
-        plan = await asyncio.to_thread(lambda: plan_trim(
+        plan = await partition.threads.run(lambda: plan_trim(
             below(head_records(store, meta.topic_id, index), floor),
             now_ms, meta.retention_ms, meta.retention_bytes, partition.bytes))
     if plan is not None:
         partition.removing_below = plan.stop_offset
-        await asyncio.to_thread(store.trim, meta.topic_id, index, plan.stop_offset,
+        await partition.threads.run(store.trim, meta.topic_id, index, plan.stop_offset,
                                 plan.stop_scn, plan.stop_offset, partition.bytes - plan.bytes_removed)
         partition.start_offset = plan.stop_offset
         partition.bytes -= plan.bytes_removed
     settings = partition.settings
     if now_ms - partition.producers_checked_ms >= settings.producer_expiry_check_interval_ms:
         partition.producers_checked_ms = now_ms
-        expired = await asyncio.to_thread(store.expire_producers, meta.topic_id, index,
+        expired = await partition.threads.run(store.expire_producers, meta.topic_id, index,
                                           now_ms - settings.producer_expiry_ms)
         partition.producers.forget(expired)
     return plan.records_removed if plan else 0

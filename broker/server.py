@@ -173,6 +173,7 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
         BootstrapServicer(registry, settings, config_filters)),))
     processor_stores = ProcessorStores(store, registry, settings)
     processor_stores.start()
+    registry.delete_listeners.append(processor_stores.topic_deleted)
     server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -32,7 +32,8 @@ class TopicRegistry:
         self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
         self._lock = asyncio.Lock()  # serializes create/delete against each other
         self.slot_cache = SlotCache()  # one for every partition: bounded once (derived.py)
-        # Called with a topic's name once it is deleted (e.g. its subscriptions go).
+        # Called with a topic's name once it is deleted (e.g. its subscriptions go),
+        # before its keys are: each returns once it writes nothing more of the topic.
         self.delete_listeners: list[Callable[[str], Awaitable[None]]] = []
         # Called with a topic's partitions once they run, loaded or created (relay roles).
         self.start_listeners: list[Callable[[TopicMeta, list[Partition]], None]] = []
@@ -113,6 +114,10 @@ class TopicRegistry:
         return self.describe(topic)
 
     async def delete(self, topic: str) -> None:
+        """Stop the topic's views and partitions, let every listener end its use of
+        the topic (subscriptions, processor stores) and wait for the store writes
+        they had in flight, then delete every key of the topic in one batch: a
+        write landing after that batch would outlive the topic under its id."""
         async with self._lock:
             if topic not in self._topics:
                 raise BrokerError("topic_not_found_to_delete", topic=topic)
@@ -121,10 +126,10 @@ class TopicRegistry:
             await self.views.stop(topic)
             for partition in partitions:
                 await partition.stop(deleted=True)
+            for listener in self.delete_listeners:  # before the delete: their writes settle
+                await listener(topic)
             await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
                                     meta.partitions)
-            for listener in self.delete_listeners:
-                await listener(topic)
 
     def describe(self, topic: str) -> pb.TopicInfo:
         meta = self.meta(topic)

@@ -54,6 +54,7 @@ class Group:
 @dataclass(slots=True)
 class _Command:
     decide: Callable[[_Overlay, int], Any]
+    group: Group | None  # whose records it writes (None: writes nothing)
     future: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -107,6 +108,18 @@ class ProcessorStores:
                                  self.settings.task_restart_backoff_max_ms)
         self._task = asyncio.get_running_loop().create_task(supervise(
             "the processor store task", self._run, self._fail, self._restart, backoff, log))
+
+    def _check_live(self, group: Group | None) -> None:
+        """Refuse a command of a topic deleted (or deleted and created again: a new
+        id) since it was queued: its records went with the topic."""
+        if group is None:
+            return
+        try:
+            live = self.registry.meta(group.topic).topic_id == group.topic_id
+        except BrokerError:
+            live = False
+        if not live:
+            raise BrokerError("topic_deleted", topic=group.topic)
 
     def _fail(self, error: Exception, retry_ms: int) -> None:
         """Fail the round and the queue; refuse commands until `_restart`."""
@@ -166,7 +179,7 @@ class ProcessorStores:
                 won.append((claim.partition, outcome.owned))
             return won
 
-        result: list[tuple[int, Owned]] = await self._submit(decide)
+        result: list[tuple[int, Owned]] = await self._submit(decide, group)
         return result
 
     # ------------------------------------------------------------ checkpoints
@@ -205,7 +218,7 @@ class ProcessorStores:
                                          group.where(partition))
             overlay.put(CHECKPOINTS, key, keys.encode_position(position), durable=True)
 
-        await self._submit(decide)
+        await self._submit(decide, group)
 
     async def fence(self, group: Group, partition: int, epoch: int, owner_id: str) -> None:
         """Register the epoch an owner won elsewhere: older epochs are refused from now on."""
@@ -218,16 +231,29 @@ class ProcessorStores:
             if raised is not None:
                 overlay.put_fence(group, partition, raised)
 
-        await self._submit(decide)
+        await self._submit(decide, group)
 
     # ------------------------------------------------------------ the task
 
-    async def _submit(self, decide: Callable[[_Overlay, int], Any]) -> Any:
+    async def topic_deleted(self, topic: str) -> None:
+        """A delete listener (`TopicRegistry.delete`): return once no round writes
+        records of the topic, so none lands after its keys are deleted. The topic
+        left the registry already, so rounds decided from now on refuse its
+        commands (`_round`); a no-op command queued behind the others waits for
+        the round writing now."""
+        if self._task is None or self._task.done() or self._failure is not None:
+            return  # nothing runs: a failed task's rounds were answered
+        command = _Command(lambda overlay, now: None, None)
+        await self._queue.put(command)  # behind the rounds queued before
+        with contextlib.suppress(BrokerError):
+            await command.future
+
+    async def _submit(self, decide: Callable[[_Overlay, int], Any], group: Group) -> Any:
         if self._task is None or self._task.done():
             raise BrokerError("shutting_down")
         if self._failure is not None:
             raise BrokerError("task_failed", **self._failure)
-        command = _Command(decide)
+        command = _Command(decide, group)
         try:
             self._queue.put_nowait(command)
         except asyncio.QueueFull:
@@ -250,6 +276,7 @@ class ProcessorStores:
         outcomes: list[tuple[_Command, Any, BaseException | None]] = []
         for command in commands:
             try:
+                self._check_live(command.group)
                 outcomes.append((command, command.decide(overlay, now), None))
             except BrokerError as e:
                 outcomes.append((command, None, e))

@@ -24,7 +24,6 @@ partition task (its retention command), so nothing appends meanwhile.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,7 +83,7 @@ class Compactor:
 
     async def compact(self, floor: int | None, now_ms: int) -> tuple[int, int]:
         """One bounded compaction step; returns (start_offset, bytes removed)."""
-        return await asyncio.to_thread(self._compact, floor, now_ms)
+        return await self.partition.threads.run(self._compact, floor, now_ms)
 
     def _limit(self, floor: int | None, now_ms: int) -> int:
         """The first offset not to compact (rule 3)."""

@@ -1,0 +1,157 @@
+"""Deleting a topic while store work of it is in flight.
+
+Goal: a topic's delete (`TopicRegistry.delete`) leaves no key of the topic in
+any column family, also when a retention trim or an event processor store
+round was writing on a worker thread at that moment (the write lands before
+the delete, never after it); a retention pass that meets the deleted topic
+goes on with the other topics, without an error and without waiting for ever
+on a partition that stopped; a producer's requests still queued are answered
+"topic deleted" (NOT_FOUND: the producer stops), not "shutting down" (which a
+producer retries until its delivery timeout); and a processor store command
+queued before the delete is refused, not written under the old topic id.
+
+Method: a real RocksStore in a temp dir, a real registry, partitions and
+processor stores on an event loop, no broker process; the store call under
+test (`trim`, `put_many`) is held on its thread by a gate until the delete has
+started, then released. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.config import Settings
+from broker.errors import BrokerError
+from broker.log.rocks_store import COLUMN_FAMILIES, RocksStore
+from broker.processor_stores import rules
+from broker.processor_stores.keys import Position
+from broker.processor_stores.service import ProcessorStores
+from broker.topics import TopicRegistry
+from sdk.core.pb import keybus_pb2 as pb
+from tests.support.wire import int_batch
+
+WAIT_S = 5.0
+
+
+def keys_of(store: RocksStore, topic_id: int) -> dict[str, int]:
+    """How many keys of the topic id each column family holds (only those with any)."""
+    prefix = topic_id.to_bytes(4, "big")
+    found = {family: len(store.scan_prefix(family, prefix))
+             for family in COLUMN_FAMILIES if family not in ("meta", "acls")}
+    return {family: count for family, count in found.items() if count}
+
+
+class Gate:
+    """Holds a store method on its worker thread until `release`."""
+
+    def __init__(self, store: RocksStore, name: str) -> None:
+        self.entered = threading.Event()
+        self._open = threading.Event()
+        real: Callable[..., Any] = getattr(store, name)
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            self.entered.set()
+            assert self._open.wait(WAIT_S), f"{name} held longer than {WAIT_S} s"
+            return real(*args, **kwargs)
+        setattr(store, name, held)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, WAIT_S), "the call never started"
+
+    def release(self) -> None:
+        self._open.set()
+
+
+async def registry_with(path: Path, topics: list[str], fsync: bool = False,
+                        ) -> tuple[RocksStore, TopicRegistry]:
+    store = RocksStore(str(path), fsync=fsync)
+    registry = TopicRegistry(store, Settings(fsync=fsync))
+    await registry.open()
+    for name in topics:  # a size limit of 1 byte and no view holding it: every pass trims
+        await registry.create(name, pb.TopicConfig(partitions=1, retention_bytes=1,
+                                                   view=pb.VIEW_OFF))
+        for first in range(0, 30, 10):
+            await registry.partition(name, 0).submit(pb.ProduceRequest(
+                topic=name, batch=int_batch(list(range(first, first + 10)))))
+    return store, registry
+
+
+@pytest.mark.parametrize("deleted", ["the topic being trimmed", "a topic the pass reaches later"])
+def test_a_retention_pass_during_a_delete_ends_and_leaves_no_key(tmp_path: Path,
+                                                                 deleted: str) -> None:
+    async def body() -> None:
+        store, registry = await registry_with(tmp_path / "db", ["a", "b"])
+        name = "a" if deleted == "the topic being trimmed" else "b"
+        topic_id = registry.meta(name).topic_id
+        gate = Gate(store, "trim")
+        retention = asyncio.create_task(registry.enforce_retention())
+        await gate.wait_entered()  # topic a's trim is on its worker thread
+        deleting = asyncio.create_task(registry.delete(name))
+        await asyncio.sleep(0.1)
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
+        removed = await asyncio.wait_for(retention, WAIT_S)  # neither raises nor hangs
+        assert removed >= 0
+        assert keys_of(store, topic_id) == {}, "keys written after the topic's delete"
+        assert registry.names() == ["b" if name == "a" else "a"]
+        await registry.close()
+        store.close()
+    asyncio.run(body())
+
+
+def test_queued_produce_requests_are_answered_topic_deleted(tmp_path: Path) -> None:
+    async def body() -> None:
+        store = RocksStore(str(tmp_path / "db"), fsync=True)  # requests wait for an fsync
+        registry = TopicRegistry(store, Settings(fsync=True))
+        await registry.open()
+        await registry.create("t", pb.TopicConfig(partitions=1))
+        partition = registry.partition("t", 0)
+        futures = [partition.submit(pb.ProduceRequest(topic="t", batch=int_batch([k])))
+                   for k in range(5)]
+        await registry.delete("t")
+        kinds = []
+        for future in futures:
+            with pytest.raises(BrokerError) as caught:
+                await asyncio.wait_for(future, WAIT_S)
+            kinds.append(caught.value.kind.name)
+        assert kinds == ["topic_deleted"] * 5
+        assert str(caught.value) == "topic 't' was deleted"
+        await registry.close()
+        store.close()
+    asyncio.run(body())
+
+
+def test_processor_store_writes_in_flight_or_queued_leave_no_key(tmp_path: Path) -> None:
+    async def body() -> None:
+        store, registry = await registry_with(tmp_path / "db", ["t"])
+        settings = Settings(fsync=False)
+        stores = ProcessorStores(store, registry, settings)
+        stores.start()
+        registry.delete_listeners.append(stores.topic_deleted)  # as the broker does
+        topic_id = registry.meta("t").topic_id
+        group = stores.group("", "t", "g")
+        gate = Gate(store, "put_many")
+        writing = asyncio.create_task(stores.claim(group, [rules.Claim(0, "a", "")]))
+        await gate.wait_entered()  # the claim's round is on its worker thread
+        queued = asyncio.create_task(stores.update_checkpoint(group, 0, Position(5, 0, 0)))
+        await asyncio.sleep(0)
+        deleting = asyncio.create_task(registry.delete("t"))
+        await asyncio.sleep(0.1)
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
+        assert [o.owner_id for _, o in await asyncio.wait_for(writing, WAIT_S)] == ["a"]
+        with pytest.raises(BrokerError, match="topic 't' was deleted"):
+            await asyncio.wait_for(queued, WAIT_S)
+        assert keys_of(store, topic_id) == {}, "keys written after the topic's delete"
+        await registry.create("t", pb.TopicConfig(partitions=1))
+        assert stores.list_ownership(stores.group("", "t", "g")) == []
+        await stores.close()
+        await registry.close()
+        store.close()
+    asyncio.run(body())
