@@ -259,6 +259,8 @@ class SubscriptionManager:
     def _dispatcher(self, session: Session, partition: int, what: str) -> PartitionDispatcher:
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
         if subscription is None:
+            if session.topic not in self.registry.names():  # its delete ends this stream
+                raise BrokerError("topic_deleted", topic=session.topic)
             raise BrokerError("subscription_deleted", subscription=session.subscription,
                               topic=session.topic)
         if partition not in session.spec.partitions:

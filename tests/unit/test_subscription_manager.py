@@ -4,7 +4,9 @@ Goal: the manager's checks run before anything is created. A consumer's own
 requirements (sticky mode needs ranges) refuse the consumer and create
 nothing; `ensure` (a relay follower mirroring its upstream, no consumer)
 creates any valid subscription, sticky ones too, and stores it (a restart
-loads what is stored). A dead-letter topic that is the subscribed topic (an
+loads what is stored). A consumer's call (permits, ack) that comes while its
+topic is being deleted is refused "topic deleted", as its stream ends (not
+"subscription deleted": nobody deleted it). A dead-letter topic that is the subscribed topic (an
 endless loop) or a default one too long to create is refused, naming the field.
 
 Method: a real RocksDB store in a temp dir, a real topic registry and
@@ -119,6 +121,24 @@ def test_a_dead_letter_topic_that_loops_or_cannot_be_named_is_refused(tmp_path: 
                                  max_redeliveries=1, dead_letter_topic="t-dead")
         session = await manager.attach(named)
         assert manager.spec_of(session).dead_letter_topic == "t-dead"
+        await closed(store, registry, manager)
+
+    asyncio.run(body())
+
+
+def test_a_call_on_a_deleted_topic_is_refused_topic_deleted(tmp_path: Path) -> None:
+    async def body() -> None:
+        store, registry, manager = await opened(tmp_path)
+        registry.delete_listeners.append(manager.drop_topic)  # as the broker does
+        session = await manager.attach(pb.SubscribeOpen(
+            topic="t", subscription="s", consumer_name="c", type=pb.SHARED,
+            initial_position=pb.StartPosition(earliest=True)))
+        await registry.delete("t")
+        with pytest.raises(BrokerError) as caught:  # an ack read before the stream ended
+            manager.ack(session, pb.Ack(partition=0, ranges=[pb.OffsetRange(start=0, stop=1)]))
+        assert caught.value.kind.name == "topic_deleted"
+        assert str(caught.value) == "topic 't' was deleted"
+        assert session.error is not None and session.error.kind.name == "topic_deleted"
         await closed(store, registry, manager)
 
     asyncio.run(body())
