@@ -43,6 +43,9 @@ benchmarks/wal.py).
 many partitions whose Key_Shared consumers stalled (see benchmarks/memory.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
 run (see benchmarks/simulate.py).
+`python -m benchmarks soak [--minutes N] [--rate R]` runs one broker under steady
+produce, Key_Shared consumer churn, a Shared subscription and follow readers, and
+checks delivery, order, draining and resource growth (see benchmarks/soak.py).
 
 `python -m benchmarks fuzz --examples N` fuzzes every method of a live broker
 (benchmarks/fuzz.py); `python -m benchmarks secure` measures produce and
@@ -133,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import memory  # a broker's RSS with many partitions, consumers stalled
 
         return memory.main(arguments[1:])
+    if arguments[:1] == ["soak"]:
+        from benchmarks import soak  # minutes of load and churn: leaks, stuck consumers, loss
+
+        return soak.main(arguments[1:])
     if arguments[:1] == ["simulate"]:
         from benchmarks import simulate  # the dispatch simulation, on every core
 
