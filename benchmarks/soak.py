@@ -75,6 +75,22 @@ def pid_counts(pid: int) -> tuple[int, int]:
     raise RuntimeError(f"no Threads line for process {pid}")
 
 
+def fd_kinds(pid: int) -> dict[str, int]:
+    """Open descriptors of process `pid` by kind: sockets, pipes, anon inodes, and files
+    by suffix (RocksDB keeps every .sst open: more files, more descriptors)."""
+    kinds: dict[str, int] = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        path = Path(target)
+        kind = target.split(":", 1)[0] if not target.startswith("/") else \
+            "directory" if path.is_dir() else path.suffix or path.name.split("-")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return dict(sorted(kinds.items()))
+
+
 class Soak:
     """One run: the broker's pid and metrics address, the clients, the samples."""
 
@@ -86,6 +102,7 @@ class Soak:
         self.began = time.monotonic()
         self.drained_s: float | None = None
         self.start_offsets: list[int] = []
+        self.fd_kinds: list[dict[str, int]] = []  # before the producer, after the drain
 
     async def backlogs(self, admin: Admin) -> tuple[int, int]:
         found = []
@@ -126,6 +143,7 @@ class Soak:
             await self.clients.start()
             self.began = time.monotonic()
             await self.sample(admin)
+            self.fd_kinds.append(fd_kinds(self.pid))
             sampler = asyncio.create_task(self.sampling(admin))
             churn = asyncio.create_task(self.clients.churn())
             try:
@@ -138,6 +156,7 @@ class Soak:
             await self.drain(admin)
             await asyncio.sleep(1.0)  # closed streams and channels settle
             await self.sample(admin)
+            self.fd_kinds.append(fd_kinds(self.pid))
             info = await admin.describe_topic(TOPIC)
             self.start_offsets = [p.start_offset for p in
                                   sorted(info.partitions, key=lambda p: p.partition)]
@@ -179,6 +198,7 @@ def report(soak: Soak, elapsed_s: float) -> str:
     plan, tally = soak.plan, soak.clients.tally
     info = machine.describe()
     slopes = second_half_slopes(soak.samples, plan.seconds / 2, plan.seconds + plan.sample_s)
+    late = [s.rss_mb for s in soak.samples if s.at_s >= plan.seconds / 2] or [0.0]
     drained = "not drained" if soak.drained_s is None else f"{soak.drained_s:.1f} s"
     lines = [
         f"{info['date']}, {info['nproc']} cores ({info['cpu']}), 1-min load average "
@@ -190,7 +210,11 @@ def report(soak: Soak, elapsed_s: float) -> str:
               f"| {s.key_shared_backlog:,} | {s.shared_backlog:,} | {s.reader_lag:,} "
               f"| {s.acked_events:,} | {s.cache_mb:.1f} |" for s in soak.samples]
     lines += ["", f"Growth per minute over the second half: RSS {slopes['rss_mb']:+.2f} MB, "
-              f"FDs {slopes['fds']:+.2f}, threads {slopes['threads']:+.2f}.",
+              f"FDs {slopes['fds']:+.2f}, threads {slopes['threads']:+.2f}; RSS there "
+              f"{min(late):.0f}-{max(late):.0f} MB.",
+              "Broker descriptors by kind, before the producer and after the drain: "
+              + " / ".join(", ".join(f"{k} {n}" for k, n in kinds.items())
+                           for kinds in soak.fd_kinds) + ".",
               f"Acknowledged produces {soak.ledger.acked_events:,}; Key_Shared sessions "
               f"{tally.sessions} (left unacknowledged {tally.dropped_unacked:,} events, "
               f"redeliveries {tally.redelivered:,}); Shared deliveries "
