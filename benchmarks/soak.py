@@ -23,8 +23,12 @@ produce reached both subscriptions and was acknowledged there at least once,
 unless retention removed it first (counted apart, and a failure too: the
 retention is sized so that the consumers keep up); per-key order within each
 Key_Shared consumer session; readers without gaps; FDs and threads after the
-drain within a slack of their warm-up level (the first half); RSS growth per
-minute over the second half is reported. Prints the table and the verdict;
+drain within a slack of their warm-up level (the first half). RocksDB keeps
+every table file (.sst) open, and each memtable flush adds some until
+compaction merges them: those descriptors are counted apart (a column of the
+table, their growth reported) and left out of the check. RSS growth per minute
+over the second half is reported with its range there (memtables fill and
+flush: RSS is a sawtooth, so the slope depends on the phase). Prints the table and the verdict;
 exits 1 with one line naming what failed. Nothing is written to RESULTS.md.
 """
 
@@ -66,12 +70,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pid_counts(pid: int) -> tuple[int, int]:
-    """(open file descriptors, threads) of process `pid`."""
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
+def threads_of(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
-            return fds, int(line.split()[1])
+            return int(line.split()[1])
     raise RuntimeError(f"no Threads line for process {pid}")
 
 
@@ -112,12 +114,13 @@ class Soak:
         return found[0], found[1]
 
     async def sample(self, admin: Admin) -> Sample:
-        fds, threads = pid_counts(self.pid)
+        kinds, threads = fd_kinds(self.pid), threads_of(self.pid)
         key_shared, shared = await self.backlogs(admin)
         cached = await asyncio.to_thread(cache_bytes, self.metrics)
-        sample = Sample(round(time.monotonic() - self.began, 1), resident_mb(self.pid), fds,
-                        threads, key_shared, shared, self.clients.reader_lag(),
-                        self.ledger.acked_events, cached / 2**20 if cached >= 0 else -1.0)
+        sample = Sample(round(time.monotonic() - self.began, 1), resident_mb(self.pid),
+                        sum(kinds.values()), kinds.get(".sst", 0), threads, key_shared,
+                        shared, self.clients.reader_lag(), self.ledger.acked_events,
+                        cached / 2**20 if cached >= 0 else -1.0)
         self.samples.append(sample)
         return sample
 
@@ -185,7 +188,7 @@ def verdict(soak: Soak) -> list[str]:
         failed.append("retention removed nothing: lower --retention-bytes or raise --rate")
     half = plan.seconds / 2
     final = samples[-1]
-    for field, slack, what in (("fds", FD_SLACK, "file descriptors"),
+    for field, slack, what in (("other_fds", FD_SLACK, "file descriptors (besides .sst)"),
                                ("threads", THREAD_SLACK, "threads")):
         level = warm_level(samples, half, field)
         if getattr(final, field) > level + slack:
@@ -203,14 +206,15 @@ def report(soak: Soak, elapsed_s: float) -> str:
     lines = [
         f"{info['date']}, {info['nproc']} cores ({info['cpu']}), 1-min load average "
         f"{os.getloadavg()[0]:.2f} after the run, which took {elapsed_s:.0f} s", "",
-        "| t s | RSS MB | FDs | threads | Key_Shared backlog | Shared backlog | reader lag "
+        "| t s | RSS MB | FDs (.sst) | threads | Key_Shared backlog | Shared backlog | reader lag "
         "| acked events | dispatch caches MB |",
         "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {s.at_s:.0f} | {s.rss_mb:.0f} | {s.fds} | {s.threads} "
+    lines += [f"| {s.at_s:.0f} | {s.rss_mb:.0f} | {s.fds} ({s.sst_fds}) | {s.threads} "
               f"| {s.key_shared_backlog:,} | {s.shared_backlog:,} | {s.reader_lag:,} "
               f"| {s.acked_events:,} | {s.cache_mb:.1f} |" for s in soak.samples]
     lines += ["", f"Growth per minute over the second half: RSS {slopes['rss_mb']:+.2f} MB, "
-              f"FDs {slopes['fds']:+.2f}, threads {slopes['threads']:+.2f}; RSS there "
+              f"FDs {slopes['fds']:+.2f} (.sst {slopes['sst_fds']:+.2f}), "
+              f"threads {slopes['threads']:+.2f}; RSS there "
               f"{min(late):.0f}-{max(late):.0f} MB.",
               "Broker descriptors by kind, before the producer and after the drain: "
               + " / ".join(", ".join(f"{k} {n}" for k, n in kinds.items())

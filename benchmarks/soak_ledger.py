@@ -85,12 +85,18 @@ class Sample:
     at_s: float
     rss_mb: float
     fds: int
+    sst_fds: int  # of fds: RocksDB's table files (it keeps each open; compaction bounds them)
     threads: int
     key_shared_backlog: int
     shared_backlog: int
     reader_lag: int
     acked_events: int
     cache_mb: float
+
+    @property
+    def other_fds(self) -> int:
+        """Descriptors besides the store's table files: sockets, pipes, logs."""
+        return self.fds - self.sst_fds
 
 
 def slope_per_minute(points: Sequence[tuple[float, float]]) -> float:
@@ -118,4 +124,4 @@ def second_half_slopes(samples: Sequence[Sample], half_s: float, end_s: float
     of the producing (from `half_s` to `end_s`)."""
     late = [s for s in samples if half_s <= s.at_s <= end_s]
     return {field: slope_per_minute([(s.at_s, float(getattr(s, field))) for s in late])
-            for field in ("rss_mb", "fds", "threads")}
+            for field in ("rss_mb", "fds", "sst_fds", "threads")}
