@@ -18,7 +18,8 @@ from typing import Any
 
 from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
 
-WAL_BYTES_MAX = 256 << 20  # RocksStore's defaults too (tests open stores without Settings)
+# The store's defaults too (broker/log/rocks_options.py; tests open stores without Settings).
+WAL_BYTES_MAX = 256 << 20
 WAL_RECYCLE_FILES = 2  # each stays on disk at its size (about a memtable: 64 MiB)
 
 

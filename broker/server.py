@@ -24,6 +24,7 @@ from broker import gc_pauses
 from broker.config import PORT_UNBOUND, Settings
 from broker.keepalive import server_options as keepalive_options
 from broker.log import data_format
+from broker.log.rocks_options import StoreLimits
 from broker.log.rocks_store import RocksStore
 from broker.log.store_failure import is_store_failure
 from broker.processor_stores.service import ProcessorStores
@@ -256,8 +257,8 @@ def open_store(settings: Settings) -> RocksStore:
     except OSError as e:
         raise StartError(f"cannot use data directory {settings.data_dir}: {e.strerror}") from None
     try:
-        store = RocksStore(path, fsync=settings.fsync, wal_bytes_max=settings.wal_bytes_max,
-                           wal_recycle_files=settings.wal_recycle_files)
+        store = RocksStore(path, fsync=settings.fsync,
+                           limits=StoreLimits(settings.wal_bytes_max, settings.wal_recycle_files))
     except Exception as e:  # rocksdict raises a bare Exception with RocksDB's status text
         text = str(e)
         if (newer := data_format.unknown_families(text, settings.data_dir)) is not None:

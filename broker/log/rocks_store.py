@@ -27,9 +27,9 @@ from typing import Any
 
 import rocksdict
 
-from broker.config import WAL_BYTES_MAX, WAL_RECYCLE_FILES
 from broker.log import codec, data_format
 from broker.log.retention import HeadRecord
+from broker.log.rocks_options import DEFAULT_LIMITS, StoreLimits, database_options
 from broker.log.store_failure import StoreFailures, is_store_failure, unreadable
 from broker.log.wal_sync import WalSyncer
 from broker.metrics import WAL_FSYNC_SECONDS
@@ -69,32 +69,11 @@ class Append:
                                        count, record.scn_first, record.window))
 
 
-def _raw_options(wal_bytes_max: int, wal_recycle_files: int) -> rocksdict.Options:
-    """The database's options. The WAL's two (broker/config.py says more):
-    - `max_total_wal_size`: a log file lives until every column family with
-      writes in it has flushed them, and the small families (meta, producers,
-      partitions...) fill their memtables rarely, so without a bound RocksDB
-      kept every log file up to its own (four times all memtables, gigabytes):
-      disk, and what a restart after a crash replays. Past the bound it flushes
-      the families that hold the oldest file.
-    - `recycle_log_file_num`: a new log file reuses an obsolete one, whose
-      blocks are allocated and within the file's size, so an fsync of the log
-      writes data only, not the file's size and extents (RocksDB 9 allows it
-      with its default point-in-time recovery)."""
-    options = rocksdict.Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    options.set_max_total_wal_size(wal_bytes_max)
-    options.set_recycle_log_file_num(wal_recycle_files)
-    return options
-
-
 class RocksStore:
     """Typed access to the broker's RocksDB database."""
 
-    def __init__(self, path: str, fsync: bool, wal_bytes_max: int = WAL_BYTES_MAX,
-                 wal_recycle_files: int = WAL_RECYCLE_FILES) -> None:
-        options = _raw_options(wal_bytes_max, wal_recycle_files)
+    def __init__(self, path: str, fsync: bool, limits: StoreLimits = DEFAULT_LIMITS) -> None:
+        options = database_options(limits)
         families = {name: rocksdict.Options(raw_mode=True) for name in COLUMN_FAMILIES}
         self._db = rocksdict.Rdict(path, options=options, column_families=families)
         self._cf = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}

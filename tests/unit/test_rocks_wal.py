@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from broker.log.rocks_options import StoreLimits
 from broker.log.rocks_store import Append, RocksStore
 
 VALUE = b"v" * 64_000
@@ -46,7 +47,7 @@ def settled_wal_bytes(path: Path, wanted: int) -> int:
 
 def test_the_wal_stays_within_its_bound_while_small_families_pin_it(tmp_path: Path) -> None:
     # no reuse here: a file kept for reuse stays on disk at its size (the next test)
-    store = RocksStore(str(tmp_path), fsync=False, wal_bytes_max=WAL_BOUND, wal_recycle_files=0)
+    store = RocksStore(str(tmp_path), fsync=False, limits=StoreLimits(WAL_BOUND, 0))
     try:
         fill(store)
         kept = settled_wal_bytes(tmp_path, MEMTABLE)
@@ -60,7 +61,8 @@ def test_the_wal_stays_within_its_bound_while_small_families_pin_it(tmp_path: Pa
 
 def test_without_a_bound_the_small_families_keep_every_log_file(tmp_path: Path) -> None:
     """The test above can fail: RocksDB's own default keeps what was written."""
-    store = RocksStore(str(tmp_path), fsync=False, wal_bytes_max=0)  # 0: RocksDB's default
+    store = RocksStore(str(tmp_path), fsync=False,  # 0: RocksDB's default
+                       limits=StoreLimits(wal_bytes_max=0))
     try:
         fill(store)
         store.sync_wal()
@@ -71,7 +73,7 @@ def test_without_a_bound_the_small_families_keep_every_log_file(tmp_path: Path) 
 
 
 def test_obsolete_log_files_are_reused(tmp_path: Path) -> None:
-    store = RocksStore(str(tmp_path), fsync=False, wal_bytes_max=WAL_BOUND, wal_recycle_files=2)
+    store = RocksStore(str(tmp_path), fsync=False, limits=StoreLimits(WAL_BOUND, 2))
     try:
         fill(store)
     finally:
@@ -80,9 +82,10 @@ def test_obsolete_log_files_are_reused(tmp_path: Path) -> None:
 
 
 def test_no_log_file_is_reused_when_recycling_is_off(tmp_path: Path) -> None:
-    store = RocksStore(str(tmp_path), fsync=False, wal_bytes_max=WAL_BOUND, wal_recycle_files=0)
+    store = RocksStore(str(tmp_path), fsync=False, limits=StoreLimits(WAL_BOUND, 0))
     try:
         fill(store)
     finally:
         store.close()
     assert "reusing log" not in (tmp_path / "LOG").read_text()
+
