@@ -188,14 +188,19 @@ class TopicFollower:
             return True
         return index in self.stop_offsets
 
-    async def _ensure_topic(self) -> list[Partition]:
-        """The local topic, created like the upstream's when missing."""
+    async def _describe_upstream(self) -> pb.TopicInfo:
+        """The upstream's view of the topic (its partitions' offsets)."""
         assert self._channel is not None
         try:
-            info = await stub_of(self._channel).DescribeTopic(
+            info: pb.TopicInfo = await stub_of(self._channel).DescribeTopic(
                 pb.DescribeTopicRequest(topic=self.topic), timeout=10)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        return info
+
+    async def _ensure_topic(self) -> list[Partition]:
+        """The local topic, created like the upstream's when missing."""
+        info = await self._describe_upstream()
         if self.topic not in self.registry.names():
             with contextlib.suppress(BrokerError):  # created meanwhile: checked below
                 await self.registry.create(self.topic, info.config)
@@ -307,12 +312,7 @@ class TopicFollower:
         """After an OUT_OF_RANGE read: when the upstream's start is past our log end,
         restart the copy there (rule 5 of replica_log.py) and say so; False when it
         is not (another cause: the copy fails and is retried as any failure)."""
-        assert self._channel is not None
-        try:
-            info = await stub_of(self._channel).DescribeTopic(
-                pb.DescribeTopicRequest(topic=self.topic), timeout=10)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+        info = await self._describe_upstream()
         starts = [p.start_offset for p in info.partitions if p.partition == partition.index]
         if not starts or starts[0] <= partition.log_end:
             return False

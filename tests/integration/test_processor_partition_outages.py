@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ import pytest
 from sdk import Admin, Producer
 from sdk.processor import EventProcessor, PartitionContext
 from sdk.reader import ReadBatch
-from sdk.stores import Checkpoint, FileCheckpointStore
+from sdk.stores import Checkpoint, FileCheckpointStore, OwnershipStore
 from tests.support.broker_process import BrokerProcess
 from tests.support.processors import (
     EXPIRATION_MS,
@@ -45,6 +46,14 @@ def said(caplog: pytest.LogCaptureFixture, level: int, part: str) -> list[str]:
     """The processor's log lines at that level that contain `part`."""
     return [r.getMessage() for r in caplog.records
             if r.name == "keybus.processor" and r.levelno == level and part in r.getMessage()]
+
+
+def with_checkpoints(broker: str, topic: str, on_event: Callable[..., Awaitable[None]],
+                     store: OwnershipStore, checkpoints: FileCheckpointStore) -> EventProcessor:
+    """A processor of `topic` ("billing") on a file checkpoint store."""
+    return EventProcessor(broker, topic, "billing", on_event=on_event, ownership_store=store,
+                          checkpoint_store=checkpoints, load_balancing_interval_ms=INTERVAL_MS,
+                          ownership_expiration_ms=EXPIRATION_MS)
 
 
 async def create_topic(broker: str, topic: str) -> None:
@@ -135,10 +144,7 @@ def test_a_checkpoint_unreadable_at_start_warns_once_then_says_it_recovered(
     async def run() -> None:
         await create_topic(shared_broker.address, topic)
         store = ownership_store("redis", shared_broker.address, redis_server)
-        processor = EventProcessor(shared_broker.address, topic, "billing", on_event=on_event,
-                                   ownership_store=store, checkpoint_store=checkpoints,
-                                   load_balancing_interval_ms=INTERVAL_MS,
-                                   ownership_expiration_ms=EXPIRATION_MS)
+        processor = with_checkpoints(shared_broker.address, topic, on_event, store, checkpoints)
         async with processor:
             await wait_for(lambda: len(said(caplog, logging.DEBUG, "still failing"))
                            >= FAILURES - 1, 20, "partition 1 failing to start, cycle after cycle")
@@ -181,10 +187,7 @@ def test_a_read_that_works_again_with_no_new_event_says_it_recovered(
         await create_topic(shared_broker.address, topic)
         await checkpoints.update_checkpoint(Checkpoint("", topic, "billing", 1, EVENTS + 4, 0))
         store = ownership_store("redis", shared_broker.address, redis_server)
-        processor = EventProcessor(shared_broker.address, topic, "billing", on_event=on_event,
-                                   ownership_store=store, checkpoint_store=checkpoints,
-                                   load_balancing_interval_ms=INTERVAL_MS,
-                                   ownership_expiration_ms=EXPIRATION_MS)
+        processor = with_checkpoints(shared_broker.address, topic, on_event, store, checkpoints)
         async with processor:
             await wait_for(lambda: len(said(caplog, logging.DEBUG, "still failing"))
                            >= FAILURES - 1, 20, "partition 1's read refused, cycle after cycle")
