@@ -21,6 +21,7 @@ from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
 # The store's defaults too (broker/log/rocks_options.py; tests open stores without Settings).
 WAL_BYTES_MAX = 256 << 20
 WAL_RECYCLE_FILES = 2  # each stays on disk at its size (about a memtable: 64 MiB)
+VIEW_PASS_BYTES_MAX = 16 << 20  # broker/view/store.py's default too
 
 
 class ConfigError(ValueError):
@@ -48,7 +49,7 @@ POSITIVE_SETTINGS = frozenset({
     "key_shared_points_per_consumer", "nack_delay_ms_max", "ack_timeout_ms_max",
     "cursor_persist_interval_ms", "cursor_ranges_persisted_max",
     "zookeeper_session_timeout_ms", "relay_retry_backoff_ms", "relay_retry_backoff_max_ms",
-    "relay_sync_interval_ms", "acks_timeout_ms", "view_pass_events_max",
+    "relay_sync_interval_ms", "acks_timeout_ms", "view_pass_events_max", "view_pass_bytes_max",
     "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
     "bootstrap_streams_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
@@ -216,6 +217,10 @@ class Settings:
                                        "view this long (Kafka's default).")
     view_pass_events_max: int = setting(100_000, "Log events one view maintenance pass folds, "
                                         "at most.")
+    view_pass_bytes_max: int = setting(
+        VIEW_PASS_BYTES_MAX, "Bytes of log records one view maintenance pass folds, at most "
+        "(one record at least): a pass holds its records, their latest entries and its writes "
+        "in memory at once.")
     view_linger_ms: int = setting(5_000, "Before a view pass, wait up to this long for a full "
                                   "pass of events (a pass over more events writes each hot "
                                   "key once: fewer view writes, which share the event loop's "

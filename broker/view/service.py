@@ -151,7 +151,8 @@ class PartitionView:
         before = self.state.offset_next
         end, events_max = self.partition.end_offset, self.settings.view_pass_events_max
         self.state = await self._on_thread(self.views.fold_pass, meta.topic_id, index, end,
-                                           events_max, backlog=end - before >= 2 * events_max)
+                                           events_max, self.settings.view_pass_bytes_max,
+                                           backlog=end - before >= 2 * events_max)
         VIEW_FOLDED_EVENTS.labels(meta.name).inc(self.state.offset_next - before)
         VIEW_LAG_EVENTS.labels(meta.name, str(index)).set(
             max(0, self.partition.end_offset - self.state.offset_next))

@@ -44,6 +44,7 @@ from typing import Any
 
 import rocksdict
 
+from broker.config import VIEW_PASS_BYTES_MAX
 from broker.log import codec as log_codec
 from broker.log.rocks_store import RocksStore
 from broker.view import codec
@@ -86,13 +87,15 @@ class ViewStore:
         return found
 
     def fold_pass(self, topic_id: int, partition: int, end_offset: int,
-                  events_max: int) -> codec.ViewState:
+                  events_max: int, bytes_max: int = VIEW_PASS_BYTES_MAX) -> codec.ViewState:
         """Fold the log's records from the view's position up to end_offset
-        (about events_max events) into the view; returns the new state."""
+        (about events_max events, or bytes_max bytes of records: a pass holds
+        its records, their winners and its writes at once) into the view;
+        returns the new state."""
         state = self.state(topic_id, partition)
         if state.pass_end:
             state = self._finish_pass(topic_id, partition, state)
-        fold, read = self._fold(topic_id, partition, state, end_offset, events_max)
+        fold, read = self._fold(topic_id, partition, state, end_offset, events_max, bytes_max)
         if not read:
             return state
         keys = list(fold.entries)
@@ -106,14 +109,14 @@ class ViewStore:
         return new_state
 
     def _fold(self, topic_id: int, partition: int, state: codec.ViewState, end_offset: int,
-              events_max: int) -> tuple[Fold, int]:
+              events_max: int, bytes_max: int) -> tuple[Fold, int]:
         """The fold of the log from the view's position, yielding between slices
         of records read (and of winners encoded, when folded in Python); and how
         many records it read."""
         bodies: list[bytes] = []
         events = 0
         for body, count in _records(self.log, topic_id, partition, state.offset_next,
-                                    end_offset, events_max):
+                                    end_offset, events_max, bytes_max):
             bodies.append(body)
             events += count
             if events >= self.slice:
@@ -145,8 +148,8 @@ class ViewStore:
     def _finish_pass(self, topic_id: int, partition: int,
                      state: codec.ViewState) -> codec.ViewState:
         """Write again the whole of a pass a crash cut (rule 3); its final state."""
-        fold, _ = self._fold(topic_id, partition, state, state.pass_end,
-                             state.pass_end - state.offset_next)
+        fold, _ = self._fold(topic_id, partition, state, state.pass_end,  # the whole pass,
+                             state.pass_end - state.offset_next, 1 << 62)  # as bounded then
         if fold.offset_next != state.pass_end:
             log.warning("view of topic id %d/%d: the log no longer holds offsets %d-%d of a "
                         "pass cut by a crash; folding the view again from the log",
@@ -201,19 +204,22 @@ class ViewStore:
 
 
 def _records(store: RocksStore, topic_id: int, partition: int, start: int, stop: int,
-             events_max: int) -> Iterator[tuple[bytes, int]]:
+             events_max: int, bytes_max: int) -> Iterator[tuple[bytes, int]]:
     """The serialized Record and event count of whole stored records from `start`
-    (a record boundary) below `stop` (checksums checked, not parsed)."""
-    events = 0
+    (a record boundary) below `stop` (checksums checked, not parsed), until
+    events_max events or bytes_max bytes (one record at least)."""
+    events = size = 0
     for base, value in store.records_from(topic_id, partition, start):
         if base >= stop:
             return
         header = log_codec.decode_header(value)
         if base + header.count <= start:
             continue
-        yield log_codec.record_bytes(value), header.count
+        body = log_codec.record_bytes(value)
+        yield body, header.count
         events += header.count
-        if events >= events_max:
+        size += len(body)
+        if events >= events_max or size >= bytes_max:
             return
 
 

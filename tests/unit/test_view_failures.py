@@ -27,7 +27,8 @@ class FailingViews:
     def state(self, topic_id: int, partition: int) -> ViewState:
         return ViewState(0, 0, 0, 0, 0)
 
-    def fold_pass(self, topic_id: int, partition: int, end: int, events_max: int) -> ViewState:
+    def fold_pass(self, topic_id: int, partition: int, end: int, events_max: int,
+                  bytes_max: int) -> ViewState:
         self.calls += 1
         if not self.healed:
             raise ValueError("source of 65536 bytes is over 65535")
