@@ -465,7 +465,6 @@ class Partition:
         """Describe's view; the start counts the cut retention is making, as an
         out-of-range error's does (a follower told its offsets were removed
         resets its copy to this start: broker/relay/follower.py)."""
-        start = max(self.start_offset, self.removing_below)
-        return pb.PartitionInfo(partition=self.index, start_offset=start,
+        return pb.PartitionInfo(partition=self.index, start_offset=positions.stored_start(self),
                                 end_offset=self.end_offset, last_scn=self.last_scn,
                                 bytes=self.bytes)

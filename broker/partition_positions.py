@@ -32,17 +32,25 @@ def resolve_start(p: Partition, start: pb.StartPosition, unset_is_latest: bool =
     if which is None or which == "latest":
         return p.end_offset
     if which == "earliest":
-        return p.start_offset
+        return stored_start(p)
     if which == "scn":
         return offset_for_scn(p, start.scn)
     # Up to the log end: past the high watermark a reader waits for it.
-    if start.offset < p.start_offset:
+    if start.offset < stored_start(p):
         raise removed_error(p, start.offset)
     if start.offset > p.log_end:
         raise BrokerError("offset_past_end", offset=start.offset, topic=p.meta.name,
                           partition=p.index, start=p.start_offset, end=p.log_end,
                           held=held_text(p))
     return start.offset
+
+
+def stored_start(p: Partition) -> int:
+    """The first offset a reader may start at: the start offset, or the cut retention
+    is making (set before its delete; the start offset moves after it). An earliest
+    read resolved to the old start while the delete runs would meet the gap and be
+    told its offsets were removed, though it asked for whatever is first."""
+    return max(p.start_offset, p.removing_below)
 
 
 def removed_error(p: Partition, offset: int, found: int | None = None) -> BrokerError:
@@ -52,7 +60,7 @@ def removed_error(p: Partition, offset: int, found: int | None = None) -> Broker
     where = f"{p.meta.name}/{p.index}"
     what = (f"start offset {offset} of {where} was" if found is None else
             f"offsets {offset}..{found - 1} of {where}, which this read had reached, were")
-    start = max(p.start_offset, p.removing_below)
+    start = stored_start(p)
     return BrokerError("offset_before_start", what=what, start=start, end=p.log_end,
                        held=held_text(p, start))
 
@@ -69,7 +77,7 @@ def held_text(p: Partition, start: int | None = None) -> str:
 def offset_for_scn(p: Partition, scn: int) -> int:
     """The first offset at or after `scn` that is stored (the end: none yet)."""
     found = p.store.offset_for_scn(p.meta.topic_id, p.index, scn)
-    return p.end_offset if found is None else max(found, p.start_offset)
+    return p.end_offset if found is None else max(found, stored_start(p))
 
 
-__all__ = ["held_text", "offset_for_scn", "removed_error", "resolve_start"]
+__all__ = ["held_text", "offset_for_scn", "removed_error", "resolve_start", "stored_start"]

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import rocksdict
 
+from broker import partition_positions as positions
+from broker.errors import BrokerError
 from broker.log import codec as log_codec
 from broker.log.rocks_store import Append, RocksStore
 from broker.read_path import ReadSpec, read_chunk, select_events
@@ -140,3 +143,15 @@ def _put(store: RocksStore, base: int, value: bytes) -> None:
     batch = rocksdict.WriteBatch(raw_mode=True)
     batch.put(log_codec.log_key(1, 0, base), value, family)
     store.write(batch, sync=False)
+
+
+def test_an_earliest_read_starts_at_the_cut_retention_is_making() -> None:
+    """Retention sets its cut before its delete and moves the start offset after: an
+    earliest read resolved in between started at the old start, met the gap and was
+    told offsets it never asked for were removed (seen in test_retention_health)."""
+    trimming = SimpleNamespace(start_offset=0, removing_below=400, end_offset=2_000,
+                               log_end=2_000, meta=SimpleNamespace(name="t"), index=0)
+    earliest = pb.StartPosition(earliest=True)
+    assert positions.resolve_start(trimming, earliest) == 400  # type: ignore[arg-type]
+    with pytest.raises(BrokerError, match="start offset 100 of t/0 was removed by retention"):
+        positions.resolve_start(trimming, pb.StartPosition(offset=100))  # type: ignore[arg-type]
