@@ -33,6 +33,7 @@ blocking reads for a worker thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -158,8 +159,10 @@ async def replicate(partition: Partition, records: Sequence[pb.Record]) -> Repli
     try:
         # Written without sync, then fsynced on the store's WAL syncer: rocksdict's synced
         # write would hold the GIL, and so stop this follower's loop, through the fsync.
-        await asyncio.to_thread(store.append, topic_id, index, plan.appends, states,
-                                plan.start_offset, partition.bytes + plan.bytes, sync=False)
+        # On the partition's worker threads: a stop (its topic deleted) waits for the write.
+        await partition.threads.run(functools.partial(
+            store.append, topic_id, index, plan.appends, states, plan.start_offset,
+            partition.bytes + plan.bytes, sync=False))
         if store.durable:
             await wait_synced(store.wal_syncer)
     except Exception:
@@ -195,8 +198,8 @@ async def truncate(partition: Partition, offset: int,
             rewritten[producer_id] = codec.encode_producer_results(kept) if kept else None
     start = min(partition.start_offset, cut)
     end_before = partition.clock.next_offset
-    await asyncio.to_thread(store.truncate, topic_id, index, cut, scn_first, rewritten, start,
-                            max(partition.bytes - size, 0))
+    await partition.threads.run(store.truncate, topic_id, index, cut, scn_first, rewritten,
+                                start, max(partition.bytes - size, 0))
     partition.producers.forget(list(rewritten))
     partition.clock = PartitionClock(cut, previous_scn if previous_scn is not None else scn_first - 1)
     partition.start_offset = start
@@ -218,7 +221,7 @@ async def restart_at(partition: Partition, start: int) -> Restart | None:
     partition.removing_below = start  # before the delete: a read that meets it says so
     store, topic_id, index = partition.store, partition.meta.topic_id, partition.index
     last_scn = partition.clock.last_scn
-    await asyncio.to_thread(store.trim, topic_id, index, start, last_scn + 1, start, 0)
+    await partition.threads.run(store.trim, topic_id, index, start, last_scn + 1, start, 0)
     partition.clock = PartitionClock(start, last_scn)  # upstream SCNs past `start` are higher
     partition.start_offset = start
     partition.bytes = 0
