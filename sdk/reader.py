@@ -24,7 +24,14 @@ from sdk import errors
 from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
-from sdk.core.columns import Event, keys_of, record_events, record_offsets, record_scns
+from sdk.core.columns import (
+    Event,
+    keys_of,
+    record_events,
+    record_next_offset,
+    record_offsets,
+    record_scns,
+)
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
@@ -79,10 +86,7 @@ class ReadBatch:
     @property
     def next_offset(self) -> int:
         """The offset after this batch's last event."""
-        offsets = self.record.offsets
-        if offsets:
-            return offsets[-1] + 1
-        return self.record.base_offset + self.record.batch.count
+        return record_next_offset(self.record)
 
     @property
     def values(self) -> Sequence[bytes]:

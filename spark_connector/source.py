@@ -43,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sdk.core.columns import record_next_offset
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
@@ -183,7 +184,7 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
         for record in _client.read_records(partition.broker, split.topic, split.partition,
                                            start, split.stop, ranges, key_filter,
                                            partition.events_max, partition.security):
-            reached = max(reached, record_end(record))
+            reached = max(reached, record_next_offset(record))
             yield record
 
     try:
@@ -198,13 +199,6 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
                 f"stored: {e}. Set failOnDataLoss=false to skip the events that are gone "
                 "and go on") from None
         yield from _coalesced(records("earliest"), partition.events_max, schema)
-
-
-def record_end(record: pb.Record) -> int:
-    """The offset after a record's last event (a filtered record lists its offsets)."""
-    if record.offsets:
-        return int(record.offsets[-1]) + 1
-    return record.base_offset + record.batch.count
 
 
 def _coalesced(records: Iterator[pb.Record], events_max: int,

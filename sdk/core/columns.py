@@ -242,6 +242,13 @@ def record_offsets(record: pb.Record) -> list[int]:
     return list(range(record.base_offset, record.base_offset + record.batch.count))
 
 
+def record_next_offset(record: pb.Record) -> int:
+    """The offset after a record's last event (a filtered record lists its offsets)."""
+    if record.offsets:
+        return int(record.offsets[-1]) + 1
+    return int(record.base_offset + record.batch.count)
+
+
 def record_scns(record: pb.Record) -> list[int]:
     """The SCN of every event: listed (a bootstrap snapshot), one per window,
     else scn_first + position."""
