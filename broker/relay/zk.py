@@ -25,6 +25,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
+from broker.relay.zk_lines import KazooLog, Outage
 from broker.supervision import describe_cause
 
 log = logging.getLogger("keybus.zookeeper")
@@ -46,11 +47,14 @@ class ZkSession:
         self._closed_from: str | None = None  # the state before LOST: CONNECTED = a clean close
         self._session = 0  # the id of the session last CONNECTED, until it is LOST
         # The connect retry never gives up (a follower's retries never stop
-        # either); each attempt waits at most a session timeout.
+        # either); each attempt waits at most a session timeout. Its lines about
+        # each attempt are said once per outage (zk_lines.py), not every second.
+        self._kazoo_log = KazooLog()
         self.client = KazooClient(
             hosts=hosts, timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+            logger=self._kazoo_log)
         self.client.add_listener(self._listener)
         # Blocking calls run here, not on asyncio's default executor (6 threads on 2
         # cores), which serves the broker's log reads: with ZooKeeper unanswering a call
@@ -132,17 +136,24 @@ class ZkSession:
             self._closed_from = self._kazoo_state
         elif str(state) == "LOST":
             self._session = 0  # expired: nothing left to close
-        elif str(state) == "CONNECTED":
+        outage = None
+        if str(state) == "CONNECTED":
             client_id = self.client.client_id
             self._session = int(client_id[0]) if client_id else 0
+            outage = self._kazoo_log.connected()
         self._kazoo_state = str(state)
-        self._loop.call_soon_threadsafe(self._changed, str(state))
+        self._loop.call_soon_threadsafe(self._changed, str(state), outage)
 
-    def _changed(self, state: str) -> None:
+    def _changed(self, state: str, outage: Outage | None = None) -> None:
         if state == self.state:
             return
         level = logging.INFO if state == "CONNECTED" or self._closing else logging.WARNING
-        log.log(level, "zookeeper %s: session %s", self.hosts, state)
+        if outage is None:
+            log.log(level, "zookeeper %s: session %s", self.hosts, state)
+        else:  # what kazoo's lines said once: how long, how many attempts
+            log.log(level, "zookeeper %s: session %s after %.1f s of failed connection "
+                    "attempts (%d failed; kazoo's line for each repeat is at DEBUG)",
+                    self.hosts, state, outage.seconds, outage.failed)
         self.state = state
         self._on_change(state)
 

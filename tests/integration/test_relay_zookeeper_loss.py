@@ -246,3 +246,42 @@ def test_sigterm_with_zookeeper_paused_stops_within_the_bound_and_a_follower_tak
         os.kill(zk_pid, signal.SIGCONT)
         for runner in brokers:
             runner.kill()
+
+
+KAZOO_ATTEMPT_LINES = ("kazoo.client Connecting to", "kazoo.client Connection dropped",
+                       "kazoo.client Connection time-out")
+
+
+def test_zookeeper_killed_and_restarted_is_said_once_not_per_reconnect_attempt(
+        zookeeper: ZooKeeperServer, cluster: Callable[..., list[BrokerRunner]]) -> None:
+    """ZooKeeper SIGKILLed, then started again on its port and data: kazoo retries about
+    once a second meanwhile (zk.py), and used to log two lines per attempt on every
+    broker (a ten-minute outage: ~1,200). Each broker now says each kind once, and its
+    CONNECTED line counts the failed attempts; the leader takes produce again."""
+    brokers = cluster(1)
+    create_topic(stub(brokers[0].address), "t")
+    wait_settled(brokers, "t", followers=1)
+    offsets = [len(b.log_path.read_bytes()) for b in brokers]
+    assert zookeeper.process is not None
+    zookeeper.process.kill()
+    zookeeper.process.wait(10)
+    wait_for(lambda: not writable(brokers, "t"), SESSION_MS / 1000 + 5,
+             "the leader stops acknowledging")
+    time.sleep(4)  # the outage: kazoo attempts to connect about once a second
+    zookeeper.start()  # the same port and data dir: the sessions are still there
+    wait_for(lambda: len(writable(brokers, "t")) == 1, 30, "the leader takes produce again")
+
+    def since_kill(i: int) -> str:
+        return brokers[i].log_path.read_bytes()[offsets[i]:].decode(errors="replace")
+
+    wait_for(lambda: all("session CONNECTED" in since_kill(i) for i in range(len(brokers))),
+             30, "every broker is connected again")
+    for i in range(len(brokers)):
+        text = since_kill(i)
+        attempts = [line for line in text.splitlines()
+                    if any(kind in line for kind in KAZOO_ATTEMPT_LINES)]
+        assert len(attempts) <= len(KAZOO_ATTEMPT_LINES), "\n".join(attempts)
+        found = re.search(r"session CONNECTED after [0-9.]+ s of failed connection attempts "
+                          r"\((\d+) failed", text)
+        assert found is not None, text[-3000:]
+        assert int(found.group(1)) >= 3, found.group(0)  # the outage did repeat attempts
