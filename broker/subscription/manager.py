@@ -147,8 +147,16 @@ class SubscriptionManager:
             remove_consumer_gauges(subscription.spec.topic, subscription.spec.name, name)
 
     async def drop_topic(self, topic: str) -> None:
-        """The topic was deleted: its subscriptions go too (their keys went with it)."""
-        for subscription in self._topics.pop(topic, {}).values():
+        """The topic was deleted: its subscriptions go too (their keys go with it).
+
+        A delete listener (`TopicRegistry.delete`), under the create lock: a
+        subscription whose creation is writing now is stored and registered
+        before, and ends here; one whose creation comes after finds the topic
+        gone (`_live_meta`). Either way nothing writes its keys after the
+        topic's are deleted."""
+        async with self._create_lock:
+            dropped = self._topics.pop(topic, {})
+        for subscription in dropped.values():
             await self._end(subscription, BrokerError("topic_deleted", topic=topic), persist=False)
         report_cycles(self._cycles, self._hops(), "topic deleted")
 
@@ -168,6 +176,7 @@ class SubscriptionManager:
         asked = SubscriptionSpec.of_open(request, now_ms(), self._default_mode)
         check_open(request, asked, self.settings)
         async with self._create_lock:
+            meta = self._live_meta(meta)
             subscription = self._topics.get(meta.name, {}).get(request.subscription)
             if subscription is not None and not mode_named(request) and \
                     asked.type == subscription.spec.type:
@@ -192,6 +201,21 @@ class SubscriptionManager:
             subscription.sessions[spec.name] = session
             self.outbox_budget.join_all([(session, session.share_changed)])
         return session
+
+    def _live_meta(self, meta: TopicMeta) -> TopicMeta:
+        """The topic read before waiting for the create lock, if it still is the
+        registry's: a delete that began meanwhile (the registry drops the topic
+        first) waits for that lock in `drop_topic`, so a subscription made now
+        would be written under an id whose keys are being deleted, or under the
+        old id of a topic made again under its name.
+
+        Raises:
+            BrokerError: topic_deleted.
+        """
+        if meta.name not in self.registry.names() or \
+                self.registry.meta(meta.name).topic_id != meta.topic_id:
+            raise BrokerError("topic_deleted", topic=meta.name)
+        return meta
 
     def _check_cycle(self, asked: SubscriptionSpec) -> None:
         """Refuse a new subscription whose dead-letter chain, through this broker's
@@ -227,11 +251,15 @@ class SubscriptionManager:
 
     async def _save(self, subscription: Subscription) -> None:
         """Write a new subscription's settings and cursors (one synced batch), then
-        register and start it."""
+        register and start it. Under the create lock: a delete of the topic that
+        began during the write has its keys deleted once the lock is free
+        (`drop_topic`), these with them; the subscription is refused, not started
+        on the stopped partitions."""
         spec, meta = subscription.spec, subscription.meta
         cursors = {d.index: d.core.snapshot().to_bytes() for d in subscription.dispatchers}
         await asyncio.to_thread(self.store.save_subscription, meta.topic_id, spec.name,
                                 spec.to_dict(), cursors)
+        self._live_meta(meta)
         log.info("created subscription %s on %s (%s)", spec.name, meta.name, spec.type_text)
         self._register(subscription)
 
@@ -412,6 +440,7 @@ class SubscriptionManager:
         asked = SubscriptionSpec.of_open(request, created_ms, self._default_mode)
         check_open(request, asked, self.settings)
         async with self._create_lock:
+            meta = self._live_meta(meta)
             if request.subscription in self._topics.get(meta.name, {}):
                 return False
             await self._save(self._new(asked, meta, request.initial_position))

@@ -7,13 +7,19 @@ the delete, never after it); a retention pass that meets the deleted topic
 goes on with the other topics, without an error and without waiting for ever
 on a partition that stopped; a producer's requests still queued are answered
 "topic deleted" (NOT_FOUND: the producer stops), not "shutting down" (which a
-producer retries until its delivery timeout); and a processor store command
-queued before the delete is refused, not written under the old topic id.
+producer retries until its delivery timeout); a processor store command
+queued before the delete is refused, not written under the old topic id; and a
+subscription created by a consumer's open (or a relay follower's `ensure`)
+while the topic is deleted either is made before the delete's cleanup and
+removed with the topic, or is refused "topic deleted": its settings and
+cursors are never written after the topic's keys are deleted, and a topic made
+again under the name starts without it.
 
 Method: a real RocksStore in a temp dir, a real registry, partitions and
 processor stores on an event loop, no broker process; the store call under
 test (`trim`, `put_many`) is held on its thread by a gate until the delete has
-started, then released. Every wait is bounded.
+started (a subscription's `save_subscription`: until the delete has reached
+its listeners and ran on for up to a second), then released. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from broker.log.rocks_store import COLUMN_FAMILIES, RocksStore
 from broker.processor_stores import rules
 from broker.processor_stores.keys import Position
 from broker.processor_stores.service import ProcessorStores
+from broker.subscription.manager import SubscriptionManager
 from broker.topics import TopicRegistry
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.wire import int_batch
@@ -152,6 +159,47 @@ def test_processor_store_writes_in_flight_or_queued_leave_no_key(tmp_path: Path)
         await registry.create("t", pb.TopicConfig(partitions=1))
         assert stores.list_ownership(stores.group("", "t", "g")) == []
         await stores.close()
+        await registry.close()
+        store.close()
+    asyncio.run(body())
+
+
+OPEN = pb.SubscribeOpen(topic="t", subscription="s", consumer_name="c", type=pb.SHARED,
+                        initial_position=pb.StartPosition(earliest=True))
+
+
+@pytest.mark.parametrize("how", ["attach", "ensure"])
+def test_a_subscription_created_during_a_delete_leaves_no_key(tmp_path: Path, how: str) -> None:
+    async def body() -> None:
+        store, registry = await registry_with(tmp_path / "db", ["t"])
+        manager = SubscriptionManager(registry, store, Settings(fsync=False), {})
+        await manager.open()
+        listening = asyncio.Event()
+
+        async def reached(topic: str) -> None:
+            listening.set()
+        registry.delete_listeners += [reached, manager.drop_topic]  # as the broker does
+        topic_id = registry.meta("t").topic_id
+        gate = Gate(store, "save_subscription")
+        creating = asyncio.create_task(manager.attach(OPEN) if how == "attach"
+                                       else manager.ensure(OPEN, created_ms=1))
+        await gate.wait_entered()  # the new subscription's write is on its worker thread
+        queued = asyncio.create_task(manager.attach(pb.SubscribeOpen(
+            topic="t", subscription="s2", consumer_name="c", type=pb.SHARED)))
+        await asyncio.sleep(0)  # read the topic, waits for the create lock
+        deleting = asyncio.create_task(registry.delete("t"))
+        await asyncio.wait_for(listening.wait(), WAIT_S)
+        await asyncio.wait({deleting}, timeout=1.0)  # the old code deletes the keys here
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
+        answers = await asyncio.wait_for(
+            asyncio.gather(creating, queued, return_exceptions=True), WAIT_S)
+        assert keys_of(store, topic_id) == {}, "keys written after the topic's delete"
+        assert [str(answer) for answer in answers] == ["topic 't' was deleted"] * 2
+        assert all(isinstance(answer, BrokerError) for answer in answers)
+        await registry.create("t", pb.TopicConfig(partitions=1))
+        assert manager.list_all("t") == [], "the old topic's subscription in the new one"
+        await manager.close()
         await registry.close()
         store.close()
     asyncio.run(body())
