@@ -37,7 +37,7 @@ from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
 from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
-from sdk.reconnect import ConnectionCallback, Link, failure_of, log_connection_change
+from sdk.reconnect import ConnectionCallback, Link, ended_on_write, failure_of, log_connection_change
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
@@ -311,7 +311,10 @@ class Consumer:
                     raise asyncio.CancelledError from None
                 if not self.config.reconnect or e.code() not in retriable or \
                         (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
-                    raise errors.from_rpc_error(e, self.broker) from None
+                    error = errors.from_rpc_error(e, self.broker)
+                    if reconnecting:  # it was attached: a topic gone since was deleted
+                        error = errors.deleted_if_gone(error, self.topic)
+                    raise error from None
                 await self._retry_after(e)
         message = self._link.process_connected(_now_ms())
         if message is not None:
@@ -353,7 +356,9 @@ class Consumer:
                     self._stream.close()
                     if not self.config.reconnect or e.code() not in _RETRIABLE:
                         raise errors.from_rpc_error(e, self.broker) from None
-                    await self._retry_after(e)
+                    if not (ended_on_write(e) and  # the broker may be there: ask it at once
+                            self._link.defer_report(failure_of(e)[0], _now_ms())):
+                        await self._retry_after(e)
                     await self._connect(reconnecting=True)
                     continue
                 if response is None:

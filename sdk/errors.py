@@ -197,6 +197,16 @@ def from_code(code: int, message: str) -> KeybusError:
     return _BY_CODE.get(code, KeybusError)(message, code)
 
 
+def deleted_if_gone(error: KeybusError, topic: str) -> KeybusError:
+    """A reconnecting client's error: the broker's "topic 'T' does not exist; create it
+    first" says the topic the client was attached to was deleted meanwhile; it is told
+    so, as a stream the delete ends is ("topic 'T' was deleted"). Others as they are."""
+    if isinstance(error, TopicNotFound) and \
+            error.message.startswith(f"topic {topic!r} does not exist"):
+        return TopicNotFound(f"topic {topic!r} was deleted", error.code)
+    return error
+
+
 def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusError:
     """Map a grpc.RpcError (or grpc.aio.AioRpcError) to a KeybusError.
 

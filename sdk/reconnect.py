@@ -20,6 +20,14 @@ Rules (pure: no I/O, time is an argument):
    connection when one goes unanswered, within ~15 s, and rule 2 applies.
 4. Past `retry_timeout_ms` the client fails with Unavailable naming the
    broker, the reason and the setting.
+5. A stream that ended because grpcio could not write a request on it
+   (`ended_on_write`) may not have lost its broker at all: the broker's own
+   status (say, NOT_FOUND "topic 'T' was deleted") can end the call just
+   before an ack is written, and grpcio then puts INTERNAL in its place. The
+   client reconnects at once and says nothing (`defer_report`); the broker's
+   answer to that tells which it was. Only if that attempt fails too is the
+   broker reported lost, with the first reason. Once per `backoff_max_ms`: a
+   broker that keeps ending streams so gets the backoff of rule 2.
 
 The shell (reader.py, consumer.py) makes the calls, sleeps the delays this
 returns and runs the callbacks.
@@ -93,6 +101,8 @@ class Link:
         self.lost_since_ms: int | None = None
         self._first_failure_ms: int | None = None
         self._backoff_ms = policy.backoff_first_ms
+        self._deferred: str | None = None  # the reason of a failure not reported (rule 5)
+        self._deferred_ms: int | None = None
 
     @property
     def lost(self) -> bool:
@@ -103,11 +113,23 @@ class Link:
         self.ever_connected = True
         self._first_failure_ms = None
         self._backoff_ms = self.policy.backoff_first_ms
+        self._deferred = None
         if self.lost_since_ms is None:
             return None
         down_s = (now_ms - self.lost_since_ms) / 1000
         self.lost_since_ms = None
         return f"the broker at {self.broker} is back after {down_s:.1f} s"
+
+    def defer_report(self, reason: str, now_ms: int) -> bool:
+        """A connected stream ended ambiguously (rule 5). True: reconnect at once,
+        reporting nothing; a failure of that attempt is reported with this reason.
+        False (the broker is lost already, or one was deferred within
+        backoff_max_ms): treat it as any failure (`process_failure`)."""
+        if self.lost or (self._deferred_ms is not None and
+                         now_ms - self._deferred_ms < self.policy.backoff_max_ms):
+            return False
+        self._deferred, self._deferred_ms = reason, now_ms
+        return True
 
     def process_failure(self, reason: str, never_reached: bool,
                         now_ms: int) -> tuple[int, str | None]:
@@ -124,6 +146,8 @@ class Link:
             Unavailable: the first connection failed for connect_timeout_ms,
                 or a lost broker did not come back within retry_timeout_ms.
         """
+        if self._deferred is not None:  # the attempt after an ambiguous end failed too
+            reason, never_reached, self._deferred = self._deferred, False, None
         delay_ms = self._backoff_ms
         self._backoff_ms = min(self._backoff_ms * 2, self.policy.backoff_max_ms)
         if not self.ever_connected and never_reached:
@@ -163,6 +187,16 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
     if not details or any(text in lowered for text in _CLOSED):
         return "connection closed", False
     return details.split("; ")[0], False
+
+
+def ended_on_write(error: grpc.RpcError) -> bool:
+    """Whether grpcio ended the stream because a request's write failed (INTERNAL,
+    "Internal error from Core"): the call had ended already, by the broker's status
+    (which grpcio then drops) or by a broken connection. See rule 5."""
+    code_fn, details_fn = getattr(error, "code", None), getattr(error, "details", None)
+    code = code_fn() if callable(code_fn) else None
+    details = (details_fn() or "") if callable(details_fn) else ""
+    return code == grpc.StatusCode.INTERNAL and "internal error from core" in details.lower()
 
 
 # gRPC's texts for an open connection that ended (the broker stopped or went away);
