@@ -150,10 +150,9 @@ class SubscriptionManager:
         """The topic was deleted: its subscriptions go too (their keys go with it).
 
         A delete listener (`TopicRegistry.delete`), under the create lock: a
-        subscription whose creation is writing now is stored and registered
-        before, and ends here; one whose creation comes after finds the topic
-        gone (`_live_meta`). Either way nothing writes its keys after the
-        topic's are deleted."""
+        subscription's creation or a seek writing now finishes first; one that
+        comes after finds the topic gone (`_live_meta`). Either way nothing
+        writes keys of the topic after they are deleted."""
         async with self._create_lock:
             dropped = self._topics.pop(topic, {})
         for subscription in dropped.values():
@@ -412,8 +411,12 @@ class SubscriptionManager:
                                   last=subscription.meta.partitions - 1)
         offsets = {i: subscription.dispatchers[i].partition.resolve_start(position, unset_is_latest=True)
                    for i in indexes}
-        for index, offset in offsets.items():
-            await subscription.dispatchers[index].seek(offset)
+        async with self._create_lock:  # a delete of the topic waits for these writes
+            self._live_meta(subscription.meta)
+            if self._topics.get(topic, {}).get(name) is not subscription:
+                raise BrokerError("subscription_deleted", subscription=name, topic=topic)
+            for index, offset in offsets.items():
+                await subscription.dispatchers[index].seek(offset)
         return self.describe(topic, name)
 
     async def delete(self, topic: str, name: str, force: bool) -> None:

@@ -10,16 +10,18 @@ on a partition that stopped; a producer's requests still queued are answered
 producer retries until its delivery timeout); a processor store command
 queued before the delete is refused, not written under the old topic id; and a
 subscription created by a consumer's open (or a relay follower's `ensure`)
-while the topic is deleted either is made before the delete's cleanup and
-removed with the topic, or is refused "topic deleted": its settings and
-cursors are never written after the topic's keys are deleted, and a topic made
-again under the name starts without it.
+while the topic is deleted is refused "topic 't' was deleted", and its
+settings and cursors, written meanwhile, go with the topic's keys (never
+written after them); a topic made again under the name starts without it. A
+seek's cursor write (admin, a relay follower's cursor sync) in flight lands
+before the delete too.
 
 Method: a real RocksStore in a temp dir, a real registry, partitions and
 processor stores on an event loop, no broker process; the store call under
 test (`trim`, `put_many`) is held on its thread by a gate until the delete has
-started (a subscription's `save_subscription`: until the delete has reached
-its listeners and ran on for up to a second), then released. Every wait is bounded.
+started (a subscription's `save_subscription` and a seek's `put_cursors`:
+until the delete has reached its listeners and ran on for up to a second,
+which the old code used to delete the keys first), then released. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -199,6 +201,34 @@ def test_a_subscription_created_during_a_delete_leaves_no_key(tmp_path: Path, ho
         assert all(isinstance(answer, BrokerError) for answer in answers)
         await registry.create("t", pb.TopicConfig(partitions=1))
         assert manager.list_all("t") == [], "the old topic's subscription in the new one"
+        await manager.close()
+        await registry.close()
+        store.close()
+    asyncio.run(body())
+
+
+def test_a_seek_during_a_delete_leaves_no_key(tmp_path: Path) -> None:
+    async def body() -> None:
+        store, registry = await registry_with(tmp_path / "db", ["t"])
+        manager = SubscriptionManager(registry, store, Settings(fsync=False), {})
+        await manager.open()
+        listening = asyncio.Event()
+
+        async def reached(topic: str) -> None:
+            listening.set()
+        registry.delete_listeners += [reached, manager.drop_topic]  # as the broker does
+        topic_id = registry.meta("t").topic_id
+        await manager.ensure(OPEN, created_ms=1)
+        gate = Gate(store, "put_cursors")
+        seeking = asyncio.create_task(manager.seek("t", "s", pb.StartPosition(offset=5), []))
+        await gate.wait_entered()  # the cursor's write is on its worker thread
+        deleting = asyncio.create_task(registry.delete("t"))
+        await asyncio.wait_for(listening.wait(), WAIT_S)
+        await asyncio.wait({deleting}, timeout=1.0)  # the old code deletes the keys here
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
+        await asyncio.wait_for(asyncio.gather(seeking, return_exceptions=True), WAIT_S)
+        assert keys_of(store, topic_id) == {}, "keys written after the topic's delete"
         await manager.close()
         await registry.close()
         store.close()
