@@ -420,16 +420,19 @@ class SubscriptionManager:
         return self.describe(topic, name)
 
     async def delete(self, topic: str, name: str, force: bool) -> None:
-        subscription = self._subscription(topic, name)
-        if subscription.sessions and not force:
-            raise BrokerError("subscription_has_consumers", subscription=name, topic=topic,
-                              count=len(subscription.sessions))
-        del self._topics[topic][name]
-        await self._end(subscription, BrokerError("subscription_deleted", subscription=name,
-                                                  topic=topic), persist=False)
-        meta = subscription.meta
-        await asyncio.to_thread(self.store.delete_subscription, meta.topic_id, name,
-                                meta.partitions)
+        """Under the create lock, as `seek`: a seek's cursor write in flight lands
+        first and is deleted with the subscription, never after it."""
+        async with self._create_lock:
+            subscription = self._subscription(topic, name)
+            if subscription.sessions and not force:
+                raise BrokerError("subscription_has_consumers", subscription=name, topic=topic,
+                                  count=len(subscription.sessions))
+            del self._topics[topic][name]
+            await self._end(subscription, BrokerError("subscription_deleted", subscription=name,
+                                                      topic=topic), persist=False)
+            meta = subscription.meta
+            await asyncio.to_thread(self.store.delete_subscription, meta.topic_id, name,
+                                    meta.partitions)
         for gauge in (SUBSCRIPTION_BACKLOG, SUBSCRIPTION_UNACKED, SUBSCRIPTION_DISPATCH_RATE):
             with contextlib.suppress(KeyError):
                 gauge.remove(topic, name)

@@ -14,7 +14,7 @@ while the topic is deleted is refused "topic 't' was deleted", and its
 settings and cursors, written meanwhile, go with the topic's keys (never
 written after them); a topic made again under the name starts without it. A
 seek's cursor write (admin, a relay follower's cursor sync) in flight lands
-before the delete too.
+before the delete too, and before a delete of its subscription.
 
 Method: a real RocksStore in a temp dir, a real registry, partitions and
 processor stores on an event loop, no broker process; the store call under
@@ -229,6 +229,28 @@ def test_a_seek_during_a_delete_leaves_no_key(tmp_path: Path) -> None:
         await asyncio.wait_for(deleting, WAIT_S)
         await asyncio.wait_for(asyncio.gather(seeking, return_exceptions=True), WAIT_S)
         assert keys_of(store, topic_id) == {}, "keys written after the topic's delete"
+        await manager.close()
+        await registry.close()
+        store.close()
+    asyncio.run(body())
+
+
+def test_a_seek_during_a_subscription_delete_leaves_no_cursor(tmp_path: Path) -> None:
+    async def body() -> None:
+        store, registry = await registry_with(tmp_path / "db", ["t"])
+        manager = SubscriptionManager(registry, store, Settings(fsync=False), {})
+        await manager.open()
+        topic_id = registry.meta("t").topic_id
+        await manager.ensure(OPEN, created_ms=1)
+        gate = Gate(store, "put_cursors")
+        seeking = asyncio.create_task(manager.seek("t", "s", pb.StartPosition(offset=5), []))
+        await gate.wait_entered()  # the cursor's write is on its worker thread
+        deleting = asyncio.create_task(manager.delete("t", "s", force=True))
+        await asyncio.wait({deleting}, timeout=1.0)  # the old code deletes the keys here
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
+        await asyncio.wait_for(asyncio.gather(seeking, return_exceptions=True), WAIT_S)
+        assert "cursors" not in keys_of(store, topic_id), "a cursor written after the delete"
         await manager.close()
         await registry.close()
         store.close()
