@@ -241,6 +241,12 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "the snapshot of {topic!r}/{partition} at offset {offset} cannot be "
                   "resumed: its catch-up was removed by retention (the log starts at "
                   "{start}); start the bootstrap over"),
+        ErrorKind("view_loading", grpc.StatusCode.UNAVAILABLE,
+                  "the compacted view of {topic!r}/{partition} on this follower is being "
+                  "loaded from {source}: this broker's copy of the log restarted at offset "
+                  "{start}, past offsets the upstream's retention removed before they were "
+                  "copied, so a view folded from it would miss keys; retry in a while, or "
+                  "bootstrap from the leader"),
         ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
                   "the broker serves {max} Bootstrap streams in their snapshot or "
                   "catch-up at once (bootstrap_streams_max); retry later"),

@@ -18,7 +18,10 @@ When the upstream's retention removed offsets before they were copied (its
 read answers OUT_OF_RANGE: we were stopped or slower than its retention),
 the copy restarts at the upstream's start offset (`replica_log.restart_at`,
 Kafka's reset to the leader's log start offset): one WARNING names the
-offsets that could not be copied, and the copy goes on at once.
+offsets that could not be copied, `keybus_relay_follower_resets` counts it,
+and the copy goes on at once. A compacted view of the partition is marked
+first and loaded from the upstream's (view_load.py), as when an empty log's
+first record comes past its start.
 
 A failure of any step is logged and retried from 1 after a capped,
 doubling backoff (`relay_retry_backoff_ms` .. `relay_retry_backoff_max_ms`,
@@ -42,14 +45,15 @@ import grpc.aio
 from broker.errors import BrokerError
 from broker.log.codec import CorruptRecord
 from broker.partition import Partition
-from broker.relay import replica_log, watermark
+from broker.relay import replica_log, view_load, watermark
 from broker.relay.backoff import Backoff
 from broker.relay.cursor_sync import SubscriptionCarrier, sync_once
-from broker.relay.metrics import COPIED_EVENTS, TRUNCATED_EVENTS
+from broker.relay.metrics import COPIED_EVENTS, FOLLOWER_RESETS, TRUNCATED_EVENTS
 from broker.relay.replica_log import ReplicaError
 from broker.relay.reporter import PositionReporter
 from broker.relay.settings import RelaySettings
 from broker.topics import TopicRegistry
+from broker.view.load import ViewSource
 from sdk import errors
 from sdk.channel import open_channel, stub_of
 from sdk.core.connect_hints import CA_SETTING, CLIENT_CERT_SETTING
@@ -116,6 +120,7 @@ class TopicFollower:
         self._channel: grpc.aio.Channel | None = None
         self._reporter: PositionReporter | None = None
         self._task: asyncio.Task[None] | None = None
+        self._sources: dict[int, ViewSource] = {}  # attached to this topic's views
 
     def _backoff(self) -> Backoff:
         return Backoff(self.relay.backoff_first_ms, self.relay.backoff_max_ms)
@@ -144,6 +149,10 @@ class TopicFollower:
         for index in self.states:
             with contextlib.suppress(BrokerError):
                 await self.registry.partition(self.topic, index).run_on_task(_nothing)
+        for index, source in self._sources.items():
+            view = view_load.view_of(self.registry, self.topic, index)
+            if view is not None:
+                view.detach_source(source)
         if self._reporter is not None:
             await self._reporter.stop()
         if self._channel is not None:
@@ -176,8 +185,15 @@ class TopicFollower:
                 self.error = f"cannot set up the copy from {self.upstream} ({in_relay_words(e)})"
                 log.warning("topic %s: %s; retry in %d ms", self.topic, self.error, delay_ms)
                 await asyncio.sleep(delay_ms / 1000)
-        assert self._reporter is not None
+        assert self._reporter is not None and self._channel is not None
         self._reporter.start()
+        for p in partitions:
+            view = view_load.view_of(self.registry, self.topic, p.index)
+            if view is not None and self._wanted(p.index):
+                source = view_load.upstream_source(self._channel, self.upstream, self.topic,
+                                                   p.index)
+                self._sources[p.index] = source
+                view.attach_source(source)
         tasks = [self._copy_loop(p) for p in partitions if self._wanted(p.index)]
         if self.carrier is not None and not self.stop_offsets:
             tasks.append(self._sync_loop())
@@ -295,6 +311,9 @@ class TopicFollower:
         async with reader:
             async for batch in reader:
                 records = [batch.record, *(b.record for b in reader.drain_buffered())]
+                first = records[0].base_offset
+                if partition.log_end == partition.start_offset < first:  # an empty log's
+                    await view_load.hold(self.registry, partition, first)  # start moves on
                 now = wall_ms()
                 state.last_read_ms = now
                 state.upstream_end = reader.end_offset or 0
@@ -316,10 +335,12 @@ class TopicFollower:
         starts = [p.start_offset for p in info.partitions if p.partition == partition.index]
         if not starts or starts[0] <= partition.log_end:
             return False
+        await view_load.hold(self.registry, partition, starts[0])  # before the log's restart
         restart = await partition.run_on_task(
             lambda p: replica_log.restart_at(p, starts[0]))
         if restart is None:
             return False
+        FOLLOWER_RESETS.labels(self.topic, str(partition.index)).inc()
         held = (f"; offsets {restart.start_before}..{restart.end_before - 1} held here were "
                 f"dropped" if restart.end_before > restart.start_before else "")
         log.warning("topic %s/%d: offsets %d..%d were removed by retention on upstream %s "

@@ -31,6 +31,10 @@ COPIED_EVENTS = Counter("keybus_relay_copied_events", "Events a follower copied 
 TRUNCATED_EVENTS = Counter("keybus_relay_truncated_events",
                            "Never-acknowledged events dropped because the leader lacks them",
                            ["topic"])
+FOLLOWER_RESETS = Counter("keybus_relay_follower_resets",
+                          "Times a follower's copy restarted at its upstream's start offset "
+                          "(the upstream's retention removed offsets before they were copied)",
+                          ["topic", "partition"])
 LEADER_CHANGES = Counter("keybus_relay_leader_changes",
                          "Times this broker saw the topic's leader change", ["topic"])
 IS_LEADER = Gauge("keybus_relay_is_leader", "1 while this broker accepts produce for the topic",

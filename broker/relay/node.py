@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
-from broker.relay import replica_log, watermark
+from broker.relay import replica_log, view_load, watermark
 from broker.relay.acks import AckTracker
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
@@ -299,6 +299,11 @@ class RelayNode:
             if role.follower is not None:
                 await role.follower.stop()
                 role.follower = None
+            with contextlib.suppress(BrokerError):  # no upstream to load a view from now
+                for partition in self.registry.partitions(topic):
+                    view = view_load.view_of(self.registry, topic, partition.index)
+                    if view is not None:
+                        await view.fold_from_log()
             if changed:
                 partitions = self.registry.partitions(topic)
                 for partition in partitions:

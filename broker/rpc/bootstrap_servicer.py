@@ -95,7 +95,10 @@ class BootstrapServicer:
         partition = self.registry.partition(request.topic, request.partition)
         view = self.registry.views.of(request.topic, request.partition)
         sources = check_sources(list(request.sources))
-        selector = compile_selector(request.filter, self.config_filters)
+        # A follower loading its view (broker/view/load.py) takes it whole: this broker's
+        # config filters are for its readers, as on a replica read.
+        selector = compile_selector(request.filter,
+                                    {} if request.replica else self.config_filters)
         mask = hash_mask(list(request.hash_ranges))
         events_max = read_limit("events_max", request.events_max, self.settings.read_events_max)
         bytes_max = read_limit("bytes_max", request.bytes_max, self.settings.read_bytes_max)

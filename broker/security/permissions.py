@@ -172,7 +172,8 @@ def dead_letter_topic(request: Any) -> list[tuple[str, frozenset[Permission]]]:
 
 def replica_read(request: Any) -> list[tuple[str, frozenset[Permission]]]:
     """A relay follower's copy reads past the high watermark (unacknowledged
-    events): it needs the admin permission on the topic besides consume."""
+    events), and its view load (a replica Bootstrap) skips the broker's config
+    filters: it needs the admin permission on the topic besides consume."""
     return [(request.topic, frozenset({Permission.ADMIN}))] if request.replica else []
 
 
@@ -228,7 +229,7 @@ RULES: dict[str, Rule] = {
     "EpochEnd": _needs(Permission.CONSUME),
     "ReportReplicaPositions": _needs(Permission.ADMIN),
     # Compacted view and bootstrap: a snapshot then the log, read as Read reads.
-    "Bootstrap": _needs(Permission.CONSUME),
+    "Bootstrap": Rule(frozenset({Permission.CONSUME}), field_topic("topic"), also=replica_read),
 }
 
 

@@ -30,6 +30,7 @@ from broker.metrics import BOOTSTRAP_SNAPSHOT_EVENTS, READ_EVENTS
 from broker.partition import Partition
 from broker.read_path import EventSelector, ReadSpec
 from broker.rpc import wire
+from broker.view.codec import ViewState
 from broker.view.service import PartitionView
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
 from sdk.bootstrap import BootstrapPosition
@@ -81,6 +82,22 @@ def position_of(resume: pb.BootstrapResume) -> Position:
 def resume_of(position: Position, snapshot_offset: int) -> pb.BootstrapResume:
     return BootstrapPosition("snapshot", snapshot_offset, position.source,
                              position.key).to_proto()
+
+
+def check_loaded(partition: Partition, view: PartitionView, state: ViewState) -> None:
+    """A view marked to be loaded from an upstream (broker/view/load.py) has no
+    snapshot to give: refused with a status saying why and what to do.
+
+    Raises:
+        BrokerError: view_loading (UNAVAILABLE).
+    """
+    if not state.load_from:
+        return
+    source = view.source
+    raise BrokerError("view_loading", topic=partition.meta.name, partition=partition.index,
+                      start=state.load_from,
+                      source=source.name if source is not None
+                      else "an upstream (this broker copies the topic from none now)")
 
 
 class BootstrapStream:
@@ -156,10 +173,12 @@ class BootstrapStream:
         return offset
 
     async def _snapshot(self, resume: pb.BootstrapResume | None) -> AsyncIterator[bytes]:
+        check_loaded(self.partition, self.view, self.view.state)
         asked = self._pin_snapshot(resume)
         position = position_of(resume) if resume is not None else Position()
         cursor = await asyncio.to_thread(self._open, position, asked)
         try:
+            check_loaded(self.partition, self.view, cursor.state)  # marked since the check
             offset = cursor.snapshot_offset
             assert self._pin is not None
             self.view.move_pin(self._pin, offset)

@@ -19,6 +19,10 @@ partition u32, big-endian, as in the log):
   one is under way the state also holds `pass_end`: entries may already hold
   events from `offset_next` up to `pass_end`, and the counts are the pass's
   result. `offset_next` moves only when the last part is written.
+* A follower whose log restarted past the view's position (its upstream's
+  retention removed offsets before they were copied) cannot fold the view
+  from its log: the state says so with `load_from` (the log's new start)
+  until the upstream's view is loaded (load.py); no entries are served then.
 * The tombstone index lists DELETE entries by publish time, so the sweep
   that drops tombstones older than delete_retention_ms reads only those.
 
@@ -44,6 +48,7 @@ from sdk.core.pb import keybus_pb2 as pb
 PREFIX = struct.Struct(">II")
 STATE = struct.Struct(">QQQQQ")  # offset_next, scn, keys, tombstones, bytes
 PASS_END = struct.Struct(">Q")  # after STATE while a pass is written in parts
+LOAD_FROM = struct.Struct(">Q")  # after PASS_END while the view waits to be loaded
 ENTRY_HEAD = struct.Struct(">QQqqHBHHI")
 # The same head as a numpy record, to encode or decode many entries in one call.
 HEAD_DTYPE = np.dtype([("offset", ">u8"), ("scn", ">u8"), ("publish_time_ms", ">i8"),
@@ -129,12 +134,16 @@ class ViewState:
     tombstones: int = 0
     entry_bytes: int = 0  # entry keys and values
     pass_end: int = 0  # a pass up to here is partly written (0: none); see the module doc
+    load_from: int = 0  # > 0: waits for an upstream's view, the log starts here (load.py)
 
     def encode(self) -> bytes:
-        """STATE, then PASS_END only while a pass is partly written (so a state
-        written before passes came in parts reads the same)."""
+        """STATE, then PASS_END only while a pass is partly written or LOAD_FROM is
+        set, then LOAD_FROM only when set (so a state written before either existed
+        reads the same)."""
         head = STATE.pack(self.offset_next, self.scn, self.keys, self.tombstones,
                           self.entry_bytes)
+        if self.load_from:
+            return head + PASS_END.pack(self.pass_end) + LOAD_FROM.pack(self.load_from)
         return head + PASS_END.pack(self.pass_end) if self.pass_end else head
 
     @staticmethod
@@ -145,8 +154,12 @@ class ViewState:
             return ViewState(*STATE.unpack(value))
         if len(value) == STATE.size + PASS_END.size:
             return ViewState(*STATE.unpack_from(value), *PASS_END.unpack_from(value, STATE.size))
-        raise ViewCorrupt(f"view state of {len(value)} bytes; expected {STATE.size} or "
-                          f"{STATE.size + PASS_END.size}")
+        if len(value) == STATE.size + PASS_END.size + LOAD_FROM.size:
+            return ViewState(*STATE.unpack_from(value), *PASS_END.unpack_from(value, STATE.size),
+                             *LOAD_FROM.unpack_from(value, STATE.size + PASS_END.size))
+        raise ViewCorrupt(f"view state of {len(value)} bytes; expected {STATE.size}, "
+                          f"{STATE.size + PASS_END.size} or "
+                          f"{STATE.size + PASS_END.size + LOAD_FROM.size}")
 
 
 @dataclass(frozen=True, slots=True)

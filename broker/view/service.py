@@ -10,6 +10,9 @@ and a column of `keybus topics describe`.
 It also holds the partition's retention floor: retention never removes a
 record the view has not folded in, nor one an active bootstrap still has to
 read (a pin), so a snapshot plus its catch-up always covers the whole log.
+A follower's view whose log restarted past it (load.py) is marked; the
+maintainer then loads it from the upstream the relay attached (`source`)
+instead of folding, and waits while none is attached.
 Runs on the event loop; blocking work goes to worker threads.
 """
 
@@ -19,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from broker.config import Settings
 from broker.errors import BrokerError
@@ -29,6 +32,7 @@ from broker.partition import Partition, TopicMeta
 from broker.supervision import RestartBackoff, describe_cause
 from broker.view.codec import ViewState
 from broker.view.compaction import Compactor
+from broker.view.load import LoadError, ViewSource, load_view
 from broker.view.store import ViewStore
 from broker.view.worker import ViewWorker
 from sdk.core.pb import keybus_pb2 as pb
@@ -57,6 +61,8 @@ class PartitionView:
         self._pass: asyncio.Future[ViewState] | None = None  # the pass on a worker thread
         self._swept_ms = 0
         self._changed = asyncio.Event()  # set after every pass (bootstraps wait on it)
+        self.source: ViewSource | None = None  # where a marked view loads from (relay)
+        self._sourced = asyncio.Event()  # set while `source` is
 
     # ------------------------------------------------------------ retention floor and pins
 
@@ -107,11 +113,70 @@ class PartitionView:
         self._signal()
         self.start()
 
+    # ------------------------------------------------------------ loading (load.py)
+
+    def attach_source(self, source: ViewSource) -> None:
+        """A marked view loads from `source` from now on (a follower started)."""
+        self.source = source
+        self._sourced.set()
+
+    def detach_source(self, source: ViewSource) -> None:
+        """`source` is gone (its follower stopped); another's attachment stays."""
+        if self.source is source:
+            self.source = None
+            self._sourced.clear()
+
+    async def mark_for_load(self, start: int) -> None:
+        """Clear the view and mark it to be loaded from its upstream, the log now
+        starting at `start` (load.py, rule 1): before the log restarts. A load or
+        pass in flight is stopped first (its state would overwrite the mark)."""
+        await self.stop()
+        meta = self.partition.meta
+        self.state = await self._worker.run(self.views.mark_for_load, meta.topic_id,
+                                            self.partition.index, start)
+        self._signal()
+        self.start()
+
+    async def fold_from_log(self) -> None:
+        """No upstream will load this marked view (the broker leads the topic now):
+        fold it from the retained log, as a view rebuilt after a truncation."""
+        if not self.state.load_from:
+            return
+        log.warning("view of %s/%d: it waited to be loaded from an upstream, and this broker "
+                    "now leads the topic; folding it from its log, which starts at %d (keys "
+                    "only in earlier offsets are missing from it)", self.partition.meta.name,
+                    self.partition.index, self.state.load_from)
+        await self.rebuild()
+
+    async def _load(self, source: ViewSource) -> None:
+        meta, index = self.partition.meta, self.partition.index
+        log.info("view of %s/%d: loading it from %s's view (this broker's log restarted at "
+                 "%d)", meta.name, index, source.name, self.state.load_from)
+        self.state = await load_view(self.views, self._run_one, self.partition, source,
+                                     self.state.load_from)
+        log.info("view of %s/%d: loaded from %s up to offset %d (%d keys); it folds this "
+                 "broker's log from there", meta.name, index, source.name,
+                 self.state.offset_next, self.state.keys)
+        self._signal()
+
+    def _run_one(self, work: Callable[[], ViewState]) -> Awaitable[ViewState]:
+        return self._on_thread(work)
+
+    # ------------------------------------------------------------ the maintainer
+
     async def _run(self) -> None:
         interval_s = self.settings.view_sweep_interval_ms / 1000
         failures, last_cause = 0, ""
         while True:
             try:
+                if self.state.load_from:
+                    if self.source is None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._sourced.wait(), interval_s)
+                        continue
+                    await self._load(self.source)
+                    failures = 0
+                    continue
                 if self.state.offset_next < self.partition.end_offset:
                     await self._linger()
                     await self._fold()
@@ -130,6 +195,13 @@ class PartitionView:
                 return
             except asyncio.CancelledError:
                 raise
+            except LoadError as e:  # the upstream's answer: no traceback
+                failures += 1
+                delay_ms = ERROR_BACKOFF.delay_ms(failures)
+                log.warning("view of %s/%d: loading it failed (%s); retrying in %d ms (Bootstrap "
+                            "here is refused meanwhile)", self.partition.meta.name,
+                            self.partition.index, e, delay_ms)
+                await asyncio.sleep(delay_ms / 1000)
             except Exception as e:
                 VIEW_ERRORS.labels(self.partition.meta.name).inc()
                 failures += 1

@@ -48,9 +48,10 @@ from broker.config import VIEW_PASS_BYTES_MAX
 from broker.log import codec as log_codec
 from broker.log.rocks_store import RocksStore
 from broker.view import codec
-from broker.view.fold import Fold, account, expired_tombstones, remove_entries
+from broker.view.fold import Fold, account, expired_tombstones, fold_records, remove_entries
 from broker.view.fold_native import fold_bodies
 from broker.view.sizes import CAPACITY, EntrySizes, slice_starts
+from sdk.core.pb import keybus_pb2 as pb
 
 VIEW_FAMILY = "view"
 SLICE = 256  # events, keys or puts between two yields: about 1 ms of the GIL
@@ -93,6 +94,8 @@ class ViewStore:
         its records, their winners and its writes at once) into the view;
         returns the new state."""
         state = self.state(topic_id, partition)
+        if state.load_from:  # waits for its upstream's view (load.py): the log has a gap
+            return state
         if state.pass_end:
             state = self._finish_pass(topic_id, partition, state)
         fold, read = self._fold(topic_id, partition, state, end_offset, events_max, bytes_max)
@@ -165,7 +168,7 @@ class ViewStore:
         """Drop tombstones published before cutoff_ms (at most entries_max index
         entries per call); returns the new state."""
         state = self.state(topic_id, partition)
-        if state.pass_end:  # rule 4: the next fold_pass finishes it first
+        if state.pass_end or state.load_from:  # rule 4; or a load under way (load.py)
             return state
         stop = codec.tombstone_key(topic_id, partition, cutoff_ms, 0)
         index: list[tuple[bytes, bytes]] = []
@@ -201,6 +204,44 @@ class ViewStore:
                            codec.PREFIX.pack(topic_id, partition + 1), self._handle)
         self.log.write(batch, sync=False)
         return self.state(topic_id, partition)
+
+
+    def mark_for_load(self, topic_id: int, partition: int, start: int) -> codec.ViewState:
+        """Drop a partition's whole view and mark it as waiting for its upstream's
+        (load.py), the log now starting at `start`: one WriteBatch, so a crash
+        leaves the old view or the empty marked one, never a mix."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(codec.partition_prefix(topic_id, partition),
+                           codec.PREFIX.pack(topic_id, partition + 1), self._handle)
+        batch.put(codec.state_key(topic_id, partition),
+                  codec.ViewState(load_from=start).encode(), self._handle)
+        self.log.write(batch, sync=False)
+        return self.state(topic_id, partition)
+
+    def load_entries(self, topic_id: int, partition: int, records: Sequence[pb.Record],
+                     counted: codec.ViewState) -> codec.ViewState:
+        """Write the entries of snapshot records (each key once over the whole load)
+        into a view marked for loading; `counted` with them counted. The stored
+        state stays marked (load.py, rule 2)."""
+        fold = fold_records(topic_id, partition, records, 0, 0, _yield, self.slice)
+        keys, values = list(fold.entries), list(fold.entries.values())
+        after = account(counted, keys, self.sizes.sizes_of(values), [None] * len(keys),
+                        counted.offset_next, counted.scn)
+        puts = [*fold.entries.items(), *fold.tombstones]
+        for start in slice_starts(len(puts), self.slice, _yield):
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in puts[start:start + self.slice]:
+                batch.put(key, value, self._handle)
+            self.log.write(batch, sync=False)
+        return after
+
+    def finish_load(self, topic_id: int, partition: int,
+                    state: codec.ViewState) -> codec.ViewState:
+        """Write a loaded view's final, unmarked state (load.py, rule 4)."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.put(codec.state_key(topic_id, partition), state.encode(), self._handle)
+        self.log.write(batch, sync=False)
+        return state
 
 
 def _records(store: RocksStore, topic_id: int, partition: int, start: int, stop: int,

@@ -11,6 +11,13 @@ stream the leader's retention overtook (the replica read skipped the removed
 records, the follower refused the records past the gap, then its restart from
 its log end was refused).
 
+The topic keeps a compacted view (the broker's default). The follower's view
+cannot be folded across the offsets it never copied: it is loaded from the
+leader's, so a Bootstrap from the follower after the reset gives every key
+the leader's does, keys written only in the removed offsets included (before,
+those were silently missing), and `keybus_relay_follower_resets` counts the
+reset once.
+
 Method: a leader and a follower broker process with static relay config (no
 ZooKeeper); the leader checks retention every 50 ms on a topic with a small
 retention_bytes; the follower's own retention is left out (its check interval
@@ -35,6 +42,7 @@ import pytest
 from keybus.dev_cluster import BrokerRunner, free_port
 from sdk import Consumer
 from sdk.core.pb import keybus_pb2 as pb
+from tests.support.metrics import metrics_text
 from tests.support.relay_cluster import cluster_story, records, wait_for
 from tests.support.wire import int_batch, produce, stub
 
@@ -53,6 +61,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[BrokerRunner, BrokerRunner]]:
     """A leader trimming every 50 ms and its follower, topic t created (1 partition)."""
     leader = broker(tmp_path, "leader", "retention_check_interval_ms = 50\n[replication.t]\n")
     follower = broker(tmp_path, "follower", (
+        f"metrics_port = {free_port()}\n"
         "retention_check_interval_ms = 600000\nrelay_retry_backoff_ms = 50\n"
         f"relay_retry_backoff_max_ms = 500\n[replication.t]\nupstream = \"{leader.address}\"\n"))
     try:
@@ -118,9 +127,52 @@ class FollowingRead:
             self.ended = e
 
 
+def bootstrap(address: str) -> dict[int, int]:
+    """Key -> offset of its latest event, from a Bootstrap of t/0 (snapshot, then
+    catch-up to the end)."""
+    latest: dict[int, int] = {}
+    for response in stub(address).Bootstrap(pb.BootstrapRequest(topic="t"), timeout=20):
+        for record in response.records:
+            offsets = list(record.offsets) or list(
+                range(record.base_offset, record.base_offset + record.batch.count))
+            latest.update(zip(record.batch.key_ints, offsets, strict=True))
+    return latest
+
+
+def loaded(address: str) -> bool:
+    """A Bootstrap is served (False while the view is being loaded: UNAVAILABLE)."""
+    try:
+        list(stub(address).Bootstrap(pb.BootstrapRequest(topic="t", stop_offset=1), timeout=10))
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        assert "bootstrap from the leader" in str(e.details()), e.details()
+        return False
+    return True
+
+
+def reset_counts(follower: BrokerRunner) -> list[str]:
+    """The follower's reset counter lines for t/0."""
+    port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
+    return [line for line in metrics_text(port).splitlines()
+            if line.startswith("keybus_relay_follower_resets_total{") and 'topic="t"' in line]
+
+
+def check_view(leader: BrokerRunner, follower: BrokerRunner, only_removed: int) -> None:
+    """A Bootstrap from the follower gives what one from the leader gives, including
+    key `only_removed`, written only in offsets removed before the follower copied."""
+    wait_for(lambda: loaded(follower.address), 20, "the follower serves Bootstrap")
+    on_leader, on_follower = bootstrap(leader.address), bootstrap(follower.address)
+    assert only_removed in on_leader
+    missing = sorted(set(on_leader) - set(on_follower))
+    assert not missing, f"{len(missing)} keys missing on the follower, from {missing[:5]}"
+    assert on_follower == on_leader
+
+
 def check_reset(leader: BrokerRunner, follower: BrokerRunner, missed_from: int) -> None:
     """The follower holds what the leader holds, says where it reset once, refuses the
-    removed offsets as the leader does, and copies on."""
+    removed offsets as the leader does, counts the reset, serves the leader's view,
+    and copies on."""
     try:
         wait_for(lambda: offsets(follower.address) == offsets(leader.address), 20,
                  "the follower holds the leader's start..end")
@@ -144,8 +196,12 @@ def check_reset(leader: BrokerRunner, follower: BrokerRunner, missed_from: int) 
     assert found is not None and missed_from <= int(found[1]) < start \
         and int(found[2]) == start - 1, resets[0]
     assert "failed" not in "\n".join(lines), "\n".join(lines)  # no retried failure
+    assert reset_counts(follower) == ['keybus_relay_follower_resets_total{partition="0",topic="t"} 1.0']
+    check_view(leader, follower, 1_000)
     produce_records(leader.address, 10_000, 2)
     wait_for(lambda: offsets(follower.address)[1] == end + 2 * EVENTS, 10, "copies on")
+    wait_for(lambda: bootstrap(follower.address) == bootstrap(leader.address), 15,
+             "the follower's view folds on from the loaded one")
 
 
 def test_a_restarted_follower_resets_to_the_leaders_start(

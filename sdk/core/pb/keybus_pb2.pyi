@@ -2155,6 +2155,7 @@ class BootstrapRequest(_message.Message):
     INCLUDE_TOMBSTONES_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
     STOP_OFFSET_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     events_max: _builtins.int
@@ -2170,6 +2171,12 @@ class BootstrapRequest(_message.Message):
     """
     stop_offset: _builtins.int
     """Exclusive end offset of the catch-up/online log read (0 = none)."""
+    replica: _builtins.bool
+    """A relay follower loading its own view (its log restarted past offsets
+    its upstream's retention removed): the broker's per-source config
+    filters do not apply, as on a replica read. Needs the admin permission
+    on the topic besides consume.
+    """
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only these sources, streamed in this order (empty = every source, by name)."""
@@ -2200,10 +2207,11 @@ class BootstrapRequest(_message.Message):
         include_tombstones: _builtins.bool = ...,
         resume: Global___BootstrapResume | None = ...,
         stop_offset: _builtins.int = ...,
+        replica: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "resume", b"resume"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "replica", b"replica", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
