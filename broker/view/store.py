@@ -205,7 +205,6 @@ class ViewStore:
         self.log.write(batch, sync=False)
         return self.state(topic_id, partition)
 
-
     def mark_for_load(self, topic_id: int, partition: int, start: int) -> codec.ViewState:
         """Drop a partition's whole view and mark it as waiting for its upstream's
         (load.py), the log now starting at `start`: one WriteBatch, so a crash
