@@ -11,6 +11,7 @@ import time
 from typing import Literal
 
 from sdk.core.columns import Event
+from sdk.processor.leases import lease_lapsed
 from sdk.processor.metrics import ProcessorMetrics
 from sdk.reader import ReadBatch
 from sdk.stores.fencing import OwnershipLost
@@ -18,6 +19,11 @@ from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint, PartitionOwnership
 
 CloseReason = Literal["shutdown", "ownership_lost", "error"]
+
+
+def monotonic_ms() -> int:
+    """This machine's monotonic clock in ms: the clock leases are counted on."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class PartitionContext:
@@ -31,10 +37,13 @@ class PartitionContext:
         checkpoint: the last checkpoint read or written (None: none yet).
         end_offset: the log's end when the last batch was read (for lag).
         close_reason: None while open; then "shutdown", "ownership_lost" or "error".
+        renewed_at_ms: when the claim was last sent (monotonic_ms()); the
+            claim lapses `expiration_ms` later unless renewed (leases.py).
     """
 
     def __init__(self, ownership: PartitionOwnership, checkpoint_store: CheckpointStore,
-                 fencing: bool, metrics: ProcessorMetrics, lease_s: float) -> None:
+                 fencing: bool, metrics: ProcessorMetrics, expiration_ms: int,
+                 renewed_at_ms: int) -> None:
         self.namespace = ownership.namespace
         self.topic = ownership.topic
         self.consumer_group = ownership.consumer_group
@@ -48,8 +57,8 @@ class PartitionContext:
         self._store = checkpoint_store
         self._fencing = fencing
         self._metrics = metrics
-        self._lease_s = lease_s
-        self.lease_until = time.monotonic() + lease_s
+        self.expiration_ms = expiration_ms
+        self.renewed_at_ms = renewed_at_ms
 
     @property
     def epoch(self) -> int:
@@ -59,15 +68,15 @@ class PartitionContext:
     def lost(self) -> bool:
         return self.close_reason == "ownership_lost"
 
-    def renewed(self, ownership: PartitionOwnership, claimed_at: float) -> None:
-        """The processor renewed the claim (sent at monotonic `claimed_at`)."""
+    def renewed(self, ownership: PartitionOwnership, claimed_at_ms: int) -> None:
+        """The processor renewed the claim (sent at `claimed_at_ms`, monotonic_ms())."""
         self.ownership = ownership
-        self.lease_until = claimed_at + self._lease_s
+        self.renewed_at_ms = claimed_at_ms
 
-    def lease_expired(self) -> bool:
-        """Whether the claim may have expired in the store (by this machine's
-        monotonic clock, counted from when the renewal was sent)."""
-        return time.monotonic() > self.lease_until
+    def lease_lapsed(self, now_ms: int) -> bool:
+        """Whether the claim may have expired in the store at `now_ms`
+        (monotonic_ms(); counted from when the renewal was sent)."""
+        return lease_lapsed(self.renewed_at_ms, self.expiration_ms, now_ms)
 
     async def update_checkpoint(self, event: Event | ReadBatch | None = None) -> Checkpoint:
         """Record that processing got up to `event` (default: the last event of

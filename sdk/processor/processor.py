@@ -18,8 +18,11 @@ without on_error the log says it once per outage (`outages.py`), as it says
 a partition's failure once per outage of that partition (its pump reopens
 it every cycle); either way the log says when it works again. The
 partitions held keep running until their lease lapses by this machine's
-clock, so a processor cut off from the ownership store stops processing
-before another can take over.
+clock (the last renewal sent + the expiration, `leases.py`): then a watch
+task closes them ("ownership_lost") at once, event or not, even while a
+cycle hangs on the store, so a processor cut off from the ownership store
+stops processing, and stops calling them its own, before another can take
+over. A claim won again later reopens from the checkpoint.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from sdk.admin import Admin
 from sdk.channel import open_channel
 from sdk.processor import arguments
 from sdk.processor.balancer import Group, Strategy, plan_claims
-from sdk.processor.context import CloseReason, PartitionContext
+from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
+from sdk.processor.leases import lapsed_partitions, lease_lapsed, next_lapse_ms
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
 from sdk.processor.outages import OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
@@ -169,6 +173,8 @@ class EventProcessor:
         self._metrics = ProcessorMetrics(topic, consumer_group, self.owner_id)
         self._stopping = asyncio.Event()
         self._balancer: asyncio.Task[None] | None = None
+        self._lease_watch: asyncio.Task[None] | None = None
+        self._leases_changed = asyncio.Event()
         self._own_writes = OwnWrites(self.owner_id)
         self._duplicate: DuplicateOwnerId | None = None
         self._outage = OutageLog(f"event processor {topic}/{consumer_group}: balancing")
@@ -194,7 +200,9 @@ class EventProcessor:
         if self._fencing is None:
             self._fencing = fences(self._checkpoints)
         self._admin = Admin(self.broker, channel=self._channel, request_timeout_ms=timeout_ms)
-        self._balancer = asyncio.get_running_loop().create_task(self._balance_loop())
+        loop = asyncio.get_running_loop()
+        self._balancer = loop.create_task(self._balance_loop())
+        self._lease_watch = loop.create_task(self._watch_leases())
 
     async def stop(self) -> None:
         """Stop balancing, close every partition ("shutdown": callbacks in
@@ -204,6 +212,10 @@ class EventProcessor:
         self._stopping.set()
         with contextlib.suppress(asyncio.CancelledError):
             await self._balancer
+        if self._lease_watch is not None:
+            self._lease_watch.cancel()  # it only waits or stops pumps: nothing to finish
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_watch
         pumps = list(self._pumps.values())
         for pump in pumps:
             pump.stop("shutdown")
@@ -228,8 +240,11 @@ class EventProcessor:
 
     @property
     def owned_partitions(self) -> list[int]:
-        """Partitions being processed now (claimed and not closing)."""
-        return sorted(p for p, pump in self._pumps.items() if not pump.stopping)
+        """Partitions being processed now: claimed, the claim not lapsed by
+        this machine's clock (leases.py), and not closing."""
+        now_ms = monotonic_ms()
+        return sorted(p for p, pump in self._pumps.items()
+                      if not pump.stopping and not pump.context.lease_lapsed(now_ms))
 
     @property
     def stats(self) -> ProcessorStats:
@@ -285,7 +300,7 @@ class EventProcessor:
         group = Group(self.namespace, self.topic, self.consumer_group, self.owner_id)
         plan = plan_claims(group, len(info.partitions), listed, time.time_ns() // 1_000_000,
                            self.expiration_ms, self.strategy, random.getrandbits(64))
-        claimed_at = time.monotonic()
+        claimed_at_ms = monotonic_ms()  # the lease counts from the send (leases.py)
         try:
             won = await self._ownership.claim_ownership(plan.claims) if plan.claims else []
         except Exception:
@@ -296,11 +311,15 @@ class EventProcessor:
         self._own_writes.unsure(claim.partition for claim in plan.claims
                                 if claim.partition not in mine)
         self._metrics.cycle(len(plan.claims), len(won), plan.stolen in mine)
-        self._apply(mine, claimed_at)
+        self._apply(mine, claimed_at_ms)
 
-    def _apply(self, mine: dict[int, PartitionOwnership], claimed_at: float) -> None:
-        """Stop pumps of partitions lost (or won again under a new epoch),
-        renew the rest, start pumps for partitions newly won."""
+    def _apply(self, mine: dict[int, PartitionOwnership], claimed_at_ms: int) -> None:
+        """Stop pumps of partitions lost (or won again under a new epoch) or
+        whose claim lapsed before this answer, renew the rest, start pumps for
+        partitions newly won (or won again after a lapse) unless the claim
+        itself has lapsed already (the call outlasted the expiration)."""
+        now_ms = monotonic_ms()
+        self._close_lapsed(now_ms)
         for partition, pump in list(self._pumps.items()):
             record = mine.get(partition)
             if pump.stopping:
@@ -308,13 +327,47 @@ class EventProcessor:
             if record is None or record.epoch != pump.context.epoch:
                 pump.stop("ownership_lost")
             else:
-                pump.context.renewed(record, claimed_at)
+                pump.context.renewed(record, claimed_at_ms)
+        fresh = not lease_lapsed(claimed_at_ms, self.expiration_ms, now_ms)
         for partition, record in mine.items():
             running = self._pumps.get(partition)
-            if running is None or running.stopping:
-                self._start_pump(record, claimed_at, running)
+            if fresh and (running is None or running.stopping):
+                self._start_pump(record, claimed_at_ms, running)
         self._held = mine
         self._partition_outages.keep(mine)
+        self._metrics.owned(len(self.owned_partitions))
+        self._leases_changed.set()
+
+    async def _watch_leases(self) -> None:
+        """Close each partition when its claim lapses (leases.py), event or
+        not, even while a cycle waits on an unreachable store. Wakes at the
+        next lapse, or when a cycle renewed or started claims."""
+        while not self._stopping.is_set():
+            self._leases_changed.clear()
+            now_ms = monotonic_ms()
+            self._close_lapsed(now_ms)
+            lapse_ms = next_lapse_ms(self._renewals(), self.expiration_ms)
+            wait_ms = self.interval_ms if lapse_ms is None else max(1, lapse_ms - now_ms)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._leases_changed.wait(), wait_ms / 1000)
+
+    def _renewals(self) -> dict[int, int]:
+        """partition -> when its claim was last sent, for the pumps not closing."""
+        return {p: pump.context.renewed_at_ms for p, pump in self._pumps.items()
+                if not pump.stopping}
+
+    def _close_lapsed(self, now_ms: int) -> None:
+        """Stop the pumps whose claim lapsed at now_ms ("ownership_lost": the
+        close callback follows once the pump ends, a callback in progress first)."""
+        lapsed = lapsed_partitions(self._renewals(), self.expiration_ms, now_ms)
+        if not lapsed:
+            return
+        for partition in lapsed:
+            self._pumps[partition].stop("ownership_lost")
+        log.warning("event processor %s/%s: the claims of partitions %s lapsed (not renewed "
+                    "within ownership_expiration_ms=%d, e.g. the ownership store is "
+                    "unreachable); closing them until a claim is won again", self.topic,
+                    self.consumer_group, list(lapsed), self.expiration_ms)
         self._metrics.owned(len(self.owned_partitions))
 
     def _give_up(self) -> None:
@@ -326,12 +379,11 @@ class EventProcessor:
         self._partition_outages.keep(())
         self._metrics.owned(0)
 
-    def _start_pump(self, record: PartitionOwnership, claimed_at: float,
+    def _start_pump(self, record: PartitionOwnership, claimed_at_ms: int,
                     previous: PartitionPump | None) -> None:
         assert self._checkpoints is not None
         context = PartitionContext(record, self._checkpoints, bool(self._fencing), self._metrics,
-                                   self.expiration_ms / 1000)
-        context.renewed(record, claimed_at)
+                                   self.expiration_ms, claimed_at_ms)
         pump = PartitionPump(context, self._checkpoints, bool(self._fencing),
                              self._start_position, self._callbacks, self._open_reader,
                              self._metrics.events, self._partition_outages,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.processor.context import CloseReason, PartitionContext
+from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.outages import Line, PartitionOutages
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
@@ -186,7 +186,7 @@ class PartitionPump:
                 if batch is None:
                     return self._stop_reason
                 self._worked("reading")
-                if context.lease_expired():
+                if context.lease_lapsed(monotonic_ms()):  # the processor's watch may be late
                     return "ownership_lost"
                 context.last_batch = batch
                 context.end_offset = reader.end_offset

@@ -26,7 +26,7 @@ def context_of(tmp_path: Path, partition: int) -> tuple[PartitionContext, FileCh
     store = FileCheckpointStore(tmp_path)
     ownership = PartitionOwnership("", "orders", "billing", partition, "worker-a", "e1", 0, 1)
     metrics = ProcessorMetrics("orders", "billing", f"worker-a-{tmp_path.name}")
-    return PartitionContext(ownership, store, False, metrics, 60.0), store
+    return PartitionContext(ownership, store, False, metrics, 60_000, 0), store
 
 
 def batch(topic: str, partition: int, base_offset: int, count: int) -> ReadBatch:
