@@ -4,7 +4,11 @@ Debian's `redis-server` (installed by `ensure_program` when missing) runs as
 our child on a free port with a temp dir for its files, no persistence
 (`--save ''`, no AOF) unless asked; it is stopped by its PID. `restart()`
 kills it and starts a new one on the same port: with no persistence the
-data is gone, as after a crash of a cache-only Redis.
+data is gone, as after a crash of a cache-only Redis. With `persist=True`
+every write goes to an append-only file in that dir, fsynced before Redis
+answers (`--appendfsync always`), so even a SIGKILL loses nothing and
+`restart()` comes back with every key (and its expiry, which Redis keeps as
+an absolute time: a key whose time passed while it was down is gone).
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ def redis_unavailable() -> str | None:
 class RedisServer:
     """One redis-server process; `url` is redis://127.0.0.1:PORT/0."""
 
-    def __init__(self, directory: Path, port: int | None = None, password: str = "") -> None:
+    def __init__(self, directory: Path, port: int | None = None, password: str = "",
+                 persist: bool = False) -> None:
         self.directory = directory
         self.port = port or free_port()
         self.password = password  # "" = none; else --requirepass and in `url`
+        self.persist = persist  # AOF in `directory`, fsynced per write: restart() keeps the keys
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = directory / "redis.log"
 
@@ -46,8 +52,10 @@ class RedisServer:
         """Start and wait until it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--dir", str(self.directory), "--save", "", "--appendonly", "no",
-                   "--protected-mode", "no"]
+                   "--dir", str(self.directory), "--save", "",
+                   "--appendonly", "yes" if self.persist else "no", "--protected-mode", "no"]
+        if self.persist:
+            command += ["--appendfsync", "always"]
         if self.password:
             command += ["--requirepass", self.password]
         with open(self.log_path, "ab") as log:
@@ -89,6 +97,7 @@ class RedisServer:
             self.process.wait(10)
 
     def restart(self) -> None:
-        """Kill and start again on the same port: every key is gone."""
+        """Kill and start again on the same port: every key is gone, unless
+        `persist` (then every key written before the kill is back)."""
         self.kill()
         self.start()
