@@ -9,10 +9,11 @@ dead letters, and writes the cursor when it changed, at most every
 `cursor_persist_interval_ms`. It reads only up to the partition's durable
 `end_offset`.
 
-Consumer calls (`attach`, `detach`, `grant`, `ack`, `nack`, `seek`) come from
+Consumer calls (`attach`, `detach`, `grant`, `ack`, `nack`) come from
 the subscription manager on the same event loop, go straight to the core
-and wake the task; they never await (except `seek`, which persists), so
-they are atomic with respect to a round and need no lock. A commit runs the
+and wake the task; they never await, so they are atomic with respect to a
+round and need no lock (a seek moves the cores of every partition it names,
+then persists them in one write: `dispatcher_upkeep.seek_together`). A commit runs the
 round itself, without awaiting, while the task waits for a wake
 (`_round_now`), so following the tail its deliveries are queued in the
 commit's own step; background writes are `dispatcher_upkeep.py`'s.
@@ -473,14 +474,6 @@ class PartitionDispatcher(DispatcherUpkeep):
              now: int, rest_of_slots: dict[int, int]) -> None:
         """Give events back for redelivery after `delay_ms` (see `Nack.rest_of_slots`)."""
         self.core.process_nack(name, starts, stops, now + delay_ms, now, rest_of_slots)
-        self._wake.set()
-
-    async def seek(self, offset: int) -> None:
-        """Reset the cursor to `offset`: everything below counts as acknowledged,
-        everything from it on is delivered again (in flight events are forgotten)."""
-        self.core.process_seek(offset)
-        self.cache.clear()
-        await self._persist(now_ms())
         self._wake.set()
 
 

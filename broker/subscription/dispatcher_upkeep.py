@@ -1,7 +1,8 @@
 """A dispatcher's writes beside its rounds: dead letters and the cursor.
 
 Both run on tasks of their own so no delivery waits for them, one at a time each;
-their end wakes the round. `PartitionDispatcher` (dispatcher.py) takes them in as a
+their end wakes the round. A seek (`seek_together`) moves several partitions'
+cursors and writes them in one batch. `PartitionDispatcher` (dispatcher.py) takes them in as a
 base class; what they use of it is declared below.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from broker.log.rocks_store import RocksStore
@@ -133,10 +134,66 @@ class DispatcherUpkeep:
             self.core.dirty = True  # written again at the next persist interval
             self._wake.set()
             return
+        self.written(cursor)
+        if background and self.core.dirty:
+            self._wake.set()  # changed meanwhile: the round persists again when due
+
+    def written(self, cursor: Cursor) -> None:
+        """`cursor` is on disk: what DescribeSubscription reports as persisted."""
         self.persisted_mark_delete = cursor.mark_delete
         self.persisted_acked_ranges = cursor.acked_range_count()
         # The records wholly below it go at the round's next trim (never between the
         # round's cache look-ups and its sends, which this write may land between).
         self._cache_floor = cursor.mark_delete
-        if background and self.core.dirty:
-            self._wake.set()  # changed meanwhile: the round persists again when due
+
+
+async def seek_together(store: RocksStore, dispatchers: Sequence[DispatcherUpkeep],
+                        offsets: Sequence[int]) -> None:
+    """Move the cursors of one subscription on several partitions (`dispatchers[i]`
+    to `offsets[i]`) and write them in one WriteBatch: on disk all of them or none.
+
+    Why: written partition by partition (one awaited write each), a broker killed
+    between two writes came back with some partitions moved and the others not, a
+    SeekSubscription that failed for its caller yet was half done. Rules:
+    1. The cores move in one step (no await between them), so no round and no
+       consumer call sees some partitions moved and others not.
+    2. A background cursor write in flight holds a cursor from before the seek: it
+       lands first.
+    3. Until the seek's write lands it is every dispatcher's `_persist_task`: no
+       background write starts (one partition's newer cursor landing before the
+       seek's would be half of it on disk), and a stop (the subscription or its
+       topic deleted) waits for it, so it never lands after their keys are deleted.
+    4. It runs to the end even if the caller goes away: the cores moved already.
+    """
+    earlier = [d._persist_task for d in dispatchers if d._persist_task is not None]
+    for dispatcher, offset in zip(dispatchers, offsets, strict=True):
+        dispatcher.core.process_seek(offset)
+        dispatcher.cache.clear()
+    write = asyncio.get_running_loop().create_task(_write_seek(store, dispatchers, earlier))
+    now = now_ms()
+    for dispatcher in dispatchers:
+        dispatcher._persist_task = write
+        dispatcher._last_persist_ms = now
+    await asyncio.shield(write)
+
+
+async def _write_seek(store: RocksStore, dispatchers: Sequence[DispatcherUpkeep],
+                      earlier: list[asyncio.Task[None]]) -> None:
+    for task in earlier:  # rule 2
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    cursors = [d.core.snapshot() for d in dispatchers]
+    first = dispatchers[0]
+    try:
+        await asyncio.to_thread(store.put_cursors, first.partition.meta.topic_id, first.spec.name,
+                                {d.index: c.to_bytes() for d, c in zip(dispatchers, cursors,
+                                                                       strict=True)})
+    except Exception:
+        for dispatcher in dispatchers:
+            dispatcher.core.dirty = True  # the rounds write them again
+        raise
+    finally:
+        for dispatcher in dispatchers:
+            dispatcher._wake.set()
+    for dispatcher, cursor in zip(dispatchers, cursors, strict=True):
+        dispatcher.written(cursor)

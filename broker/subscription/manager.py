@@ -40,7 +40,7 @@ from broker.subscription.cursor import Cursor
 from broker.subscription.dead_letter_cycle import Hop, by_topic, cycle_text, find_cycle
 from broker.subscription.dead_letter_watch import CycleWatch, report_cycles
 from broker.subscription.dispatcher import PartitionDispatcher
-from broker.subscription.dispatcher_upkeep import ForwardsDeadLetters
+from broker.subscription.dispatcher_upkeep import ForwardsDeadLetters, seek_together
 from broker.subscription.open_rules import check_open, check_room, check_sticky, consumer_spec
 from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.share_budget import ShareBudget
@@ -400,7 +400,8 @@ class SubscriptionManager:
 
     async def seek(self, topic: str, name: str, position: pb.StartPosition,
                    partitions: list[int]) -> pb.SubscriptionInfo:
-        """Move the cursor of the named partitions (all when empty) and persist it."""
+        """Move the cursor of the named partitions (all when empty) and persist them
+        in one write: after a crash, all of them moved or none."""
         subscription = self._subscription(topic, name)
         if position.WhichOneof("position") is None:
             raise BrokerError("start_invalid")
@@ -409,14 +410,13 @@ class SubscriptionManager:
             if index >= subscription.meta.partitions:
                 raise BrokerError("partition_out_of_range", partition=index, topic=topic,
                                   last=subscription.meta.partitions - 1)
-        offsets = {i: subscription.dispatchers[i].partition.resolve_start(position, unset_is_latest=True)
-                   for i in indexes}
+        dispatchers = [subscription.dispatchers[i] for i in indexes]
+        offsets = [d.partition.resolve_start(position, unset_is_latest=True) for d in dispatchers]
         async with self._create_lock:  # a delete of the topic waits for these writes
             self._live_meta(subscription.meta)
             if self._topics.get(topic, {}).get(name) is not subscription:
                 raise BrokerError("subscription_deleted", subscription=name, topic=topic)
-            for index, offset in offsets.items():
-                await subscription.dispatchers[index].seek(offset)
+            await seek_together(self.store, dispatchers, offsets)  # one write: all or none
         return self.describe(topic, name)
 
     async def delete(self, topic: str, name: str, force: bool) -> None:
