@@ -17,6 +17,13 @@ Rules (Kafka's guarantees, kept here):
    and a cursor walks the compactable head round and round, so records
    compacted once are compacted again as later events supersede theirs
    (Kafka's cleaner re-cleans too).
+5. A tombstone goes only in a round that began after the view held it
+   (`settled_below`: the limit when the round began at the head): that
+   round removed its key's older events before reaching it. Dropped in the
+   round that first saw it, it left the older events of its key, which the
+   round had passed before the delete came, in the log until the next round,
+   and a reader from the start saw the deleted key alive (a probe with
+   delete_retention_ms 300 found 31 of 300 keys so).
 
 `survivors` is the pure decision; `Compactor` is the shell that runs on the
 partition task (its retention command), so nothing appends meanwhile.
@@ -47,14 +54,21 @@ if TYPE_CHECKING:
 
 
 def survivors(offsets: Sequence[int], opcodes: Sequence[int], publish_time_ms: int,
-              entries: Sequence[bytes | None], now_ms: int, delete_retention_ms: int) -> list[int]:
-    """Positions of a record's events that compaction keeps (rule 1)."""
+              entries: Sequence[bytes | None], now_ms: int, delete_retention_ms: int,
+              settled_below: int) -> list[int]:
+    """Positions of a record's events that compaction keeps (rules 1 and 5). An
+    entry of None: the view holds nothing for the key (its tombstone was swept)."""
     keep: list[int] = []
     tombstone_deadline = now_ms - delete_retention_ms
     for i, (offset, value) in enumerate(zip(offsets, entries, strict=True)):
-        if value is None or codec.entry_offset(value) != offset:
+        unsettled = opcodes[i] == pb.DELETE and offset >= settled_below
+        if value is None:
+            if unsettled:  # swept from the view, but its key's older events may remain
+                keep.append(i)
             continue
-        if opcodes[i] == pb.DELETE and publish_time_ms <= tombstone_deadline:
+        if codec.entry_offset(value) != offset:
+            continue
+        if opcodes[i] == pb.DELETE and publish_time_ms <= tombstone_deadline and not unsettled:
             continue
         keep.append(i)
     return keep
@@ -80,6 +94,7 @@ class Compactor:
         self.view = view
         self.settings = settings
         self.cursor = 0  # the next record to look at; wraps to the head
+        self.settled_below: int | None = None  # rule 5; None: no round began yet
 
     async def compact(self, floor: int | None, now_ms: int) -> tuple[int, int]:
         """One bounded compaction step; returns (start_offset, bytes removed)."""
@@ -98,13 +113,14 @@ class Compactor:
     def _compact(self, floor: int | None, now_ms: int) -> tuple[int, int]:
         p = self.partition
         limit = self._limit(floor, now_ms)
-        if self.cursor >= limit or self.cursor < p.start_offset:
-            self.cursor = p.start_offset
+        if self.settled_below is None or self.cursor >= limit or self.cursor < p.start_offset:
+            self.cursor = p.start_offset  # a new round (rule 5)
+            self.settled_below = limit
         rewrites: list[Rewrite] = []
         from_head = self.cursor == p.start_offset
         records = self._head(self.cursor, limit)
         for base, value, _ in records:
-            rewrite = self._rewrite(base, value, now_ms)
+            rewrite = self._rewrite(base, value, now_ms, self.settled_below)
             if rewrite is not None:
                 rewrites.append(rewrite)
         self.cursor = records[-1][2] if records else limit
@@ -130,7 +146,7 @@ class Compactor:
                 break
         return found
 
-    def _rewrite(self, base: int, value: bytes, now_ms: int) -> Rewrite | None:
+    def _rewrite(self, base: int, value: bytes, now_ms: int, settled_below: int) -> Rewrite | None:
         header = log_codec.decode_header(value)
         record = pb.Record.FromString(log_codec.record_bytes(value))
         batch = record.batch
@@ -138,7 +154,7 @@ class Compactor:
         keys = entry_keys(codec.entries_prefix(p.meta.topic_id, p.index), batch)
         keep = survivors(record_offsets(record), expand(batch.opcodes, batch.count, pb.UPSERT),
                          header.publish_time_ms, self.views.get_entries(keys), now_ms,
-                         self.view.delete_retention_ms)
+                         self.view.delete_retention_ms, settled_below)
         if len(keep) == batch.count:
             return None
         if not keep:

@@ -178,8 +178,10 @@ def test_compaction_keeps_latest_events_and_fresh_tombstones() -> None:
     offsets = [10, 11, 12, 13]
     opcodes = [pb.UPSERT, pb.UPSERT, pb.DELETE, pb.DELETE]
     entries = [entry(10, pb.UPSERT), entry(20, pb.UPSERT), entry(12, pb.DELETE), None]
-    assert survivors(offsets, opcodes, 1_000, entries, now_ms=1_500, delete_retention_ms=1_000) == [0, 2]
-    assert survivors(offsets, opcodes, 1_000, entries, now_ms=2_000, delete_retention_ms=1_000) == [0]
+    assert survivors(offsets, opcodes, 1_000, entries, now_ms=1_500, delete_retention_ms=1_000,
+                     settled_below=14) == [0, 2]
+    assert survivors(offsets, opcodes, 1_000, entries, now_ms=2_000, delete_retention_ms=1_000,
+                     settled_below=14) == [0]
 
 
 def test_sparse_record_reads_back_dense_with_its_real_positions() -> None:
