@@ -40,7 +40,8 @@ POSITIVE_SETTINGS = frozenset({
     "event_bytes_max", "batch_events_max", "request_bytes_max", "topic_name_bytes_max",
     "partitions_max", "commit_requests_max", "commit_bytes_max", "partition_queue_requests_max",
     "produce_in_flight_max", "producer_expiry_ms", "read_events_max", "read_bytes_max",
-    "retention_check_interval_ms", "default_partitions", "subscriptions_per_topic_max",
+    "retention_check_interval_ms", "auth_recheck_interval_ms", "default_partitions",
+    "subscriptions_per_topic_max",
     "consumers_per_subscription_max", "consumer_permits_max", "consumer_unacked_events_max",
     "consumer_outbox_messages_max", "consumer_outbox_bytes_max",
     "consumer_outbox_broker_bytes_max", "look_ahead_events_max",
@@ -263,6 +264,10 @@ class Settings:
         "--tls-client-ca-file).")
     auth_superusers: str = setting("", "Comma-separated principals holding every permission "
                                    "(they manage grants).")
+    auth_recheck_interval_ms: int = setting(
+        5_000, "How often open streams (Subscribe, Read, Bootstrap, Produce) are re-checked "
+        "against the grants: a revoked right ends its streams within this time. A token's "
+        "expiry ends them at once, by a timer.")
     acl_file: str = setting("", "TOML file of grants added to the store at start ([[grant]] "
                             "principal, topic, permissions).")
     # Event processor stores (ownership and checkpoints of consumer groups).

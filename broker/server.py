@@ -294,7 +294,8 @@ def interceptors(settings: Settings, access: AccessTable) -> list[grpc.aio.Serve
     guard = GuardInterceptor(settings.request_bytes_max)
     if not security.auth_enabled(settings):
         return [StreamWriteInterceptor(), guard]
-    return [StreamWriteInterceptor(), AuthInterceptor(security.authenticator(settings), access),
+    return [StreamWriteInterceptor(), AuthInterceptor(security.authenticator(settings), access,
+                                                       settings.auth_recheck_interval_ms),
             guard]
 
 

@@ -10,6 +10,10 @@ the permission, and reaches no servicer, so it changes nothing. On Produce
 every request is checked (each names its topic) and a refused one is
 answered in the stream; on Subscribe the `open` message is checked.
 
+A streaming call stays registered in `StreamRights` while it is open: it is
+ended when its token expires, or when the right its opening request needed
+is revoked (rpc/stream_rights.py).
+
 Health checks and reflection are not Keybus methods and stay open. The
 principal of the current call is in `current_principal` for servicers that
 need it (WhoAmI).
@@ -17,6 +21,7 @@ need it (WhoAmI).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,11 +31,14 @@ import grpc
 
 from broker.errors import BrokerError
 from broker.rpc.guard import ANSWERED_IN_STREAM, SERVICE_PREFIX, Refused, method_name
+from broker.rpc.stream_rights import StreamRights
 from broker.security.permissions import AccessTable, Rule, decide, rule_for
 from broker.security.providers import (
+    TOKEN_EXPIRED,
     AuthenticationError,
     Authenticator,
     Credentials,
+    Identity,
     bearer_token,
 )
 from sdk.core.pb import keybus_pb2 as pb
@@ -45,13 +53,35 @@ def certificate_name(context: grpc.aio.ServicerContext) -> str:
 
 
 class CallCheck:
-    """The checks of one call: who it is, and whether a request is allowed."""
+    """The checks of one call: who it is, and whether a request is allowed.
 
-    def __init__(self, name: str, rule: Rule, table: AccessTable, principal: str) -> None:
+    `opening` is the request whose right a stream keeps while open (a Read's
+    or Bootstrap's request, Subscribe's `open`); None where every request is
+    checked (Produce). `expires_s`: when the credentials stop being valid.
+    """
+
+    def __init__(self, name: str, rule: Rule, table: AccessTable, principal: str,
+                 expires_s: float | None = None) -> None:
         self.name = name
         self.rule = rule
         self.table = table
         self.principal = principal
+        self.expires_s = expires_s
+        self.opening: Any = None
+
+    def recheck(self, now_s: float) -> BrokerError | None:
+        """Why an open stream must end now (expired credentials, a revoked
+        right), or None. Pure given the table; the decision is cached there."""
+        if self.expires_s is not None and now_s >= self.expires_s:
+            return BrokerError("unauthenticated", detail=f"{self.name}: {TOKEN_EXPIRED} (an "
+                               "open stream ends when the token it was opened with expires)")
+        if self.opening is None:
+            return None
+        denied = decide(self.table, self.principal, self.rule, self.opening)
+        if denied is None:
+            return None
+        return BrokerError("permission_denied", detail="the right this stream was opened with "
+                           f"was revoked: {denied.message(self.name)}")
 
     def denial(self, request: Any) -> BrokerError | None:
         if isinstance(request, Refused):
@@ -66,6 +96,9 @@ class CallCheck:
         async for request in requests:
             error = self.denial(request)
             if error is None:
+                if self.opening is None and self.name not in ANSWERED_IN_STREAM \
+                        and not isinstance(request, Refused):
+                    self.opening = request  # Subscribe's open: the right the stream keeps
                 yield request
             elif self.name in ANSWERED_IN_STREAM:
                 yield Refused(error, request)
@@ -83,18 +116,22 @@ class CallCheck:
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Authenticates every Keybus call and authorizes each request."""
 
-    def __init__(self, authenticator: Authenticator, table: AccessTable) -> None:
+    def __init__(self, authenticator: Authenticator, table: AccessTable,
+                 recheck_interval_ms: int = 5_000) -> None:
         self.authenticator = authenticator
         self.table = table
+        self.rights = StreamRights(recheck_interval_ms)
 
     def _check(self, name: str, token: str, context: grpc.aio.ServicerContext) -> CallCheck:
         cert_name = certificate_name(context) if self.authenticator.certificate_principal else ""
         try:
-            principal = self.authenticator.authenticate(Credentials(token, cert_name), time.time())
+            identity: Identity = self.authenticator.identify(Credentials(token, cert_name),
+                                                             time.time())
         except AuthenticationError as e:
             raise BrokerError("unauthenticated", detail=f"{name}: {e}") from None
-        current_principal.set(principal)
-        return CallCheck(name, rule_for(name), self.table, principal)
+        current_principal.set(identity.principal)
+        return CallCheck(name, rule_for(name), self.table, identity.principal,
+                         identity.expires_s)
 
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
@@ -133,13 +170,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _server_stream(self, name: str, token: str, inner: Any) -> Any:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
-                error = self._check(name, token, context).denial(request)
+                check = self._check(name, token, context)
+                error = check.denial(request)
             except BrokerError as e:
                 error = e
             if error is not None:
                 await context.abort(error.code, error.message)
-            async for response in inner(request, context):
-                yield response
+            check.opening = request
+            stream = self.rights.opened(check)
+            try:
+                async with contextlib.aclosing(inner(request, context)) as responses:
+                    async for response in responses:
+                        yield response
+            finally:
+                self.rights.closed(stream)
         return behavior
 
     def _bidi(self, name: str, token: str, inner: Any) -> Any:
@@ -149,8 +193,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 check = self._check(name, token, context)
             except BrokerError as e:
                 await context.abort(e.code, e.message)
-            async for response in inner(check.requests(requests), context):
-                yield response
+            stream = self.rights.opened(check)
+            try:
+                async with contextlib.aclosing(inner(check.requests(requests), context)
+                                               ) as responses:
+                    async for response in responses:
+                        yield response
+            finally:
+                self.rights.closed(stream)
         return behavior
 
     def _client_stream(self, name: str, token: str, inner: Any) -> Any:

@@ -14,10 +14,17 @@ Unary requests are refused here. On streams, Produce answers a `Refused`
 in the stream (it reaches the servicer, which echoes the request id when
 the bytes parsed); on every other stream a `Refused` message ends the call
 with its status, raised where the servicer reads its next request.
+
+A wrapping stream closes the stream it wraps when it is closed itself
+(`aclosing`): a call ended while a response was being written (a client gone,
+or ended by the broker: stream_writes.py) runs the servicer's `finally` in
+its own task at once, not later in a task of the garbage collector's, after
+the call's status is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +91,9 @@ def _unary_request(behavior: Callable[..., Any], streaming_response: bool) -> Ca
                                   ) -> AsyncIterator[Any]:
             if isinstance(request, Refused):
                 await context.abort(request.error.code, request.error.message)
-            async for response in behavior(request, context):
-                yield response
+            async with contextlib.aclosing(behavior(request, context)) as responses:
+                async for response in responses:
+                    yield response
         return stream_behavior
 
     async def unary_behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -100,8 +108,10 @@ def _stream_request(behavior: Callable[..., Any], streaming_response: bool
     if streaming_response:
         async def bidi(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[Any]:
-            async for response in behavior(raise_refused(requests), context):
-                yield response
+            async with contextlib.aclosing(behavior(raise_refused(requests), context)
+                                           ) as responses:
+                async for response in responses:
+                    yield response
         return bidi
 
     async def client_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext

@@ -12,6 +12,13 @@ responses itself. A failed write ends the call the way gRPC ends a cancelled
 one: the generator is closed at once (its `finally` blocks run: a consumer is
 detached, a bootstrap slot is given back) and `CancelledError` ends the
 handler, which gRPC logs at DEBUG. There is nobody left to send a status to.
+
+The broker can also end an open stream from outside it (`end_stream`: its
+token expired, its grant was revoked; rpc/stream_rights.py): the call's task
+is cancelled, wherever it waits (in the servicer, or in a write here), every
+`finally` runs as on a client cancel, and the status recorded for the task is
+then sent here. A task cancelled without a status would leave the client
+waiting on a stream that sends nothing more.
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from grpc._cython import cygrpc
+
+from broker.errors import BrokerError
 
 log = logging.getLogger("keybus.rpc")
 
@@ -34,19 +44,43 @@ WRITE_FAILED: type[Exception] = cygrpc.ExecuteBatchError
 
 Responses = Callable[[Any, grpc.aio.ServicerContext], AsyncGenerator[Any, None]]
 
+# Calls the broker ended from outside, by their task: the status to send.
+_ENDED: weakref.WeakKeyDictionary[asyncio.Task[Any], BrokerError] = weakref.WeakKeyDictionary()
+
+
+def end_stream(task: asyncio.Task[Any], error: BrokerError) -> None:
+    """End a streaming call (its task) with `error`'s status."""
+    if not task.done():
+        _ENDED[task] = error
+        task.cancel()
+
+
+async def _send_end_status(context: grpc.aio.ServicerContext) -> None:
+    """After a cancel: send the status `end_stream` recorded, or stay cancelled."""
+    task = asyncio.current_task()
+    error = _ENDED.pop(task, None) if task is not None else None
+    if error is None:
+        raise asyncio.CancelledError()
+    assert task is not None
+    task.uncancel()
+    await context.abort(error.code, error.message)
+
 
 def written_by_us(method: str, responses: Responses
                   ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
     """A coroutine handler that writes what `responses` yields."""
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
         stream = responses(request, context)
-        async with contextlib.aclosing(stream):
-            async for response in stream:
-                try:
-                    await context.write(response)
-                except WRITE_FAILED:
-                    log.debug("%s: the client went away; its stream ends", method)
-                    raise asyncio.CancelledError() from None
+        try:
+            async with contextlib.aclosing(stream):
+                async for response in stream:
+                    try:
+                        await context.write(response)
+                    except WRITE_FAILED:
+                        log.debug("%s: the client went away; its stream ends", method)
+                        raise asyncio.CancelledError() from None
+        except asyncio.CancelledError:
+            await _send_end_status(context)
     return handler
 
 

@@ -80,8 +80,8 @@ class AccessTable:
     """The grants in memory, indexed by principal, with a decision cache.
 
     The cache is cleared on every change, so a revoke takes effect on the
-    next call (a stream already open keeps the right it was opened with,
-    except Produce, which is checked per request).
+    next call; Produce is checked per request, and a stream already open is
+    re-checked every auth_recheck_interval_ms (rpc/stream_rights.py).
     """
 
     superusers: frozenset[str] = frozenset()

@@ -1,9 +1,11 @@
 """Authentication: who is calling, from a bearer token or a client certificate.
 
-One small interface, `TokenProvider.principal_of(token, now_s)`, with two
+One small interface, `TokenProvider.identify(token, now_s)`, with two
 implementations: a static token file (token -> principal) and signed JWTs
 (HS256 with a shared secret or RS256 with a public key, through `pyjwt`;
-the `sub` claim is the principal, `exp` is required). `Authenticator`
+the `sub` claim is the principal, `exp` is required). An identity carries
+when it stops being valid (a JWT's `exp` plus the leeway; a static token
+never), so a stream opened with it can be ended then (rpc/stream_rights.py). `Authenticator`
 combines them with the mTLS subject: a presented token decides (a wrong one
 is refused, never passed over for the certificate); without a token, the
 client certificate's common name is the principal when the broker allows it.
@@ -24,10 +26,22 @@ class AuthenticationError(Exception):
     """The caller could not be identified; the message says why (never the secret)."""
 
 
+# What a call whose JWT expired is told, at open and when its stream is ended for it.
+TOKEN_EXPIRED = "token expired; get a new one"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a call is, and until when (epoch seconds; None: no expiry)."""
+
+    principal: str
+    expires_s: float | None = None
+
+
 class TokenProvider(Protocol):
-    def principal_of(self, token: str, now_s: float) -> str | None:
-        """The principal this token stands for; None when the provider does not
-        know it; AuthenticationError when it knows it is bad (expired, forged)."""
+    def identify(self, token: str, now_s: float) -> Identity | None:
+        """Who this token stands for; None when the provider does not know it;
+        AuthenticationError when it knows it is bad (expired, forged)."""
 
 
 def _digest(token: str) -> bytes:
@@ -63,8 +77,13 @@ class StaticTokens:
             by_digest[_digest(token)] = principal
         return cls(by_digest)
 
+    def identify(self, token: str, now_s: float) -> Identity | None:
+        principal = self.by_digest.get(_digest(token))
+        return None if principal is None else Identity(principal)
+
     def principal_of(self, token: str, now_s: float) -> str | None:
-        return self.by_digest.get(_digest(token))
+        identity = self.identify(token, now_s)
+        return None if identity is None else identity.principal
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,10 @@ class JwtTokens:
     leeway_s: float = 0.0
 
     def principal_of(self, token: str, now_s: float) -> str | None:
+        identity = self.identify(token, now_s)
+        return None if identity is None else identity.principal
+
+    def identify(self, token: str, now_s: float) -> Identity | None:
         if token.count(".") != 2:
             return None  # not a JWT: another provider's token
         try:
@@ -98,7 +121,7 @@ class JwtTokens:
                 issuer=self.issuer or None, audience=self.audience or None,
                 options={"require": ["exp", "sub"], "verify_aud": bool(self.audience)})
         except jwt.ExpiredSignatureError:
-            raise AuthenticationError("token expired; get a new one") from None
+            raise AuthenticationError(TOKEN_EXPIRED) from None
         except jwt.InvalidSignatureError:
             raise AuthenticationError("token signature does not verify") from None
         except jwt.PyJWTError as e:
@@ -106,7 +129,8 @@ class JwtTokens:
         subject = claims["sub"]
         if not isinstance(subject, str) or not subject:
             raise AuthenticationError("token has an empty sub claim")
-        return subject
+        # Valid while jwt.decode accepts it: up to exp plus the leeway.
+        return Identity(subject, float(claims["exp"]) + self.leeway_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +151,18 @@ class Authenticator:
 
     def authenticate(self, credentials: Credentials, now_s: float) -> str:
         """The principal, or AuthenticationError saying what was missing or wrong."""
+        return self.identify(credentials, now_s).principal
+
+    def identify(self, credentials: Credentials, now_s: float) -> Identity:
+        """The identity, or AuthenticationError saying what was missing or wrong."""
         if credentials.token:
             for provider in self.providers:
-                principal = provider.principal_of(credentials.token, now_s)
-                if principal is not None:
-                    return principal
+                identity = provider.identify(credentials.token, now_s)
+                if identity is not None:
+                    return identity
             raise AuthenticationError("the bearer token is not known to this broker")
         if self.certificate_principal and credentials.certificate_name:
-            return credentials.certificate_name
+            return Identity(credentials.certificate_name)
         ways = ["a bearer token (metadata `authorization: Bearer TOKEN`)"] if self.providers else []
         if self.certificate_principal:
             ways.append("a client certificate")
