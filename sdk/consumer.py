@@ -37,7 +37,14 @@ from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
 from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
-from sdk.reconnect import ConnectionCallback, Link, ended_on_write, failure_of, log_connection_change
+from sdk.reconnect import (
+    ConnectionCallback,
+    Link,
+    ended_on_write,
+    failure_of,
+    log_connection_change,
+    reauthenticates,
+)
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
@@ -354,6 +361,9 @@ class Consumer:
                     if self._closed:
                         return
                     self._stream.close()
+                    if self.config.reconnect and reauthenticates(e):  # its token expired
+                        await self._connect(reconnecting=True)  # a refusal raises: rule 6
+                        continue
                     if not self.config.reconnect or e.code() not in _RETRIABLE:
                         raise errors.from_rpc_error(e, self.broker) from None
                     if not (ended_on_write(e) and  # the broker may be there: ask it at once

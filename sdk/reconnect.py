@@ -189,6 +189,14 @@ def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
     return details.split("; ")[0], False
 
 
+def reauthenticates(error: grpc.RpcError) -> bool:
+    """Whether an open stream's end asks for a new call with credentials read
+    anew (rule 6): the broker ended it because its token expired. Only for a
+    stream that was open: the same status at open is the client's error."""
+    code_fn = getattr(error, "code", None)
+    return callable(code_fn) and code_fn() == grpc.StatusCode.UNAUTHENTICATED
+
+
 def ended_on_write(error: grpc.RpcError) -> bool:
     """Whether grpcio ended the stream because a request's write failed (INTERNAL,
     "Internal error from Core"): the call had ended already, by the broker's status

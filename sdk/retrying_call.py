@@ -6,9 +6,10 @@ one stopped. How long to retry and what to tell is the link rule of
 sdk/reconnect.py: a broker never reached fails within connect_timeout_ms; a
 lost one is told through `on_connection_change` and retried for
 retry_timeout_ms (following: forever by default), then the error is raised
-as a KeybusError. With several brokers, `prepare` finds the topic's leader
-before each attempt (sdk/cluster.py); its Unavailable counts as a failed
-attempt.
+as a KeybusError. A call the broker ended because its token expired is
+opened again at once with credentials read anew (rule 6). With several
+brokers, `prepare` finds the topic's leader before each attempt
+(sdk/cluster.py); its Unavailable counts as a failed attempt.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sdk.reconnect import (
     RetryPolicy,
     failure_of,
     log_connection_change,
+    reauthenticates,
 )
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
@@ -68,6 +70,7 @@ class RetryingCall:
                                               backoff_max_ms))
         self._on_connection_change = on_connection_change or log_connection_change
         self._call: Any = None
+        self._answered = False  # the open call sent a message (so it was authenticated)
         self.reconnects = 0  # calls opened again after a failure
 
     async def read(self) -> Any:
@@ -82,11 +85,15 @@ class RetryingCall:
                     if self._prepare is not None:
                         await self._prepare()
                     self._call = self._open()
+                    self._answered = False
                 message = await self._call.read()
             except (grpc.RpcError, errors.Unavailable) as e:
                 self._call = None
                 if cancelling():  # a cancel gRPC turned into CANCELLED: stop, do not retry
                     raise asyncio.CancelledError from None
+                if self._answered and isinstance(e, grpc.RpcError) and reauthenticates(e):
+                    self.reconnects += 1  # its token expired: open it again now (rule 6)
+                    continue
                 reason, never_reached = self._failure(e)
                 delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
                 if note is not None:
@@ -98,6 +105,7 @@ class RetryingCall:
                 note = self._link.process_connected(_now_ms())
                 if note is not None:
                     await self._report(True, note)
+            self._answered = True  # the call was open: its credentials were accepted
             if message is grpc.aio.EOF:
                 self._call = None
                 return None

@@ -2,8 +2,10 @@
 
 `ClientSecurity` holds a CA bundle (TLS: the broker's certificate must chain
 to it), an optional client certificate and key (mTLS) and an optional bearer
-token (a static token or a JWT; from a string or a file read at each
-connect, so a rotated file is picked up). Every SDK client takes one as
+token (a static token or a JWT; from a string or a file read at each call,
+so a rotated file is picked up by the next call: a stream the broker ended
+because its token expired is opened again with the new one,
+sdk/reconnect.py rule 6). Every SDK client takes one as
 `security=`; without one the client uses the ambient default (`use()`, set
 by the CLI from its options), else plain text.
 
@@ -88,8 +90,9 @@ class ClientSecurity:
             return None
         if not token:
             return transport
-        return grpc.composite_channel_credentials(
-            transport, grpc.access_token_call_credentials(token))
+        call = (grpc.metadata_call_credentials(TokenFileReader(self), "keybus-token-file")
+                if self.token_file else grpc.access_token_call_credentials(token))
+        return grpc.composite_channel_credentials(transport, call)
 
     def channel_options(self) -> list[tuple[str, str]]:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
@@ -105,6 +108,24 @@ class ClientSecurity:
                        token_file=env.get("KEYBUS_TOKEN_FILE", ""),
                        server_name=env.get("KEYBUS_TLS_SERVER_NAME", ""))
         return None if security == cls() else security
+
+
+class TokenFileReader(grpc.AuthMetadataPlugin):  # type: ignore[misc]
+    """The token of `security.token_file`, read at every call (a few microseconds;
+    calls are streams and admin calls, not events): a rotated token reaches the
+    broker with the next call, never a stale one held since the channel opened."""
+
+    def __init__(self, security: ClientSecurity) -> None:
+        self.security = security
+
+    def __call__(self, context: grpc.AuthMetadataContext,
+                 callback: grpc.AuthMetadataPluginCallback) -> None:
+        try:
+            token = self.security.bearer_token()
+        except ValueError as e:  # the call fails naming the file (gRPC: UNAVAILABLE)
+            callback((), e)
+            return
+        callback((("authorization", f"Bearer {token}"),) if token else (), None)
 
 
 def _read(path: str, what: str) -> bytes:

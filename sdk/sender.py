@@ -20,7 +20,7 @@ import grpc.aio
 from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
-from sdk.reconnect import failure_of
+from sdk.reconnect import failure_of, reauthenticates
 from sdk.send_queue import (  # re-exported: callers import them from here
     GAP_RETRIES_MAX,
     PRODUCER_ID_CHOSEN_BIT,
@@ -251,6 +251,9 @@ class Sender:
         if failure is None and not reader.cancelled():
             failure = reader.exception()
         if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
+            if self._answered and reauthenticates(failure):  # its token expired (rule 6):
+                self.queue.process_stream_broken()  # a new stream reads the token anew
+                return True
             self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
             return True
         if failure is not None and not isinstance(failure, _EXPECTED_STREAM_FAILURES):
