@@ -55,6 +55,8 @@ class AclServicer:
     async def RevokePermissions(self, request: pb.RevokePermissionsRequest,
                                 context: grpc.aio.ServicerContext) -> pb.RevokePermissionsResponse:
         removed = await asyncio.to_thread(self.acls.revoke, grants_of(list(request.entries)))
+        if removed:  # open streams that held a revoked right end now, not at the next sweep
+            self.acls.table.revoked()
         return pb.RevokePermissionsResponse(removed=removed)
 
     @unary

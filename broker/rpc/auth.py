@@ -121,6 +121,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.authenticator = authenticator
         self.table = table
         self.rights = StreamRights(recheck_interval_ms)
+        table.revoke_listeners.append(self.rights.sweep)  # a revoke ends streams at once
 
     def _check(self, name: str, token: str, context: grpc.aio.ServicerContext) -> CallCheck:
         cert_name = certificate_name(context) if self.authenticator.certificate_principal else ""

@@ -81,12 +81,20 @@ class AccessTable:
 
     The cache is cleared on every change, so a revoke takes effect on the
     next call; Produce is checked per request, and a stream already open is
-    re-checked every auth_recheck_interval_ms (rpc/stream_rights.py).
+    re-checked at once after a revoke (`revoked`, called on the event loop by
+    the ACL servicer, runs `revoke_listeners`: the open streams' sweep) and
+    every auth_recheck_interval_ms (rpc/stream_rights.py).
     """
 
     superusers: frozenset[str] = frozenset()
     _by_principal: dict[str, set[Grant]] = field(default_factory=dict)
     _decisions: dict[tuple[str, str, Permission], bool] = field(default_factory=dict)
+    revoke_listeners: list[Callable[[], object]] = field(default_factory=list)
+
+    def revoked(self) -> None:
+        """Grants were removed: let the listeners re-check what they hold."""
+        for listener in self.revoke_listeners:
+            listener()
 
     def replace(self, grants: Iterable[Grant]) -> None:
         self._by_principal.clear()

@@ -23,8 +23,11 @@ import grpc
 import jwt
 import pytest
 
+from broker.log.rocks_store import RocksStore
+from broker.rpc.acl_servicer import AclServicer
 from broker.rpc.auth import CallCheck
 from broker.rpc.stream_rights import StreamRights
+from broker.security.acl_store import AclStore
 from broker.security.permissions import AccessTable, Grant, Permission, rule_for
 from broker.security.providers import Authenticator, Credentials, JwtTokens, StaticTokens
 from sdk.core.pb import keybus_pb2 as pb
@@ -132,3 +135,49 @@ def test_only_an_unauthenticated_end_reopens() -> None:
     assert reauthenticates(_Ended(grpc.StatusCode.UNAUTHENTICATED))
     assert not reauthenticates(_Ended(grpc.StatusCode.PERMISSION_DENIED))
     assert not reauthenticates(_Ended(grpc.StatusCode.UNAVAILABLE))
+
+
+def test_a_revoke_ends_the_streams_it_concerns_at_once() -> None:
+    async def go() -> None:
+        table = AccessTable()
+        table.add(GRANT)
+        rights = StreamRights(interval_ms=3_600_000)  # the periodic sweep never comes
+        table.revoke_listeners.append(rights.sweep)  # as AuthInterceptor does
+        registered = asyncio.Event()
+
+        async def serve(check: CallCheck) -> None:
+            rights.opened(check)
+            registered.set()
+            await asyncio.Event().wait()
+
+        stream = asyncio.create_task(serve(read_check(table)))
+        await registered.wait()
+        table.remove(GRANT)
+        table.revoked()  # what the ACL servicer calls once the revoke is stored
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(stream, 5)
+        assert not rights.streams
+        sweeper: Any = rights._sweeper
+        sweeper.cancel()
+    asyncio.run(go())
+
+
+def test_the_acl_servicer_runs_the_revoke_listeners_once_a_revoke_is_stored(
+        tmp_path: Path) -> None:
+    async def go() -> None:
+        store = RocksStore(str(tmp_path / "db"), fsync=False)
+        table = AccessTable()
+        acls = AclStore(store, table)
+        acls.open([GRANT])
+        heard: list[int] = []
+        table.revoke_listeners.append(lambda: heard.append(len(table.grants())))
+        servicer = AclServicer(acls, enforced=True)
+        entry = pb.AclEntry(principal=GRANT.principal, topic=GRANT.topic,
+                            permission=int(GRANT.permission))  # type: ignore[arg-type]
+        nothing = pb.AclEntry(principal="nobody", topic="t", permission=pb.PERMISSION_CONSUME)
+        await servicer.RevokePermissions(pb.RevokePermissionsRequest(entries=[nothing]), None)
+        assert heard == [], "nothing was revoked: nothing to re-check"
+        await servicer.RevokePermissions(pb.RevokePermissionsRequest(entries=[entry]), None)
+        assert heard == [0], "the listeners run after the grant is gone"
+        store.close()
+    asyncio.run(go())
