@@ -24,6 +24,9 @@ CLAIMS_LOST = Counter("keybus_processor_claims_lost",
                       ["topic", "consumer_group", "owner"])
 STEALS = Counter("keybus_processor_steals", "Partitions taken from the most loaded owner",
                  ["topic", "consumer_group", "owner"])
+LAPSES = Counter("keybus_processor_lapses",
+                 "Partitions closed because their claim was not renewed within the expiration",
+                 ["topic", "consumer_group", "owner"])
 CHECKPOINT_LAG = Gauge("keybus_processor_checkpoint_lag_events",
                        "Events after the last checkpoint up to the end of the log",
                        ["topic", "consumer_group", "owner", "partition"])
@@ -37,6 +40,7 @@ class ProcessorStats:
     claims_won: int = 0
     claims_lost: int = 0
     steals: int = 0
+    lapses: int = 0  # partitions closed because their claim lapsed (leases.py)
     cycles: int = 0
     balancing_errors: int = 0
     events: int = 0
@@ -61,6 +65,10 @@ class ProcessorMetrics:
             self.stats.steals += 1
             STEALS.labels(*self._labels).inc()
 
+    def lapsed(self, count: int) -> None:
+        self.stats.lapses += count
+        LAPSES.labels(*self._labels).inc(count)
+
     def owned(self, count: int) -> None:
         self.stats.owned = count
         OWNED_PARTITIONS.labels(*self._labels).set(count)
@@ -75,7 +83,7 @@ class ProcessorMetrics:
 
     def remove(self) -> None:
         """Drop this processor's label sets (it stopped)."""
-        for metric in (OWNED_PARTITIONS, CLAIMS_WON, CLAIMS_LOST, STEALS):
+        for metric in (OWNED_PARTITIONS, CLAIMS_WON, CLAIMS_LOST, STEALS, LAPSES):
             with contextlib.suppress(KeyError):
                 metric.remove(*self._labels)
         for partition in self.stats.checkpoint_lag:

@@ -364,6 +364,7 @@ class EventProcessor:
             return
         for partition in lapsed:
             self._pumps[partition].stop("ownership_lost")
+        self._metrics.lapsed(len(lapsed))
         log.warning("event processor %s/%s: the claims of partitions %s lapsed (not renewed "
                     "within ownership_expiration_ms=%d, e.g. the ownership store is "
                     "unreachable); closing them until a claim is won again", self.topic,

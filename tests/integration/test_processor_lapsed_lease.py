@@ -127,6 +127,7 @@ async def _lapse(outage: str, redis: RedisServer, processor: EventProcessor,
     assert sorted(calls.of("close")) == [(0, "ownership_lost"), (1, "ownership_lost")]
     assert processor.owned_partitions == []
     assert processor.stats.owned == 0
+    assert processor.stats.lapses == PARTITIONS
     assert len(calls.of("event")) == PARTITIONS  # nothing was read meanwhile
     if outage == "sigkill":
         assert redis.process.poll() is not None, "the store came back by itself"
