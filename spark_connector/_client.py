@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from sdk import errors
+from sdk.cluster import describe_role
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.security import ClientSecurity
@@ -74,6 +75,27 @@ def topic_infos(broker: str, topics: Sequence[str],
                 out[topic] = admin.describe_topic(topic)
             except errors.KeybusError as e:
                 raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
+    return out
+
+
+def durable_ends(broker: str, topics: Sequence[str], security: ClientSecurity | None = None
+                 ) -> dict[TopicPartition, int]:
+    """Each partition's durable log end on `broker` (DescribeCluster), for a broker
+    that reports them; DescribeTopic's end_offset is the readable end, held back
+    to the high watermark on a broker of a cluster. Empty when the broker does
+    not answer: the caller then goes by DescribeTopic alone."""
+    loop = LoopThread("keybus-spark-describe")
+    out: dict[TopicPartition, int] = {}
+    try:
+        for topic in topics:
+            try:
+                info = loop.run(describe_role(broker, topic, security=security), CALL_TIMEOUT_S)
+            except errors.KeybusError:
+                continue
+            out.update({TopicPartition(topic, p.partition): p.log_end_offset
+                        for p in info.partitions})
+    finally:
+        loop.stop()
     return out
 
 

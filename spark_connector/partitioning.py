@@ -16,6 +16,11 @@ Rules:
    topic partitions in proportion to their backlog, as Kafka's
    maxOffsetsPerTrigger does; the budget counts log offsets, so events the
    ranges or filter skip still count.
+5. A micro-batch is checked against the partitions' stored offsets when it
+   is planned, as Kafka's source does (`plan_stream_batch`): a start below
+   a partition's start (retention) or offsets above its end (they went
+   back: topic re-created, log truncated) are data loss, which fails the
+   query with failOnDataLoss=true and is skipped with a warning otherwise.
 
 This module must not know about Spark, gRPC or the clock: callers pass the
 partitions' current start/end offsets in.
@@ -32,6 +37,8 @@ from sdk.core.model import FULL_RANGE, HashRange, RangeError, TopicPartition, eq
 EARLIEST = -2
 LATEST = -1
 SUBSCRIPTION_PREFIX = "subscription:"
+
+Offsets = dict[TopicPartition, int]
 
 
 class PartitioningError(ValueError):
@@ -245,6 +252,98 @@ def check_data_loss(starts: Mapping[TopicPartition, int],
     return out
 
 
+def moved_back(reached: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int],
+               durable_ends: Mapping[TopicPartition, int] | None = None
+               ) -> dict[TopicPartition, int | None]:
+    """The topic partitions whose offsets went back below what the query reached:
+    each one's end now, None when it is gone (the topic now has fewer partitions).
+
+    A partition whose durable log end (`durable_ends`, a cluster broker's
+    DescribeCluster) still reaches the offset went nowhere: the broker holds its
+    readers back (restarted, it shows nothing until it learns the high
+    watermark), and the caller waits for it as for any partition with no news.
+    """
+    durable = durable_ends or {}
+    out: dict[TopicPartition, int | None] = {}
+    for tp, offset in sorted(reached.items()):
+        end = ends.get(tp)
+        if (end is None or end < offset) and durable.get(tp, -1) < offset:
+            out[tp] = end
+    return out
+
+
+def offsets_moved_back(reached: Mapping[TopicPartition, int],
+                       moved: Mapping[TopicPartition, int | None]) -> list[str]:
+    """Kafka's data loss reports for offsets that went backwards, one per topic
+    partition of `moved` (from `moved_back`).
+
+    Events produced since the change may take offsets the checkpoint says were
+    read. Kafka's source reports this at planning ("Partition X's offset was
+    changed from A to B, some data may have been missed"); so do we.
+    """
+    out = []
+    for tp, end in sorted(moved.items()):
+        if end is None:
+            out.append(f"{tp.topic}/{tp.partition} is gone (the topic now has fewer "
+                       f"partitions), the query had read it up to offset {reached[tp]}")
+        else:
+            out.append(f"{tp.topic}/{tp.partition}'s offset was changed from {reached[tp]} to "
+                       f"{end}: its log now ends below the offset the query had reached (the "
+                       "topic was deleted and created again, or its log was truncated)")
+    return out
+
+
+def report_moved_back(problems: Sequence[str], fail_on_data_loss: bool) -> list[str]:
+    """The problems as warnings to log; raise instead when failOnDataLoss is true.
+
+    Raises:
+        DataLossError: there are problems and fail_on_data_loss is true.
+    """
+    if problems and fail_on_data_loss:
+        raise DataLossError(
+            f"{'; '.join(problems)}. Some data may have been missed. Set failOnDataLoss=false "
+            "to go on from the partitions' new end offsets (events below them are skipped), or "
+            "start the query with a new checkpointLocation to read the topic again from "
+            "startingOffsets")
+    return [f"{p}; some data may have been missed, going on from the new end offset "
+            "(failOnDataLoss=false)" for p in problems]
+
+
+def plan_stream_batch(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartition, int],
+                      bounds: Mapping[TopicPartition, PartitionBounds], fail_on_data_loss: bool,
+                      durable_ends: Mapping[TopicPartition, int] | None = None
+                      ) -> tuple[Offsets, Offsets, list[str]]:
+    """The offsets a micro-batch [starts, stops) reads, checked against the partitions'
+    stored offsets now; also the warnings to log (failOnDataLoss=false).
+
+    Kafka's rules, on the driver (a task finds the same only after it started):
+    1. A stop below its start (latestOffset found the offsets went back and
+       failOnDataLoss is false), or a start or stop above the partition's end
+       now (they went back since the batch was planned: a re-run batch, see
+       `moved_back` for `durable_ends`), or a partition that is gone: data
+       loss (`offsets_moved_back`); nothing of that partition is read (false).
+    2. A start below the partition's start_offset (retention removed it):
+       data loss (`check_data_loss`); false moves the start up.
+
+    Raises:
+        DataLossError: either rule, with fail_on_data_loss true.
+    """
+    backwards = {tp: stops[tp] for tp in sorted(starts) if stops.get(tp, starts[tp]) < starts[tp]}
+    problems = offsets_moved_back(starts, backwards)
+    reached = {tp: max(start, stops.get(tp, start)) for tp, start in starts.items()
+               if tp not in backwards}
+    gone = moved_back(reached, {tp: b.end_offset for tp, b in bounds.items()}, durable_ends)
+    problems += offsets_moved_back(reached, gone)
+    warnings = report_moved_back(problems, fail_on_data_loss)
+    moved = backwards.keys() | gone.keys()
+    kept = check_data_loss({tp: o for tp, o in starts.items() if tp not in moved}, bounds,
+                           fail_on_data_loss)
+    warnings += [f"{tp.topic}/{tp.partition}: offsets {starts[tp]}..{kept[tp] - 1} are no longer "
+                 "stored (retention removed them); skipped (failOnDataLoss=false)"
+                 for tp in sorted(kept) if kept[tp] != starts[tp]]
+    return kept, {tp: stop for tp, stop in stops.items() if tp not in moved}, warnings
+
+
 # ---------------------------------------------------------------- splits
 
 
@@ -284,9 +383,6 @@ def plan_splits(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartit
 
 
 # ---------------------------------------------------------------- streaming
-
-
-Offsets = dict[TopicPartition, int]
 
 
 def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:

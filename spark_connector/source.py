@@ -12,11 +12,13 @@
 Readers are pickled to executors: `read()` opens its own connection (an SDK
 SyncReader) and closes it when the split is done. partitions() and
 latestOffset() run on the driver and ask the broker for the partitions'
-offsets each time.
+offsets each time (partitions() reuses latestOffset's answer for the batch
+it planned), and check the batch's offsets against them (data loss).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -63,10 +65,14 @@ from spark_connector.partitioning import (
     Split,
     check_data_loss,
     limit_offsets,
+    moved_back,
     offsets_from_json,
+    offsets_moved_back,
     offsets_to_json,
     plan_splits,
+    plan_stream_batch,
     range_groups,
+    report_moved_back,
     resolve_offsets,
     resolve_ranges,
 )
@@ -79,6 +85,8 @@ from spark_connector.snapshot import (
     view_offsets,
 )
 from spark_connector.writer import KeybusBatchWriter, KeybusStreamWriter
+
+_log = logging.getLogger("keybus.spark")
 
 
 class KeybusDataSource(DataSource):
@@ -377,9 +385,20 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = _check_schema(schema, options)
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._latest: dict[TopicPartition, int] | None = None
+        self._planned_bounds: dict[TopicPartition, PartitionBounds] | None = None
 
     def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
         return _client.describe(self.options.broker, self.options.topics, self.options.security)
+
+    def _durable_ends(self, reached: dict[TopicPartition, int],
+                      bounds: dict[TopicPartition, PartitionBounds]) -> dict[TopicPartition, int]:
+        """The partitions' durable log ends, asked (DescribeCluster) only when an end
+        is below what the query reached: moved back, or only held back (see
+        partitioning.moved_back)."""
+        if not moved_back(reached, {tp: b.end_offset for tp, b in bounds.items()}):
+            return {}
+        return _client.durable_ends(self.options.broker, self.options.topics,
+                                    self.options.security)
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         if self.options.snapshot:  # the first batch reads the view as of these offsets
@@ -398,8 +417,18 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit
                      ) -> dict[str, dict[str, int]]:
         bounds = self._bounds()
+        self._planned_bounds = bounds  # for partitions() of the batch this plans
         starts = offsets_from_json(split_snapshot_mark(start)[0])
         latest = {tp: b.end_offset for tp, b in bounds.items()}
+        # Offsets that went back (topic re-created, log truncated): fail now with
+        # failOnDataLoss=true; else this batch ends at the new end (partitions()
+        # warns) and the next one goes on from there, as Kafka's source does.
+        moved = moved_back(starts, latest, self._durable_ends(starts, bounds))
+        report_moved_back(offsets_moved_back(starts, moved), self.options.fail_on_data_loss)
+        for tp, end in latest.items():
+            if starts.get(tp, end) > end:  # moved back: go on from the end; else held back
+                starts[tp] = end if tp in moved else starts[tp]
+                latest[tp] = starts[tp]
         for tp, b in bounds.items():
             starts.setdefault(tp, b.start_offset)  # a partition new since the last batch
         if self._target is not None:
@@ -415,12 +444,19 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    ) -> list[KeybusInputPartition]:
         plain, snapshot = split_snapshot_mark(start)
         starts, stops = offsets_from_json(plain), offsets_from_json(end)
+        # The bounds latestOffset just asked for; a batch re-run after a restart asks.
+        planned, self._planned_bounds = self._planned_bounds, None
         if snapshot:
             return list(_snapshot_partitions(self.options, starts, stops))
-        if any(tp not in starts for tp in stops):
-            bounds = self._bounds()
-            for tp in stops:
-                starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
+        bounds = planned or self._bounds()
+        for tp in stops:
+            starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
+        reached = {tp: max(start, stops.get(tp, start)) for tp, start in starts.items()}
+        starts, stops, warnings = plan_stream_batch(starts, stops, bounds,
+                                                    self.options.fail_on_data_loss,
+                                                    self._durable_ends(reached, bounds))
+        for warning in warnings:
+            _log.warning("%s", warning)
         splits = plan_splits(starts, stops, _range_groups(self.options, list(stops)))
         return _input_partitions(splits, self.options, None)
 
