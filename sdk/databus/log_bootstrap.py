@@ -15,7 +15,9 @@ with start="bootstrap" (sdk/bootstrap.py) brings:
 * after the ONLINE marker, ordinary windows (ordinary checkpoints).
 
 on_start_bootstrap comes first (also when a saved bootstrap is resumed),
-on_end_bootstrap at the ONLINE marker. Databus's checkpoint modes are the
+on_end_bootstrap at the ONLINE marker. Retention that outruns the read later
+starts a new snapshot (`read_bootstrap`), announced again once the partition
+was online. Databus's checkpoint modes are the
 three phases of `BootstrapPosition`.
 """
 
@@ -86,8 +88,22 @@ def pieces_of(batch: ReadBatch, need_slots: bool, snapshot_scn: int,
     return record_pieces(batch.record, need_slots)
 
 
+@dataclass(slots=True)
+class _Progress:
+    """What one bootstrap read put into the inbox: whether it may be started over."""
+
+    pieces: int = 0
+    online: bool = False  # the ONLINE marker passed: on_end_bootstrap was put
+
+
 async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
     """Put a partition's bootstrap, then its live windows, into the source's inbox.
+
+    Retention outrunning the read (OUT_OF_RANGE) starts a new snapshot: a saved
+    bootstrap whose log is gone, a catch-up whose pin a restarted broker lost,
+    and a partition that went online and then fell behind again (announced
+    with on_start_bootstrap once more, as Databus bootstraps a client that fell
+    off its relay). Only a new bootstrap that delivered nothing gives up.
 
     Raises:
         KeybusError: the read failed for good (the caller reports it).
@@ -96,19 +112,25 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
     await put(MarkerItem("on_start_bootstrap"))
     position, snapshot_scn = start.position, start.snapshot_scn
     while True:
+        progress = _Progress()
         try:
-            await _follow(source, partition, position, snapshot_scn)
+            await _follow(source, partition, position, snapshot_scn, progress)
             return
         except errors.OffsetOutOfRange as e:
-            if position is None:
+            if position is None and not progress.pieces and not progress.online:
                 raise
-            _log.warning("%s: the saved bootstrap of partition %d cannot go on (%s); "
-                         "starting a new snapshot", source.name, partition, e.message)
+            if progress.online:
+                _log.warning("%s: partition %d fell behind retention after its bootstrap "
+                             "(%s); bootstrapping again", source.name, partition, e.message)
+                await put(MarkerItem("on_start_bootstrap"))
+            else:
+                _log.warning("%s: the bootstrap of partition %d cannot go on (%s); "
+                             "starting a new snapshot", source.name, partition, e.message)
             position, snapshot_scn = None, 0
 
 
 async def _follow(source: LogWindows, partition: int, position: BootstrapPosition | None,
-                  snapshot_scn: int) -> None:
+                  snapshot_scn: int, progress: _Progress) -> None:
     reader = Reader(source.broker, source.topic, partition, start=position or "bootstrap",
                     key_filter=source.key_filter, follow=True, include_tombstones=True,
                     sources=source.sources, bytes_max=source.config.reader_bytes_max,
@@ -122,8 +144,10 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
                     snapshot_scn = marker.snapshot_scn
                 elif marker.phase == "online":
                     await put(MarkerItem("on_end_bootstrap"))
+                    progress.online = True
                 continue
             for piece in pieces_of(batch, source.need_slots, snapshot_scn, reader.position):
                 await put(PieceItem(piece, True))
+                progress.pieces += 1
     finally:
         await reader.close()
