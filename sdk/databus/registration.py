@@ -21,6 +21,11 @@ Rules:
    a full inbox would otherwise be consumed whole before the task that asked
    to stop (or any other task) runs again. Not before each item: a yield
    costs 6-9 us, a quarter of what a one-event window costs the loop.
+3. The broker link's health is looked at every `_HEALTH_EVERY_MS` between
+   windows, busy or idle. Looked at only when the inbox was empty, an outage
+   while read-ahead windows were being worked off was told only once they
+   were all done, and a second outage soon after the first went untold (the
+   link was never seen up in between, so it counted as the same outage).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from sdk.databus.window import Call, Segment
 _log = logging.getLogger("keybus.databus")
 _IDLE_TICK_S = 0.2  # how often an idle registration checks time-based checkpoints and health
 YIELD_EVERY_S = 0.001  # rule 2: the most loop time the registration takes in one go
+_HEALTH_EVERY_MS = 200  # rule 3: how often a busy registration looks at the broker link
+_REPORTABLE = (Phase.WAITING, Phase.OPEN)  # phases in which the runner takes a notice
 _OPEN_GRACE_MS = 1_000  # how long a stop asked for while the source opens waits for its outcome
 
 
@@ -74,6 +81,7 @@ class DatabusRegistration:
         self.error: Exception | None = None
         self._stop_requested = False
         self._yielded_s = 0.0  # monotonic time of the last yield (rule 2)
+        self._health_ms = 0  # now_ms() of the last look at the source's health (rule 3)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -191,16 +199,24 @@ class DatabusRegistration:
             self._yielded_s = time.monotonic()
         if self._stop_requested:
             return runner.process_stop(now_ms())
+        if runner.phase in _REPORTABLE and now_ms() - self._health_ms >= _HEALTH_EVERY_MS:
+            notice = self._health(now_ms())  # rule 3: also while windows keep coming
+            if notice is not None:
+                return runner.process_report(notice)
         item = await inbox.get(_IDLE_TICK_S)
         if self._stop_requested:
             return runner.process_stop(now_ms())  # an item taken now is not processed
         now = now_ms()
         if item is None:
-            notice = self.source.health(now)
+            notice = self._health(now)
             if notice is not None:
                 return runner.process_report(notice)
             return runner.process_tick(now) if runner.phase is Phase.WAITING else None
         return self._give(item, now)
+
+    def _health(self, now: int) -> Exception | None:
+        self._health_ms = now
+        return self.source.health(now)
 
     def _give(self, item: Item, now: int) -> Step | None:
         runner = self.runner

@@ -7,7 +7,8 @@ with the cause, on_stop_consumption and a WARNING; an unexpected exception
 traceback; `stop()` raises neither, `wait()` raises it. (2) With sync
 callbacks and a full inbox the loop still yields to the event loop between
 windows, so a stop asked for by another task takes effect at the next window,
-and other tasks on the loop are not starved.
+and other tasks on the loop are not starved. (3) A broker outage is told while
+read-ahead windows are still being presented, not only once the inbox is empty.
 Method: a real `DatabusRegistration`, runner and executor on a real event
 loop, fed by a small fake window source (an inbox filled at open, or an open
 that raises); no broker. Windows are one-event windows of a plain batch,
@@ -244,3 +245,50 @@ async def _stopped(source: FakeSource, until_ended: bool = False
     except Exception as e:
         return consumer, e
     return consumer, None
+
+
+class OutageSource(FakeSource):
+    """Its broker link goes down once the consumer has ended its first window."""
+
+    def __init__(self, items: list[Item], consumer: Recorder) -> None:
+        super().__init__(items)
+        self.consumer = consumer
+        self.told = False
+
+    def health(self, now_ms: int) -> Exception | None:
+        if self.consumer.windows >= 1 and not self.told:
+            self.told = True
+            return errors.Unavailable("broker b unreachable for 5000 ms")
+        return None
+
+
+class SlowRecorder(Recorder):
+    """Each event takes at least 1 ms: the windows take longer than a health interval."""
+
+    async def on_event(self, event: DbusEvent) -> CallbackResult:  # type: ignore[override]
+        await asyncio.sleep(0.001)
+        return SUCCESS
+
+    def on_error(self, error: Exception) -> CallbackResult:
+        self.calls.append(("error", self.windows))
+        return SUCCESS
+
+
+def test_an_outage_is_told_while_read_ahead_windows_are_worked_off() -> None:
+    """300 windows of at least 1 ms each are queued; the link goes down after the
+    first. The notice comes between windows (every 200 ms), not after the last."""
+    async def go() -> list[Any]:
+        consumer = SlowRecorder()
+        reg = registration(consumer, OutageSource(one_event_windows(WINDOWS), consumer))
+        reg.start()
+        for _ in range(600):  # bounded: 60 s
+            if consumer.windows == WINDOWS:
+                break
+            await asyncio.sleep(0.1)
+        await reg.stop()
+        await reg.wait()
+        return consumer.calls
+
+    calls = asyncio.run(go())
+    told = [call[1] for call in calls if isinstance(call, tuple)]
+    assert len(told) == 1 and told[0] < WINDOWS, calls
