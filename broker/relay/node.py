@@ -15,7 +15,10 @@ Roles change through `become_leader`, `become_follower`, `become_candidate`
 (static configuration at start, the ZooKeeper election later). A change
 keeps the log, the subscriptions and the reads in flight: only the copy
 task starts or stops, and produce is refused or taken. One transition per
-topic at a time (a lock per topic).
+topic at a time (a lock per topic). A compacted view marked to be loaded
+from an upstream that will never come (the broker leads the topic, or
+restarted with no replication entry for it) is folded from the log at that
+change or at start (broker/relay/view_load.py, `fold_reason`).
 """
 
 from __future__ import annotations
@@ -87,6 +90,10 @@ class RelayNode:
             self.election = ZkElection(self)
             await self.election.start()
         self._started = True
+        for name in self.registry.names():  # a view marked before a restart, its role gone
+            role = self.roles.get(name)
+            await view_load.fold_without_upstream(self.registry, name, self.relay.for_topic(name),
+                                                  role.role if role is not None else "")
         for name in self._pending:
             self._take_up(name)
         self._pending.clear()
@@ -299,11 +306,9 @@ class RelayNode:
             if role.follower is not None:
                 await role.follower.stop()
                 role.follower = None
-            with contextlib.suppress(BrokerError):  # no upstream to load a view from now
-                for partition in self.registry.partitions(topic):
-                    view = view_load.view_of(self.registry, topic, partition.index)
-                    if view is not None:
-                        await view.fold_from_log()
+            # no upstream to load a marked view from now
+            await view_load.fold_without_upstream(self.registry, topic, role.replication,
+                                                  "leader")
             if changed:
                 partitions = self.registry.partitions(topic)
                 for partition in partitions:

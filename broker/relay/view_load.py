@@ -7,6 +7,13 @@ from the upstream's (`hold`), so it never folds across the gap; the load
 itself is the view maintainer's, from the `ViewSource` attached here: a
 Bootstrap on the follower's channel to its upstream, unfiltered, with
 tombstones, read up to the end of its snapshot.
+
+A marked view with no upstream to come (`fold_reason`: the broker leads the
+topic, or has no relay role for it any more, e.g. restarted with another
+replication config) is folded from the broker's own log instead, with one
+WARNING, so it never refuses Bootstrap for ever. While a follower is to come
+(the broker follows the topic and its copy is reconnecting, or it waits for
+an election) the view keeps waiting.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import grpc.aio
 
 from broker.errors import BrokerError
 from broker.partition import Partition
+from broker.relay.settings import TopicReplication
 from broker.topics import TopicRegistry
 from broker.view.load import LoadError, ViewSource
 from broker.view.service import PartitionView
@@ -32,6 +40,24 @@ def view_of(registry: TopicRegistry, topic: str, index: int) -> PartitionView | 
         return registry.views.of(topic, index)
     except BrokerError:
         return None
+
+
+def fold_reason(load_from: int, replication: TopicReplication | None, role: str) -> str:
+    """Why a view marked at `load_from` is folded from this broker's log now, as
+    the WARNING words it; "" to leave it as it is (not marked, or an upstream
+    may still load it).
+
+    Args:
+        replication: the broker's replication entry for the topic (None: none).
+        role: its role for the topic now (leader, follower, candidate).
+    """
+    if not load_from:
+        return ""
+    if replication is None:
+        return "this broker neither follows nor leads the topic (it has no replication entry)"
+    if role == "leader":
+        return "this broker now leads the topic"
+    return ""  # it follows, or waits for its role (an election, a retried change)
 
 
 def upstream_source(channel: grpc.aio.Channel, upstream: str, topic: str,
@@ -60,3 +86,20 @@ async def hold(registry: TopicRegistry, partition: Partition, start: int) -> Non
     if view is None or start <= view.state.offset_next:
         return
     await view.mark_for_load(start)
+
+
+async def fold_without_upstream(registry: TopicRegistry, topic: str,
+                                replication: TopicReplication | None, role: str) -> None:
+    """Fold every view of `topic` that is marked and that no upstream will load
+    (`fold_reason`) from the log; a topic gone or keeping no view has none."""
+    try:
+        partitions = registry.partitions(topic)
+    except BrokerError:
+        return
+    for partition in partitions:
+        view = view_of(registry, topic, partition.index)
+        if view is None:
+            continue
+        why = fold_reason(view.state.load_from, replication, role)
+        if why:
+            await view.fold_from_log(why)

@@ -12,7 +12,8 @@ record the view has not folded in, nor one an active bootstrap still has to
 read (a pin), so a snapshot plus its catch-up always covers the whole log.
 A follower's view whose log restarted past it (load.py) is marked; the
 maintainer then loads it from the upstream the relay attached (`source`)
-instead of folding, and waits while none is attached.
+instead of folding, and waits while none is attached; one that no upstream
+will load is folded from the log (`fold_from_log`, broker/relay/view_load.py).
 Runs on the event loop; blocking work goes to worker threads.
 """
 
@@ -137,15 +138,16 @@ class PartitionView:
         self._signal()
         self.start()
 
-    async def fold_from_log(self) -> None:
-        """No upstream will load this marked view (the broker leads the topic now):
-        fold it from the retained log, as a view rebuilt after a truncation."""
+    async def fold_from_log(self, why: str) -> None:
+        """No upstream will load this marked view (`why`: e.g. the broker leads the
+        topic now, or follows it no more): fold it from the retained log, as a view
+        rebuilt after a truncation, with one WARNING naming what it lacks."""
         if not self.state.load_from:
             return
-        log.warning("view of %s/%d: it waited to be loaded from an upstream, and this broker "
-                    "now leads the topic; folding it from its log, which starts at %d (keys "
-                    "only in earlier offsets are missing from it)", self.partition.meta.name,
-                    self.partition.index, self.state.load_from)
+        log.warning("view of %s/%d: it waited to be loaded from an upstream, and %s; folding "
+                    "it from this broker's log, which restarted at offset %d (keys written "
+                    "only below it are missing from the view)", self.partition.meta.name,
+                    self.partition.index, why, self.state.load_from)
         await self.rebuild()
 
     async def _load(self, source: ViewSource) -> None:
