@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import traceback
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import cast
@@ -115,10 +116,10 @@ async def _no_role(tmp_path: Path) -> None:
     """Restarted with no replication entry for the topic: folded from its log at start."""
     broker = await _start(tmp_path, {})
     try:
-        assert broker.registry.views.of("t", 0).state.load_from == 0
         served = await _bootstrap(broker)
         assert not isinstance(served, grpc.aio.AioRpcError), served.details()
         assert served == {k: b"v" + str(k).encode() for k in KEYS}
+        assert broker.registry.views.of("t", 0).state.load_from == 0
     finally:
         await broker.stop()
 
@@ -129,8 +130,8 @@ def _child(phase: Callable[[Path], Coroutine[None, None, object]], tmp_path: Pat
     try:
         asyncio.run(asyncio.wait_for(phase(tmp_path), WAIT_S * 2))
         out.put(("", warnings.lines))
-    except BaseException as e:
-        out.put((f"{type(e).__name__}: {e}", warnings.lines))
+    except BaseException:
+        out.put((traceback.format_exc(limit=-2), warnings.lines))
 
 
 def _run(phase: Callable[[Path], Coroutine[None, None, object]], tmp_path: Path) -> list[str]:
