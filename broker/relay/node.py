@@ -91,9 +91,9 @@ class RelayNode:
             await self.election.start()
         self._started = True
         for name in self.registry.names():  # a view marked before a restart, its role gone
-            role = self.roles.get(name)
-            await view_load.fold_without_upstream(self.registry, name, self.relay.for_topic(name),
-                                                  role.role if role is not None else "")
+            if name not in self.roles:  # (a topic with a role decides at its role changes)
+                await view_load.fold_without_upstream(self.registry, name,
+                                                      self.relay.for_topic(name), "")
         for name in self._pending:
             self._take_up(name)
         self._pending.clear()
