@@ -153,8 +153,9 @@ class DatabusClient:
             subscription: the subscription's name (created by the first
                 consumer, from consumer_config.start).
             consumer_config: the SDK consumer's settings (default: Key_Shared,
-                auto-split, from the earliest event); type may also be
-                "exclusive" or "failover", not "shared".
+                auto-split, from the earliest event, config.connect_timeout_ms);
+                type may also be "exclusive" or "failover", not "shared". Its
+                connect_timeout_ms bounds the wait for a broker at start.
             filter, sources, name, config: as `register`.
         Raises:
             TypeError, ValueError: as `register`, or a bad consumer setting.
@@ -162,8 +163,8 @@ class DatabusClient:
         members = self._members(consumer)
         config = _config(config) or self.config
         name = self._name(name or subscription, topic, needs_name=False)
-        consumer_settings = consumer_config or ConsumerConfig(type="key_shared",
-                                                              start="earliest")
+        consumer_settings = consumer_config or ConsumerConfig(
+            type="key_shared", start="earliest", connect_timeout_ms=config.connect_timeout_ms)
         if filter is not None:
             consumer_settings = replace(consumer_settings, key_filter=filter_to_proto(filter))
         if not subscription:

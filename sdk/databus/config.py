@@ -35,6 +35,14 @@ class DatabusConfig:
             for more of its events when none arrive (default 250 ms). A broker
             that marks where shares end closes them at once; the linger is
             left for shares it said would continue, and for older brokers.
+        connect_timeout_ms: how long a registration's first connection may be
+            refused (or find no broker) before it fails with Unavailable
+            (5000 ms; 0 = retry until the broker is there), retried with the
+            SDK's backoff meanwhile: a client started with its broker (a
+            deploy, a broker restarting) waits for it. As
+            ConsumerConfig.connect_timeout_ms (sdk/reconnect.py, rule 1);
+            `register_shared` passes it to its Consumer unless given a
+            consumer_config.
         unavailable_report_ms: a broker unreachable this long (also while a
             registration starts) is reported to the consumers with on_error
             and logged (5000 ms).
@@ -51,13 +59,15 @@ class DatabusConfig:
     window_buffering: bool = True
     window_bytes_max: int = 64 << 20
     window_linger_ms: int = 250
+    connect_timeout_ms: int = 5_000
     unavailable_report_ms: int = 5_000
     reader_bytes_max: int = 0
     prefetch_windows_max: int = 256
 
     def __post_init__(self) -> None:
         for name in ("checkpoint_windows_n", "checkpoint_interval_ms", "window_retries_max",
-                     "retry_backoff_ms", "retry_backoff_max_ms", "reader_bytes_max"):
+                     "retry_backoff_ms", "retry_backoff_max_ms", "reader_bytes_max",
+                     "connect_timeout_ms"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"{name}={value!r} is invalid: need an int >= 0")

@@ -30,12 +30,12 @@ from sdk.bootstrap import BootstrapPosition
 from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
-from sdk.databus.connection import BrokerLink
+from sdk.databus.connection import BrokerLink, now_ms
 from sdk.databus.inbox import PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
-from sdk.producer import _partitions_of as partitions_of
 from sdk.reader import Reader, Start
+from sdk.reconnect import Link, RetryPolicy, failure_of
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint
@@ -66,20 +66,54 @@ class LogWindows(BrokerLink):
         """Find the partitions and their checkpoints, start one reader task each.
 
         Raises:
-            TopicNotFound, ValueError (a partition the topic lacks), Unavailable.
+            TopicNotFound, ValueError (a partition the topic lacks), Unavailable
+            (no broker reached within connect_timeout_ms).
         """
         self._connect()
-        partitions = await self._partitions()
-        log_starts = await self._log_starts()
+        info = await self._describe()
+        partitions = self._partitions(info.config.partitions or len(info.partitions) or 1)
+        log_starts = {p.partition: p.start_offset for p in info.partitions}
         for partition in partitions:
             self.starts[partition] = await self._start_of(partition, log_starts[partition])
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read(p), name=f"keybus-databus-{self.name}-{p}")
                        for p in partitions]
 
-    async def _partitions(self) -> list[int]:
+    async def _describe(self) -> pb.TopicInfo:
+        """The topic's partitions and where their logs start: the registration's first
+        call to the broker. A call that reached no broker (refused, unknown host) is
+        retried with the SDK's backoff for `connect_timeout_ms` (sdk/reconnect.py, rule
+        1), so a client started with its broker waits for it; the log says so once.
+        An answer from a broker (no such topic, no permission) fails at once.
+
+        Raises:
+            TopicNotFound, KeybusError: the broker's answer. Unavailable: no
+                broker reached within connect_timeout_ms.
+        """
         assert self._channel is not None
-        count = await partitions_of(stub_of(self._channel), self.topic, 30_000, self.broker)
+        stub = stub_of(self._channel)
+        link = Link(self.broker, RetryPolicy(connect_timeout_ms=self.config.connect_timeout_ms))
+        said = False
+        while True:
+            try:
+                info: pb.TopicInfo = await stub.DescribeTopic(
+                    pb.DescribeTopicRequest(topic=self.topic), timeout=30)
+                return info
+            except grpc.RpcError as e:
+                reason, never_reached = failure_of(e)
+                if not never_reached:
+                    raise errors.from_rpc_error(e, self.broker) from None
+            try:
+                delay_ms, _ = link.process_failure(reason, True, now_ms())
+            except errors.Unavailable as gave_up:
+                raise gave_up from None
+            if not said:  # once per start; a long wait reaches on_error (unavailable_report_ms)
+                said = True
+                _log.warning("%s: cannot reach broker %s yet (%s); retrying %s", self.name,
+                             self.broker, reason, _plan(self.config.connect_timeout_ms))
+            await asyncio.sleep(delay_ms / 1000)
+
+    def _partitions(self, count: int) -> list[int]:
         if self.partitions is None:
             return list(range(count))
         wrong = [p for p in self.partitions if not 0 <= p < count]
@@ -91,16 +125,6 @@ class LogWindows(BrokerLink):
     @property
     def channel(self) -> grpc.aio.Channel | None:
         return self._channel
-
-    async def _log_starts(self) -> dict[int, int]:
-        """Each partition's earliest stored offset (to tell a checkpoint that fell off)."""
-        assert self._channel is not None
-        try:
-            info = await stub_of(self._channel).DescribeTopic(
-                pb.DescribeTopicRequest(topic=self.topic), timeout=30)
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e, self.broker) from None
-        return {p.partition: p.start_offset for p in info.partitions}
 
     async def _start_of(self, partition: int, log_start: int) -> Start | BootstrapStart:
         """Where a partition begins: after its checkpoint, else the registration's start.
@@ -190,3 +214,9 @@ class LogWindows(BrokerLink):
                 await task
         self._tasks = []
         await self._disconnect()
+
+
+def _plan(connect_timeout_ms: int) -> str:
+    if not connect_timeout_ms:
+        return "until it answers (connect_timeout_ms=0)"
+    return f"for up to {connect_timeout_ms / 1000:g} s (connect_timeout_ms={connect_timeout_ms})"

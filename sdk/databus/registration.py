@@ -9,11 +9,11 @@ notices). Runs as one asyncio task per registration.
 
 Rules:
 1. Whatever ends consumption reaches the consumers: a source that cannot
-   open (no such topic, broker unreachable or refusing a setting, a
-   checkpoint the registration cannot resume) gets on_start_consumption,
-   on_error(cause), on_stop_consumption, and a WARNING; an unexpected
-   exception (a bug) gets on_error and on_stop_consumption, and is logged
-   with its traceback. Neither escapes the task: `wait()` raises it,
+   open (no such topic, a broker refusing a setting, a broker not reached
+   within connect_timeout_ms, a checkpoint the registration cannot resume)
+   gets on_start_consumption, on_error(cause), on_stop_consumption, and a
+   WARNING; an unexpected exception (a bug) gets on_error and
+   on_stop_consumption, and is logged with its traceback. Neither escapes the task: `wait()` raises it,
    `stop()` never does.
 2. The loop checks for a stop request before each item, and yields to the
    event loop once `YIELD_EVERY_S` of it has passed without a suspension:

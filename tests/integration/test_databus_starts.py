@@ -4,14 +4,19 @@ Goal: under `async with client:` (where nothing awaits `wait()`), a
 registration that cannot start is never silent: its consumers get
 on_start_consumption, on_error with the cause, then on_stop_consumption, the
 `keybus.databus` logger says it at WARNING, `stop()` raises nothing and
-`wait()` raises the cause. Cases: a topic that does not exist, a closed
-port, a setting the broker refuses (register_shared with ack_timeout_ms=200),
-and a checkpoint saved in the middle of a bootstrap restarted without
-bootstrap=True (the error names the phase and what to do). A broker that
-accepts connections but never answers is reported within seconds
-(`unavailable_report_ms`), and stop() then returns promptly.
-Method: one broker process for the module; consumers record their calls;
-the test waits on conditions with deadlines.
+`wait()` raises the cause. Cases that fail at once (the broker answered): a
+topic that does not exist, a setting the broker refuses (register_shared with
+ack_timeout_ms=200), and a checkpoint saved in the middle of a bootstrap
+restarted without bootstrap=True (the error names the phase and what to do).
+A closed port is retried (said once in the log) and fails so only after
+`connect_timeout_ms`, as the SDK's other clients do; a broker that comes up on
+that port meanwhile is used and its events are consumed (a client and its
+broker restarted together). A broker that accepts connections but never
+answers is reported within seconds (`unavailable_report_ms`), and stop() then
+returns promptly.
+Method: one broker process for the module (and one of its own for the broker
+that comes up); consumers record their calls; the test waits on conditions
+with deadlines.
 """
 
 from __future__ import annotations
@@ -27,10 +32,16 @@ from typing import Any
 
 import pytest
 
-from sdk import Admin, errors
+from sdk import Admin, Producer, errors
 from sdk.bootstrap import BootstrapPosition
 from sdk.consumer import ConsumerConfig
-from sdk.databus import SUCCESS, DatabusClient, DatabusConfig, DatabusConsumerBase
+from sdk.databus import (
+    SUCCESS,
+    DatabusClient,
+    DatabusConfig,
+    DatabusConsumerBase,
+    DbusEvent,
+)
 from sdk.databus.results import CallbackResult
 from sdk.stores import FileCheckpointStore
 from sdk.stores.records import Checkpoint
@@ -86,17 +97,13 @@ async def mid_bootstrap_checkpoint(broker: BrokerProcess, directory: Path) -> Fi
     return store
 
 
-@pytest.mark.parametrize("case", ["no_topic", "closed_port", "refused_setting",
-                                  "mid_bootstrap_checkpoint"])
+@pytest.mark.parametrize("case", ["no_topic", "refused_setting", "mid_bootstrap_checkpoint"])
 def test_a_registration_that_cannot_start_tells_its_consumers(
         shared_broker: BrokerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture,
         case: str) -> None:
     async def go() -> tuple[Lifecycle, BaseException | None]:
         consumer = Lifecycle()
-        if case == "closed_port":
-            client = DatabusClient(f"127.0.0.1:{closed_port()}")
-            client.register(consumer, topic="anything")
-        elif case == "refused_setting":
+        if case == "refused_setting":
             async with Admin(shared_broker.address) as admin:
                 await admin.create_topic("starts-shared", partitions=1)
             client = DatabusClient(shared_broker.address)
@@ -122,7 +129,6 @@ def test_a_registration_that_cannot_start_tells_its_consumers(
     assert raised is not None
     assert consumer.calls == ["start", ("error", raised), "stop"]
     expected = {"no_topic": (errors.TopicNotFound, "does not exist"),
-                "closed_port": (errors.Unavailable, "cannot reach broker"),
                 "refused_setting": (errors.InvalidArgument, "ack_timeout_ms=200"),
                 "mid_bootstrap_checkpoint": (errors.FailedPrecondition, "phase snapshot")}
     kind, says = expected[case]
@@ -131,6 +137,93 @@ def test_a_registration_that_cannot_start_tells_its_consumers(
         assert "bootstrap=True" in str(raised) and "remove that checkpoint" in str(raised)
     assert any(r.levelno == logging.WARNING and "cannot start" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert not any("retrying" in r.getMessage() for r in caplog.records), \
+        "an answer from the broker is not retried"
+
+
+def retrying_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "cannot reach broker" in r.getMessage()
+            and "retrying" in r.getMessage()]
+
+
+def test_a_closed_port_is_retried_then_fails_clearly(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing listens: the first connection is retried for connect_timeout_ms (one
+    WARNING says so), then the registration fails with the clear Unavailable."""
+
+    async def go() -> tuple[Lifecycle, BaseException | None, float]:
+        consumer = Lifecycle()
+        client = DatabusClient(f"127.0.0.1:{closed_port()}",
+                               config=DatabusConfig(connect_timeout_ms=1_500))
+        client.register(consumer, topic="anything")
+        async with client:
+            await until(lambda: "stop" in consumer.calls)
+        took_s = time.monotonic() - consumer.began
+        try:
+            await client.wait()
+        except Exception as e:
+            return consumer, e, took_s
+        return consumer, None, took_s
+
+    with caplog.at_level(logging.INFO, logger="keybus.databus"):
+        consumer, raised, took_s = asyncio.run(go())
+    assert consumer.calls == ["start", ("error", raised), "stop"]
+    assert isinstance(raised, errors.Unavailable), repr(raised)
+    assert "cannot reach broker" in str(raised) and "connection refused" in str(raised)
+    (retrying,) = retrying_logs(caplog)  # said once, not once per attempt
+    assert retrying.levelno == logging.WARNING
+    assert "connect_timeout_ms=1500" in retrying.getMessage(), retrying.getMessage()
+    assert any("cannot start" in r.getMessage() for r in caplog.records)
+    assert took_s < 1.5 + 10, f"gave up after {took_s:.1f} s"  # bounded, not forever
+
+
+async def produce_keys(address: str, topic: str, keys: list[int]) -> None:
+    async with await Producer.create(address, topic) as producer:
+        for key in keys:
+            await producer.send_window([{"key": key, "value": b"v", "source": "s"}],
+                                       partition=0)
+
+
+class Collect(Lifecycle):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[int | str] = []
+
+    def on_event(self, event: DbusEvent) -> CallbackResult:
+        self.keys.append(event.key)
+        return SUCCESS
+
+
+def test_a_broker_that_comes_up_during_the_wait_is_used(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A client started while its broker is down (restarting on its port and data) waits
+    for it and consumes what it holds, with no restart of the client."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> Collect:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("comes-up", partitions=1)
+        await produce_keys(broker.address, "comes-up", [1, 2, 3])
+        broker.stop()  # down: the port is closed when the client starts
+        consumer = Collect()
+        client = DatabusClient(broker.address, config=DatabusConfig(connect_timeout_ms=60_000))
+        client.register(consumer, topic="comes-up")
+        async with client:
+            await until(lambda: bool(retrying_logs(caplog)) or "stop" in consumer.calls)
+            assert "stop" not in consumer.calls, consumer.calls  # it waits, not fails
+            await asyncio.to_thread(broker.start)
+            await until(lambda: len(consumer.keys) >= 3 or "stop" in consumer.calls,
+                        timeout_s=30)
+        return consumer
+
+    try:
+        with caplog.at_level(logging.INFO, logger="keybus.databus"):
+            consumer = asyncio.run(go())
+    finally:
+        broker.stop()
+    assert consumer.keys == [1, 2, 3]
+    assert not any(isinstance(c, tuple) for c in consumer.calls), consumer.calls
+    assert consumer.calls == ["start", "stop"]
 
 
 def test_a_broker_that_never_answers_is_reported_within_seconds() -> None:

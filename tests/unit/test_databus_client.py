@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sdk.consumer import ConsumerConfig
 from sdk.databus import (
     DatabusClient,
     DatabusCombinedConsumerBase,
@@ -49,6 +50,8 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      TypeError, "checkpoint_store='dir'"),
     ("window_buffering", lambda: DatabusConfig(window_buffering="no"),  # type: ignore[arg-type]
      ValueError, "window_buffering='no'"),
+    ("connect_timeout_ms", lambda: DatabusConfig(connect_timeout_ms=-1), ValueError,
+     "connect_timeout_ms=-1 is invalid"),
     ("partitions int", register(partitions=5), TypeError, "partitions=5"),
     ("partitions str", register(partitions="0"), TypeError, "partitions='0'"),
     ("partitions names", register(partitions=["a"]), ValueError, "partitions=['a']"),
@@ -76,3 +79,15 @@ def test_good_arguments_still_pass() -> None:
     assert registration.source.partitions == [1, 0, 1]  # type: ignore[attr-defined]
     client.register(Combined(), topic="t", bootstrap=True, start="bootstrap", name="b")
     client.register(Combined(), topic="t", bootstrap=True, start="latest", name="c")
+
+
+def test_register_shared_waits_for_its_broker_as_the_config_says() -> None:
+    """The Consumer behind register_shared connects on its own: without a
+    consumer_config, it gets the registration's connect_timeout_ms; a given one keeps
+    its own."""
+    client = DatabusClient(BROKER, config=DatabusConfig(connect_timeout_ms=0))
+    default = client.register_shared(Plain(), topic="t", subscription="s")
+    given = client.register_shared(Plain(), topic="t", subscription="s2",
+                                   consumer_config=ConsumerConfig(connect_timeout_ms=7))
+    assert default.source.consumer_config.connect_timeout_ms == 0  # type: ignore[attr-defined]
+    assert given.source.consumer_config.connect_timeout_ms == 7  # type: ignore[attr-defined]
