@@ -465,6 +465,11 @@ async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: 
                                         timeout=timeout_ms / 1000)
     except grpc.RpcError as e:
         raise errors.from_rpc_error(e, broker) from None
+    return partition_count(info)
+
+
+def partition_count(info: pb.TopicInfo) -> int:
+    """A DescribeTopic answer's partition count (its config's, else the partitions listed)."""
     return info.config.partitions or len(info.partitions) or 1
 
 

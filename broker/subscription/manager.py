@@ -211,8 +211,11 @@ class SubscriptionManager:
         Raises:
             BrokerError: topic_deleted.
         """
-        if meta.name not in self.registry.names() or \
-                self.registry.meta(meta.name).topic_id != meta.topic_id:
+        try:
+            live = self.registry.meta(meta.name)
+        except BrokerError:
+            live = None
+        if live is None or live.topic_id != meta.topic_id:
             raise BrokerError("topic_deleted", topic=meta.name)
         return meta
 

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from broker.config import Settings
 from broker.errors import BrokerError
@@ -154,15 +154,12 @@ class PartitionView:
         meta, index = self.partition.meta, self.partition.index
         log.info("view of %s/%d: loading it from %s's view (this broker's log restarted at "
                  "%d)", meta.name, index, source.name, self.state.load_from)
-        self.state = await load_view(self.views, self._run_one, self.partition, source,
+        self.state = await load_view(self.views, self._on_thread, self.partition, source,
                                      self.state.load_from)
         log.info("view of %s/%d: loaded from %s up to offset %d (%d keys); it folds this "
                  "broker's log from there", meta.name, index, source.name,
                  self.state.offset_next, self.state.keys)
         self._signal()
-
-    def _run_one(self, work: Callable[[], ViewState]) -> Awaitable[ViewState]:
-        return self._on_thread(work)
 
     # ------------------------------------------------------------ the maintainer
 

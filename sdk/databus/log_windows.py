@@ -34,6 +34,7 @@ from sdk.databus.connection import BrokerLink, now_ms
 from sdk.databus.inbox import PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
+from sdk.producer import partition_count
 from sdk.reader import Reader, Start
 from sdk.reconnect import Link, RetryPolicy, failure_of
 from sdk.security import ClientSecurity
@@ -71,7 +72,7 @@ class LogWindows(BrokerLink):
         """
         self._connect()
         info = await self._describe()
-        partitions = self._partitions(info.config.partitions or len(info.partitions) or 1)
+        partitions = self._partitions(partition_count(info))
         log_starts = {p.partition: p.start_offset for p in info.partitions}
         for partition in partitions:
             self.starts[partition] = await self._start_of(partition, log_starts[partition])
@@ -103,10 +104,7 @@ class LogWindows(BrokerLink):
                 reason, never_reached = failure_of(e)
                 if not never_reached:
                     raise errors.from_rpc_error(e, self.broker) from None
-            try:
-                delay_ms, _ = link.process_failure(reason, True, now_ms())
-            except errors.Unavailable as gave_up:
-                raise gave_up from None
+            delay_ms, _ = link.process_failure(reason, True, now_ms())  # Unavailable: gave up
             if not said:  # once per start; a long wait reaches on_error (unavailable_report_ms)
                 said = True
                 _log.warning("%s: cannot reach broker %s yet (%s); retrying %s", self.name,
