@@ -7,6 +7,8 @@ keepalive pings find a broker that stopped answering with its connection open.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import cast
 
 import grpc
@@ -23,12 +25,15 @@ MESSAGE_BYTES_MAX = 64 * 1024 * 1024
 CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-    # Reconnect to a restarted broker within ~2 s, not gRPC's default of up to
-    # 120 s; the SDK's own backoff paces the retries above this. Not
-    # grpc.min_reconnect_backoff_ms: gRPC also uses it as the connect timeout,
-    # and at 100 ms a busy machine fails connections that would succeed.
+    # Reconnect to a restarted broker within ~1 s (as Kafka's clients, whose
+    # reconnect.backoff.max.ms is 1000), not gRPC's default of up to 120 s: the
+    # clients' retries wait for the channel to connect again (`retry_wait`), so
+    # this backoff is what a restarted broker's clients wait past its port
+    # opening, about half of it on average. Not grpc.min_reconnect_backoff_ms:
+    # gRPC also uses it as the connect timeout, and at 100 ms a busy machine
+    # fails connections that would succeed.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     # Each channel its own subchannels: a new client is not failed fast by
     # another channel's connection backoff to the same broker.
     ("grpc.use_local_subchannel_pool", 1),
@@ -123,3 +128,28 @@ def open_channel(broker: str, security: ClientSecurity | None = None) -> grpc.ai
 def stub_of(channel: grpc.aio.Channel) -> pb_grpc.KeybusAsyncStub:
     """The async Keybus stub on a grpc.aio channel (typed as the async flavour)."""
     return cast("pb_grpc.KeybusAsyncStub", pb_grpc.KeybusStub(channel))
+
+
+async def retry_wait(channel: grpc.aio.Channel | None, delay_ms: int) -> None:
+    """Wait out a client's retry delay, or less: until its channel, down when the
+    attempt failed, is connected again.
+
+    Why: a broker that restarts opens its port somewhere within the clients'
+    backoff, and an attempt after a fixed sleep came up to a whole backoff (1-2 s
+    at its cap) after that. gRPC keeps trying to connect meanwhile (paced by its
+    reconnect backoff above), and the next attempt starts the moment it succeeds.
+    A channel that was connected when the attempt failed (the broker answered:
+    not the leader, busy, a stream it ended) has nothing to wait for and sleeps
+    the whole delay, so a broker that refuses is not asked again at once.
+
+    Args:
+        channel: the client's channel; None sleeps the delay.
+        delay_ms: the retry delay of the client's backoff.
+    """
+    delay_s = delay_ms / 1000
+    if channel is None or channel.get_state(try_to_connect=True) in (
+            grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.SHUTDOWN):
+        await asyncio.sleep(delay_s)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(channel.channel_ready(), delay_s)

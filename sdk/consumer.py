@@ -28,7 +28,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, stub_of
+from sdk.channel import open_channel, retry_wait, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig
 from sdk.consumer_state import ConsumerState
@@ -394,7 +394,7 @@ class Consumer:
         delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
         if message is not None:
             self._callback(self._on_connection_change, False, message)
-        await asyncio.sleep(delay_ms / 1000)
+        await retry_wait(self._channel, delay_ms)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:
         body = response.WhichOneof("body")

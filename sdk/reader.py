@@ -186,8 +186,10 @@ class Reader:
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
             follow=follow, stop_offset=stop_offset or 0, replica=replica)
+        self._channel: grpc.aio.Channel | None = channel
         link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
-                "on_connection_change": on_connection_change}
+                "on_connection_change": on_connection_change,
+                "channel": lambda: self._channel}
         self._bootstrap: BootstrapStream | None = None
         if start == "bootstrap" or isinstance(start, BootstrapPosition):
             self._start = pb.StartPosition()
@@ -207,7 +209,6 @@ class Reader:
         self._retry_timeout_ms = retry_timeout_ms
         self._backoff_first_ms = retry_backoff_ms
         self._backoff_max_ms = retry_backoff_max_ms
-        self._channel = channel
         self._owns_channel = channel is None
         # Several brokers ("h1:6650,h2:6650"): read from the topic's leader, follow it.
         # Finding it takes up to connect_timeout_ms (RetryingCall retries after that).

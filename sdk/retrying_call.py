@@ -24,6 +24,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.channel import retry_wait
 from sdk.reconnect import (
     ConnectionCallback,
     Link,
@@ -55,14 +56,19 @@ class RetryingCall:
             within about connect_timeout_ms); its Unavailable before the first
             connection is raised (it has already waited), later it is
             retried and reported like a broken call.
+        channel: the channel the calls are opened on now; a retry then waits
+            for it to connect again rather than its whole backoff
+            (sdk.channel.retry_wait).
     """
 
     def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int | None,
                  backoff_ms: int, backoff_max_ms: int, *, connect_timeout_ms: int = 5_000,
                  broker: str = "the broker",
                  on_connection_change: ConnectionCallback | None = None,
-                 prepare: Callable[[], Awaitable[None]] | None = None) -> None:
+                 prepare: Callable[[], Awaitable[None]] | None = None,
+                 channel: Callable[[], grpc.aio.Channel | None] | None = None) -> None:
         self._open = open_call
+        self._channel = channel or (lambda: None)
         self._prepare = prepare
         if retry_timeout_ms is None:
             retry_timeout_ms = 0 if follow else 30_000
@@ -99,7 +105,7 @@ class RetryingCall:
                 if note is not None:
                     await self._report(False, note)
                 self.reconnects += 1
-                await asyncio.sleep(delay_ms / 1000)
+                await retry_wait(self._channel(), delay_ms)
                 continue
             if self._link.lost or not self._link.ever_connected:
                 note = self._link.process_connected(_now_ms())

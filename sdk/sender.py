@@ -18,6 +18,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.channel import retry_wait
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from sdk.reconnect import failure_of, reauthenticates
@@ -78,7 +79,8 @@ class Sender:
                  retry_backoff_max_ms: int = 1_000, request_timeout_ms: int = 30_000,
                  on_done: Callable[[ProducerBatch], None] | None = None,
                  producer_id: int | None = None,
-                 relocate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub]] | None = None) -> None:
+                 relocate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub]] | None = None,
+                 channel: Callable[[], grpc.aio.Channel | None] | None = None) -> None:
         assert in_flight_max >= 1 and delivery_timeout_ms >= 1
         assert producer_id is None or (idempotent and producer_id >= PRODUCER_ID_CHOSEN_BIT)
         self._chosen_producer_id = producer_id
@@ -86,6 +88,8 @@ class Sender:
         self.topic = topic
         # Several brokers: after a failure, find the leader again (sdk/cluster.py).
         self._relocate = relocate
+        # The stub's channel now: a retry waits for it to connect, not its whole backoff.
+        self._channel = channel or (lambda: None)
         self.queue = SendQueue(topic, partitions, idempotent, redirects=relocate is not None)
         self.in_flight_max = in_flight_max
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -191,7 +195,7 @@ class Sender:
                 continue
             if self._answered:
                 backoff_ms = self._backoff_first_ms
-            await asyncio.sleep(backoff_ms / 1000)
+            await retry_wait(self._channel(), backoff_ms)
             await self._find_leader()
             backoff_ms = min(backoff_ms * 2, self._backoff_max_ms)
 
