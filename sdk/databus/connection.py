@@ -2,11 +2,14 @@
 
 `ConnectionWatch` turns a long outage into one notice (consumers hear of it
 through on_error, the log through a warning) and says whether the channel is
-connected now; `BrokerLink` is what the log and Key_Shared sources share.
+connected now; `BrokerLink` is what the log and Key_Shared sources share,
+among it the first call to the broker (`describe_topic`): retried while no
+broker is reached, said once at WARNING, bounded by connect_timeout_ms.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -14,9 +17,11 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel
+from sdk.channel import open_channel, stub_of
+from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
 from sdk.databus.inbox import Inbox
+from sdk.reconnect import Link, RetryPolicy, failure_of
 from sdk.security import ClientSecurity
 
 _log = logging.getLogger("keybus.databus")
@@ -85,7 +90,45 @@ class BrokerLink:
         """A notice when the broker has been unreachable for long (once per outage)."""
         return self._watch.check(now) if self._watch is not None else None
 
+    async def describe_topic(self) -> pb.TopicInfo:
+        """The topic's partitions and where their logs start: both sources' first call
+        to the broker (the Key_Shared one makes it before subscribing, so that both
+        wait for a broker alike and say so alike). A call that reached no broker (refused, unknown host) is
+        retried with the SDK's backoff for `connect_timeout_ms` (sdk/reconnect.py, rule
+        1), so a client started with its broker waits for it; the log says so once.
+        An answer from a broker (no such topic, no permission) fails at once.
+
+        Raises:
+            TopicNotFound, KeybusError: the broker's answer. Unavailable: no
+                broker reached within connect_timeout_ms.
+        """
+        assert self._channel is not None
+        stub = stub_of(self._channel)
+        link = Link(self.broker, RetryPolicy(connect_timeout_ms=self.config.connect_timeout_ms))
+        said = False
+        while True:
+            try:
+                info: pb.TopicInfo = await stub.DescribeTopic(
+                    pb.DescribeTopicRequest(topic=self.topic), timeout=30)
+                return info
+            except grpc.RpcError as e:
+                reason, never_reached = failure_of(e)
+                if not never_reached:
+                    raise errors.from_rpc_error(e, self.broker) from None
+            delay_ms, _ = link.process_failure(reason, True, now_ms())  # Unavailable: gave up
+            if not said:  # once per start; a long wait reaches on_error (unavailable_report_ms)
+                said = True
+                _log.warning("%s: cannot reach broker %s yet (%s); retrying %s", self.name,
+                             self.broker, reason, _plan(self.config.connect_timeout_ms))
+            await asyncio.sleep(delay_ms / 1000)
+
     async def _disconnect(self) -> None:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+
+
+def _plan(connect_timeout_ms: int) -> str:
+    if not connect_timeout_ms:
+        return "until it answers (connect_timeout_ms=0)"
+    return f"for up to {connect_timeout_ms / 1000:g} s (connect_timeout_ms={connect_timeout_ms})"

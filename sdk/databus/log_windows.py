@@ -27,16 +27,14 @@ import grpc.aio
 
 from sdk import errors
 from sdk.bootstrap import BootstrapPosition
-from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
-from sdk.databus.connection import BrokerLink, now_ms
+from sdk.databus.connection import BrokerLink
 from sdk.databus.inbox import PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
 from sdk.producer import partition_count
 from sdk.reader import Reader, Start
-from sdk.reconnect import Link, RetryPolicy, failure_of
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint
@@ -71,7 +69,7 @@ class LogWindows(BrokerLink):
             (no broker reached within connect_timeout_ms).
         """
         self._connect()
-        info = await self._describe()
+        info = await self.describe_topic()
         partitions = self._partitions(partition_count(info))
         log_starts = {p.partition: p.start_offset for p in info.partitions}
         for partition in partitions:
@@ -79,37 +77,6 @@ class LogWindows(BrokerLink):
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read(p), name=f"keybus-databus-{self.name}-{p}")
                        for p in partitions]
-
-    async def _describe(self) -> pb.TopicInfo:
-        """The topic's partitions and where their logs start: the registration's first
-        call to the broker. A call that reached no broker (refused, unknown host) is
-        retried with the SDK's backoff for `connect_timeout_ms` (sdk/reconnect.py, rule
-        1), so a client started with its broker waits for it; the log says so once.
-        An answer from a broker (no such topic, no permission) fails at once.
-
-        Raises:
-            TopicNotFound, KeybusError: the broker's answer. Unavailable: no
-                broker reached within connect_timeout_ms.
-        """
-        assert self._channel is not None
-        stub = stub_of(self._channel)
-        link = Link(self.broker, RetryPolicy(connect_timeout_ms=self.config.connect_timeout_ms))
-        said = False
-        while True:
-            try:
-                info: pb.TopicInfo = await stub.DescribeTopic(
-                    pb.DescribeTopicRequest(topic=self.topic), timeout=30)
-                return info
-            except grpc.RpcError as e:
-                reason, never_reached = failure_of(e)
-                if not never_reached:
-                    raise errors.from_rpc_error(e, self.broker) from None
-            delay_ms, _ = link.process_failure(reason, True, now_ms())  # Unavailable: gave up
-            if not said:  # once per start; a long wait reaches on_error (unavailable_report_ms)
-                said = True
-                _log.warning("%s: cannot reach broker %s yet (%s); retrying %s", self.name,
-                             self.broker, reason, _plan(self.config.connect_timeout_ms))
-            await asyncio.sleep(delay_ms / 1000)
 
     def _partitions(self, count: int) -> list[int]:
         if self.partitions is None:
@@ -213,8 +180,3 @@ class LogWindows(BrokerLink):
         self._tasks = []
         await self._disconnect()
 
-
-def _plan(connect_timeout_ms: int) -> str:
-    if not connect_timeout_ms:
-        return "until it answers (connect_timeout_ms=0)"
-    return f"for up to {connect_timeout_ms / 1000:g} s (connect_timeout_ms={connect_timeout_ms})"

@@ -63,9 +63,11 @@ class ShareWindows(BrokerLink):
 
         Raises:
             TopicNotFound, FailedPrecondition (e.g. another subscription type),
-            Unavailable, ValueError (a bad consumer setting).
+            Unavailable (no broker reached within connect_timeout_ms), ValueError
+            (a bad consumer setting).
         """
         channel = self._connect()
+        await self.describe_topic()  # a broker not there yet: waited for and said, as `register`
         self.consumer = await Consumer.subscribe(self.broker, self.topic, self.subscription,
                                                  config=self.consumer_config, channel=channel)
         self._task = asyncio.get_running_loop().create_task(

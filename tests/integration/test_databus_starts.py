@@ -146,15 +146,21 @@ def retrying_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
             and "retrying" in r.getMessage()]
 
 
-def test_a_closed_port_is_retried_then_fails_clearly(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["register", "register_shared"])
+def test_a_closed_port_is_retried_then_fails_clearly(caplog: pytest.LogCaptureFixture,
+                                                     shared: bool) -> None:
     """Nothing listens: the first connection is retried for connect_timeout_ms (one
-    WARNING says so), then the registration fails with the clear Unavailable."""
+    WARNING says so, at the first failure, for a Key_Shared registration too), then
+    the registration fails with the clear Unavailable."""
 
     async def go() -> tuple[Lifecycle, BaseException | None, float]:
         consumer = Lifecycle()
         client = DatabusClient(f"127.0.0.1:{closed_port()}",
                                config=DatabusConfig(connect_timeout_ms=1_500))
-        client.register(consumer, topic="anything")
+        if shared:
+            client.register_shared(consumer, topic="anything", subscription="s")
+        else:
+            client.register(consumer, topic="anything")
         async with client:
             await until(lambda: "stop" in consumer.calls)
         took_s = time.monotonic() - consumer.began
