@@ -59,6 +59,7 @@ class PartitionContext:
         self._metrics = metrics
         self.expiration_ms = expiration_ms
         self.renewed_at_ms = renewed_at_ms
+        self._disowned = False  # the processor stopped the pump: another may own it now
 
     @property
     def epoch(self) -> int:
@@ -72,6 +73,12 @@ class PartitionContext:
         """The processor renewed the claim (sent at `claimed_at_ms`, monotonic_ms())."""
         self.ownership = ownership
         self.renewed_at_ms = claimed_at_ms
+
+    def disown(self) -> None:
+        """The processor no longer owns the partition (its claim lapsed or a cycle
+        found it lost) while a callback may still run: that callback's checkpoints
+        are refused from now on (`update_checkpoint`)."""
+        self._disowned = True
 
     def lease_lapsed(self, now_ms: int) -> bool:
         """Whether the claim may have expired in the store at `now_ms`
@@ -88,27 +95,46 @@ class PartitionContext:
         Returns:
             The checkpoint stored.
         Raises:
-            OwnershipLost: the partition was closed as lost, or the store
-                refused a stale epoch (the partition then closes as lost
-                before the next batch).
+            OwnershipLost: this processor no longer owns the partition by its
+                own knowledge (the claim lapsed by its clock, a cycle found it
+                lost, or it was closed as lost), or the store refused a stale
+                epoch; nothing was written (as Kafka's CommitFailedException),
+                so a new owner's checkpoint is never moved back. The partition
+                closes as lost before the next batch.
             ValueError: nothing delivered yet and no event given, or an
                 event of another partition (or topic) than this context's.
         """
         offset, scn = self._position(event)
-        if self.lost:
+        why = self._not_owned(monotonic_ms())
+        if why is not None:
+            self._metrics.checkpoint_refused()
             raise OwnershipLost(f"{self.topic}/{self.partition} of group {self.consumer_group!r} "
-                                "was closed as lost; the checkpoint was not written")
+                                f"{why}; the checkpoint (offset {offset}) was not written")
         checkpoint = Checkpoint(self.namespace, self.topic, self.consumer_group, self.partition,
                                 offset, scn, self.epoch if self._fencing else 0)
         try:
             await self._store.update_checkpoint(checkpoint)
         except OwnershipLost:
             self.close_reason = "ownership_lost"
+            self._metrics.checkpoint_refused()
             raise
         self.checkpoint = checkpoint
         end = self.end_offset if self.end_offset is not None else offset + 1
         self._metrics.checkpoint(self.partition, max(0, end - offset - 1))
         return checkpoint
+
+    def _not_owned(self, now_ms: int) -> str | None:
+        """Why this processor may not checkpoint the partition now, or None. The
+        lease is looked at here too: a callback that blocks the event loop also
+        keeps the processor's watch from closing the partition."""
+        if self.lost:
+            return "was closed as lost"
+        if self.lease_lapsed(now_ms):
+            return (f"is no longer owned by {self.owner_id!r}: its claim lapsed (not renewed "
+                    f"within ownership_expiration_ms={self.expiration_ms})")
+        if self._disowned:
+            return f"is no longer owned by {self.owner_id!r} (another processor may own it)"
+        return None
 
     def _position(self, event: Event | ReadBatch | None) -> tuple[int, int]:
         if event is None:

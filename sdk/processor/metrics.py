@@ -27,6 +27,10 @@ STEALS = Counter("keybus_processor_steals", "Partitions taken from the most load
 LAPSES = Counter("keybus_processor_lapses",
                  "Partitions closed because their claim was not renewed within the expiration",
                  ["topic", "consumer_group", "owner"])
+CHECKPOINTS_REFUSED = Counter(
+    "keybus_processor_checkpoints_refused",
+    "Checkpoints refused because the processor no longer owned the partition",
+    ["topic", "consumer_group", "owner"])
 CHECKPOINT_LAG = Gauge("keybus_processor_checkpoint_lag_events",
                        "Events after the last checkpoint up to the end of the log",
                        ["topic", "consumer_group", "owner", "partition"])
@@ -45,6 +49,7 @@ class ProcessorStats:
     balancing_errors: int = 0
     events: int = 0
     checkpoints: int = 0
+    checkpoints_refused: int = 0  # written after ownership was lost: not stored (OwnershipLost)
     checkpoint_lag: dict[int, int] = field(default_factory=dict)
 
 
@@ -81,9 +86,14 @@ class ProcessorMetrics:
         self.stats.checkpoint_lag[partition] = lag
         CHECKPOINT_LAG.labels(*self._labels, str(partition)).set(lag)
 
+    def checkpoint_refused(self) -> None:
+        self.stats.checkpoints_refused += 1
+        CHECKPOINTS_REFUSED.labels(*self._labels).inc()
+
     def remove(self) -> None:
         """Drop this processor's label sets (it stopped)."""
-        for metric in (OWNED_PARTITIONS, CLAIMS_WON, CLAIMS_LOST, STEALS, LAPSES):
+        for metric in (OWNED_PARTITIONS, CLAIMS_WON, CLAIMS_LOST, STEALS, LAPSES,
+                       CHECKPOINTS_REFUSED):
             with contextlib.suppress(KeyError):
                 metric.remove(*self._labels)
         for partition in self.stats.checkpoint_lag:

@@ -104,6 +104,8 @@ class PartitionPump:
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
+            if reason == "ownership_lost":  # a callback still running may not checkpoint
+                self.context.disown()
 
     async def _run(self) -> None:
         if self._previous is not None:

@@ -16,17 +16,19 @@ import pytest
 
 from sdk.core.columns import Event
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.processor.context import PartitionContext
+from sdk.processor.context import PartitionContext, monotonic_ms
 from sdk.processor.metrics import ProcessorMetrics
 from sdk.reader import ReadBatch
 from sdk.stores import FileCheckpointStore, PartitionOwnership
+from sdk.stores.fencing import OwnershipLost
 
 
 def context_of(tmp_path: Path, partition: int) -> tuple[PartitionContext, FileCheckpointStore]:
     store = FileCheckpointStore(tmp_path)
     ownership = PartitionOwnership("", "orders", "billing", partition, "worker-a", "e1", 0, 1)
     metrics = ProcessorMetrics("orders", "billing", f"worker-a-{tmp_path.name}")
-    return PartitionContext(ownership, store, False, metrics, 60_000, 0), store
+    # claimed just now: its lease runs (a claim sent at 0 would have lapsed long ago)
+    return PartitionContext(ownership, store, False, metrics, 60_000, monotonic_ms()), store
 
 
 def batch(topic: str, partition: int, base_offset: int, count: int) -> ReadBatch:
@@ -59,3 +61,14 @@ def test_another_partitions_event_is_refused(tmp_path: Path, foreign: Event | Re
                                          r"orders/0"):
         asyncio.run(context.update_checkpoint(foreign))
     assert asyncio.run(store.get_checkpoint("", "orders", "billing", 0)) is None
+
+
+def test_a_disowned_partition_is_not_checkpointed(tmp_path: Path) -> None:
+    """A cycle found the partition lost while a callback still runs: refused, counted."""
+    context, store = context_of(tmp_path, 0)
+    context.disown()
+    with pytest.raises(OwnershipLost, match=r"no longer owned by 'worker-a'.*offset 14\) was "
+                                            r"not written"):
+        asyncio.run(context.update_checkpoint(batch("orders", 0, 10, 5)))
+    assert asyncio.run(store.get_checkpoint("", "orders", "billing", 0)) is None
+    assert context._metrics.stats.checkpoints_refused == 1
