@@ -48,7 +48,7 @@ from sdk.processor.balancer import Group, Strategy, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.leases import lapsed_partitions, lease_lapsed, next_lapse_ms
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
-from sdk.processor.outages import OutageLog, PartitionOutages
+from sdk.processor.outages import Line, OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
 from sdk.reader import ReadBatch, Reader, Start
@@ -60,6 +60,10 @@ from sdk.stores.records import PartitionOwnership
 
 log = logging.getLogger("keybus.processor")
 JITTER = 0.2
+# stop() waits at most this long for the ownership store, twice: for a cycle under way
+# (then cancels it) and for the release. A store that does not answer (a frozen Redis
+# waits out its socket timeout) must not hold a shutdown; the claims then expire.
+STOP_STORE_WAIT_S = 2.0
 
 
 class EventProcessor:
@@ -206,10 +210,18 @@ class EventProcessor:
 
     async def stop(self) -> None:
         """Stop balancing, close every partition ("shutdown": callbacks in
-        progress finish first) and release them. Idempotent."""
+        progress finish first) and release them. Idempotent.
+
+        Bounded apart from the callbacks in progress: a cycle under way gets
+        STOP_STORE_WAIT_S to finish, then is cancelled; the release gets as
+        long again, then is given up with one WARNING (the claims expire
+        after ownership_expiration_ms instead)."""
         if self._balancer is None or self._stopping.is_set():
             return
         self._stopping.set()
+        await asyncio.wait({self._balancer}, timeout=STOP_STORE_WAIT_S)
+        if not self._balancer.done():  # a cycle waits on a store: what it claims will expire
+            self._balancer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._balancer
         if self._lease_watch is not None:
@@ -408,7 +420,14 @@ class EventProcessor:
         releases = [replace(record, owner_id="") for record in self._held.values()]
         self._held = {}
         try:
-            await self._ownership.claim_ownership(releases)
+            await asyncio.wait_for(self._ownership.claim_ownership(releases), STOP_STORE_WAIT_S)
         except Exception as e:
-            await self._callbacks.error(None, e)
+            if isinstance(e, TimeoutError):
+                e = TimeoutError(f"the ownership store did not answer within "
+                                 f"{STOP_STORE_WAIT_S:g} s")
+            message = (f"event processor {self.topic}/{self.consumer_group}: stopped without "
+                       f"releasing partitions {sorted(r.partition for r in releases)} ({e}); "
+                       "other processors take them once the claims expire "
+                       f"(ownership_expiration_ms={self.expiration_ms})")
+            await self._callbacks.error(None, e, Line(logging.WARNING, message))
 
