@@ -13,10 +13,10 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -27,6 +27,7 @@ from broker.log import data_format
 from broker.log.rocks_options import StoreLimits
 from broker.log.rocks_store import RocksStore
 from broker.log.store_failure import is_store_failure
+from broker.metrics_endpoint import MetricsEndpoint
 from broker.processor_stores.service import ProcessorStores
 from broker.relay.dead_letter_forward import DeadLetterForwarder
 from broker.relay.node import RelayNode
@@ -97,6 +98,7 @@ class Broker:
     relay: RelayNode | None = None
     _retention: asyncio.Task[None] | None = None
     processor_stores: ProcessorStores | None = None
+    metrics: MetricsEndpoint | None = None
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Hand leadership over, refuse new calls, end the streams, then close
@@ -111,6 +113,8 @@ class Broker:
         """
         if self._retention is not None:
             self._retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention
         if self.relay is not None:  # hand leadership over while followers can still report
             await self.relay.stop()
         stopping = asyncio.ensure_future(self.server.stop(grace_s))
@@ -120,7 +124,9 @@ class Broker:
         if self.processor_stores is not None:
             await self.processor_stores.close()
         await self.registry.close()
-        self.store.close()
+        self.store.close()  # releases RocksDB's LOCK: a broker may start on the directory again
+        if self.metrics is not None:
+            self.metrics.close()
 
     async def retention_loop(self) -> None:
         interval_s = self.settings.retention_check_interval_ms / 1000
@@ -138,6 +144,9 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     refuses every write from then on: `serve` stops the broker on it, and an
     application embedding this should too (`store.disk_failures.listen`).
 
+    A start that fails closes what it opened, the store included (its LOCK
+    released), so the application may start a broker on the directory again.
+
     Raises:
         StartError: the port is taken, the data directory is in use by another
             broker or cannot be opened; the message says what to do.
@@ -145,10 +154,22 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     check_port(settings.host, settings.port)
     if store is None:
         store = open_store(settings)
+    async with contextlib.AsyncExitStack() as undo:  # on a failure: close what opened
+        undo.callback(_quietly, "closing the store", store.close)
+        broker = await _start_on(settings, store, undo)
+        undo.pop_all()
+    return broker
+
+
+async def _start_on(settings: Settings, store: RocksStore,
+                    undo: contextlib.AsyncExitStack) -> Broker:
+    """`start_broker` on an open store; every part started pushes its stop on `undo`."""
     registry = TopicRegistry(store, settings)
+    undo.push_async_callback(_quietly_async, "closing the topics", registry.close)
     await registry.open()
     config_filters = from_config(settings.serversidefilter)
     subscriptions = SubscriptionManager(registry, store, settings, config_filters)
+    undo.push_async_callback(_quietly_async, "closing the subscriptions", subscriptions.close)
     await subscriptions.open()
     registry.delete_listeners.append(subscriptions.drop_topic)
     access = AccessTable(security.superusers(settings))
@@ -173,6 +194,8 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     server.add_generic_rpc_handlers((bootstrap_handler(
         BootstrapServicer(registry, settings, config_filters)),))
     processor_stores = ProcessorStores(store, registry, settings)
+    undo.push_async_callback(_quietly_async, "closing the processor stores",
+                             processor_stores.close)
     processor_stores.start()
     registry.delete_listeners.append(processor_stores.topic_deleted)
     server.add_generic_rpc_handlers((processor_handler(ProcessorStoreServicer(processor_stores)),))
@@ -180,24 +203,40 @@ async def start_broker(settings: Settings, store: RocksStore | None = None) -> B
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
+    metrics = None
     if settings.metrics_port:
-        prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
+        metrics = MetricsEndpoint(settings.host, settings.metrics_port)
+        undo.callback(_quietly, "stopping the metrics endpoint", metrics.close)
     port = _bind(server, settings)
     if port == 0:  # taken since check_port: gRPC's own bind failed
-        await subscriptions.close()
-        await processor_stores.close()
-        await registry.close()
-        store.close()
         raise PortInUse(port_in_use(settings.host, settings.port))
     relay.attach(relay_settings(settings, port))  # the advertised address needs the bound port
+    undo.push_async_callback(_quietly_async, "stopping the server", server.stop, None)
     await server.start()
     await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    undo.push_async_callback(_quietly_async, "stopping the relay", relay.stop)
     await relay.start()
     broker = Broker(settings, store, registry, subscriptions, server, port, relay,
-                    processor_stores=processor_stores)
+                    processor_stores=processor_stores, metrics=metrics)
     broker._retention = asyncio.get_running_loop().create_task(broker.retention_loop())
     return broker
+
+
+def _quietly(what: str, stop: Callable[[], object]) -> None:
+    """Undo one part of a failed start; a failure here is logged, never raised over
+    the start's own error."""
+    try:
+        stop()
+    except Exception as e:
+        log.warning("start failed; %s failed too: %s", what, describe_cause(e))
+
+
+async def _quietly_async(what: str, stop: Callable[..., Awaitable[object]], *args: object) -> None:
+    try:
+        await stop(*args)
+    except Exception as e:
+        log.warning("start failed; %s failed too: %s", what, describe_cause(e))
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:

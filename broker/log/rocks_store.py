@@ -31,7 +31,7 @@ from broker.log import codec, data_format
 from broker.log.retention import HeadRecord
 from broker.log.rocks_options import DEFAULT_LIMITS, StoreLimits, database_options
 from broker.log.store_failure import StoreFailures, is_store_failure, unreadable
-from broker.log.wal_sync import WalSyncer
+from broker.log.wal_sync import StoreClosed, WalSyncer
 from broker.metrics import WAL_FSYNC_SECONDS
 from sdk.core.pb import keybus_pb2 as pb
 
@@ -90,14 +90,26 @@ class RocksStore:
         self.wal_syncer = WalSyncer(lambda: self.sync_wal(), observe=WAL_FSYNC_SECONDS.observe)
 
     def close(self) -> None:
+        """Close the database and drop every handle of it, so that RocksDB's LOCK is
+        released and the same directory can be opened again in this process (an
+        application embedding the broker: stop, then start on the same data directory).
+
+        Why drop them: each column family handle and reader holds rocksdict's reference
+        to the database, which stays open (its LOCK held) while any of them lives, even
+        after `Rdict.close`. Other modules therefore take them per call
+        (`column_family`), never keep them."""
         self.wal_syncer.close()  # no fsync runs once the database closes
+        views, self._views = self._views, _Closed()
+        self._cf = _Closed()
         try:  # closing flushes the memtables: after a failure, refused with its error
-            for view in self._views.values():
+            for view in views.values():
                 view.close()
             self._db.close()
         except Exception:
             if self.disk_failures.first is None:
                 raise
+        finally:
+            views.clear()
 
     # ------------------------------------------------------------ metadata
 
@@ -421,7 +433,9 @@ class RocksStore:
 
     def column_family(self, name: str) -> tuple[Any, rocksdict.Rdict]:
         """The handle (for WriteBatch puts) and the reader of a column family
-        whose layout another module owns (the compacted view: broker/view)."""
+        whose layout another module owns (the compacted view: broker/view). Take
+        them per use and do not keep them: a kept one holds the database open
+        after `close` (see there). Raises StoreClosed once the store is closed."""
         return self._cf[name], self._views[name]
 
     def ended(self, it: Any, what: Callable[[], str]) -> None:
@@ -453,6 +467,13 @@ class RocksStore:
             raise self.disk_failures.failed(e) from e
         if sync:
             self.sync_wal()
+
+
+class _Closed(dict[str, Any]):
+    """The families of a closed store: every lookup says the store is closed."""
+
+    def __missing__(self, name: str) -> Any:
+        raise StoreClosed(f"the store is closed: no access to its {name} family")
 
 
 def head_records(store: RocksStore, topic_id: int, partition: int) -> Iterator[HeadRecord]:

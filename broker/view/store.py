@@ -67,9 +67,16 @@ class ViewStore:
         self.log = store
         self.slice = slice_size
         self.sizes = EntrySizes(sizes_capacity, slice_size, _yield)
-        handle, reader = store.column_family(VIEW_FAMILY)
-        self._handle: Any = handle
-        self._reader: rocksdict.Rdict = reader
+
+    # Looked up per use, never kept: a kept handle holds the database open after the
+    # store closes (RocksStore.close), so the broker could not be started again on it.
+    @property
+    def _handle(self) -> Any:
+        return self.log.column_family(VIEW_FAMILY)[0]
+
+    @property
+    def _reader(self) -> rocksdict.Rdict:
+        return self.log.column_family(VIEW_FAMILY)[1]
 
     def state(self, topic_id: int, partition: int) -> codec.ViewState:
         value = self._reader.get(codec.state_key(topic_id, partition))
@@ -136,14 +143,15 @@ class ViewStore:
         starts = range(0, max(len(puts), 1), self.slice)
         for start in starts:
             batch = rocksdict.WriteBatch(raw_mode=True)
+            handle = self._handle
             for key, value in puts[start:start + self.slice]:
-                batch.put(key, value, self._handle)
+                batch.put(key, value, handle)
             if start == starts[-1]:
-                batch.put(state_key, after.encode(), self._handle)
+                batch.put(state_key, after.encode(), handle)
             elif start == 0:
                 pending = replace(after, offset_next=before.offset_next, scn=before.scn,
                                   pass_end=after.offset_next)
-                batch.put(state_key, pending.encode(), self._handle)
+                batch.put(state_key, pending.encode(), handle)
             self.log.write(batch, sync=False)
             if start != starts[-1]:
                 _yield()
@@ -188,11 +196,12 @@ class ViewStore:
         doomed_values = self.get_entries(doomed)
         new_state = remove_entries(state, doomed, [v or b"" for v in doomed_values])
         batch = rocksdict.WriteBatch(raw_mode=True)
+        handle = self._handle
         for key in doomed:
-            batch.delete(key, self._handle)
+            batch.delete(key, handle)
         for index_key, _ in index:
-            batch.delete(index_key, self._handle)
-        batch.put(codec.state_key(topic_id, partition), new_state.encode(), self._handle)
+            batch.delete(index_key, handle)
+        batch.put(codec.state_key(topic_id, partition), new_state.encode(), handle)
         self.log.write(batch, sync=False)
         return new_state
 
@@ -229,8 +238,9 @@ class ViewStore:
         puts = [*fold.entries.items(), *fold.tombstones]
         for start in slice_starts(len(puts), self.slice, _yield):
             batch = rocksdict.WriteBatch(raw_mode=True)
+            handle = self._handle
             for key, value in puts[start:start + self.slice]:
-                batch.put(key, value, self._handle)
+                batch.put(key, value, handle)
             self.log.write(batch, sync=False)
         return after
 
