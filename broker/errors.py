@@ -247,6 +247,9 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "{start}, past offsets the upstream's retention removed before they were "
                   "copied, so a view folded from it would miss keys; retry in a while, or "
                   "bootstrap from the leader"),
+        ErrorKind("view_rebuilding", grpc.StatusCode.UNAVAILABLE,
+                  "the compacted view of {topic!r}/{partition} is being folded again from "
+                  "this broker's log ({why}){failing}; retry in a while"),
         ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
                   "the broker serves {max} Bootstrap streams in their snapshot or "
                   "catch-up at once (bootstrap_streams_max); retry later"),

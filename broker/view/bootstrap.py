@@ -89,10 +89,16 @@ def check_loaded(partition: Partition, view: PartitionView, state: ViewState) ->
     snapshot to give: refused with a status saying why and what to do.
 
     Raises:
-        BrokerError: view_loading (UNAVAILABLE).
+        BrokerError: view_loading, or view_rebuilding when it is to be folded from
+            this broker's log (both UNAVAILABLE).
     """
     if not state.load_from:
         return
+    if view.fold_why:  # no upstream will load it: the maintainer folds it from the log
+        failing = (f"; clearing the old view failed ({view.fold_failure}) and is retried"
+                   if view.fold_failure else "")
+        raise BrokerError("view_rebuilding", topic=partition.meta.name,
+                          partition=partition.index, why=view.fold_why, failing=failing)
     source = view.source
     raise BrokerError("view_loading", topic=partition.meta.name, partition=partition.index,
                       start=state.load_from,

@@ -64,6 +64,10 @@ class PartitionView:
         self._changed = asyncio.Event()  # set after every pass (bootstraps wait on it)
         self.source: ViewSource | None = None  # where a marked view loads from (relay)
         self._sourced = asyncio.Event()  # set while `source` is
+        # Set: no upstream will load this marked view (`fold_from_log` says why); the
+        # maintainer clears it to fold it from the log, retried while that fails.
+        self.fold_why = ""
+        self.fold_failure = ""  # the last failure of that clear (Bootstrap's refusal names it)
 
     # ------------------------------------------------------------ retention floor and pins
 
@@ -141,14 +145,32 @@ class PartitionView:
     async def fold_from_log(self, why: str) -> None:
         """No upstream will load this marked view (`why`: e.g. the broker leads the
         topic now, or follows it no more): fold it from the retained log, as a view
-        rebuilt after a truncation, with one WARNING naming what it lacks."""
-        if not self.state.load_from:
+        rebuilt after a truncation, with one WARNING naming what it lacks.
+
+        The maintainer clears the view and folds it; this only hands it the work
+        (restarting it, so that a wait for a source ends) and never raises for it.
+        Why: it runs while the broker starts and at a leadership change, and a
+        failed clear (a store error) there stopped the start, or the change, for a
+        view the broker can rebuild. The maintainer retries a failed clear with
+        backoff, one WARNING per kind of failure; Bootstrap is refused with
+        UNAVAILABLE saying so meanwhile (`bootstrap.check_loaded`)."""
+        if not self.state.load_from or self.fold_why:
             return
         log.warning("view of %s/%d: it waited to be loaded from an upstream, and %s; folding "
                     "it from this broker's log, which restarted at offset %d (keys written "
                     "only below it are missing from the view)", self.partition.meta.name,
                     self.partition.index, why, self.state.load_from)
-        await self.rebuild()
+        await self.stop()
+        self.fold_why = why
+        self.start()
+
+    async def _fold_marked(self) -> None:
+        """Clear the marked view (`fold_from_log`): the maintainer folds it from the
+        log's first record from then on."""
+        meta = self.partition.meta
+        self.state = await self._on_thread(self.views.clear, meta.topic_id, self.partition.index)
+        self.fold_why = self.fold_failure = ""
+        self._signal()
 
     async def _load(self, source: ViewSource) -> None:
         meta, index = self.partition.meta, self.partition.index
@@ -168,6 +190,9 @@ class PartitionView:
         failures, last_cause = 0, ""
         while True:
             try:
+                if self.state.load_from and self.fold_why:
+                    failures, last_cause = await self._try_fold_marked(failures, last_cause)
+                    continue
                 if self.state.load_from:
                     if self.source is None:
                         with contextlib.suppress(TimeoutError):
@@ -216,6 +241,28 @@ class PartitionView:
                               "row); retrying in %d ms", name, index, cause, failures, delay_ms)
                 last_cause = cause
                 await asyncio.sleep(delay_ms / 1000)
+
+    async def _try_fold_marked(self, failures: int, last_cause: str) -> tuple[int, str]:
+        """`_fold_marked`; on a failure one WARNING per kind of it, then the backoff.
+        Returns the failures in a row and the last one's cause."""
+        try:
+            await self._fold_marked()
+        except Exception as e:  # a BrokerError too: not the partition closing here
+            VIEW_ERRORS.labels(self.partition.meta.name).inc()
+            failures += 1
+            delay_ms = ERROR_BACKOFF.delay_ms(failures)
+            cause = self.fold_failure = describe_cause(e)
+            if cause != last_cause:
+                log.warning("view of %s/%d: clearing it to fold it from this broker's log "
+                            "failed (%s); retrying with backoff, now in %d ms (Bootstrap here "
+                            "is refused meanwhile)", self.partition.meta.name,
+                            self.partition.index, cause, delay_ms)
+            await asyncio.sleep(delay_ms / 1000)
+            return failures, cause
+        if failures:
+            log.warning("view of %s/%d: cleared after %d failure(s); folding it from this "
+                        "broker's log", self.partition.meta.name, self.partition.index, failures)
+        return 0, ""
 
     async def _fold(self) -> None:
         meta, index = self.partition.meta, self.partition.index

@@ -139,13 +139,26 @@ def test_a_loaded_view_holds_the_upstreams_and_is_marked_until_the_log_reaches_i
 
 def test_a_marked_view_is_refused_to_bootstrap() -> None:
     partition = SimpleNamespace(meta=SimpleNamespace(name="t"), index=0)
-    view = SimpleNamespace(source=ViewSource("upstream 127.0.0.1:1", None))  # type: ignore[arg-type]
+    view = SimpleNamespace(source=ViewSource("upstream 127.0.0.1:1", None),  # type: ignore[arg-type]
+                           fold_why="", fold_failure="")
     with pytest.raises(BrokerError) as refused:
         check_loaded(partition, view, codec.ViewState(load_from=240))  # type: ignore[arg-type]
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE
     message = str(refused.value)
     assert "being loaded from upstream 127.0.0.1:1" in message and "offset 240" in message
     assert "bootstrap from the leader" in message
+
+
+def test_a_marked_view_to_fold_from_the_log_is_refused_naming_why_and_its_failure() -> None:
+    partition = SimpleNamespace(meta=SimpleNamespace(name="t"), index=0)
+    view = SimpleNamespace(source=None, fold_why="this broker now leads the topic",
+                           fold_failure="OSError: [Errno 5] disk")
+    with pytest.raises(BrokerError) as refused:
+        check_loaded(partition, view, codec.ViewState(load_from=240))  # type: ignore[arg-type]
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+    message = str(refused.value)
+    assert "folded again from this broker's log (this broker now leads the topic)" in message
+    assert "failed (OSError: [Errno 5] disk) and is retried" in message
 
 
 def test_a_load_cut_after_any_write_stays_marked_and_the_next_load_is_whole(
