@@ -70,8 +70,13 @@ def describe_cause(error: BaseException) -> str:
     return text if len(text) <= CAUSE_CHARS_MAX else text[:CAUSE_CHARS_MAX - 3] + "..."
 
 
+# Reloads a task's state after its backoff; a coroutine when the reload must first wait
+# for something in flight (a dispatcher's cursor write: dispatcher_supervision.py).
+Restart = Callable[[], Awaitable[None] | None]
+
+
 async def supervise(name: str, body: Callable[[], Awaitable[None]],
-                    fail: Callable[[Exception, int], None], restart: Callable[[], None],
+                    fail: Callable[[Exception, int], None], restart: Restart,
                     backoff: RestartBackoff, log: logging.Logger) -> None:
     """Run `body` forever, restarting it after an unexpected exception.
 
@@ -80,7 +85,8 @@ async def supervise(name: str, body: Callable[[], Awaitable[None]],
         body: the task's loop; returning ends supervision (a clean stop).
         fail: called with the exception and the delay before the restart, at
             once: fail what is in flight, refuse what comes until `restart`.
-        restart: reload the owner's state; raising counts as a new failure.
+        restart: reload the owner's state (awaited when it returns an awaitable);
+            raising counts as a new failure.
         backoff: delays between restarts.
         log: where failures are reported.
     """
@@ -101,7 +107,7 @@ async def supervise(name: str, body: Callable[[], Awaitable[None]],
 
 
 async def _recover(name: str, error: Exception, failures: int, last_cause: str,
-                   fail: Callable[[Exception, int], None], restart: Callable[[], None],
+                   fail: Callable[[Exception, int], None], restart: Restart,
                    backoff: RestartBackoff, log: logging.Logger) -> tuple[int, str]:
     """Report, fail the owner, back off and restart until a restart succeeds."""
     while True:
@@ -119,7 +125,9 @@ async def _recover(name: str, error: Exception, failures: int, last_cause: str,
         fail(error, delay_ms)
         await asyncio.sleep(delay_ms / 1000)
         try:
-            restart()
+            reloading = restart()
+            if reloading is not None:
+                await reloading
         except Exception as e:
             error = e
             continue

@@ -15,7 +15,12 @@ halves of the contract:
 * `restart`: a new core from the cursor persisted in the store (what was acked
   since the last persist is delivered again: at least once, as after a broker
   restart) with an empty record cache. Consumers that reconnect are attached
-  to it as to any dispatcher.
+  to it as to any dispatcher. It first waits for every cursor write in flight
+  to land: a SeekSubscription's write (`dispatcher_upkeep.seek_together`) that
+  landed after the restart read the disk left the new core at the cursor from
+  before the seek, though the seek answered OK (the events it asked to have
+  again were never delivered; a forward seek's were delivered again). A seek
+  whose write fails fails for its caller, and the restart reads the old cursor.
 
 The backoff between the two is the broker's shared `task_restart_backoff_ms`
 .. `task_restart_backoff_max_ms`. Everything runs on the event loop.
@@ -23,6 +28,7 @@ The backoff between the two is the broker's shared `task_restart_backoff_ms`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -80,15 +86,20 @@ class DispatcherSupervision:
             dispatcher._dead_letter_task.cancel()  # it would act on the failed core
         dispatcher._dead_letter_task = None
         # A cursor write in flight (`_persist_task`) is left to land: it holds a
-        # consistent snapshot, and the restart reads the cursor after the backoff.
+        # consistent snapshot, and the restart waits for it before it reads the cursor.
         sessions = list(dispatcher.sessions.values())
         dispatcher.sessions.clear()
         for session in sessions:
             session.close(BrokerError("task_failed", **failure))
 
-    def restart(self) -> None:
-        """A new core from the persisted cursor (raises if the store cannot be read)."""
+    async def restart(self) -> None:
+        """A new core from the persisted cursor, once no cursor write is in flight
+        (raises if the store cannot be read)."""
         dispatcher = self.dispatcher
+        # A seek that comes meanwhile makes its write the `_persist_task`: wait for it
+        # too. From the last check on, nothing awaits until the new core is in place.
+        while (writing := dispatcher._persist_task) is not None and not writing.done():
+            await asyncio.wait([writing])
         spec, partition = dispatcher.spec, dispatcher.partition
         data = dispatcher.store.get_cursor(partition.meta.topic_id, dispatcher.index, spec.name)
         cursor = Cursor.from_bytes(data) if data else Cursor(partition.start_offset)
