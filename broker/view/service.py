@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from broker.config import Settings
-from broker.errors import BrokerError
+from broker.errors import PARTITION_CLOSED, BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.metrics import VIEW_ERRORS, VIEW_FOLDED_EVENTS, VIEW_LAG_EVENTS
 from broker.partition import Partition, TopicMeta
@@ -215,10 +215,14 @@ class PartitionView:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.partition.wait_for_data(self.state.offset_next),
                                            interval_s)
-            except BrokerError:  # the partition closed (topic deleted, broker stopping)
-                return
             except asyncio.CancelledError:
                 raise
+            except BrokerError as e:
+                if e.kind.name in PARTITION_CLOSED:  # topic deleted, broker stopping
+                    return
+                # a damaged block (store_unreadable) and the like: ending here, silently,
+                # would leave the view behind for good and hold retention back with it
+                failures, last_cause = await self._pass_failed(e, failures, last_cause)
             except LoadError as e:  # the upstream's answer: no traceback
                 failures += 1
                 delay_ms = ERROR_BACKOFF.delay_ms(failures)
@@ -227,20 +231,26 @@ class PartitionView:
                             self.partition.index, e, delay_ms)
                 await asyncio.sleep(delay_ms / 1000)
             except Exception as e:
-                VIEW_ERRORS.labels(self.partition.meta.name).inc()
-                failures += 1
-                delay_ms = ERROR_BACKOFF.delay_ms(failures)
-                cause = describe_cause(e)
-                name, index = self.partition.meta.name, self.partition.index
-                if cause != last_cause:  # a new cause: its traceback, once
-                    log.error("view of %s/%d: maintenance pass failed; retrying in %d ms "
-                              "(retention keeps the log from offset %d on meanwhile)", name,
-                              index, delay_ms, self.state.offset_next, exc_info=e)
-                else:
-                    log.error("view of %s/%d: maintenance pass failed again (%s, %d in a "
-                              "row); retrying in %d ms", name, index, cause, failures, delay_ms)
-                last_cause = cause
-                await asyncio.sleep(delay_ms / 1000)
+                failures, last_cause = await self._pass_failed(e, failures, last_cause)
+
+    async def _pass_failed(self, e: Exception, failures: int, last_cause: str
+                           ) -> tuple[int, str]:
+        """Report a failed pass (its traceback once per cause, then a line a retry)
+        and back off. Returns the failures in a row and this one's cause."""
+        VIEW_ERRORS.labels(self.partition.meta.name).inc()
+        failures += 1
+        delay_ms = ERROR_BACKOFF.delay_ms(failures)
+        cause = describe_cause(e)
+        name, index = self.partition.meta.name, self.partition.index
+        if cause != last_cause:  # a new cause: its traceback, once
+            log.error("view of %s/%d: maintenance pass failed; retrying in %d ms "
+                      "(retention keeps the log from offset %d on meanwhile)", name,
+                      index, delay_ms, self.state.offset_next, exc_info=e)
+        else:
+            log.error("view of %s/%d: maintenance pass failed again (%s, %d in a "
+                      "row); retrying in %d ms", name, index, cause, failures, delay_ms)
+        await asyncio.sleep(delay_ms / 1000)
+        return failures, cause
 
     async def _try_fold_marked(self, failures: int, last_cause: str) -> tuple[int, str]:
         """`_fold_marked`; on a failure one WARNING per kind of it, then the backoff.

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from broker.config import Settings
+from broker.errors import BrokerError
 from broker.supervision import RestartBackoff
 from broker.view import service
 from broker.view.codec import ViewState
@@ -86,3 +87,45 @@ def test_a_pass_failing_for_good_is_one_traceback_then_one_line_a_retry(
     assert "ValueError: source of 65536 bytes is over 65535" in failures[1].getMessage()
     assert "retrying in 8 ms" in failures[-1].getMessage()  # doubled to the cap
     assert "work again after" in caplog.records[-1].getMessage()
+
+
+class UnreadableViews(FailingViews):
+    """Passes meet a damaged block (the store's BrokerError) until `heal()`."""
+
+    def fold_pass(self, topic_id: int, partition: int, end: int, events_max: int,
+                  bytes_max: int) -> ViewState:
+        if not self.healed:
+            self.calls += 1
+            raise BrokerError("store_unreadable", what="t/0 offset 3", cause="Corruption")
+        return super().fold_pass(topic_id, partition, end, events_max, bytes_max)
+
+
+def test_a_store_error_is_reported_and_retried_not_taken_for_the_partition_closing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Before, any BrokerError ended the maintainer without a word: the view stayed
+    behind for good, and retention, which waits for it, with it."""
+    monkeypatch.setattr(service, "ERROR_BACKOFF", RestartBackoff(1, 8))
+    views = UnreadableViews()
+
+    async def run() -> int:
+        view = service.PartitionView(views, Log(), Settings(view_linger_ms=0),  # type: ignore[arg-type]
+                                     InlineWorker())  # type: ignore[arg-type]
+        view.start()
+        for _ in range(1000):  # bounded: 3 failures take a few ms
+            await asyncio.sleep(0.005)
+            if views.calls >= 3:
+                break
+        views.healed = True
+        for _ in range(1000):
+            await asyncio.sleep(0.005)
+            if view.state.offset_next == 10:
+                break
+        offset = view.state.offset_next
+        await view.stop()
+        return offset
+
+    with caplog.at_level(logging.WARNING, logger="keybus.view"):
+        assert asyncio.run(run()) == 10  # folded to the end once the store reads again
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) >= 3 and failures[0].exc_info is not None
+    assert "t/0 offset 3 cannot be read" in failures[1].getMessage()
