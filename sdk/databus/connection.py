@@ -9,7 +9,6 @@ broker is reached, said once at WARNING, bounded by connect_timeout_ms.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -17,7 +16,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, stub_of
+from sdk.channel import open_channel, retry_wait, stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
 from sdk.databus.inbox import Inbox
@@ -120,7 +119,7 @@ class BrokerLink:
                 said = True
                 _log.warning("%s: cannot reach broker %s yet (%s); retrying %s", self.name,
                              self.broker, reason, _plan(self.config.connect_timeout_ms))
-            await asyncio.sleep(delay_ms / 1000)
+            await retry_wait(self._channel, delay_ms)
 
     async def _disconnect(self) -> None:
         if self._channel is not None:
