@@ -59,6 +59,8 @@ def _reason(failure: BaseException) -> str:
     """What went wrong, in a user's words ("connection refused", the broker's message)."""
     if isinstance(failure, grpc.RpcError):
         return failure_of(failure)[0]
+    if isinstance(failure, asyncio.InvalidStateError):  # grpcio's "RPC already finished."
+        return "connection closed"  # a request written on a call that had ended under it
     return str(failure) or type(failure).__name__
 
 
