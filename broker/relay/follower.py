@@ -25,7 +25,11 @@ first record comes past its start.
 
 A failure of any step is logged and retried from 1 after a capped,
 doubling backoff (`relay_retry_backoff_ms` .. `relay_retry_backoff_max_ms`,
-the seed's one minute); retries never stop. With `stop_offsets` (an elected
+the seed's one minute); retries never stop. A stream the upstream ended
+because the token expired is opened again at once with the token read anew
+from `relay_token_file` (the SDK's rule 6); an upstream that refuses the
+follower's credentials is said once per topic, and the retry comes as soon as
+the token file changes (upstream_auth.py). With `stop_offsets` (an elected
 leader catching up from a peer) a partition's copy ends there.
 """
 
@@ -52,6 +56,7 @@ from broker.relay.metrics import COPIED_EVENTS, FOLLOWER_RESETS, TRUNCATED_EVENT
 from broker.relay.replica_log import ReplicaError
 from broker.relay.reporter import PositionReporter
 from broker.relay.settings import RelaySettings
+from broker.relay.upstream_auth import UpstreamAuth
 from broker.topics import TopicRegistry
 from broker.view.load import ViewSource
 from sdk import errors
@@ -121,6 +126,7 @@ class TopicFollower:
         self._reporter: PositionReporter | None = None
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[int, ViewSource] = {}  # attached to this topic's views
+        self.auth = UpstreamAuth(topic, upstream, relay.client_security)
 
     def _backoff(self) -> Backoff:
         return Backoff(self.relay.backoff_first_ms, self.relay.backoff_max_ms)
@@ -130,7 +136,8 @@ class TopicFollower:
     def start(self) -> None:
         self._channel = open_channel(self.upstream, self.relay.client_security)
         self._reporter = PositionReporter(self._channel, self.topic, self.relay.broker_id,
-                                          self.relay.address, self._backoff())
+                                          self.relay.address, self._backoff(),
+                                          pause=self.auth.pause)
         self._task = asyncio.get_running_loop().create_task(
             self._main(), name=f"relay-follow {self.topic} from {self.upstream}")
         log.info("topic %s: chaining from %s (leader epoch %d)", self.topic, self.upstream,
@@ -179,12 +186,16 @@ class TopicFollower:
             try:
                 partitions = await self._ensure_topic()
                 self.error = ""
+                self.auth.accepted()
                 break
             except _RETRIED as e:
                 delay_ms = backoff.next_ms()
                 self.error = f"cannot set up the copy from {self.upstream} ({in_relay_words(e)})"
-                log.warning("topic %s: %s; retry in %d ms", self.topic, self.error, delay_ms)
-                await asyncio.sleep(delay_ms / 1000)
+                if self.auth.refused(e):
+                    self.error += f"; {self.auth.fix()}"
+                else:
+                    log.warning("topic %s: %s; retry in %d ms", self.topic, self.error, delay_ms)
+                await self.auth.pause(delay_ms / 1000)
         assert self._reporter is not None and self._channel is not None
         self._reporter.start()
         for p in partitions:
@@ -243,6 +254,10 @@ class TopicFollower:
             except Exception as e:  # never stops; a bug is logged with its trace
                 state.error = in_relay_words(e)
                 delay_ms = backoff.next_ms()
+                if self.auth.refused(e):  # said once for the topic, not per partition and try
+                    state.error += f"; {self.auth.fix()}"
+                    await self.auth.pause(delay_ms / 1000)
+                    continue
                 log.log(logging.WARNING if isinstance(e, _RETRIED) else logging.ERROR,
                         "topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
                         partition.index, self.upstream, state.error, delay_ms,
@@ -262,6 +277,7 @@ class TopicFollower:
                 topic=self.topic, partition=partition.index, leader_epoch=epoch), timeout=10)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        self.auth.accepted()
         if answer.end_offset >= partition.log_end:
             return
         callback = self._truncated_callback(partition.index)
@@ -323,6 +339,7 @@ class TopicFollower:
                 if partition.log_end >= state.upstream_end:
                     state.caught_up_ms = now
                 state.error = ""
+                self.auth.accepted()
                 backoff.reset()
                 assert self._reporter is not None
                 self._reporter.report(partition.index, partition.log_end, self.leader_epoch)

@@ -3,7 +3,13 @@
 The leader answers a produce with `acks = n` once n followers reported a
 position at or past it. Only the latest position per partition is sent: a
 report supersedes the ones before it. The stream reconnects with capped
-backoff, forever, like the copy itself. Anything else that breaks the loop is
+backoff, forever, like the copy itself; the backoff starts over once a
+stream is acknowledged (it worked), and a working stream the upstream ended
+because the follower's token expired is opened again at once, with the token
+read anew (as the SDK's rule 6). Else every expiry doubled the wait, and
+after a few rotations of a short-lived token the leader counted no follower
+for up to `relay_retry_backoff_max_ms` at each expiry (acks = n produces
+stalled that long). Anything else that breaks the loop is
 supervised (`broker.supervision.supervise`): logged with its traceback once
 per distinct cause, then the loop runs again after the same backoff's range,
 with a new stream that sends every partition's latest position again.
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import grpc.aio
@@ -23,6 +29,7 @@ from broker.relay.backoff import Backoff
 from broker.supervision import RestartBackoff, nothing_to_fail, nothing_to_reload, supervise
 from sdk.channel import stub_of
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.reconnect import reauthenticates
 
 log = logging.getLogger("keybus.relay")
 
@@ -31,8 +38,11 @@ class PositionReporter:
     """Sends the latest position of each partition of one topic to the upstream."""
 
     def __init__(self, channel: grpc.aio.Channel, topic: str, broker_id: str, address: str,
-                 backoff: Backoff) -> None:
+                 backoff: Backoff,
+                 pause: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """`pause(seconds)` waits before a retry (a follower's wakes on a new token)."""
         self._stub = stub_of(channel)
+        self._pause = pause
         self.topic = topic
         self.broker_id = broker_id
         self.address = address
@@ -73,13 +83,19 @@ class PositionReporter:
 
     async def _run(self) -> None:
         while True:
+            acked = False
             try:
                 async for _ in self._stub.ReportReplicaPositions(self._positions()):
-                    pass  # one ack per position: read so the stream never backs up
+                    if not acked:  # one ack per position: read so the stream never backs up
+                        acked = True
+                        self._backoff.reset()
             except grpc.aio.AioRpcError as e:
+                if acked and reauthenticates(e):
+                    log.debug("position stream of %s: token expired; reopened", self.topic)
+                    continue
                 delay_ms = self._backoff.next_ms()
                 log.debug("position stream of %s to its upstream broke (%s); retry in %d ms",
                           self.topic, e.code().name, delay_ms)
-                await asyncio.sleep(delay_ms / 1000)
+                await self._pause(delay_ms / 1000)
                 continue
             self._backoff.reset()
