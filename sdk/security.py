@@ -2,9 +2,10 @@
 
 `ClientSecurity` holds a CA bundle (TLS: the broker's certificate must chain
 to it), an optional client certificate and key (mTLS) and an optional bearer
-token (a static token or a JWT; from a string or a file read at each call,
-so a rotated file is picked up by the next call: a stream the broker ended
-because its token expired is opened again with the new one,
+token (a static token or a JWT; from a string, a file read at each call, or a
+`token_provider` callable called at each call, as Kafka's OAUTHBEARER
+callback handler: a rotated token is picked up by the next call, and a stream
+the broker ended because its token expired is opened again with the new one,
 sdk/reconnect.py rule 6). Every SDK client takes one as
 `security=`; without one the client uses the ambient default (`use()`, set
 by the CLI from its options), else plain text.
@@ -20,6 +21,7 @@ import contextvars
 import ipaddress
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -33,7 +35,13 @@ class ClientSecurity:
         ca_file: PEM bundle of the CA(s) to verify the broker with; set = TLS.
         cert_file, key_file: the client certificate and its key (mTLS), PEM.
         token: a bearer token (static or JWT).
-        token_file: a file holding the token (read at each connect).
+        token_file: a file holding the token (read at each call).
+        token_provider: called with no argument at each call, returns the
+            current token ('' for none): renew it in there (from an identity
+            agent, a cloud metadata endpoint...). Keep it quick and
+            non-blocking (it runs on gRPC's thread, before each call); an
+            exception it raises fails that call naming it. A lambda or a
+            closure is not picklable: give Spark a token_file instead.
         server_name: the name to check in the broker's certificate when it
             differs from the host of the address (e.g. connecting by IP).
         tls: TLS with the system's CA roots when ca_file is not given.
@@ -46,20 +54,30 @@ class ClientSecurity:
     token_file: str = ""
     server_name: str = ""
     tls: bool = False
+    token_provider: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             raise ValueError("a client certificate needs its key: give cert_file and key_file "
                              "together")
-        if self.token and self.token_file:
-            raise ValueError("give token or token_file, not both")
+        given = [name for name in ("token", "token_file", "token_provider")
+                 if getattr(self, name)]
+        if len(given) > 1:
+            raise ValueError(f"give one of token, token_file, token_provider, not "
+                             f"{' and '.join(given)}")
+        if self.token_provider is not None and not callable(self.token_provider):
+            raise ValueError(f"token_provider must be a callable returning the token, not "
+                             f"{type(self.token_provider).__name__}")
 
     @property
     def uses_tls(self) -> bool:
         return bool(self.tls or self.ca_file or self.cert_file)
 
     def bearer_token(self) -> str:
-        """The token to send ('' for none), reading token_file now if set."""
+        """The token to send ('' for none), reading token_file or calling
+        token_provider now if set."""
+        if self.token_provider is not None:
+            return _provided_token(self.token_provider)
         if self.token_file:
             try:
                 with open(self.token_file) as f:
@@ -91,7 +109,8 @@ class ClientSecurity:
         if not token:
             return transport
         call = (grpc.metadata_call_credentials(TokenFileReader(self), "keybus-token-file")
-                if self.token_file else grpc.access_token_call_credentials(token))
+                if self.token_file or self.token_provider is not None
+                else grpc.access_token_call_credentials(token))
         return grpc.composite_channel_credentials(transport, call)
 
     def channel_options(self) -> list[tuple[str, str]]:
@@ -111,9 +130,10 @@ class ClientSecurity:
 
 
 class TokenFileReader(grpc.AuthMetadataPlugin):  # type: ignore[misc]
-    """The token of `security.token_file`, read at every call (a few microseconds;
-    calls are streams and admin calls, not events): a rotated token reaches the
-    broker with the next call, never a stale one held since the channel opened."""
+    """The token of `security.token_file` (or its `token_provider`), read at every
+    call (a few microseconds; calls are streams and admin calls, not events): a
+    rotated token reaches the broker with the next call, never a stale one held
+    since the channel opened."""
 
     def __init__(self, security: ClientSecurity) -> None:
         self.security = security
@@ -122,7 +142,7 @@ class TokenFileReader(grpc.AuthMetadataPlugin):  # type: ignore[misc]
                  callback: grpc.AuthMetadataPluginCallback) -> None:
         try:
             token = self.security.bearer_token()
-        except ValueError as e:  # the call fails naming the file (gRPC: UNAVAILABLE)
+        except ValueError as e:  # fails the call naming the file or provider (UNAVAILABLE)
             callback((), e)
             return
         callback((("authorization", f"Bearer {token}"),) if token else (), None)
@@ -185,6 +205,19 @@ def use(security: ClientSecurity | None) -> None:
 def resolve(security: ClientSecurity | None) -> ClientSecurity | None:
     """The security a client uses: its own, else the ambient default."""
     return security if security is not None else _ambient.get()
+
+
+def _provided_token(provider: Callable[[], str]) -> str:
+    """What `provider` returns now, checked; its failure as a ValueError naming it."""
+    name = getattr(provider, "__name__", type(provider).__name__)
+    try:
+        token = provider()
+    except Exception as e:  # the application's code: any failure is its answer
+        raise ValueError(f"token_provider {name} raised {type(e).__name__}: {e}") from None
+    if not isinstance(token, str):
+        raise ValueError(f"token_provider {name} returned {type(token).__name__}, not the "
+                         "token as a str")
+    return _checked_token(token, f"the token from token_provider {name}")
 
 
 def _checked_token(token: str, where: str) -> str:

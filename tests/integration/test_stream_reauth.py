@@ -35,7 +35,7 @@ from sdk.reader import Reader
 from sdk.security import ClientSecurity
 from sdk.subscription_admin import SubscriptionAdmin
 from tests.support.broker_process import BrokerProcess
-from tests.support.security import SUPERUSER, SecureSetup
+from tests.support.security import SUPERUSER, TOKENS, SecureSetup
 
 RECHECK_MS = 300
 WAIT_S = 30.0  # the longest any step may take before the test fails
@@ -266,4 +266,51 @@ def test_a_producer_with_a_rotated_token_file_writes_across_the_expiry(
                           security=setup.security(SUPERUSER)) as reader:
             values = [int(v) async for batch in reader for v in batch.values]
         assert values == list(range(sent))  # each stored once, in order
+    asyncio.run(go())
+
+
+def test_a_following_reader_with_a_token_provider_reads_across_the_expiry(
+        broker: BrokerProcess, setup: SecureSetup) -> None:
+    """`token_provider` (Kafka's OAUTHBEARER callback): the renewed token it returns is
+    sent by the reopened stream; a provider that fails fails the call naming it."""
+    topic = "reauth.provider"
+    current = [setup.hs256("alice", expires_in_s=3)]
+    alice = ClientSecurity(ca_file=setup.path("ca.pem"), token_provider=lambda: current[0])
+
+    async def go() -> None:
+        await _create(broker, setup, topic)
+        stop, sent = asyncio.Event(), list[int]()
+        producing = asyncio.create_task(_produce_until(broker, setup, topic, stop, sent))
+        offsets: list[int] = []
+        deadline = time.monotonic() + WAIT_S
+        try:
+            async with Reader(broker.address, topic, start="earliest", follow=True,
+                              security=alice) as reader:
+                offsets += (await asyncio.wait_for(anext(reader), WAIT_S)).offsets  # opened
+                current[0] = setup.hs256("alice", expires_in_s=600)  # the provider renews
+                while time.monotonic() < deadline:
+                    batch = await asyncio.wait_for(anext(reader), WAIT_S)
+                    offsets += batch.offsets
+                    if reader.reconnects and len(offsets) > 20:
+                        break
+                assert reader.reconnects == 1  # reopened once, at the expiry
+        finally:
+            stop.set()
+            await producing
+        assert offsets == list(range(len(offsets)))  # no gap, no repeat
+
+        agent = {"up": True}
+
+        def agent_token() -> str:
+            if not agent["up"]:
+                raise ConnectionError("identity agent not reachable")
+            return TOKENS[SUPERUSER]
+        failing = ClientSecurity(ca_file=setup.path("ca.pem"), token_provider=agent_token)
+        async with Admin(broker.address, security=failing) as admin:
+            await admin.describe_topic(topic)
+            agent["up"] = False  # the next call asks the provider again, and it fails
+            with pytest.raises(errors.KeybusError) as failed:
+                await admin.describe_topic(topic)
+        assert ("token_provider agent_token raised ConnectionError: identity agent not "
+                "reachable") in str(failed.value)
     asyncio.run(go())
