@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from cryptography import x509
 
 from broker.errors import BrokerError
 from broker.rpc.guard import ANSWERED_IN_STREAM, SERVICE_PREFIX, Refused, method_name
@@ -52,6 +54,22 @@ def certificate_name(context: grpc.aio.ServicerContext) -> str:
     return names[0].decode(errors="replace")
 
 
+def certificate_expiry(context: grpc.aio.ServicerContext) -> float | None:
+    """The peer certificate's notAfter (epoch seconds), from the PEM gRPC puts in
+    the call's auth context (`x509_pem_cert`); None without one."""
+    pems: list[bytes] = context.auth_context().get("x509_pem_cert") or []
+    return _not_after(pems[0]) if pems else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _not_after(pem: bytes) -> float | None:
+    """Parsed once per certificate (a connection's calls share it)."""
+    try:
+        return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+    except ValueError:
+        return None
+
+
 class CallCheck:
     """The checks of one call: who it is, and whether a request is allowed.
 
@@ -61,20 +79,22 @@ class CallCheck:
     """
 
     def __init__(self, name: str, rule: Rule, table: AccessTable, principal: str,
-                 expires_s: float | None = None) -> None:
+                 expires_s: float | None = None, expired: str = TOKEN_EXPIRED) -> None:
         self.name = name
         self.rule = rule
         self.table = table
         self.principal = principal
         self.expires_s = expires_s
+        self.expired = expired
         self.opening: Any = None
 
     def recheck(self, now_s: float) -> BrokerError | None:
         """Why an open stream must end now (expired credentials, a revoked
         right), or None. Pure given the table; the decision is cached there."""
         if self.expires_s is not None and now_s >= self.expires_s:
-            return BrokerError("unauthenticated", detail=f"{self.name}: {TOKEN_EXPIRED} (an "
-                               "open stream ends when the token it was opened with expires)")
+            what = "token" if self.expired == TOKEN_EXPIRED else "client certificate"
+            return BrokerError("unauthenticated", detail=f"{self.name}: {self.expired} (an "
+                               f"open stream ends when the {what} it was opened with expires)")
         if self.opening is None:
             return None
         denied = decide(self.table, self.principal, self.rule, self.opening)
@@ -124,15 +144,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         table.revoke_listeners.append(self.rights.sweep)  # a revoke ends streams at once
 
     def _check(self, name: str, token: str, context: grpc.aio.ServicerContext) -> CallCheck:
-        cert_name = certificate_name(context) if self.authenticator.certificate_principal else ""
+        cert_name, cert_expires_s = "", None
+        if self.authenticator.certificate_principal and not token:
+            cert_name, cert_expires_s = certificate_name(context), certificate_expiry(context)
         try:
-            identity: Identity = self.authenticator.identify(Credentials(token, cert_name),
-                                                             time.time())
+            identity: Identity = self.authenticator.identify(
+                Credentials(token, cert_name, cert_expires_s), time.time())
         except AuthenticationError as e:
             raise BrokerError("unauthenticated", detail=f"{name}: {e}") from None
         current_principal.set(identity.principal)
         return CallCheck(name, rule_for(name), self.table, identity.principal,
-                         identity.expires_s)
+                         identity.expires_s, identity.expired)
 
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],

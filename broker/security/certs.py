@@ -42,7 +42,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _builder(subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey,
-             valid_days: int) -> x509.CertificateBuilder:
+             valid_days: float) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
             .public_key(public_key).serial_number(x509.random_serial_number())
@@ -64,8 +64,8 @@ def make_ca(common_name: str = "Keybus dev CA", valid_days: int = VALID_DAYS_DEF
 
 
 def issue(ca: Issued, common_name: str, *, server_names: tuple[str, ...] = (),
-          valid_days: int = VALID_DAYS_DEFAULT) -> Issued:
-    """A leaf certificate signed by `ca`.
+          valid_days: float = VALID_DAYS_DEFAULT) -> Issued:
+    """A leaf certificate signed by `ca` (valid_days may be a fraction: tests of expiry).
 
     Args:
         common_name: the subject CN (for a client: the principal).

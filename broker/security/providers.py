@@ -28,6 +28,8 @@ class AuthenticationError(Exception):
 
 # What a call whose JWT expired is told, at open and when its stream is ended for it.
 TOKEN_EXPIRED = "token expired; get a new one"
+# ... and whose client certificate passed its notAfter (mTLS principal, no token).
+CERTIFICATE_EXPIRED = "client certificate expired (notAfter passed); get a new one"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class Identity:
 
     principal: str
     expires_s: float | None = None
+    expired: str = TOKEN_EXPIRED  # what a stream ended at expires_s is told
 
 
 class TokenProvider(Protocol):
@@ -140,6 +143,7 @@ class Credentials:
 
     token: str = ""
     certificate_name: str = ""
+    certificate_expires_s: float | None = None  # the certificate's notAfter (epoch s)
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,10 @@ class Authenticator:
                     return identity
             raise AuthenticationError("the bearer token is not known to this broker")
         if self.certificate_principal and credentials.certificate_name:
-            return Identity(credentials.certificate_name)
+            expires_s = credentials.certificate_expires_s
+            if expires_s is not None and now_s >= expires_s:  # a connection older than it
+                raise AuthenticationError(CERTIFICATE_EXPIRED)
+            return Identity(credentials.certificate_name, expires_s, CERTIFICATE_EXPIRED)
         ways = ["a bearer token (metadata `authorization: Bearer TOKEN`)"] if self.providers else []
         if self.certificate_principal:
             ways.append("a client certificate")
