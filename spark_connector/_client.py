@@ -27,17 +27,58 @@ from spark_connector.partitioning import PartitionBounds
 CALL_TIMEOUT_S = 30.0
 
 
+class Failure:
+    """Why a broker call failed, as far as a Spark task must tell them apart.
+
+    OUT_OF_RANGE has several causes on the broker (broker/errors.py), and each
+    asks for a different answer: RETENTION (offset_before_start,
+    bootstrap_snapshot_gone: the offsets were removed, data loss), PAST_END
+    (offset_past_end: the log now ends below the offset, so its offsets went
+    back: the topic was deleted and created again), TRUNCATED (log_truncated:
+    a cluster broker cut events that were never acknowledged). TOPIC_GONE: the
+    topic does not exist (deleted). OTHER: anything else.
+    """
+
+    RETENTION = "retention"
+    PAST_END = "past end"
+    TRUNCATED = "truncated"
+    TOPIC_GONE = "topic gone"
+    OTHER = "other"
+
+
+# The broker's words for each OUT_OF_RANGE (its status carries no error kind).
+_OUT_OF_RANGE_WORDS = (("removed by retention", Failure.RETENTION),
+                       ("is past the end", Failure.PAST_END),
+                       ("was truncated to offset", Failure.TRUNCATED))
+
+
+def failure_of(error: errors.KeybusError) -> str:
+    """The Failure value of an SDK error."""
+    if isinstance(error, errors.TopicNotFound):
+        return Failure.TOPIC_GONE
+    if isinstance(error, errors.OffsetOutOfRange):
+        for words, failure in _OUT_OF_RANGE_WORDS:
+            if words in error.message:
+                return failure
+    return Failure.OTHER
+
+
 class BrokerCallError(RuntimeError):
     """A broker call failed; the message says which call, which broker and why.
 
     Attributes:
-        out_of_range: a read's start offset, or offsets it reached, are no longer
-            stored (retention).
+        failure: why, as a Failure value (a task answers retention, offsets
+            that went back and a deleted topic differently).
     """
 
-    def __init__(self, message: str, out_of_range: bool = False) -> None:
+    def __init__(self, message: str, failure: str = Failure.OTHER) -> None:
         super().__init__(message)
-        self.out_of_range = out_of_range
+        self.failure = failure
+
+    @property
+    def out_of_range(self) -> bool:
+        """Offsets a read needs are no longer stored (retention)."""
+        return self.failure == Failure.RETENTION
 
 
 def call_failure(call: str, broker: str, error: errors.KeybusError) -> BrokerCallError:
@@ -46,24 +87,29 @@ def call_failure(call: str, broker: str, error: errors.KeybusError) -> BrokerCal
     if isinstance(error, errors.Unavailable):
         hint = " (is the broker running, and is option 'broker' its address?)"
     return BrokerCallError(f"keybus {call} on broker {broker} failed: {error.message}{hint}",
-                           isinstance(error, errors.OffsetOutOfRange))
+                           failure_of(error))
 
 
-def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None = None
-             ) -> dict[TopicPartition, PartitionBounds]:
+def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None = None,
+             *, missing_ok: bool = False) -> dict[TopicPartition, PartitionBounds]:
     """Stored offsets of every partition of `topics` (DescribeTopic).
 
+    Args:
+        missing_ok: a topic that does not exist has no partitions here (a
+            running streaming query whose topic was deleted: data loss, which
+            the caller judges) instead of failing the call.
     Raises:
-        BrokerCallError: a topic does not exist, or the broker cannot be reached.
+        BrokerCallError: a topic does not exist (unless missing_ok), or the
+            broker cannot be reached.
     """
     return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
-            for topic, info in topic_infos(broker, topics, security).items()
+            for topic, info in topic_infos(broker, topics, security, missing_ok).items()
             for p in info.partitions}
 
 
-def topic_infos(broker: str, topics: Sequence[str],
-                security: ClientSecurity | None = None) -> dict[str, pb.TopicInfo]:
-    """DescribeTopic of each topic.
+def topic_infos(broker: str, topics: Sequence[str], security: ClientSecurity | None = None,
+                missing_ok: bool = False) -> dict[str, pb.TopicInfo]:
+    """DescribeTopic of each topic (missing_ok: leaves out those that do not exist).
 
     Raises:
         BrokerCallError: a topic does not exist, or the broker cannot be reached.
@@ -73,6 +119,9 @@ def topic_infos(broker: str, topics: Sequence[str],
         for topic in topics:
             try:
                 out[topic] = admin.describe_topic(topic)
+            except errors.TopicNotFound as e:
+                if not missing_ok:
+                    raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
             except errors.KeybusError as e:
                 raise call_failure(f"DescribeTopic({topic!r})", broker, e) from None
     return out
@@ -143,8 +192,7 @@ def read_records(broker: str, topic: str, partition: int, start: int | str, stop
     Args:
         start: an offset, or "earliest".
     Raises:
-        BrokerCallError: the read failed (out_of_range set when the start
-            offset, or offsets the read reached, are no longer stored).
+        BrokerCallError: the read failed (its `failure` says why).
     """
     try:
         with SyncReader(broker, topic, partition, start=start, stop_offset=stop,

@@ -19,8 +19,9 @@ Rules:
 5. A micro-batch is checked against the partitions' stored offsets when it
    is planned, as Kafka's source does (`plan_stream_batch`): a start below
    a partition's start (retention) or offsets above its end (they went
-   back: topic re-created, log truncated) are data loss, which fails the
-   query with failOnDataLoss=true and is skipped with a warning otherwise.
+   back: topic re-created, log truncated) or a topic that was deleted are
+   data loss, which fails the query with failOnDataLoss=true and is skipped
+   with a warning otherwise.
 
 This module must not know about Spark, gRPC or the clock: callers pass the
 partitions' current start/end offsets in.
@@ -29,7 +30,7 @@ partitions' current start/end offsets in.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sdk.core.model import FULL_RANGE, HashRange, RangeError, TopicPartition, equal_splits, parse_ranges
@@ -273,17 +274,26 @@ def moved_back(reached: Mapping[TopicPartition, int], ends: Mapping[TopicPartiti
 
 
 def offsets_moved_back(reached: Mapping[TopicPartition, int],
-                       moved: Mapping[TopicPartition, int | None]) -> list[str]:
+                       moved: Mapping[TopicPartition, int | None],
+                       present: Collection[str] | None = None) -> list[str]:
     """Kafka's data loss reports for offsets that went backwards, one per topic
-    partition of `moved` (from `moved_back`).
+    partition of `moved` (from `moved_back`); `present`: the topics that exist
+    now (a partition gone with its topic: the topic was deleted).
 
     Events produced since the change may take offsets the checkpoint says were
     read. Kafka's source reports this at planning ("Partition X's offset was
-    changed from A to B, some data may have been missed"); so do we.
+    changed from A to B, some data may have been missed"); so do we. A deleted
+    topic is data loss too: Kafka's source reports its partitions as gone and
+    goes on (failOnDataLoss=false), reading the topic from its start if it is
+    created again (its partitions are then new to the query).
     """
     out = []
     for tp, end in sorted(moved.items()):
-        if end is None:
+        if end is None and present is not None and tp.topic not in present:
+            out.append(f"topic {tp.topic!r} was deleted, the query had read {tp.topic}/"
+                       f"{tp.partition} up to offset {reached[tp]} (if the topic is created "
+                       "again, the query reads it from its start)")
+        elif end is None:
             out.append(f"{tp.topic}/{tp.partition} is gone (the topic now has fewer "
                        f"partitions), the query had read it up to offset {reached[tp]}")
         else:
@@ -302,11 +312,11 @@ def report_moved_back(problems: Sequence[str], fail_on_data_loss: bool) -> list[
     if problems and fail_on_data_loss:
         raise DataLossError(
             f"{'; '.join(problems)}. Some data may have been missed. Set failOnDataLoss=false "
-            "to go on from the partitions' new end offsets (events below them are skipped), or "
-            "start the query with a new checkpointLocation to read the topic again from "
-            "startingOffsets")
-    return [f"{p}; some data may have been missed, going on from the new end offset "
-            "(failOnDataLoss=false)" for p in problems]
+            "to go on from the partitions' new end offsets (events below them are skipped; a "
+            "deleted topic is skipped until it is created again), or start the query with a "
+            "new checkpointLocation to read the topic again from startingOffsets")
+    return [f"{p}; some data may have been missed, going on (failOnDataLoss=false)"
+            for p in problems]
 
 
 def plan_stream_batch(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartition, int],
@@ -329,11 +339,12 @@ def plan_stream_batch(starts: Mapping[TopicPartition, int], stops: Mapping[Topic
         DataLossError: either rule, with fail_on_data_loss true.
     """
     backwards = {tp: stops[tp] for tp in sorted(starts) if stops.get(tp, starts[tp]) < starts[tp]}
-    problems = offsets_moved_back(starts, backwards)
+    present = {tp.topic for tp in bounds}
+    problems = offsets_moved_back(starts, backwards, present)
     reached = {tp: max(start, stops.get(tp, start)) for tp, start in starts.items()
                if tp not in backwards}
     gone = moved_back(reached, {tp: b.end_offset for tp, b in bounds.items()}, durable_ends)
-    problems += offsets_moved_back(reached, gone)
+    problems += offsets_moved_back(reached, gone, present)
     warnings = report_moved_back(problems, fail_on_data_loss)
     moved = backwards.keys() | gone.keys()
     kept = check_data_loss({tp: o for tp, o in starts.items() if tp not in moved}, bounds,

@@ -10,7 +10,9 @@
   from P to the batch's end; later batches read the log as usual. The
   snapshot holds events below P and the log events from P, so no event is
   read twice or skipped between them (a key changed after P comes from the
-  log with its newer value).
+  log with its newer value). The first batch is checked when it is planned
+  like every batch (`snapshot_starts`): the log from P must still be stored
+  (retention), and P is never past the batch's end.
 
 Spark glue lives in source.py; this module holds the offsets marker (pure)
 and the task-side read.
@@ -42,6 +44,29 @@ def split_snapshot_mark(offsets: Mapping[str, Any]) -> tuple[dict[str, Any], boo
     """(offsets without the mark, whether it was there)."""
     plain = {k: v for k, v in offsets.items() if k != SNAPSHOT_KEY}
     return plain, SNAPSHOT_KEY in offsets
+
+
+# Said before a data loss report of the snapshot's micro-batch (its offsets are where
+# the snapshot is read as of).
+SNAPSHOT_CONTEXT = ("startingOffsets=snapshot: the first micro-batch reads each partition's "
+                    "compacted view as of its start offset, then the log from there to the "
+                    "batch's end; ")
+
+
+def snapshot_starts(starts: Mapping[TopicPartition, int],
+                    stops: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """The offsets the first micro-batch reads each snapshot as of: its start, but
+    never past the batch's end.
+
+    Spark keeps no initial offsets of a Python source: a query restarted before
+    its first batch was committed asks initialOffset again and gets the view's
+    offset now, which may be past the end the batch was planned with (kept in
+    the checkpoint). A snapshot as of that offset would hold events the next
+    batch reads again from the end; as of the end it holds exactly the events
+    below it. The offsets are then checked like any batch's (retention,
+    offsets that went back: partitioning.plan_stream_batch).
+    """
+    return {tp: min(start, stops.get(tp, start)) for tp, start in starts.items()}
 
 
 def snapshot_records(broker: str, topic: str, partition: int,

@@ -45,11 +45,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sdk.core.columns import record_next_offset
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
-from sdk.core.pb import keybus_pb2 as pb
-from sdk.security import ClientSecurity
 from spark_connector import _client
 from spark_connector.options import (
     OptionError,
@@ -77,12 +74,19 @@ from spark_connector.partitioning import (
     resolve_ranges,
 )
 from spark_connector.pushdown import GUARD, Condition, PushdownPlan, apply_pushdown, plan_pushdown
-from spark_connector.schema import arrow_schema, records_to_batch, spark_schema
+from spark_connector.schema import arrow_schema, spark_schema
 from spark_connector.snapshot import (
+    SNAPSHOT_CONTEXT,
     mark_snapshot,
-    snapshot_records,
+    snapshot_starts,
     split_snapshot_mark,
     view_offsets,
+)
+from spark_connector.task_read import (
+    KeybusInputPartition,
+    KeybusSnapshotPartition,
+    read_snapshot_split,
+    read_split,
 )
 from spark_connector.writer import KeybusBatchWriter, KeybusStreamWriter
 
@@ -127,7 +131,8 @@ def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
     spec = options.ranges
     live = None
     if spec.subscription is not None:
-        live = _client.subscription_ranges(options.broker, options.topics, spec.subscription,
+        present = sorted({tp.topic for tp in partitions})  # not a topic deleted meanwhile
+        live = _client.subscription_ranges(options.broker, present, spec.subscription,
                                            options.security)
     return range_groups(spec, partitions, live)
 
@@ -147,107 +152,12 @@ def _check_schema(schema: StructType, options: ReadOptions) -> pa.Schema:
     return arrow_schema(schema)
 
 
-class KeybusInputPartition(InputPartition):
-    """Everything one task needs to read one split (pickled to an executor)."""
-
-    def __init__(self, split: Split, broker: str, key_filter: bytes | None,
-                 events_max: int, fail_on_data_loss: bool,
-                 security: ClientSecurity | None = None) -> None:
-        super().__init__(None)
-        self.split = split
-        self.broker = broker
-        self.security = security
-        self.key_filter = key_filter
-        self.events_max = events_max
-        self.fail_on_data_loss = fail_on_data_loss
-
-    def read_args(self) -> tuple[pb.KeyFilter | None, Sequence[HashRange] | None]:
-        """The key filter and hash ranges to read with (None: every slot)."""
-        key_filter = None if self.key_filter is None else pb.KeyFilter.FromString(self.key_filter)
-        return key_filter, None if self.split.full_range else self.split.ranges
-
-
-def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of one split's events, each of about events_max events.
-
-    Records are gathered until they hold events_max events, so a topic
-    written in small produce batches still gives Spark large Arrow batches.
-    When retention removes events the split has not read yet (before its
-    read starts, or while it goes on: the broker ends the read with
-    OUT_OF_RANGE, never skips them), the records received before that go to
-    Spark first; then failOnDataLoss=true fails the task with DataLossError,
-    false reads on from the earliest stored offset.
-
-    Raises:
-        DataLossError: events of the split are no longer stored and
-            failOnDataLoss is true.
-        BrokerCallError: the read failed for another reason.
-    """
-    split = partition.split
-    key_filter, ranges = partition.read_args()
-    reached = split.start  # the offset after the last record received
-
-    def records(start: int | str) -> Iterator[pb.Record]:
-        nonlocal reached
-        for record in _client.read_records(partition.broker, split.topic, split.partition,
-                                           start, split.stop, ranges, key_filter,
-                                           partition.events_max, partition.security):
-            reached = max(reached, record_next_offset(record))
-            yield record
-
-    try:
-        yield from _coalesced(records(split.start), partition.events_max, schema)
-    except _client.BrokerCallError as e:
-        if not e.out_of_range:
-            raise
-        if partition.fail_on_data_loss:
-            raise DataLossError(
-                f"{split.topic}/{split.partition}: events from offset {reached} on, which "
-                f"this task read (offsets {split.start}..{split.stop - 1}), are no longer "
-                f"stored: {e}. Set failOnDataLoss=false to skip the events that are gone "
-                "and go on") from None
-        yield from _coalesced(records("earliest"), partition.events_max, schema)
-
-
-def _coalesced(records: Iterator[pb.Record], events_max: int,
-               schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Records gathered into batches of about events_max events; what was gathered
-    when the read fails goes out before the error (it did arrive)."""
-    pending: list[pb.Record] = []
-    events = 0
-    try:
-        for record in records:
-            pending.append(record)
-            events += record.batch.count
-            if events >= events_max:
-                yield records_to_batch(pending, schema)
-                pending, events = [], 0
-    except _client.BrokerCallError:
-        if pending:
-            yield records_to_batch(pending, schema)
-        raise
-    if pending:
-        yield records_to_batch(pending, schema)
-
-
 def _input_partitions(splits: Sequence[Split], options: ReadOptions,
                       key_filter: KeyFilterSpec | None) -> list[KeybusInputPartition]:
     chosen = options.key_filter or key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
     return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
                                  options.fail_on_data_loss, options.security) for s in splits]
-
-
-class KeybusSnapshotPartition(KeybusInputPartition):
-    """A split that reads its partition's compacted view (startingOffsets=snapshot):
-    batch (snapshot_offset None) the view now; streaming the view as of
-    snapshot_offset, then the log up to the split's stop."""
-
-    def __init__(self, split: Split, broker: str, key_filter: bytes | None, events_max: int,
-                 fail_on_data_loss: bool, snapshot_offset: int | None,
-                 security: ClientSecurity | None = None) -> None:
-        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss, security)
-        self.snapshot_offset = snapshot_offset
 
 
 def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int],
@@ -267,34 +177,6 @@ def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int
                 options.fail_on_data_loss, None if stops is None else offsets[tp],
                 options.security))
     return out
-
-
-def read_snapshot_split(partition: KeybusSnapshotPartition,
-                        schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of a snapshot split (see spark_connector/snapshot.py).
-
-    Raises:
-        DataLossError: the log the snapshot's catch-up needs is gone and
-            failOnDataLoss is true (false: a new snapshot is read instead,
-            which may repeat or skip events around it).
-    """
-    split = partition.split
-    key_filter, ranges = partition.read_args()
-
-    def records(snapshot_offset: int | None) -> Iterator[pb.Record]:
-        return snapshot_records(partition.broker, split.topic, split.partition, ranges,
-                                key_filter, partition.events_max, snapshot_offset, split.stop,
-                                partition.security)
-
-    try:
-        yield from _coalesced(records(partition.snapshot_offset), partition.events_max, schema)
-    except _client.BrokerCallError as e:
-        if not e.out_of_range or partition.snapshot_offset is None:
-            raise
-        if partition.fail_on_data_loss:
-            raise DataLossError(f"{e}. Set failOnDataLoss=false to read a new snapshot "
-                                "instead") from None
-        yield from _coalesced(records(None), partition.events_max, schema)
 
 
 # ---------------------------------------------------------------- batch
@@ -387,8 +269,12 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartition, int] | None = None
         self._planned_bounds: dict[TopicPartition, PartitionBounds] | None = None
 
-    def _bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        return _client.describe(self.options.broker, self.options.topics, self.options.security)
+    def _bounds(self, missing_ok: bool = True) -> dict[TopicPartition, PartitionBounds]:
+        """The partitions' offsets now. missing_ok: a deleted topic has no partitions
+        (data loss, judged by the caller), as for Kafka's source; only the query's
+        first offsets (initialOffset) need every topic to exist."""
+        return _client.describe(self.options.broker, self.options.topics, self.options.security,
+                                missing_ok=missing_ok)
 
     def _durable_ends(self, reached: dict[TopicPartition, int],
                       bounds: dict[TopicPartition, PartitionBounds]) -> dict[TopicPartition, int]:
@@ -404,7 +290,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.snapshot:  # the first batch reads the view as of these offsets
             return mark_snapshot(offsets_to_json(view_offsets(
                 self.options.broker, self.options.topics, self.options.security)))
-        starts = resolve_offsets(self.options.starting, self._bounds(), "startingOffsets")
+        starts = resolve_offsets(self.options.starting, self._bounds(missing_ok=False),
+                                 "startingOffsets")
         return offsets_to_json(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -424,7 +311,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # failOnDataLoss=true; else this batch ends at the new end (partitions()
         # warns) and the next one goes on from there, as Kafka's source does.
         moved = moved_back(starts, latest, self._durable_ends(starts, bounds))
-        report_moved_back(offsets_moved_back(starts, moved), self.options.fail_on_data_loss)
+        report_moved_back(offsets_moved_back(starts, moved, {tp.topic for tp in bounds}),
+                          self.options.fail_on_data_loss)
         for tp, end in latest.items():
             if starts.get(tp, end) > end:  # moved back: go on from the end; else held back
                 starts[tp] = end if tp in moved else starts[tp]
@@ -446,17 +334,22 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts, stops = offsets_from_json(plain), offsets_from_json(end)
         # The bounds latestOffset just asked for; a batch re-run after a restart asks.
         planned, self._planned_bounds = self._planned_bounds, None
-        if snapshot:
-            return list(_snapshot_partitions(self.options, starts, stops))
         bounds = planned or self._bounds()
         for tp in stops:
             starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
+        if snapshot:  # checked like any batch, at the offsets the snapshot is read as of
+            starts = snapshot_starts(starts, stops)
         reached = {tp: max(start, stops.get(tp, start)) for tp, start in starts.items()}
-        starts, stops, warnings = plan_stream_batch(starts, stops, bounds,
-                                                    self.options.fail_on_data_loss,
-                                                    self._durable_ends(reached, bounds))
+        try:
+            starts, stops, warnings = plan_stream_batch(starts, stops, bounds,
+                                                        self.options.fail_on_data_loss,
+                                                        self._durable_ends(reached, bounds))
+        except DataLossError as e:
+            raise DataLossError(f"{SNAPSHOT_CONTEXT}{e}" if snapshot else str(e)) from None
         for warning in warnings:
-            _log.warning("%s", warning)
+            _log.warning("%s%s", SNAPSHOT_CONTEXT if snapshot else "", warning)
+        if snapshot:
+            return list(_snapshot_partitions(self.options, starts, stops))
         splits = plan_splits(starts, stops, _range_groups(self.options, list(stops)))
         return _input_partitions(splits, self.options, None)
 

@@ -37,6 +37,7 @@ from spark_connector.partitioning import (
 )
 from spark_connector.schema import spark_schema
 from spark_connector.source import KeybusStreamReader
+from spark_connector.task_read import KeybusSnapshotPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -102,7 +103,7 @@ def test_a_start_below_the_stored_offsets_is_caught_when_planning() -> None:
 def _reader(monkeypatch: pytest.MonkeyPatch, bounds: dict[TopicPartition, PartitionBounds],
             fail_on_data_loss: str, durable: dict[TopicPartition, int] | None = None
             ) -> KeybusStreamReader:
-    monkeypatch.setattr(_client, "describe", lambda *args: dict(bounds))
+    monkeypatch.setattr(_client, "describe", lambda *args, **kwargs: dict(bounds))
     monkeypatch.setattr(_client, "durable_ends", lambda *args: dict(durable or {}))
     options = parse_read_options({"broker": "127.0.0.1:1", "topic": "t",
                                   "failOnDataLoss": fail_on_data_loss}, Use.STREAM_READ)
@@ -145,3 +146,61 @@ def test_latest_offset_waits_for_a_broker_that_holds_its_readers_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     reader = _reader(monkeypatch, {T0: PartitionBounds(0, 0)}, "true", {T0: 120})
     assert reader.latestOffset({"t": {"0": 100}}, ReadAllAvailable()) == {"t": {"0": 100}}
+
+
+def test_a_deleted_topic_is_data_loss_and_comes_back_from_its_start(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The old code failed latestOffset with DescribeTopic's "does not exist" whatever
+    # failOnDataLoss said; Kafka's source reports the partitions as gone.
+    reader = _reader(monkeypatch, {}, "true")
+    with pytest.raises(DataLossError) as caught:
+        reader.latestOffset({"t": {"0": 100}}, ReadAllAvailable())
+    message = str(caught.value)
+    assert "topic 't' was deleted, the query had read t/0 up to offset 100" in message, message
+    assert "failOnDataLoss=false" in message and "new checkpointLocation" in message, message
+
+    bounds: dict[TopicPartition, PartitionBounds] = {}
+    reader = _reader(monkeypatch, bounds, "false")
+    start = {"t": {"0": 100}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {}  # the topic's partitions leave the query's offsets
+    with caplog.at_level(logging.WARNING, logger="keybus.spark"):
+        assert reader.partitions(start, end) == []
+    assert "topic 't' was deleted" in caplog.text and "going on" in caplog.text
+    assert reader.latestOffset(end, ReadAllAvailable()) == {}  # nothing until it comes back
+    bounds[T0] = PartitionBounds(0, 5)  # created again: read from its start
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2 == {"t": {"0": 5}}
+    assert [(s.split.start, s.split.stop) for s in reader.partitions(end, end2)] == [(0, 5)]
+
+
+SNAPSHOT_START = {"t": {"0": 100}, "$snapshot": {"start": 1}}
+
+
+def test_the_snapshot_batch_is_checked_against_retention_on_the_driver(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The snapshot as of 100 needs the log from 100; retention removed it up to 150.
+    # The old code planned it unchecked: the task failed (true) or read a new snapshot
+    # and no log (false), skipping or repeating events around the batch's end.
+    reader = _reader(monkeypatch, {T0: PartitionBounds(150, 400)}, "true")
+    with pytest.raises(DataLossError) as caught:
+        reader.partitions(SNAPSHOT_START, {"t": {"0": 300}})
+    message = str(caught.value)
+    assert message.startswith("startingOffsets=snapshot: "), message
+    assert "t/0: offsets 100..149 are no longer stored" in message, message
+    reader = _reader(monkeypatch, {T0: PartitionBounds(150, 400)}, "false")
+    (split,) = reader.partitions(SNAPSHOT_START, {"t": {"0": 300}})
+    assert isinstance(split, KeybusSnapshotPartition)
+    assert (split.snapshot_offset, split.split.stop) == (150, 300)  # as of what is stored
+
+
+def test_a_snapshot_batch_rerun_after_a_restart_is_read_as_of_its_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Restarted before batch 0 was committed, Spark asks initialOffset again: the view's
+    # offset is now 200, past the end (120) the batch was planned with. The old code
+    # read the snapshot as of 200, and batch 1 read 120..199 again from the log.
+    reader = _reader(monkeypatch, {T0: PartitionBounds(0, 250)}, "true")
+    start = {"t": {"0": 200}, "$snapshot": {"start": 1}}
+    (split,) = reader.partitions(start, {"t": {"0": 120}})
+    assert isinstance(split, KeybusSnapshotPartition)
+    assert (split.snapshot_offset, split.split.stop) == (120, 120)

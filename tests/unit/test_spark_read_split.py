@@ -6,7 +6,12 @@ broker ends the read rather than skip them) go to Spark, never dropped while
 still gathered into an Arrow batch; then failOnDataLoss=true fails the task
 with DataLossError naming the first lost offset and the broker's message
 (the missing offsets, what is stored), and false reads on from the earliest
-stored offset. Any other failure is raised as it is, after what arrived.
+stored offset. An OUT_OF_RANGE that is not retention (the split's start is
+past the log's end: the topic was deleted and created again since planning)
+and a topic deleted under the read are data loss of their own kind: true
+fails naming it, false skips the rest of the split with a warning; neither
+reads the new log from its start. Any other failure is raised as it is,
+after what arrived.
 Method: `read_split` with the connector's broker read replaced by a fake that
 yields records of 10 events (a filtered one among them) and then raises the
 BrokerCallError the real one raises for OUT_OF_RANGE; events_max 100, so
@@ -17,6 +22,7 @@ and tests/e2e/test_spark_data_loss.py (a query restarted past a trim).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,12 +30,13 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from sdk import errors
 from sdk.core.model import FULL_RANGE
 from sdk.core.pb import keybus_pb2 as pb
 from spark_connector import _client
 from spark_connector.partitioning import DataLossError, Split
 from spark_connector.schema import arrow_schema, spark_schema
-from spark_connector.source import KeybusInputPartition, read_split
+from spark_connector.task_read import KeybusInputPartition, read_split
 from tests.support.wire import int_batch
 
 BROKER_MESSAGE = ("keybus Read('t'/0) on broker 127.0.0.1:1 failed: offsets 40..79 of t/0, which "
@@ -85,7 +92,7 @@ RECEIVED = [*range(20), 21, 25]
 def test_fail_on_data_loss_hands_out_what_arrived_then_names_the_lost_offsets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     offsets, raised, fake = _read(monkeypatch, True,
-                                  _client.BrokerCallError(BROKER_MESSAGE, out_of_range=True))
+                                  _client.BrokerCallError(BROKER_MESSAGE, _client.Failure.RETENTION))
     assert offsets == RECEIVED and fake.starts == [0]
     assert isinstance(raised, DataLossError)
     message = str(raised)
@@ -97,7 +104,7 @@ def test_fail_on_data_loss_hands_out_what_arrived_then_names_the_lost_offsets(
 def test_without_fail_on_data_loss_it_goes_on_from_the_earliest_stored_offset(
         monkeypatch: pytest.MonkeyPatch) -> None:
     offsets, raised, fake = _read(monkeypatch, False,
-                                  _client.BrokerCallError(BROKER_MESSAGE, out_of_range=True))
+                                  _client.BrokerCallError(BROKER_MESSAGE, _client.Failure.RETENTION))
     assert raised is None and fake.starts == [0, "earliest"]
     assert offsets == RECEIVED + list(range(80, 100))  # nothing that arrived is dropped
 
@@ -107,3 +114,46 @@ def test_another_failure_is_raised_as_it_is_after_what_arrived(
     error = _client.BrokerCallError("keybus Read('t'/0) on broker 127.0.0.1:1 failed: gone")
     offsets, raised, fake = _read(monkeypatch, True, error)
     assert raised is error and offsets == RECEIVED and fake.starts == [0]
+
+
+# What the broker says when the split's start is past the log's end: the topic was
+# deleted and created again after the batch was planned (its offsets went back).
+PAST_END = ("keybus Read('t'/0) on broker 127.0.0.1:1 failed: start offset 26 of t/0 is past "
+            "the end: the partition holds offsets 0..9; allowed 0..10 (the end waits for the "
+            "next event), or earliest, latest, scn:N")
+
+
+def test_offsets_that_went_back_are_not_taken_for_retention(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The old code read the new log from its start ("earliest") as if retention had
+    # trimmed it: events of another topic's life under offsets the query had planned.
+    error = _client.call_failure("Read('t'/0)", "127.0.0.1:1", errors.OffsetOutOfRange(
+        PAST_END.split("failed: ", 1)[1]))
+    assert error.failure == _client.Failure.PAST_END and not error.out_of_range
+    offsets, raised, fake = _read(monkeypatch, True, error)
+    assert offsets == RECEIVED and fake.starts == [0]
+    assert isinstance(raised, DataLossError)
+    message = str(raised)
+    assert "t/0: events from offset 26 on" in message, message
+    assert "offsets went back" in message and "deleted and created again" in message, message
+    assert "is past the end" in message and "failOnDataLoss=false" in message, message
+    assert "no longer stored" not in message, message
+
+    with caplog.at_level(logging.WARNING, logger="keybus.spark"):
+        offsets, raised, fake = _read(monkeypatch, False, error)
+    assert raised is None and fake.starts == [0] and offsets == RECEIVED  # the rest skipped
+    assert "offsets went back" in caplog.text and "skipped (failOnDataLoss=false)" in caplog.text
+
+
+def test_a_topic_deleted_under_the_read_is_data_loss(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    error = _client.call_failure("Read('t'/0)", "127.0.0.1:1",
+                                 errors.TopicNotFound("topic 't' was deleted"))
+    assert error.failure == _client.Failure.TOPIC_GONE
+    offsets, raised, _ = _read(monkeypatch, True, error)
+    assert offsets == RECEIVED and isinstance(raised, DataLossError)
+    assert "the topic was deleted while the query ran" in str(raised), raised
+    with caplog.at_level(logging.WARNING, logger="keybus.spark"):
+        offsets, raised, fake = _read(monkeypatch, False, error)
+    assert raised is None and fake.starts == [0] and offsets == RECEIVED
+    assert "topic was deleted" in caplog.text
