@@ -39,6 +39,9 @@ thread and how late the main thread wakes meanwhile (see benchmarks/view_pass.py
 `python -m benchmarks wal [options]` measures the write-ahead log a broker keeps,
 its produce round trips once steady and a restart after SIGKILL (see
 benchmarks/wal.py).
+`python -m benchmarks restart [--rounds N]` times how soon a producer, a consumer and
+a reader carry on after their broker is killed and started again (see
+benchmarks/restart.py).
 `python -m benchmarks memory [options]` measures a broker's memory with a topic of
 many partitions whose Key_Shared consumers stalled (see benchmarks/memory.py).
 `python -m benchmarks simulate --seeds N` runs the dispatch simulation's long
@@ -132,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import wal  # the write-ahead log kept, its fsyncs, a restart
 
         return wal.main(arguments[1:])
+    if arguments[:1] == ["restart"]:
+        from benchmarks import restart  # how soon clients carry on after a broker restart
+
+        return restart.main(arguments[1:])
     if arguments[:1] == ["memory"]:
         from benchmarks import memory  # a broker's RSS with many partitions, consumers stalled
 
