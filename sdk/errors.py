@@ -13,6 +13,7 @@ import re
 import grpc
 
 from sdk.core.connect_hints import connection_hint
+from sdk.core.error_names import error_name_of
 from sdk.core.keepalive import unanswered_ping
 
 # google.rpc.Code numbers (equal to grpc.StatusCode values).
@@ -39,6 +40,9 @@ class KeybusError(Exception):
     Attributes:
         message: what went wrong (the broker's text for broker errors).
         code: the google.rpc code number, 0 for client-side errors.
+        broker_error: the error's name in the broker's catalogue
+            ("offset_before_start", "topic_not_found", ...; sdk/core/error_names.py),
+            "" for client-side errors and brokers that do not send it.
     """
 
     code_default = UNKNOWN
@@ -47,6 +51,7 @@ class KeybusError(Exception):
         super().__init__(message)
         self.message = message
         self.code = self.code_default if code is None else code
+        self.broker_error = ""
 
     def __str__(self) -> str:
         return self.message
@@ -234,7 +239,10 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
     if code == DEADLINE_EXCEEDED and broker is not None and details == "Deadline Exceeded":
         return KeybusError(f"no answer from the broker at {broker} within the call's deadline "
                            "(request_timeout_ms; --timeout in the CLI)", code)
-    return from_code(code, details or f"broker call failed with {name}")
+    mapped = from_code(code, details or f"broker call failed with {name}")
+    metadata_fn = getattr(error, "trailing_metadata", None)
+    mapped.broker_error = error_name_of(metadata_fn() if callable(metadata_fn) else None)
+    return mapped
 
 
 # A listener that takes the connection and drops it: a TLS port spoken to in

@@ -46,7 +46,12 @@ class Failure:
     OTHER = "other"
 
 
-# The broker's words for each OUT_OF_RANGE (its status carries no error kind).
+# Each OUT_OF_RANGE by the broker's name for it (sdk/core/error_names.py)...
+_OUT_OF_RANGE_NAMES = {"offset_before_start": Failure.RETENTION,
+                       "bootstrap_snapshot_gone": Failure.RETENTION,
+                       "offset_past_end": Failure.PAST_END,
+                       "log_truncated": Failure.TRUNCATED}
+# ... or, from a broker that does not name its errors, by its words.
 _OUT_OF_RANGE_WORDS = (("removed by retention", Failure.RETENTION),
                        ("is past the end", Failure.PAST_END),
                        ("was truncated to offset", Failure.TRUNCATED))
@@ -57,6 +62,8 @@ def failure_of(error: errors.KeybusError) -> str:
     if isinstance(error, errors.TopicNotFound):
         return Failure.TOPIC_GONE
     if isinstance(error, errors.OffsetOutOfRange):
+        if error.broker_error:
+            return _OUT_OF_RANGE_NAMES.get(error.broker_error, Failure.OTHER)
         for words, failure in _OUT_OF_RANGE_WORDS:
             if words in error.message:
                 return failure

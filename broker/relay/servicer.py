@@ -13,7 +13,7 @@ import grpc
 from broker.errors import BrokerError
 from broker.relay.node import RelayNode
 from broker.rpc.service import SERVICE
-from broker.rpc.status import refuse_unknown_fields, unary
+from broker.rpc.status import abort, refuse_unknown_fields, unary
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -43,7 +43,7 @@ class RelayServicer:
                 count += 1
                 yield pb.ReplicaPositionAck(positions=count)
         except BrokerError as e:
-            await context.abort(e.code, e.message)
+            await abort(context, e)
         finally:  # ended, broken or cancelled (the follower's process gone)
             self.node.reports_ended(stream)
 

@@ -33,6 +33,7 @@ from cryptography import x509
 
 from broker.errors import BrokerError
 from broker.rpc.guard import ANSWERED_IN_STREAM, SERVICE_PREFIX, Refused, method_name
+from broker.rpc.status import abort
 from broker.rpc.stream_rights import StreamRights
 from broker.security.permissions import AccessTable, Rule, decide, rule_for
 from broker.security.providers import (
@@ -186,7 +187,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except BrokerError as e:
                 error = e
             if error is not None:
-                await context.abort(error.code, error.message)
+                await abort(context, error)
             return check.filtered(await inner(request, context))
         return behavior
 
@@ -198,7 +199,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except BrokerError as e:
                 error = e
             if error is not None:
-                await context.abort(error.code, error.message)
+                await abort(context, error)
             check.opening = request
             stream = self.rights.opened(check)
             try:
@@ -215,7 +216,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 check = self._check(name, token, context)
             except BrokerError as e:
-                await context.abort(e.code, e.message)
+                await abort(context, e)
             stream = self.rights.opened(check)
             try:
                 async with contextlib.aclosing(inner(check.requests(requests), context)
@@ -231,6 +232,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 check = self._check(name, token, context)
             except BrokerError as e:
-                await context.abort(e.code, e.message)
+                await abort(context, e)
             return await inner(check.requests(requests), context)
         return behavior

@@ -33,6 +33,7 @@ import grpc
 from google.protobuf.message import Message
 
 from broker.errors import BrokerError
+from broker.rpc.status import abort
 from sdk.core.pb import keybus_pb2 as pb
 
 SERVICE_PREFIX = "/keybus.v1.Keybus/"
@@ -90,7 +91,7 @@ def _unary_request(behavior: Callable[..., Any], streaming_response: bool) -> Ca
         async def stream_behavior(request: Any, context: grpc.aio.ServicerContext
                                   ) -> AsyncIterator[Any]:
             if isinstance(request, Refused):
-                await context.abort(request.error.code, request.error.message)
+                await abort(context, request.error)
             async with contextlib.aclosing(behavior(request, context)) as responses:
                 async for response in responses:
                     yield response
@@ -98,7 +99,7 @@ def _unary_request(behavior: Callable[..., Any], streaming_response: bool) -> Ca
 
     async def unary_behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Refused):
-            await context.abort(request.error.code, request.error.message)
+            await abort(context, request.error)
         return await behavior(request, context)
     return unary_behavior
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.descriptor import Descriptor
@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from broker.errors import BrokerError
+from sdk.core.error_names import ERROR_NAME_KEY
 
 log = logging.getLogger("keybus.rpc")
 R = TypeVar("R")
@@ -44,6 +45,14 @@ def _singular_message_fields(descriptor: Descriptor) -> tuple[str, ...]:
                  if field.message_type is not None and not field.is_repeated)
 
 
+async def abort(context: grpc.aio.ServicerContext, error: BrokerError) -> NoReturn:
+    """End the call with the error's status, its name in the trailing metadata
+    (sdk/core/error_names.py: clients tell errors of one code apart by it)."""
+    await context.abort(error.code, error.message,
+                        trailing_metadata=((ERROR_NAME_KEY, error.kind.name),))
+    raise AssertionError("abort returned")
+
+
 def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
           ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
     """Map BrokerError to a status for a unary method."""
@@ -53,8 +62,7 @@ def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
             refuse_unknown_fields(request)
             return await method(self, request, context)
         except BrokerError as e:
-            await context.abort(e.code, e.message)
-            raise AssertionError("abort returned") from None
+            await abort(context, e)
     return wrapper
 
 
@@ -70,5 +78,5 @@ def streaming(method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterat
             async for item in method(self, request, context):
                 yield item
         except BrokerError as e:
-            await context.abort(e.code, e.message)
+            await abort(context, e)
     return wrapper

@@ -35,6 +35,7 @@ import grpc
 from grpc._cython import cygrpc
 
 from broker.errors import BrokerError
+from broker.rpc.status import abort
 
 log = logging.getLogger("keybus.rpc")
 
@@ -63,7 +64,7 @@ async def _send_end_status(context: grpc.aio.ServicerContext) -> None:
         raise asyncio.CancelledError()
     assert task is not None
     task.uncancel()
-    await context.abort(error.code, error.message)
+    await abort(context, error)
 
 
 def written_by_us(method: str, responses: Responses

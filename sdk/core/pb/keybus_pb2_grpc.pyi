@@ -14,6 +14,10 @@ Design notes (see docs/architecture.md for the long form):
   events of a consistency window share one SCN.
 * Hash slot = (murmur3_32(ordering key bytes, seed 0) & 0x7FFFFFFF) % 65536;
   a HashRange is an inclusive interval of slots.
+* A failed call's status carries a message for people and, in its trailing
+  metadata under "keybus-error", the error's name from the broker's catalogue
+  (broker/errors.py: "offset_before_start", "offset_past_end", ...): tell
+  errors of one status code apart by the name, never by the message.
 """
 
 from collections import abc as _abc
