@@ -59,6 +59,22 @@ class Log:
         await asyncio.sleep(3600)
 
 
+async def fail_then_heal(view: service.PartitionView, views: FailingViews, failures: int
+                         ) -> None:
+    """Start the view, let its passes fail `failures` times, heal the store and wait
+    (bounded: 5 s each) for a pass to fold to the end."""
+    view.start()
+    for _ in range(1000):
+        await asyncio.sleep(0.005)
+        if views.calls >= failures:
+            break
+    views.healed = True
+    for _ in range(1000):
+        await asyncio.sleep(0.005)
+        if view.state.offset_next == 10:
+            break
+
+
 def test_a_pass_failing_for_good_is_one_traceback_then_one_line_a_retry(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(service, "ERROR_BACKOFF", RestartBackoff(1, 8))
@@ -67,16 +83,7 @@ def test_a_pass_failing_for_good_is_one_traceback_then_one_line_a_retry(
 
     async def run() -> None:
         view = service.PartitionView(views, Log(), settings, InlineWorker())  # type: ignore[arg-type]
-        view.start()
-        for _ in range(1000):  # bounded: 8 failures take about 30 ms
-            await asyncio.sleep(0.005)
-            if views.calls >= 8:
-                break
-        views.healed = True
-        for _ in range(1000):
-            await asyncio.sleep(0.005)
-            if view.state.offset_next == 10:
-                break
+        await fail_then_heal(view, views, 8)  # 8 failures take about 30 ms
         await view.stop()
 
     with caplog.at_level(logging.WARNING, logger="keybus.view"):
@@ -110,16 +117,7 @@ def test_a_store_error_is_reported_and_retried_not_taken_for_the_partition_closi
     async def run() -> int:
         view = service.PartitionView(views, Log(), Settings(view_linger_ms=0),  # type: ignore[arg-type]
                                      InlineWorker())  # type: ignore[arg-type]
-        view.start()
-        for _ in range(1000):  # bounded: 3 failures take a few ms
-            await asyncio.sleep(0.005)
-            if views.calls >= 3:
-                break
-        views.healed = True
-        for _ in range(1000):
-            await asyncio.sleep(0.005)
-            if view.state.offset_next == 10:
-                break
+        await fail_then_heal(view, views, 3)
         offset = view.state.offset_next
         await view.stop()
         return offset
