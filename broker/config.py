@@ -196,6 +196,9 @@ class Settings:
                                           "cursors and topic lists from its upstream.")
     acks_timeout_ms: int = setting(30_000, "A produce waiting for its copies on followers "
                                    "(acks = N) fails with UNAVAILABLE after this long.")
+    relay_follower_grace_ms: int = setting(5_000, "A follower whose position-report stream "
+                                           "closed (token expiry, network blip, restart) still "
+                                           "counts for acks = N this long (0 = not at all).")
     leader_handover_timeout_ms: int = setting(3_000, "How long a stopping leader waits for its "
                                               "followers to report their whole log.")
     relay_tls_ca_file: str = setting("", "Relay: CA bundle (PEM) that upstream brokers' TLS "

@@ -12,14 +12,22 @@ Rules:
    so one waiter).
 4. A follower *follows* while a report stream that brought one of its
    positions for this epoch is open (`attach` .. `detach`): connected,
-   however far behind (a paused or slow follower still counts; one whose
-   process is gone does not, its stream closed).
+   however far behind (a paused or slow follower still counts), and for
+   `follower_grace_ms` after its last such stream closed (Kafka's
+   `replica.lag.time.max.ms`): a stream ends for a moment when the
+   follower's token expires and it reopens at once, on a network blip, or
+   when its broker restarts, and the follower is back within moments. One
+   whose process is gone for good stops counting once the grace is over.
 5. A produce is refused before it is stored when fewer than `copies`
    followers follow (`short_of_followers`), but not while the leader waits
    for its followers to attach: until `copies` of them followed at once, or
-   for `grace_ms` after it began leading (followers attach after a leader
+   for `attach_ms` after it began leading (followers attach after a leader
    starts or is elected). Then, as for a produce already waiting when
-   followers drop away, the produce is stored and waits for its copies.
+   followers drop away or while one is in its grace, the produce is stored
+   and waits for its copies.
+
+Time is an argument (milliseconds on one monotonic clock): the tracker reads
+no clock.
 """
 
 from __future__ import annotations
@@ -34,13 +42,15 @@ T = TypeVar("T")
 class AckTracker(Generic[T]):
     """Followers' positions and the produces waiting on them (one partition)."""
 
-    def __init__(self, copies: int) -> None:
-        assert copies >= 0
+    def __init__(self, copies: int, follower_grace_ms: int = 0) -> None:
+        assert copies >= 0 and follower_grace_ms >= 0
         self.copies = copies
+        self.follower_grace_ms = follower_grace_ms
         self.positions: dict[str, int] = {}
         self._waiting: list[tuple[int, int, T]] = []
         self._order = itertools.count()
         self._streams: set[tuple[object, str]] = set()  # (open report stream, follower)
+        self._left: dict[str, float] = {}  # follower -> when its last open stream closed
         self.filled = copies == 0  # `copies` followers followed at once (rule 5)
 
     def acked_end(self) -> int | None:
@@ -71,24 +81,39 @@ class AckTracker(Generic[T]):
         return released
 
     def attach(self, follower: str, stream: object) -> None:
-        """A report of `follower` came on `stream` (rule 4)."""
+        """A report of `follower` came on `stream` (rule 4): it follows, its grace ends."""
         self._streams.add((stream, follower))
-        self.filled = self.filled or self.following >= self.copies
+        self._left.pop(follower, None)
+        self.filled = self.filled or len(self._open()) >= self.copies
 
-    def detach(self, stream: object) -> None:
-        """`stream` closed: its follower no longer follows through it (rule 4)."""
+    def detach(self, stream: object, now_ms: float) -> None:
+        """`stream` closed: its follower no longer follows through it; one left with no
+        open stream follows for `follower_grace_ms` from now (rule 4)."""
+        closed = {follower for entry_stream, follower in self._streams if entry_stream is stream}
         self._streams = {entry for entry in self._streams if entry[0] is not stream}
+        self._left = {f: at for f, at in self._left.items() if self._in_grace(at, now_ms)}
+        for follower in closed - self._open():
+            self._left[follower] = now_ms
 
-    @property
-    def following(self) -> int:
-        """Followers with an open report stream (rule 4)."""
-        return len({follower for _, follower in self._streams})
+    def following(self, now_ms: float) -> int:
+        """Followers with an open report stream, or in their grace (rule 4)."""
+        return len(self._open()) + len(self.in_grace(now_ms))
 
-    def short_of_followers(self, led_ms: float, grace_ms: int) -> bool:
+    def in_grace(self, now_ms: float) -> list[str]:
+        """Followers that follow only by their grace now: no open stream (rule 4)."""
+        return sorted(f for f, at in self._left.items() if self._in_grace(at, now_ms))
+
+    def _open(self) -> set[str]:
+        return {follower for _, follower in self._streams}
+
+    def _in_grace(self, left_ms: float, now_ms: float) -> bool:
+        return now_ms - left_ms < self.follower_grace_ms
+
+    def short_of_followers(self, now_ms: float, led_ms: float, attach_ms: int) -> bool:
         """Refuse a produce before storing it (rule 5)? `led_ms`: how long this leader leads."""
-        if self.following >= self.copies:
+        if self.following(now_ms) >= self.copies:
             return False
-        return self.filled or led_ms >= grace_ms
+        return self.filled or led_ms >= attach_ms
 
     def drain(self) -> list[T]:
         """Every waiter, e.g. to fail them when leadership ends."""

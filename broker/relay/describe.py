@@ -6,6 +6,7 @@ followers' reports and how many follow, partition offsets).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
@@ -50,6 +51,7 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
     copies = role.follower.states if role is not None and role.follower else {}
     counted = role is not None and role.role == "leader" and role.replication.acks > 0
     trackers = role.trackers if role is not None and counted else {}
+    now_monotonic_ms = time.monotonic() * 1000  # the trackers' clock
     for partition in partitions:
         state = copies.get(partition.index)
         entry = pb.PartitionRelayInfo(partition=partition.index, end_offset=partition.end_offset,
@@ -62,7 +64,7 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
         tracker = trackers.get(partition.index)
         if tracker is not None:  # what refuses produce (acks.py rule 5), seen before it does
-            entry.followers_following = tracker.following
+            entry.followers_following = tracker.following(now_monotonic_ms)  # grace included
         result.partitions.append(entry)
     if role is not None and role.role == "leader":
         ends = {p.index: p.log_end for p in partitions}

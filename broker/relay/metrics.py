@@ -43,17 +43,20 @@ ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
                     "Produce answers held until enough followers hold the events", ["topic"])
 FOLLOWERS_FOLLOWING = Gauge("keybus_relay_followers_following",
                             "On a leader with acks = n: followers with an open report stream "
-                            "(fewer than n refuse produce)", ["topic", "partition"])
+                            "or in their grace (fewer than n refuse produce)",
+                            ["topic", "partition"])
 
 
-def export_acks(topic: str, trackers: Mapping[int, AckTracker[Any]], leading: bool) -> None:
+def export_acks(topic: str, trackers: Mapping[int, AckTracker[Any]], leading: bool,
+                now_ms: float) -> None:
     """The leader's acks state as gauges. The following count is left out where it
     refuses nothing (acks = leader, or not leading now: a failed-over leader's last
-    count would otherwise stay, for ever), as `keybus cluster status` shows "-" there."""
+    count would otherwise stay, for ever), as `keybus cluster status` shows "-" there.
+    `now_ms`: the trackers' clock (time.monotonic)."""
     ACK_WAITING.labels(topic).set(sum(t.waiting for t in trackers.values()))
     for index, tracker in trackers.items():
         if leading and tracker.copies:
-            FOLLOWERS_FOLLOWING.labels(topic, str(index)).set(tracker.following)
+            FOLLOWERS_FOLLOWING.labels(topic, str(index)).set(tracker.following(now_ms))
         else:
             FOLLOWERS_FOLLOWING.remove(topic, str(index))
 

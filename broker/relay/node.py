@@ -133,7 +133,7 @@ class RelayNode:
             await asyncio.sleep(METRICS_INTERVAL_S)
             now = wall_ms()
             for topic, role in list(self.roles.items()):
-                export_acks(topic, role.trackers, role.role == "leader")
+                export_acks(topic, role.trackers, role.role == "leader", time.monotonic() * 1000)
                 follower = role.follower
                 if follower is None:  # copies nothing now: its last copy's series go
                     with contextlib.suppress(BrokerError):
@@ -214,10 +214,11 @@ class RelayNode:
         self.check_writable(topic)
         role = self.roles.get(topic)
         tracker = role.trackers.get(partition) if role is not None else None
+        now_ms = time.monotonic() * 1000
         if role is not None and tracker is not None and tracker.short_of_followers(
-                (time.monotonic() - role.led_since) * 1000, self.relay.acks_timeout_ms):
+                now_ms, now_ms - role.led_since * 1000, self.relay.acks_timeout_ms):
             raise BrokerError("followers_missing", topic=topic, partition=partition,
-                              copies=tracker.copies, following=tracker.following,
+                              copies=tracker.copies, following=tracker.following(now_ms),
                               broker=self.relay.address)
 
     async def acknowledged(self, topic: str, partition: int, end_offset: int) -> None:
@@ -277,9 +278,11 @@ class RelayNode:
                               tracker.acked_end())
 
     def reports_ended(self, stream: object) -> None:
-        """A report stream closed: its follower follows no more through it."""
+        """A report stream closed: its follower follows no more through it, but for
+        `relay_follower_grace_ms` (it may reopen at once: a token expiry, a blip)."""
+        now_ms = time.monotonic() * 1000
         for tracker in (t for role in self.roles.values() for t in role.trackers.values()):
-            tracker.detach(stream)
+            tracker.detach(stream, now_ms)
 
     async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
         partition = self.registry.partition(request.topic, request.partition)
@@ -313,7 +316,9 @@ class RelayNode:
                 partitions = self.registry.partitions(topic)
                 for partition in partitions:
                     partition.leader_epoch = epoch
-                role.trackers = {p.index: AckTracker(role.replication.acks) for p in partitions}
+                role.trackers = {p.index: AckTracker(role.replication.acks,
+                                                     self.relay.follower_grace_ms)
+                                 for p in partitions}
                 watermark.lead(partitions, role.replication.acks)
                 role.reports.clear()
                 role.led_since = time.monotonic()

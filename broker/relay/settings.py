@@ -66,6 +66,7 @@ class RelaySettings:
     handover_timeout_ms: int
     topics: Mapping[str, TopicReplication] = field(default_factory=dict)
     client_security: ClientSecurity | None = None  # how followers reach upstreams
+    follower_grace_ms: int = 5_000  # a follower whose report stream closed counts this long
 
     def for_topic(self, topic: str) -> TopicReplication | None:
         """The topic's replication, its "*" default, or None (leads alone)."""
@@ -104,7 +105,7 @@ def relay_settings(settings: Settings, port: int | None = None) -> RelaySettings
         settings.zookeeper_session_timeout_ms, settings.relay_retry_backoff_ms,
         settings.relay_retry_backoff_max_ms, settings.relay_sync_interval_ms,
         settings.acks_timeout_ms, settings.leader_handover_timeout_ms, topics,
-        _client_security(settings))
+        _client_security(settings), settings.relay_follower_grace_ms)
     if "/" in relay.broker_id:
         raise ReplicationError(f"broker_id={relay.broker_id!r} may not contain '/'")
     if relay.elects and not settings.zookeeper:

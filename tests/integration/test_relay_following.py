@@ -5,8 +5,8 @@ Goal: on a topic with `acks = 2` an operator sees, before a produce is refused
 follow each partition's leader: "2/2" with every follower up; still "2/2" with
 one paused (its connection stays open: a paused follower follows, as the
 rules say, so its produces wait for copies rather than being refused); "1/2"
-once one is killed and the leader has seen its stream close; "2/2" again once
-it is back. The gauge `keybus_relay_followers_following` says the same.
+once one is killed and the leader has seen its stream close and its grace
+(`relay_follower_grace_ms`, here 1 s) passed; "2/2" again once it is back. The gauge `keybus_relay_followers_following` says the same.
 
 Method: three `python -m broker` processes (`keybus.dev_cluster`) with a 2 s
 ZooKeeper session; the real `keybus cluster status` command run in-process
@@ -54,7 +54,8 @@ def cluster(root: Path, zookeeper: str) -> list[BrokerRunner]:
         config = root / f"broker-{i + 1}.toml"
         config.write_text(cluster_config(zookeeper, 2, SESSION_MS, {
             "zookeeper_root": "/keybus-test/following", "relay_retry_backoff_max_ms": 500,
-            "relay_sync_interval_ms": 200, "metrics_port": free_port()}))
+            "relay_sync_interval_ms": 200, "relay_follower_grace_ms": 1_000,
+            "metrics_port": free_port()}))
         brokers.append(BrokerRunner(root / f"broker-{i + 1}", free_port(), config))
     return brokers
 
@@ -116,7 +117,7 @@ def test_status_and_metrics_count_the_followers_that_follow(zookeeper: ZooKeeper
         os.kill(first.pid, signal.SIGCONT)
         paused = None
 
-        second.kill()  # its report stream closes with its process
+        second.kill()  # its report stream closes with its process; 1 s later its grace ends
         took = wait_for(lambda: following(brokers) == [1, 1], 10, "the leader sees one follow")
         print(f"following 1/2 shown {took:.2f} s after a follower was killed")
         assert table_cells(brokers)[leader.address] == "1/2"

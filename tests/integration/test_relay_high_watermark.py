@@ -47,6 +47,7 @@ from tests.support.zookeeper import ZooKeeperServer, zookeeper_running
 
 SESSION_MS = 2_000
 ACKS_TIMEOUT_MS = 3_000
+FOLLOWER_GRACE_MS = 500  # a killed follower counts this long (relay_follower_grace_ms)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 def cluster(root: Path, zookeeper: str, name: str) -> list[BrokerRunner]:
     return start_cluster(root, 3, zookeeper, 2, session_timeout_ms=SESSION_MS, extra={
         "zookeeper_root": f"/keybus-test/{name}", "relay_retry_backoff_max_ms": 500,
-        "relay_sync_interval_ms": 200, "acks_timeout_ms": ACKS_TIMEOUT_MS})
+        "relay_sync_interval_ms": 200, "acks_timeout_ms": ACKS_TIMEOUT_MS,
+        "relay_follower_grace_ms": FOLLOWER_GRACE_MS})
 
 
 def pause(broker: BrokerRunner, paused: bool) -> None:
@@ -191,7 +193,8 @@ def test_acks_2_with_one_follower_refuses_at_once_and_stores_nothing(zookeeper: 
         assert produce(leader.address, [1], b"acked") == "acknowledged"
         gone = next(b for i, b in enumerate(brokers) if i != leader_index)
         gone.kill()  # its report stream to the leader closes with its process
-        time.sleep(0.5)  # the leader sees the connection reset: well within this
+        time.sleep(0.5 + FOLLOWER_GRACE_MS / 1000)  # the leader sees the connection reset
+        # well within 0.5 s, and counts the follower no more once its grace is over
         before = ends(leader)
         began = time.monotonic()
         answer = produce(leader.address, [7], b"refused")

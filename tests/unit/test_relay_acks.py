@@ -59,30 +59,116 @@ def test_release_matches_the_definition(copies: int, ends: list[int],
 
 
 def test_a_follower_follows_while_a_stream_that_brought_its_report_is_open() -> None:
-    tracker: AckTracker[str] = AckTracker(2)
+    tracker: AckTracker[str] = AckTracker(2)  # no grace: a closed stream counts no more
     first, second, again = object(), object(), object()
     tracker.attach("b", first)
     tracker.attach("b", again)  # a reconnect: the old stream not yet seen to close
-    assert tracker.following == 1
+    assert tracker.following(0) == 1
     tracker.attach("c", second)
-    assert tracker.following == 2 and tracker.filled
-    tracker.detach(first)
-    assert tracker.following == 2  # "b" still reports on its new stream
-    tracker.detach(second)
-    assert tracker.following == 1
+    assert tracker.following(0) == 2 and tracker.filled
+    tracker.detach(first, 0)
+    assert tracker.following(0) == 2  # "b" still reports on its new stream
+    tracker.detach(second, 0)
+    assert tracker.following(0) == 1
 
 
-def test_too_few_followers_refuse_once_they_filled_or_the_grace_is_over() -> None:
+def test_too_few_followers_refuse_once_they_filled_or_the_attach_time_is_over() -> None:
     tracker: AckTracker[str] = AckTracker(2)
     tracker.attach("b", object())
-    assert not tracker.short_of_followers(led_ms=999, grace_ms=1000)  # still attaching
-    assert tracker.short_of_followers(led_ms=1000, grace_ms=1000)
+    assert not tracker.short_of_followers(0, led_ms=999, attach_ms=1000)  # still attaching
+    assert tracker.short_of_followers(0, led_ms=1000, attach_ms=1000)
     stream = object()
     tracker.attach("c", stream)
-    assert not tracker.short_of_followers(led_ms=5000, grace_ms=1000)  # behind still counts
-    tracker.detach(stream)
-    assert tracker.short_of_followers(led_ms=0, grace_ms=1000)  # they had all attached
+    assert not tracker.short_of_followers(0, led_ms=5000, attach_ms=1000)  # behind counts
+    tracker.detach(stream, 0)
+    assert tracker.short_of_followers(0, led_ms=0, attach_ms=1000)  # they had all attached
 
 
 def test_acks_zero_never_refuses() -> None:
-    assert not AckTracker[str](0).short_of_followers(led_ms=10**9, grace_ms=0)
+    assert not AckTracker[str](0).short_of_followers(10**9, led_ms=10**9, attach_ms=0)
+
+
+# A follower whose stream closed follows on for its grace (rule 4, Kafka's
+# replica.lag.time.max.ms): a token expiry or a blip must not refuse produce.
+
+def test_a_follower_whose_stream_closed_follows_for_its_grace() -> None:
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    stream = object()
+    tracker.attach("b", stream)
+    tracker.detach(stream, now_ms=10_000)  # its token expired: the stream ended
+    assert tracker.following(10_000) == 1 and tracker.in_grace(10_000) == ["b"]
+    assert not tracker.short_of_followers(14_999, led_ms=60_000, attach_ms=1000)
+    assert tracker.following(14_999) == 1
+
+
+def test_a_follower_gone_for_good_stops_counting_after_its_grace() -> None:
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    stream = object()
+    tracker.attach("b", stream)
+    tracker.detach(stream, now_ms=10_000)
+    assert tracker.following(15_000) == 0 and tracker.in_grace(15_000) == []
+    assert tracker.short_of_followers(15_000, led_ms=60_000, attach_ms=1000)
+
+
+def test_a_follower_back_within_its_grace_follows_on_its_new_stream() -> None:
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    old, new = object(), object()
+    tracker.attach("b", old)
+    tracker.detach(old, now_ms=10_000)
+    tracker.attach("b", new)  # reopened with a renewed token
+    assert tracker.in_grace(10_100) == [] and tracker.following(60_000) == 1
+    tracker.detach(new, now_ms=60_000)  # a later close starts a grace of its own
+    assert tracker.following(64_999) == 1 and tracker.following(65_000) == 0
+
+
+def test_a_stream_closing_while_another_is_open_starts_no_grace() -> None:
+    tracker: AckTracker[str] = AckTracker(2, follower_grace_ms=5_000)
+    old, new, other = object(), object(), object()
+    tracker.attach("b", old)
+    tracker.attach("b", new)  # reconnected before the old stream was seen to close
+    tracker.attach("c", other)
+    tracker.detach(old, now_ms=0)
+    assert tracker.in_grace(0) == [] and tracker.following(10**6) == 2
+    tracker.detach(other, now_ms=0)
+    assert tracker.in_grace(1) == ["c"] and tracker.following(1) == 2
+
+
+def test_a_grace_counts_each_follower_once() -> None:
+    tracker: AckTracker[str] = AckTracker(2, follower_grace_ms=5_000)
+    first, second = object(), object()
+    tracker.attach("b", first)
+    tracker.detach(first, now_ms=0)
+    tracker.detach(first, now_ms=1_000)  # seen closing twice: the grace is from the first
+    tracker.attach("b", second)
+    tracker.detach(second, now_ms=2_000)
+    assert tracker.following(2_000) == 1
+    assert tracker.short_of_followers(2_000, led_ms=60_000, attach_ms=1000)
+
+
+@given(grace=st.integers(0, 100),
+       steps=st.lists(st.tuples(st.booleans(), st.sampled_from("bc"), st.integers(0, 2),
+                                st.integers(0, 50)), max_size=30))
+def test_following_matches_the_definition(grace: int, steps: list[tuple[bool, str, int, int]]
+                                          ) -> None:
+    """Counted: a follower with an open stream, or whose last open one closed less than
+    `grace` ago (time moves forward through the steps)."""
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=grace)
+    streams = {(f, i): object() for f in "bc" for i in range(3)}
+    open_: set[tuple[str, int]] = set()
+    closed_at: dict[str, int] = {}
+    now = 0
+    for opens, follower, index, wait in steps:
+        now += wait
+        if opens:
+            tracker.attach(follower, streams[follower, index])
+            open_.add((follower, index))
+            closed_at.pop(follower, None)
+        else:
+            stream = streams[follower, index]
+            was_open = (follower, index) in open_
+            tracker.detach(stream, now)
+            open_.discard((follower, index))
+            if was_open and not any(f == follower for f, _ in open_):
+                closed_at[follower] = now
+        expected = {f for f, _ in open_} | {f for f, at in closed_at.items() if now - at < grace}
+        assert tracker.following(now) == len(expected)

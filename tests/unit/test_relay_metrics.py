@@ -51,22 +51,24 @@ def test_a_broker_that_copies_no_more_drops_its_copy_s_series() -> None:
 
 
 def test_a_leader_with_acks_n_exports_how_many_follow_and_drops_it_when_it_leads_no_more() -> None:
-    trackers: dict[int, AckTracker[object]] = {0: AckTracker(2), 1: AckTracker(2)}
+    trackers: dict[int, AckTracker[object]] = {0: AckTracker(2, 1_000), 1: AckTracker(2, 1_000)}
     first, second = object(), object()
     trackers[0].attach("b", first)
     trackers[0].attach("c", second)
     trackers[1].attach("b", first)
-    export_acks("metrics-t", trackers, leading=True)
+    export_acks("metrics-t", trackers, leading=True, now_ms=0)
     assert sample("keybus_relay_followers_following", 0) == 2
     assert sample("keybus_relay_followers_following", 1) == 1
-    trackers[0].detach(second)  # c's stream closed (its process gone)
-    export_acks("metrics-t", trackers, leading=True)
+    trackers[0].detach(second, now_ms=0)  # c's stream closed (its process gone)
+    export_acks("metrics-t", trackers, leading=True, now_ms=999)
+    assert sample("keybus_relay_followers_following", 0) == 2  # in its grace
+    export_acks("metrics-t", trackers, leading=True, now_ms=1_000)
     assert sample("keybus_relay_followers_following", 0) == 1
-    export_acks("metrics-t", trackers, leading=False)  # failed over: a count would mislead
+    export_acks("metrics-t", trackers, leading=False, now_ms=1_000)  # failed over: a count would mislead
     assert sample("keybus_relay_followers_following", 0) is None
     assert sample("keybus_relay_followers_following", 1) is None
 
 
 def test_acks_leader_exports_no_following_count() -> None:
-    export_acks("metrics-t", {3: AckTracker(0)}, leading=True)  # refuses nothing
+    export_acks("metrics-t", {3: AckTracker(0)}, leading=True, now_ms=0)  # refuses nothing
     assert sample("keybus_relay_followers_following", 3) is None

@@ -1,0 +1,146 @@
+"""A follower whose report stream closes for a moment keeps counting for `acks = n`.
+
+Goal: with `acks = 1`, a follower's position-report stream that ends and comes
+back (here: its broker killed and started again at once, as a crash-restart or
+a rolling restart does; a token expiry or a network blip end the stream the
+same way) does not make the leader refuse produce with `followers_missing`:
+for `relay_follower_grace_ms` the follower still counts (broker/relay/acks.py
+rule 4, Kafka's `replica.lag.time.max.ms`), produces meanwhile are stored and
+answered once the follower is back and copied them, and `DescribeCluster`
+shows it following. A follower gone for good stops counting once the grace is
+over: a produce in the grace waits for its copy (answered `acks_timeout`),
+one after it is refused at once, storing nothing.
+
+Method: a real leader and follower broker process (static leadership, no
+ZooKeeper); the follower is killed with SIGKILL (its stream to the leader
+closes with its process) and started again on the same data directory; raw
+gRPC produces and DescribeCluster on the leader. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from keybus.dev_cluster import BrokerRunner, free_port
+from sdk.core.hashing import slots_of
+from sdk.core.pb import keybus_pb2 as pb
+from tests.support.relay_cluster import records, role, wait_for
+from tests.support.wire import create_topic, stub
+
+ACKS_TIMEOUT_MS = 20_000
+
+
+def produce(address: str, key: int) -> str:
+    """One raw produce of one event to t/0: 'acknowledged' or the error's words."""
+    batch = pb.EventBatch(count=1, key_ints=[key], slots=slots_of([key]), values=[b"%d" % key])
+    try:
+        for answer in stub(address).Produce(iter([pb.ProduceRequest(
+                topic="t", partition=0, batch=batch, request_id=1)]), timeout=30):
+            return "acknowledged" if not answer.error_code else answer.error_message
+    except grpc.RpcError as e:
+        return f"{e.code().name}: {e.details()}"
+    return "no answer"
+
+
+def following(leader: BrokerRunner) -> int | None:
+    info = role(leader.address, "t")
+    return info.partitions[0].followers_following if info is not None else None
+
+
+def log_end(broker: BrokerRunner) -> int:
+    info = role(broker.address, "t")
+    assert info is not None
+    return info.partitions[0].log_end_offset
+
+
+class Pair:
+    def __init__(self, root: Path, grace_ms: int, acks_timeout_ms: int) -> None:
+        leader_config = root / "leader.toml"
+        leader_config.write_text(f"relay_follower_grace_ms = {grace_ms}\n"
+                                 f"acks_timeout_ms = {acks_timeout_ms}\n"
+                                 "[replication.t]\nacks = 1\n")
+        self.leader = BrokerRunner(root / "leader", free_port(), leader_config)
+        follower_config = root / "follower.toml"
+        follower_config.write_text("relay_retry_backoff_max_ms = 500\n"
+                                   f'[replication.t]\nupstream = "{self.leader.address}"\n')
+        self.follower = BrokerRunner(root / "follower", free_port(), follower_config)
+
+    def start(self) -> None:
+        """Both brokers, topic t, and one event acknowledged through the follower."""
+        self.leader.start()
+        self.follower.start()
+        create_topic(stub(self.leader.address), "t")
+        wait_for(lambda: following(self.leader) == 1, 15, "the follower follows")
+        assert produce(self.leader.address, 0) == "acknowledged"
+
+
+MakePair = Callable[[int, int], Pair]
+
+
+@pytest.fixture
+def make_pair(tmp_path: Path) -> Iterator[MakePair]:
+    """make_pair(grace_ms, acks_timeout_ms): a started pair, killed after the test."""
+    made: list[Pair] = []
+
+    def make(grace_ms: int, acks_timeout_ms: int) -> Pair:
+        pair = Pair(tmp_path, grace_ms, acks_timeout_ms)
+        made.append(pair)
+        pair.start()
+        return pair
+    try:
+        yield make
+    finally:
+        for pair in made:
+            pair.follower.kill()
+            pair.leader.kill()
+
+
+def test_a_follower_restarted_at_once_refuses_no_produce_meanwhile(make_pair: MakePair) -> None:
+    pair = make_pair(15_000, ACKS_TIMEOUT_MS)
+    leader = pair.leader
+    pair.follower.kill()  # its report stream to the leader closes with its process
+    time.sleep(0.3)  # the leader sees the connection reset: well within this
+    assert following(leader) == 1  # in its grace, and shown so
+    answers: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda k=key: answers.__setitem__(k, produce(
+        leader.address, k))) for key in (1, 2, 3)]
+    for thread in threads:  # during the gap: stored, waiting for the copy
+        thread.start()
+        time.sleep(0.1)
+    restarted = pair.follower.start()
+    for thread in threads:
+        thread.join(30)
+    print(f"follower back after {restarted:.2f} s; answers in the gap: {answers}")
+    assert answers == dict.fromkeys((1, 2, 3), "acknowledged"), answers
+    assert produce(leader.address, 4) == "acknowledged"
+    assert sorted(int(v) for r in records(leader.address, "t") for v in r.batch.values) == \
+        [0, 1, 2, 3, 4]
+
+
+def test_a_follower_gone_for_good_stops_counting_after_the_grace(make_pair: MakePair) -> None:
+    grace_ms = 2_000
+    pair = make_pair(grace_ms, 1_000)  # acks_timeout_ms: a produce in the grace waits that
+    leader = pair.leader
+    killed = time.monotonic()
+    pair.follower.kill()
+    time.sleep(0.3)
+    waited = produce(leader.address, 1)  # in the grace: stored, its copy never comes
+    assert "acks_timeout_ms=1000" in waited, waited
+    wait_for(lambda: following(leader) == 0, 10, "the follower stops counting")
+    took = time.monotonic() - killed
+    print(f"the follower stopped counting {took:.2f} s after its kill (grace {grace_ms} ms)")
+    assert took >= grace_ms / 1000, took
+    end = log_end(leader)
+    began = time.monotonic()
+    refused = produce(leader.address, 2)
+    assert refused.startswith(f"topic 't' has acks=1, so 1 follower(s) must copy each event "
+                              f"from its leader {leader.address}, but 0 follow it now; "
+                              "nothing of this produce to partition 0 was stored"), refused
+    assert time.monotonic() - began < 0.5
+    assert log_end(leader) == end  # nothing stored
