@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -28,35 +27,23 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, retry_wait, stub_of
+from sdk.channel import open_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig
+from sdk.consumer_link import RETRIABLE, ConsumerLink
 from sdk.consumer_state import ConsumerState
 from sdk.consumer_wakeups import Arrivals, FlushSignal
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
 from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
-from sdk.reconnect import (
-    ConnectionCallback,
-    Link,
-    ended_on_write,
-    failure_of,
-    log_connection_change,
-    reauthenticates,
-)
+from sdk.reconnect import ConnectionCallback, ended_on_write, log_connection_change, reauthenticates
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
 __all__ = ["MODES", "TYPES", "ActiveCallback", "Consumer", "ConsumerConfig", "Message",
            "RangeCallback", "ReceivedBatch"]
-
-_RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-              grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED}
-# While reconnecting, the broker may not yet have noticed the old stream is gone.
-_RETRIABLE_ON_RECONNECT = _RETRIABLE | {grpc.StatusCode.ALREADY_EXISTS,
-                                        grpc.StatusCode.FAILED_PRECONDITION}
 
 RangeCallback = Callable[[int, list[HashRange]], Any]
 ActiveCallback = Callable[[int, bool], Any]
@@ -95,7 +82,9 @@ class Consumer:
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
         self._on_connection_change = on_connection_change or log_connection_change
-        self._link = Link(broker, config.retry_policy())
+        self._links = ConsumerLink(broker, topic, config.retry_policy(), config.reconnect,
+                                   self._channel, self._report_connection)
+        self._link = self._links.link
         self._state = ConsumerState(FetchBuffer(config.receiver_queue_size,
                                                  config.receiver_queue_total_max))
         self._current: deque[Message] = deque()
@@ -132,8 +121,10 @@ class Consumer:
             on_active_change: called (partition, active) when Failover makes
                 this consumer active or inactive on a partition.
             on_connection_change: called (False, message) when the broker is
-                lost and the consumer starts retrying (see retry_timeout_ms),
-                (True, message) when it is back; may be a coroutine function.
+                lost and the consumer starts retrying (see retry_timeout_ms), or
+                refuses its reconnect ("the broker at H:P refuses the reconnect:
+                <its reason>; retrying"), (True, message) when it is back;
+                may be a coroutine function.
             security: TLS and credentials (sdk.security.ClientSecurity); None =
                 the ambient default, else plain text.
         Returns:
@@ -303,7 +294,6 @@ class Consumer:
 
     async def _connect(self, reconnecting: bool) -> None:
         """Open a stream (retrying while the broker is away) and grant the initial permits."""
-        retriable = _RETRIABLE_ON_RECONNECT if reconnecting else _RETRIABLE
         while True:
             if self._leader is not None and not await self._find_leader(reconnecting):
                 continue
@@ -316,16 +306,8 @@ class Consumer:
                 stream.close()
                 if self._closed or cancelling():  # gRPC may turn a cancel into CANCELLED
                     raise asyncio.CancelledError from None
-                if not self.config.reconnect or e.code() not in retriable or \
-                        (not reconnecting and e.code() != grpc.StatusCode.UNAVAILABLE):
-                    error = errors.from_rpc_error(e, self.broker)
-                    if reconnecting:  # it was attached: a topic gone since was deleted
-                        error = errors.deleted_if_gone(error, self.topic)
-                    raise error from None
-                await self._retry_after(e)
-        message = self._link.process_connected(_now_ms())
-        if message is not None:
-            self._callback(self._on_connection_change, True, message)
+                await self._links.open_failed(e, reconnecting)  # waits, or raises
+        self._links.connected()
         self._stream = stream
         self._holds.reset(len(self._state.nacks))  # still to go, on this stream
         self.partitions = list(opened.partitions)
@@ -347,7 +329,7 @@ class Consumer:
         except errors.KeybusError as e:
             if not reconnecting or not self.config.reconnect:
                 raise
-            await self._wait_to_retry(str(e), never_reached=False)
+            await self._links.wait_to_retry(str(e), never_reached=False)
             return False
         return True
 
@@ -364,11 +346,11 @@ class Consumer:
                     if self.config.reconnect and reauthenticates(e):  # its token expired
                         await self._connect(reconnecting=True)  # a refusal raises: rule 6
                         continue
-                    if not self.config.reconnect or e.code() not in _RETRIABLE:
+                    if not self.config.reconnect or e.code() not in RETRIABLE:
                         raise errors.from_rpc_error(e, self.broker) from None
                     if not (ended_on_write(e) and  # the broker may be there: ask it at once
-                            self._link.defer_report(failure_of(e)[0], _now_ms())):
-                        await self._retry_after(e)
+                            self._links.defer_report(e)):
+                        await self._links.retry_after(e)
                     await self._connect(reconnecting=True)
                     continue
                 if response is None:
@@ -382,19 +364,8 @@ class Consumer:
             self._state.error = e
             self._arrivals.wake()
 
-    async def _retry_after(self, error: grpc.RpcError) -> None:
-        """Wait before the next attempt; report a lost broker once (sdk/reconnect.py).
-
-        Raises:
-            Unavailable: past connect_timeout_ms or retry_timeout_ms.
-        """
-        await self._wait_to_retry(*failure_of(error))
-
-    async def _wait_to_retry(self, reason: str, never_reached: bool) -> None:
-        delay_ms, message = self._link.process_failure(reason, never_reached, _now_ms())
-        if message is not None:
-            self._callback(self._on_connection_change, False, message)
-        await retry_wait(self._channel, delay_ms)
+    def _report_connection(self, connected: bool, message: str) -> None:
+        self._callback(self._on_connection_change, connected, message)
 
     def _handle(self, response: pb.SubscribeResponse) -> None:
         body = response.WhichOneof("body")
@@ -492,7 +463,3 @@ class Consumer:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)

@@ -57,8 +57,10 @@ class ConsumerConfig:
         reconnect: reconnect when the broker goes away (True).
         connect_timeout_ms: a broker never reached fails subscribe() after
             this long with "cannot reach broker at ..." (5000; 0 = forever).
-        retry_timeout_ms: a lost broker is retried this long, then receive()
-            raises Unavailable (0 = forever, the default).
+        retry_timeout_ms: a lost broker, or one refusing the reconnect (say,
+            another consumer took the Exclusive subscription), is retried this
+            long, then receive() raises Unavailable or the refusal's error
+            (0 = forever, the default).
         retry_backoff_ms / retry_backoff_max_ms: reconnect backoff (100, 2000).
         initial_position: deprecated spelling of `start`.
     """

@@ -28,6 +28,21 @@ Rules (pure: no I/O, time is an argument):
    answer to that tells which it was. Only if that attempt fails too is the
    broker reported lost, with the first reason. Once per `backoff_max_ms`: a
    broker that keeps ending streams so gets the backoff of rule 2.
+6. A stream the broker ended because its token expired (UNAUTHENTICATED on
+   an open stream, `reauthenticates`) is opened again at once with
+   credentials read anew; a refusal of that open is the client's error.
+7. A reconnect the broker answers with a refusal (`process_refusal`: an
+   Exclusive subscription another consumer took meanwhile, the subscription's
+   consumer limit reached, no longer the topic's leader) is no lost broker:
+   it is reported once with the broker's own words, `the broker at HOST:PORT
+   refuses the reconnect: <its message>; retrying`, again when its words
+   change, retried with the backoff of rule 2 within `retry_timeout_ms`
+   (past it the client fails with the refusal's own error), and its end is
+   reported (`the broker at HOST:PORT accepts the reconnect after refusing it
+   for N s`). As Pulsar's client, which keeps reconnecting on ConsumerBusy:
+   the other consumer may go. A refusal that may be the broker still holding
+   this client's previous stream (`settling`) is reported only once it lasts
+   `backoff_max_ms`. A broker lost again after a refusal is reported lost again.
 
 The shell (reader.py, consumer.py) makes the calls, sleeps the delays this
 returns and runs the callbacks.
@@ -103,6 +118,8 @@ class Link:
         self._backoff_ms = policy.backoff_first_ms
         self._deferred: str | None = None  # the reason of a failure not reported (rule 5)
         self._deferred_ms: int | None = None
+        self._refused: str | None = None  # the refusal reported last (rule 7)
+        self._refused_since_ms: int | None = None
 
     @property
     def lost(self) -> bool:
@@ -114,11 +131,18 @@ class Link:
         self._first_failure_ms = None
         self._backoff_ms = self.policy.backoff_first_ms
         self._deferred = None
-        if self.lost_since_ms is None:
+        refused, refused_since = self._refused, self._refused_since_ms
+        self._refused = self._refused_since_ms = None
+        lost_since, self.lost_since_ms = self.lost_since_ms, None
+        if refused is not None and refused_since is not None:
+            message = (f"the broker at {self.broker} accepts the reconnect after refusing it "
+                       f"for {(now_ms - refused_since) / 1000:.1f} s")
+            if lost_since is not None:
+                message += f" (away {(now_ms - lost_since) / 1000:.1f} s in all)"
+            return message
+        if lost_since is None:
             return None
-        down_s = (now_ms - self.lost_since_ms) / 1000
-        self.lost_since_ms = None
-        return f"the broker at {self.broker} is back after {down_s:.1f} s"
+        return f"the broker at {self.broker} is back after {(now_ms - lost_since) / 1000:.1f} s"
 
     def defer_report(self, reason: str, now_ms: int) -> bool:
         """A connected stream ended ambiguously (rule 5). True: reconnect at once,
@@ -148,8 +172,12 @@ class Link:
         """
         if self._deferred is not None:  # the attempt after an ambiguous end failed too
             reason, never_reached, self._deferred = self._deferred, False, None
-        delay_ms = self._backoff_ms
-        self._backoff_ms = min(self._backoff_ms * 2, self.policy.backoff_max_ms)
+        delay_ms = self._next_delay()
+        refused, self._refused = self._refused, None
+        self._refused_since_ms = None
+        if refused is not None:  # the refusal was the last word: gone since (rule 7)
+            self.lost_since_ms = self.lost_since_ms if self.lost_since_ms is not None else now_ms
+            return delay_ms, f"lost the broker at {self.broker} ({reason}); {self._plan()}"
         if not self.ever_connected and never_reached:
             if self._first_failure_ms is None:
                 self._first_failure_ms = now_ms
@@ -168,9 +196,67 @@ class Link:
                 f"within {limit / 1000:g} s (retry_timeout_ms={limit})", errors.UNAVAILABLE)
         return delay_ms, None
 
+    def process_refusal(self, error: errors.KeybusError, now_ms: int,
+                        settling: bool = False) -> tuple[int, str | None]:
+        """The broker answered a reconnect and refused it for now (rule 7).
+
+        Args:
+            error: the broker's answer (its message is the reason reported).
+            settling: the refusal may be the broker still holding this client's
+                previous stream: reported only once it lasts backoff_max_ms.
+        Returns:
+            (milliseconds to wait before the next attempt, message to report
+            now or None).
+        Raises:
+            KeybusError: of the refusal's kind, once refusals (and the outage
+                before them) passed retry_timeout_ms.
+        """
+        self._deferred = None  # the broker answered: it is there
+        self.ever_connected = True
+        delay_ms = self._next_delay()
+        if self._refused_since_ms is None:
+            self._refused_since_ms = now_ms
+        reason = error.message
+        limit = self.policy.retry_timeout_ms
+        began_ms = self.lost_since_ms if self.lost_since_ms is not None else self._refused_since_ms
+        if limit and now_ms - began_ms + delay_ms > limit:
+            failed = type(error)(
+                f"the broker at {self.broker} refused the reconnect for "
+                f"{(now_ms - self._refused_since_ms) / 1000:.1f} s, and retry_timeout_ms={limit} "
+                f"ran out: {reason}", error.code)
+            failed.broker_error = error.broker_error
+            raise failed
+        if reason == self._refused or (
+                settling and now_ms - self._refused_since_ms < self.policy.backoff_max_ms):
+            return delay_ms, None
+        self._refused = reason
+        return delay_ms, f"the broker at {self.broker} refuses the reconnect: {reason}; " \
+                         f"{self._plan()}"
+
+    def _next_delay(self) -> int:
+        delay_ms = self._backoff_ms
+        self._backoff_ms = min(self._backoff_ms * 2, self.policy.backoff_max_ms)
+        return delay_ms
+
     def _plan(self) -> str:
         limit = self.policy.retry_timeout_ms
         return f"retrying for up to {limit / 1000:g} s" if limit else "retrying"
+
+
+# A refusal of a reconnect by these broker errors (broker/errors.py) ends the client:
+# the subscription now differs from what it asks (deleted and made again meanwhile with
+# another type or setting, or its dead letters would close a cycle), which no retry
+# changes. Other refusals depend on other consumers or on leadership, which move.
+ENDS_CLIENT = frozenset({"subscription_type_mismatch", "subscription_setting_mismatch",
+                         "dead_letter_cycle"})
+# Codes of a broker that is there and refuses for now (rule 7).
+_REFUSED = frozenset({errors.FAILED_PRECONDITION, errors.ALREADY_EXISTS,
+                      errors.RESOURCE_EXHAUSTED})
+
+
+def refused_for_now(error: errors.KeybusError) -> bool:
+    """Whether a reconnect's refusal is retried (rule 7) rather than the client's end."""
+    return error.code in _REFUSED and error.broker_error not in ENDS_CLIENT
 
 
 def failure_of(error: grpc.RpcError) -> tuple[str, bool]:
