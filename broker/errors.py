@@ -200,6 +200,10 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "(force=True in the SDK), which ends their streams"),
         ErrorKind("subscription_deleted", grpc.StatusCode.NOT_FOUND,
                   "subscription {subscription!r} on topic {topic!r} was deleted"),
+        ErrorKind("seek_failed", grpc.StatusCode.UNAVAILABLE,
+                  "the seek of subscription {subscription!r} on topic {topic!r} was not "
+                  "applied: writing its cursors failed ({cause}); delivery goes on from where "
+                  "it was: retry"),
         # ------------------------------------------------------------ relay chaining, election
         ErrorKind("not_leader", grpc.StatusCode.FAILED_PRECONDITION,
                   "broker {broker} is not the leader of topic {topic!r}; the leader is {leader}. "

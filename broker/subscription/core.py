@@ -448,6 +448,13 @@ class PartitionCore(DispatchSide, ReadSide):
         self._ticket += 1  # a read in flight is now stale
         self.dirty = True
 
+    @staticmethod
+    def seek_cursor(offset: int) -> Cursor:
+        """The cursor `process_seek(offset)` leaves (what `snapshot()` then returns),
+        known before the core moves: a seek writes it first and moves the cores only
+        once it is on disk (`dispatcher_upkeep.seek_together`)."""
+        return Cursor(offset)
+
     # ------------------------------------------------------------ the cursor
 
     def mark_delete(self) -> int:

@@ -12,8 +12,8 @@ dead letters, and writes the cursor when it changed, at most every
 Consumer calls (`attach`, `detach`, `grant`, `ack`, `nack`) come from
 the subscription manager on the same event loop, go straight to the core
 and wake the task; they never await, so they are atomic with respect to a
-round and need no lock (a seek moves the cores of every partition it names,
-then persists them in one write: `dispatcher_upkeep.seek_together`). A commit runs the
+round and need no lock (a seek writes the cursors of every partition it names in
+one write, then moves their cores in one step: `dispatcher_upkeep.seek_together`). A commit runs the
 round itself, without awaiting, while the task waits for a wake
 (`_round_now`), so following the tail its deliveries are queued in the
 commit's own step; background writes are `dispatcher_upkeep.py`'s.

@@ -1,9 +1,9 @@
 """A dispatcher's writes beside its rounds: dead letters and the cursor.
 
 Both run on tasks of their own so no delivery waits for them, one at a time each;
-their end wakes the round. A seek (`seek_together`) moves several partitions'
-cursors and writes them in one batch. `PartitionDispatcher` (dispatcher.py) takes them in as a
-base class; what they use of it is declared below.
+their end wakes the round. A seek (`seek_together`) writes several partitions'
+cursors in one batch and moves their cores once it landed. `PartitionDispatcher`
+(dispatcher.py) takes them in as a base class; what they use of it is declared below.
 """
 
 from __future__ import annotations
@@ -149,27 +149,35 @@ class DispatcherUpkeep:
 
 async def seek_together(store: RocksStore, dispatchers: Sequence[DispatcherUpkeep],
                         offsets: Sequence[int]) -> None:
-    """Move the cursors of one subscription on several partitions (`dispatchers[i]`
-    to `offsets[i]`) and write them in one WriteBatch: on disk all of them or none.
+    """Seek one subscription on several partitions (`dispatchers[i]` to `offsets[i]`):
+    write the cursors the seek leaves in one WriteBatch, then move the cores. All or
+    nothing, on disk and in what consumers are sent.
 
     Why: written partition by partition (one awaited write each), a broker killed
-    between two writes came back with some partitions moved and the others not, a
-    SeekSubscription that failed for its caller yet was half done. Rules:
-    1. The cores move in one step (no await between them), so no round and no
-       consumer call sees some partitions moved and others not.
+    between two writes came back with some partitions moved and the others not. And
+    with the cores moved before the write, a write that failed answered an error while
+    the consumers were already sent the events from the seek's position, and the next
+    background cursor write stored the seek after all. Rules:
+    1. The write comes first; the cores move only once it landed, all in one step (no
+       await between them), so no round and no consumer call sees some partitions
+       moved and others not, and a consumer attached meanwhile is sent from the old
+       position until then, as any other. A write that fails leaves the cores as they
+       were (not marked dirty by the seek): the caller gets the error, delivery goes
+       on from where it was, and no later write stores the seek.
     2. A background cursor write in flight holds a cursor from before the seek: it
        lands first.
-    3. Until the seek's write lands it is every dispatcher's `_persist_task`: no
-       background write starts (one partition's newer cursor landing before the
-       seek's would be half of it on disk), and a stop (the subscription or its
-       topic deleted) waits for it, so it never lands after their keys are deleted.
-    4. It runs to the end even if the caller goes away: the cores moved already.
+    3. Until the seek's write lands and the cores moved it is every dispatcher's
+       `_persist_task`: no background write starts (it would write the old position
+       over the seek's, or one partition's ahead of the rest), a stop (the
+       subscription or its topic deleted) waits for it, so it never lands after their
+       keys are deleted, and a supervision restart waits for it, so it reads the
+       seek's cursor if the seek applies and the old one if it failed.
+    4. It runs to the end even if the caller goes away: a write that landed moves
+       the cores.
     """
     earlier = [d._persist_task for d in dispatchers if d._persist_task is not None]
-    for dispatcher, offset in zip(dispatchers, offsets, strict=True):
-        dispatcher.core.process_seek(offset)
-        dispatcher.cache.clear()
-    write = asyncio.get_running_loop().create_task(_write_seek(store, dispatchers, earlier))
+    write = asyncio.get_running_loop().create_task(
+        _seek_written(store, dispatchers, offsets, earlier))
     now = now_ms()
     for dispatcher in dispatchers:
         dispatcher._persist_task = write
@@ -177,23 +185,24 @@ async def seek_together(store: RocksStore, dispatchers: Sequence[DispatcherUpkee
     await asyncio.shield(write)
 
 
-async def _write_seek(store: RocksStore, dispatchers: Sequence[DispatcherUpkeep],
-                      earlier: list[asyncio.Task[None]]) -> None:
+async def _seek_written(store: RocksStore, dispatchers: Sequence[DispatcherUpkeep],
+                        offsets: Sequence[int], earlier: list[asyncio.Task[None]]) -> None:
     for task in earlier:  # rule 2
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    cursors = [d.core.snapshot() for d in dispatchers]
+    cursors = [PartitionCore.seek_cursor(offset) for offset in offsets]
     first = dispatchers[0]
     try:
         await asyncio.to_thread(store.put_cursors, first.partition.meta.topic_id, first.spec.name,
                                 {d.index: c.to_bytes() for d, c in zip(dispatchers, cursors,
                                                                        strict=True)})
-    except Exception:
-        for dispatcher in dispatchers:
-            dispatcher.core.dirty = True  # the rounds write them again
-        raise
     finally:
         for dispatcher in dispatchers:
-            dispatcher._wake.set()
-    for dispatcher, cursor in zip(dispatchers, cursors, strict=True):
+            dispatcher._wake.set()  # a failed write: the rounds go on as they were
+    for dispatcher, offset, cursor in zip(dispatchers, offsets, cursors, strict=True):  # rule 1
+        core = dispatcher.core  # (a supervision restart waits for this task: never swapped)
+        core.process_seek(offset)
+        dispatcher.cache.clear()
+        # what was written is the moved core's cursor: nothing left to write for the seek
+        core.dirty = core.snapshot().to_bytes() != cursor.to_bytes()
         dispatcher.written(cursor)

@@ -46,6 +46,7 @@ from broker.subscription.ranges import checked_ranges, sent_ranges
 from broker.subscription.share_budget import ShareBudget
 from broker.subscription.spec import SubscriptionSpec, mode_named
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
+from broker.supervision import describe_cause
 from broker.topics import TopicRegistry
 from sdk.consumer_config import MODES
 from sdk.core.filters import KeyFilterSpec
@@ -403,8 +404,13 @@ class SubscriptionManager:
 
     async def seek(self, topic: str, name: str, position: pb.StartPosition,
                    partitions: list[int]) -> pb.SubscriptionInfo:
-        """Move the cursor of the named partitions (all when empty) and persist them
-        in one write: after a crash, all of them moved or none."""
+        """Move the cursor of the named partitions (all when empty): all of them or
+        none, on disk (one write, even across a crash) and in what consumers are sent.
+
+        Raises:
+            BrokerError: the refusals below; store_failed (a disk failure: the broker
+            stops) or seek_failed (any other failed write) when nothing moved.
+        """
         subscription = self._subscription(topic, name)
         if position.WhichOneof("position") is None:
             raise BrokerError("start_invalid")
@@ -419,7 +425,14 @@ class SubscriptionManager:
             self._live_meta(subscription.meta)
             if self._topics.get(topic, {}).get(name) is not subscription:
                 raise BrokerError("subscription_deleted", subscription=name, topic=topic)
-            await seek_together(self.store, dispatchers, offsets)  # one write: all or none
+            try:
+                await seek_together(self.store, dispatchers, offsets)  # one write: all or none
+            except BrokerError:
+                raise
+            except Exception as e:  # nothing moved (`seek_together`, rule 1)
+                log.warning("the seek of %s/%s failed, nothing moved: %s", topic, name, e)
+                raise BrokerError("seek_failed", subscription=name, topic=topic,
+                                  cause=describe_cause(e)) from e
         return self.describe(topic, name)
 
     async def delete(self, topic: str, name: str, force: bool) -> None:
