@@ -1969,7 +1969,8 @@ class PartitionRelayInfo(_message.Message):
     """High watermark: end_offset is what readers may see; this, the durable log end."""
     followers_following: _builtins.int
     """On a leader with acks = n only: the followers that follow this partition now (a
-    report stream open with a report in this epoch, broker/relay/acks.py rule 4).
+    report stream open with a report in this epoch, or closed less than
+    relay_follower_grace_ms ago: broker/relay/acks.py rule 4).
     Fewer than acks refuse produce (followers_missing). Absent on a follower, a
     candidate, a standalone broker and with acks = leader.
     """
