@@ -281,6 +281,9 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "requests in flight may or may not have been stored, and the broker reopens "
                   "the partition in {retry_ms} ms: retry (an idempotent producer stores "
                   "nothing twice)"),
+        ErrorKind("call_failed", grpc.StatusCode.INTERNAL,
+                  "{method} failed on the broker on an unexpected error ({cause}); the "
+                  "broker logged it with its trace: retry, and report it if it keeps failing"),
         ErrorKind("task_failed", grpc.StatusCode.UNAVAILABLE,
                   "{what} stopped on an unexpected error ({cause}); requests in flight may or "
                   "may not have been applied, and the broker restarts it in {retry_ms} ms: retry"),

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from broker.errors import BrokerError
+from broker.supervision import describe_cause
 from sdk.core.error_names import ERROR_NAME_KEY
 
 log = logging.getLogger("keybus.rpc")
@@ -63,6 +64,10 @@ def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
             return await method(self, request, context)
         except BrokerError as e:
             await abort(context, e)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await abort(context, _unexpected(method.__name__, e))
     return wrapper
 
 
@@ -79,4 +84,16 @@ def streaming(method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterat
                 yield item
         except BrokerError as e:
             await abort(context, e)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            await abort(context, _unexpected(method.__name__, e))
     return wrapper
+
+
+def _unexpected(method: str, error: Exception) -> BrokerError:
+    """A method's unexpected failure (a bug, a failed store call): logged with its
+    trace, answered as `call_failed` naming the method and the cause. Without this
+    grpcio answered UNKNOWN "Unexpected <class ...>" and logged the trace itself."""
+    log.error("%s failed on an unexpected error", method, exc_info=error)
+    return BrokerError("call_failed", method=method, cause=describe_cause(error))
