@@ -69,7 +69,9 @@ def test_stop_with_the_ownership_store_frozen_is_bounded_and_says_so(
             redis.process.send_signal(signal.SIGCONT)
         redis.stop()
     print(f"stop() took {took_s:.2f} s")
-    assert took_s < 2 * STOP_STORE_WAIT_S + 1, f"stop() took {took_s:.1f} s"
+    # the two waits (4 s) and the rest of a stop, with room for a loaded machine; the
+    # old code took 9.8 s (5 s of socket timeout twice)
+    assert took_s < 2 * STOP_STORE_WAIT_S + 3, f"stop() took {took_s:.1f} s"
     assert closed == ["shutdown", "shutdown"]
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 1, [r.getMessage() for r in said]
