@@ -142,5 +142,5 @@ def test_a_follower_gone_for_good_stops_counting_after_the_grace(make_pair: Make
     assert refused.startswith(f"topic 't' has acks=1, so 1 follower(s) must copy each event "
                               f"from its leader {leader.address}, but 0 follow it now; "
                               "nothing of this produce to partition 0 was stored"), refused
-    assert time.monotonic() - began < 0.5
+    assert time.monotonic() - began < 0.9  # at once: a stored produce waits acks_timeout (1 s)
     assert log_end(leader) == end  # nothing stored

@@ -123,7 +123,7 @@ def test_a_follower_with_short_lived_rotated_tokens_copies_on_without_stalls(pai
     assert pair.leader_ended("Read") >= 4 and pair.leader_ended("ReportReplicaPositions") >= 4
     # acks = 1: each produce waits for the follower's position report. Before the reporter
     # reopened at once, each expiry doubled its wait: 2.6, 3.6, 6.7 s... by the 5th.
-    assert slowest < 3.0, f"an acks=1 produce waited {slowest:.1f} s for the follower"
+    assert slowest < 5.0, f"an acks=1 produce waited {slowest:.1f} s for the follower"
     wait_for(lambda: events(pair.follower.address, "s") == sent, 15, "the follower copied all")
     assert pair.follower_lines("refuses") == [] and pair.follower_lines("token expired") == []
 
@@ -147,5 +147,6 @@ def test_a_follower_whose_token_expired_says_so_once_and_resumes_on_a_new_one(
     began = time.monotonic()
     pair.rotate(600)
     wait_for(lambda: events(pair.follower.address, "s") == sent, 15, "copied with the new token")
-    assert time.monotonic() - began < 3.0  # not after a doubled backoff of 6.4 s or more
+    # not after a doubled backoff of 6.4 s or more (room for a loaded machine)
+    assert time.monotonic() - began < 5.0
     assert len(pair.follower_lines("INFO", "accepts this broker's credentials again")) == 1
