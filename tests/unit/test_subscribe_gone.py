@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import grpc
+import grpc.aio
 import pytest
 
 from broker.rpc.subscribe_servicer import SubscribeServicer
@@ -52,8 +53,10 @@ class FakeContext:
     def __init__(self) -> None:
         self.aborted: grpc.StatusCode | None = None
 
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+    async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: object = ()
+                    ) -> None:
         self.aborted = code
+        raise grpc.aio.AbortError()  # as grpcio's: abort never returns
 
 
 async def _requests(*bodies: pb.SubscribeRequest) -> AsyncIterator[pb.SubscribeRequest]:
@@ -71,8 +74,9 @@ def _run(requests: AsyncIterator[pb.SubscribeRequest]) -> tuple[FakeManager, Fak
 
     async def go() -> None:
         servicer = SubscribeServicer(manager)  # type: ignore[arg-type]
-        async for _ in servicer.Subscribe(requests, context):  # type: ignore[arg-type]
-            pass
+        with contextlib.suppress(grpc.aio.AbortError):
+            async for _ in servicer.Subscribe(requests, context):  # type: ignore[arg-type]
+                pass
     asyncio.run(asyncio.wait_for(go(), 5))
     return manager, context
 
