@@ -17,16 +17,38 @@ from pathlib import Path
 import click
 
 from broker.security import certs
-from keybus.cli.common import json_option, print_json
+from keybus.cli.common import fail, json_option, print_json
+
+COMMON_NAME_CHARS_MAX = 64  # X.509's upper bound on a subject common name (RFC 5280)
+
+
+def _check_names(ctx: click.Context, param: click.Parameter,
+                 names: tuple[str, ...]) -> tuple[str, ...]:
+    """Names a certificate can hold, said as bad usage before any file is written (the
+    first --server-name and every --client become a common name, and a client's is part
+    of its file names): cryptography's own words named no option, and came after the CA
+    was written."""
+    option = "--client" if param.name == "clients" else "--server-name"
+    for i, name in enumerate(names):
+        if not name.strip():
+            raise click.BadParameter(f"{name!r} is empty; give a name", ctx, param)
+        if (option == "--client" or i == 0) and len(name) > COMMON_NAME_CHARS_MAX:
+            raise click.BadParameter(
+                f"{name[:20]!r}... has {len(name)} characters; a certificate's common name "
+                f"has at most {COMMON_NAME_CHARS_MAX}", ctx, param)
+        if option == "--client" and any(c in name for c in "/\\\0"):
+            raise click.BadParameter(f"{name!r} holds '/', '\\' or NUL; the principal names "
+                                     "its files (client-NAME.pem)", ctx, param)
+    return names
 
 
 @click.command("certs")
 @click.option("--dir", "directory", default="./keybus-certs", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Where to write the files.")
 @click.option("--server-name", "server_names", multiple=True,
-              default=("localhost", "127.0.0.1", "::1"), show_default=True,
+              default=("localhost", "127.0.0.1", "::1"), show_default=True, callback=_check_names,
               help="A DNS name or IP address of the broker (repeat for several).")
-@click.option("--client", "clients", multiple=True,
+@click.option("--client", "clients", multiple=True, callback=_check_names,
               help="Make a client certificate with this principal as its common name (repeat).")
 @click.option("--days", default=certs.VALID_DAYS_DEFAULT, show_default=True,
               type=click.IntRange(1, 3650), help="Validity of new certificates.")
@@ -34,6 +56,15 @@ from keybus.cli.common import json_option, print_json
 def certs_command(directory: Path, server_names: tuple[str, ...], clients: tuple[str, ...],
                   days: int, as_json: bool) -> None:
     """Make a CA (ca.pem), a broker certificate (server.pem/.key) and client certificates."""
+    try:
+        _make(directory, server_names, clients, days, as_json)
+    except OSError as e:
+        fail(f"cannot write certificates to {directory}: {e.strerror or e}"
+             + (f" ({e.filename})" if e.filename and str(e.filename) != str(directory) else ""))
+
+
+def _make(directory: Path, server_names: tuple[str, ...], clients: tuple[str, ...],
+          days: int, as_json: bool) -> None:
     ca = certs.load_ca(directory)
     made_ca = ca is None
     if ca is None:

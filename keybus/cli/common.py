@@ -21,6 +21,7 @@ import asyncio
 import functools
 import importlib
 import json
+import re
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import click
 from rich.console import Console
 
 from sdk.admin import Admin
-from sdk.cluster import topic_broker
+from sdk.cluster import split_brokers, topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
 from sdk.core.wire_ints import UINT32_MAX
@@ -114,9 +115,26 @@ class Connection:
         return Admin(address, request_timeout_ms=self.request_timeout_ms)
 
 
+def checked_broker(ctx: click.Context | None, param: click.Parameter | None,
+                   value: str | None) -> str | None:
+    """A --broker value whose every address parses (HOST:PORT, port 1..65535), else
+    bad usage (exit 2) before any connection, as for any value that does not parse."""
+    if value is not None:
+        try:
+            split_brokers(value)
+        except ValueError as e:
+            from_env = (ctx is not None and param is not None and param.name is not None
+                        and ctx.get_parameter_source(param.name)
+                        is click.core.ParameterSource.ENVIRONMENT)
+            raise click.BadParameter(f"{e} (from KEYBUS_BROKER)" if from_env else str(e),
+                                     ctx, param) from None
+    return value
+
+
 _broker_option = click.option(
     "--broker", envvar="KEYBUS_BROKER", default="localhost:6650", show_default=True,
-    metavar="HOST:PORT", help="The broker to talk to (env KEYBUS_BROKER).")
+    metavar="HOST:PORT", callback=checked_broker,
+    help="The broker to talk to (env KEYBUS_BROKER).")
 
 # TLS and credentials, shared by every command that talks to a broker.
 _SECURITY_OPTIONS = (
@@ -250,9 +268,15 @@ PARTITION = click.IntRange(0, UINT32_MAX)  # past the wire's uint32: the option 
 
 # ---------------------------------------------------------------- output and running
 
+def one_line(message: str) -> str:
+    """A message on one line: click lists a choice's values one per line ("Choose
+    from:\n\tproduce,\n\t..."), and an error is one line whatever says it."""
+    return re.sub(r"\s*\n\s*", " ", message.strip())
+
+
 def fail(message: str) -> NoReturn:
     """Print one line on stderr and exit 1 (a failed call)."""
-    click.echo(f"keybus: error: {message}", err=True)
+    click.echo(f"keybus: error: {one_line(message)}", err=True)
     sys.exit(EXIT_FAILED)
 
 

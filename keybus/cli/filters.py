@@ -21,7 +21,9 @@ def filters_explain(expression: str, as_json: bool) -> None:
     (key // SIZE in ids, e.g. range:5000000:[1,3-6]) and mod:N:[buckets]
     (key % N in buckets, e.g. mod:2:[0]); add @source1,source2 to apply it to
     those sources only."""
-    spec: KeyFilterSpec = FILTER.convert(expression, None, click.get_current_context())
+    ctx = click.get_current_context()
+    argument = next(p for p in ctx.command.params if p.name == "expression")  # named in errors
+    spec: KeyFilterSpec = FILTER.convert(expression, argument, ctx)
     text = explain(spec)
     if as_json:
         print_json({"filter": expression, "type": spec.type.name.lower(),

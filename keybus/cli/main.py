@@ -15,7 +15,15 @@ import click
 import grpc
 
 from keybus.cli import acl, bootstrap, cluster, databus, processors
-from keybus.cli.common import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Group
+from keybus.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Group,
+    checked_broker,
+    one_line,
+)
 from keybus.cli.consume import consume
 from keybus.cli.filters import filters
 from keybus.cli.produce import produce
@@ -42,7 +50,7 @@ class KeybusGroup(Group):
 
 
 def _fail(message: str) -> None:
-    click.echo(f"keybus: error: {message}", err=True)
+    click.echo(f"keybus: error: {one_line(message)}", err=True)
     sys.exit(EXIT_FAILED)
 
 
@@ -52,7 +60,7 @@ def _broker_for_every_command(ctx: click.Context, param: click.Parameter,
     put the address first: it becomes KEYBUS_BROKER for this call, the default of every
     command's own --broker (which, given too, still wins)."""
     if value is not None:
-        os.environ["KEYBUS_BROKER"] = value
+        os.environ["KEYBUS_BROKER"] = checked_broker(ctx, param, value) or value
 
 
 @click.group(cls=KeybusGroup, epilog=EXIT_CODES_HELP,
@@ -96,10 +104,11 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE)
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else "keybus"
-        click.echo(f"keybus: error: {e.format_message()} (see {where} --help)", err=True)
+        click.echo(f"keybus: error: {one_line(e.format_message())} (see {where} --help)",
+                   err=True)
         sys.exit(EXIT_USAGE)
     except click.ClickException as e:
-        click.echo(f"keybus: error: {e.format_message()}", err=True)
+        click.echo(f"keybus: error: {one_line(e.format_message())}", err=True)
         sys.exit(e.exit_code)
     except click.Abort:
         sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,80 @@
+"""Bad usage the `keybus` command says in one line with exit 2, before any connection.
+
+Goal: what a new user mistypes (a missing choice, a broker address that does not
+parse, a certificate name no certificate can hold, a filter) gets one line naming
+the option and exit 2 (usage), as the README's exit statuses promise; a failure to
+write is one line in words, exit 1. None of these needs a broker.
+Method: run `python -m keybus ...` as a subprocess, as test_cli.py does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_cli import keybus, one_line
+from tests.support.broker_process import free_port
+
+
+def test_a_missing_choice_is_one_line() -> None:
+    """click lists a Choice's values one per line; the CLI's errors are one line."""
+    line = one_line(keybus(None, "acl", "grant", "bob", "orders", "--broker",
+                           f"127.0.0.1:{free_port()}"), 2)
+    assert "Missing argument '{produce|consume|admin}...'. Choose from: produce, consume, " \
+           "admin (see keybus acl grant --help)" in line, line
+
+
+BAD_ADDRESSES = [
+    # (args, text in the line)
+    (("topics", "list", "--broker", "127.0.0.1:99999"),
+     "Invalid value for '--broker': broker address '127.0.0.1:99999' has port '99999'; the "
+     "port is an integer in 1..65535 (see keybus topics list --help)"),
+    (("--broker", "127.0.0.1:99999", "topics", "list"),
+     "Invalid value for '--broker': broker address '127.0.0.1:99999' has port '99999'"),
+    (("read", "t", "--broker", "127.0.0.1:6650,"),
+     "Invalid value for '--broker': broker address '' is empty"),
+    (("produce", "t", "--key", "1", "--value", "x", "--broker", ""),
+     "Invalid value for '--broker': broker address '' is empty; use HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize(("args", "text"), BAD_ADDRESSES, ids=[" ".join(a[:2]) for a, _ in
+                                                               BAD_ADDRESSES])
+def test_a_broker_address_that_does_not_parse_is_usage(args: tuple[str, ...], text: str) -> None:
+    assert text in one_line(keybus(None, *args), 2)
+
+
+def test_a_bad_keybus_broker_variable_says_where_it_came_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYBUS_BROKER", "127.0.0.1:0")
+    line = one_line(keybus(None, "topics", "list"), 2)
+    assert "has port '0'; the port is an integer in 1..65535 (from KEYBUS_BROKER)" in line, line
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("--client", ""), "Invalid value for '--client': '' is empty"),
+    (("--client", "a/b"), "Invalid value for '--client': 'a/b' holds '/'"),
+    (("--client", "x" * 65), "has 65 characters; a certificate's common name has at most 64"),
+    (("--server-name", ""), "Invalid value for '--server-name': '' is empty"),
+])
+def test_certs_refuses_a_name_no_certificate_holds_before_writing(
+        tmp_path: Path, args: tuple[str, ...], text: str) -> None:
+    """Before: cryptography's "Attribute's length must be >= 1 and <= 64" (exit 1,
+    naming no option) or "[Errno 2] ...client-a/b.pem", after the CA was written."""
+    directory = tmp_path / "certs"
+    assert text in one_line(keybus(None, "certs", "--dir", str(directory), *args), 2)
+    assert not directory.exists()
+
+
+def test_certs_into_a_directory_it_cannot_make_says_so_in_words(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_line(keybus(None, "certs", "--dir", str(blocker / "certs")), 1)
+    assert line.startswith(f"keybus: error: cannot write certificates to {blocker / 'certs'}: "
+                           "Not a directory"), line
+
+
+def test_filters_explain_names_its_argument() -> None:
+    line = one_line(keybus(None, "filters", "explain", "bogus"), 2)
+    assert line.startswith("keybus: error: Invalid value for 'EXPRESSION': filter 'bogus':"), line
