@@ -118,7 +118,8 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
 
 
 @cluster.command("dev")
-@click.option("--brokers", "count", default=3, show_default=True, type=click.IntRange(1, 9))
+@click.option("--brokers", "count", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="How many brokers to start.")
 @click.option("--dir", "root", default="./keybus-cluster", show_default=True,
               help="Everything goes under this directory (data, configs, logs).")
 @click.option("--acks", default=None, help="leader or a number of followers, at most "
@@ -127,7 +128,7 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
 @click.option("--base-port", default=6650, show_default=True, type=click.IntRange(1, 65000),
               help="Brokers listen on this port and the next ones (a restart keeps its ids).")
 @click.option("--zookeeper-port", default=DEFAULT_ZOOKEEPER_PORT, show_default=True,
-              type=click.IntRange(1, 65535))
+              type=click.IntRange(1, 65535), help="ZooKeeper's client port.")
 @click.option("--exit", "exit_after", is_flag=True, help="Stop again once a leader is elected.")
 @json_option
 def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
