@@ -25,6 +25,12 @@ Rules:
    starts or is elected). Then, as for a produce already waiting when
    followers drop away or while one is in its grace, the produce is stored
    and waits for its copies.
+6. Every change of the set of followers that follow (rule 4) is reported
+   once (`following_changes`): one that stopped following when its grace
+   was over, one that follows (again) when a report of it came; a follower
+   back within its grace never stopped. Kafka logs these as "Shrinking ISR"
+   and "Expanding ISR"; a shell asks on each report, each closed stream and
+   on a timer (a grace ends with no event of its own).
 
 Time is an argument (milliseconds on one monotonic clock): the tracker reads
 no clock.
@@ -52,6 +58,7 @@ class AckTracker(Generic[T]):
         self._streams: set[tuple[object, str]] = set()  # (open report stream, follower)
         self._left: dict[str, float] = {}  # follower -> when its last open stream closed
         self.filled = copies == 0  # `copies` followers followed at once (rule 5)
+        self._reported: set[str] = set()  # the following set last reported (rule 6)
 
     def acked_end(self) -> int | None:
         """Offsets below this are held by `copies` followers (None = no limit)."""
@@ -102,6 +109,22 @@ class AckTracker(Generic[T]):
     def in_grace(self, now_ms: float) -> list[str]:
         """Followers that follow only by their grace now: no open stream (rule 4)."""
         return sorted(f for f, at in self._left.items() if self._in_grace(at, now_ms))
+
+    def grace_left_ms(self, follower: str, now_ms: float) -> int:
+        """How long `follower` follows on by its grace alone: 0 when it has an open
+        stream, or when it has none and its grace is over (rule 4)."""
+        left = self._left.get(follower)
+        if left is None or follower in self._open() or not self._in_grace(left, now_ms):
+            return 0
+        return max(1, int(left + self.follower_grace_ms - now_ms))
+
+    def following_changes(self, now_ms: float) -> list[tuple[str, bool]]:
+        """(follower, follows now) for each follower that stopped or began following
+        since the last call, those that stopped first, each sorted (rule 6)."""
+        now = self._open() | set(self.in_grace(now_ms))
+        stopped, began = sorted(self._reported - now), sorted(now - self._reported)
+        self._reported = now
+        return [(f, False) for f in stopped] + [(f, True) for f in began]
 
     def _open(self) -> set[str]:
         return {follower for _, follower in self._streams}

@@ -38,14 +38,10 @@ from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
 from broker.relay.election_core import ElectionLike
 from broker.relay.follower import TopicFollower, wall_ms
-from broker.relay.metrics import (
-    IS_LEADER,
-    LEADER_CHANGES,
-    export_acks,
-    export_copy,
-    forget_copy,
-)
+from broker.relay.following_log import log_changes
+from broker.relay.metrics import IS_LEADER, LEADER_CHANGES
 from broker.relay.settings import RelaySettings, TopicReplication
+from broker.relay.sweep import SWEEP_INTERVAL_S, sweep
 from broker.relay.tasks import RelayTasks
 from broker.relay.topic_role import TopicRole
 from broker.supervision import describe_cause
@@ -55,7 +51,6 @@ from sdk.admin import Admin
 from sdk.core.pb import keybus_pb2 as pb
 
 log = logging.getLogger("keybus.relay")
-METRICS_INTERVAL_S = 1.0
 
 
 class RelayNode:
@@ -103,7 +98,7 @@ class RelayNode:
         default = self.relay.topics.get("*")
         if default is not None and default.upstream:
             self._tasks.spawn("relay-discover", functools.partial(self._discover, default))
-        self._tasks.spawn("relay-metrics", self._metrics_loop)
+        self._tasks.spawn("relay-sweep", self._sweep_loop)
 
     async def stop(self) -> None:
         """Hand leadership over (ZooKeeper), stop every copy; the log stays."""
@@ -127,23 +122,11 @@ class RelayNode:
 
         self._tasks.spawn(f"relay-role {topic}", change, failed)
 
-    async def _metrics_loop(self) -> None:
-        """Copy lag, upstream silence and followers following as gauges, once a second."""
+    async def _sweep_loop(self) -> None:
+        """Gauges and the leader's following-set lines, once a second (sweep.py)."""
         while True:
-            await asyncio.sleep(METRICS_INTERVAL_S)
-            now = wall_ms()
-            for topic, role in list(self.roles.items()):
-                export_acks(topic, role.trackers, role.role == "leader", time.monotonic() * 1000)
-                follower = role.follower
-                if follower is None:  # copies nothing now: its last copy's series go
-                    with contextlib.suppress(BrokerError):
-                        for partition in self.registry.partitions(topic):
-                            forget_copy(topic, partition.index)
-                    continue
-                for index, state in follower.states.items():
-                    with contextlib.suppress(BrokerError):
-                        end = self.registry.partition(topic, index).log_end
-                        export_copy(topic, index, state, end, now)
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            sweep(self)
 
     def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
         self.roles[topic] = TopicRole(topic, replication)
@@ -270,6 +253,7 @@ class RelayNode:
         if tracker is None:
             return
         tracker.attach(position.broker_id, stream)
+        log_changes(role, position.partition, tracker, time.monotonic() * 1000)
         for future in tracker.process_position(position.broker_id, position.end_offset):
             if not future.done():
                 future.set_result(None)
@@ -281,8 +265,11 @@ class RelayNode:
         """A report stream closed: its follower follows no more through it, but for
         `relay_follower_grace_ms` (it may reopen at once: a token expiry, a blip)."""
         now_ms = time.monotonic() * 1000
-        for tracker in (t for role in self.roles.values() for t in role.trackers.values()):
-            tracker.detach(stream, now_ms)
+        for role in self.roles.values():
+            for index, tracker in role.trackers.items():
+                tracker.detach(stream, now_ms)
+                if role.role == "leader":  # with no grace it stopped following now
+                    log_changes(role, index, tracker, now_ms)
 
     async def epoch_end(self, request: pb.EpochEndRequest) -> pb.EpochEndResponse:
         partition = self.registry.partition(request.topic, request.partition)

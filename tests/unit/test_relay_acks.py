@@ -172,3 +172,45 @@ def test_following_matches_the_definition(grace: int, steps: list[tuple[bool, st
                 closed_at[follower] = now
         expected = {f for f, _ in open_} | {f for f, at in closed_at.items() if now - at < grace}
         assert tracker.following(now) == len(expected)
+
+
+# Rule 6: each change of who follows is reported once (the leader logs it, as
+# Kafka's "Shrinking ISR" / "Expanding ISR"); a return within the grace is none.
+
+def test_following_changes_report_each_change_once() -> None:
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    first, second = object(), object()
+    tracker.attach("b", first)
+    assert tracker.following_changes(0) == [("b", True)]
+    assert tracker.following_changes(1) == []  # asked again (each report): no change
+    tracker.detach(first, now_ms=10_000)
+    assert tracker.following_changes(14_999) == []  # in its grace: still follows
+    assert tracker.following_changes(15_000) == [("b", False)]
+    assert tracker.following_changes(20_000) == []
+    tracker.attach("b", second)
+    assert tracker.following_changes(20_001) == [("b", True)]
+
+
+def test_a_follower_back_within_its_grace_never_changed() -> None:
+    tracker: AckTracker[str] = AckTracker(2, follower_grace_ms=5_000)
+    old, new, other = object(), object(), object()
+    tracker.attach("c", other)
+    tracker.attach("b", old)
+    assert tracker.following_changes(0) == [("b", True), ("c", True)]
+    tracker.detach(old, now_ms=1_000)
+    tracker.attach("b", new)
+    tracker.detach(other, now_ms=1_000)
+    assert tracker.following_changes(10_000) == [("c", False)]
+
+
+def test_grace_left_counts_down_from_the_close_and_is_zero_when_connected() -> None:
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    stream = object()
+    tracker.attach("b", stream)
+    assert tracker.grace_left_ms("b", 0) == 0 and tracker.grace_left_ms("x", 0) == 0
+    tracker.detach(stream, now_ms=10_000)
+    assert tracker.grace_left_ms("b", 11_800) == 3_200
+    assert tracker.grace_left_ms("b", 14_999.5) == 1  # still in it: never shown as 0
+    assert tracker.grace_left_ms("b", 15_000) == 0
+    tracker.attach("b", object())
+    assert tracker.grace_left_ms("b", 12_000) == 0
