@@ -69,10 +69,12 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
     if role is not None and role.role == "leader":
         ends = {p.index: p.log_end for p in partitions}
         for (broker, index), (follower_address, end, reported_ms) in sorted(role.reports.items()):
+            tracker = trackers.get(index)
             result.followers.append(pb.ReplicaInfo(
                 broker_id=broker, address=follower_address, partition=index, end_offset=end,
                 lag_events=max(ends.get(index, end) - end, 0),
-                last_report_ms_ago=now - reported_ms))
+                last_report_ms_ago=now - reported_ms,
+                grace_left_ms=tracker.grace_left_ms(broker, now_monotonic_ms) if tracker else 0))
     return result
 
 

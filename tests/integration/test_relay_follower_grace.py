@@ -9,7 +9,10 @@ rule 4, Kafka's `replica.lag.time.max.ms`), produces meanwhile are stored and
 answered once the follower is back and copied them, and `DescribeCluster`
 shows it following. A follower gone for good stops counting once the grace is
 over: a produce in the grace waits for its copy (answered `acks_timeout`),
-one after it is refused at once, storing nothing.
+one after it is refused at once, storing nothing. The leader logs one line
+when the follower stops following (a WARNING: produce is refused) and one
+when it follows again, never one per produce; `DescribeCluster` and `keybus
+cluster status` show how much of its grace is left.
 
 Method: a real leader and follower broker process (static leadership, no
 ZooKeeper); the follower is killed with SIGKILL (its stream to the leader
@@ -19,6 +22,7 @@ gRPC produces and DescribeCluster on the leader. Every wait is bounded.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +30,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 
+from keybus.cli.main import cli
 from keybus.dev_cluster import BrokerRunner, free_port
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
@@ -144,3 +150,51 @@ def test_a_follower_gone_for_good_stops_counting_after_the_grace(make_pair: Make
                               "nothing of this produce to partition 0 was stored"), refused
     assert time.monotonic() - began < 0.9  # at once: a stored produce waits acks_timeout (1 s)
     assert log_end(leader) == end  # nothing stored
+
+
+def log_lines(broker: BrokerRunner, words: str) -> list[str]:
+    return [line for line in broker.log_path.read_text().splitlines() if words in line]
+
+
+def status(leader: BrokerRunner, *options: str) -> str:
+    """`keybus cluster status` of topic t on the leader (its gRPC calls are real)."""
+    result = CliRunner().invoke(cli, ["cluster", "status", "--broker", leader.address,
+                                      "--topic", "t", "--wide", *options])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def grace_left(leader: BrokerRunner) -> float:
+    """The follower's grace_left_s in `cluster status --json`."""
+    topics = json.loads(status(leader, "--json"))["topics"]
+    [follower] = topics[0]["brokers"][0]["followers"]
+    return float(follower["grace_left_s"])
+
+
+def test_the_leader_logs_each_change_of_who_follows_and_shows_the_grace(make_pair: MakePair
+                                                                          ) -> None:
+    pair = make_pair(3_000, 1_000)
+    leader, who = pair.leader, f"follower {pair.follower.address}"
+    assert grace_left(leader) == 0  # connected
+    assert len(log_lines(leader, "INFO keybus.relay topic t/0: " + who + " follows; 1 "
+                         "follow(s) now, acks=1 needs 1")) == 1
+    pair.follower.kill()
+    time.sleep(0.3)
+    info = role(leader.address, "t")
+    assert info is not None and 2_000 < info.followers[0].grace_left_ms <= 3_000
+    assert 2.0 < grace_left(leader) <= 3.0
+    assert "1/1 (1 in grace, " in status(leader)
+    wait_for(lambda: log_lines(leader, "stopped following"), 6, "the line when it stops")
+    assert following(leader) == 0 and grace_left(leader) == 0
+    for key in (1, 2, 3):  # refused: one line for the change, none per produce
+        assert "but 0 follow it now" in produce(leader.address, key)
+    time.sleep(1.2)  # the leader's timer looks once a second
+    [stopped] = log_lines(leader, "stopped following")
+    assert f"WARNING keybus.relay topic t/0: {who} stopped following (its report stream " \
+           "closed 3000 ms ago (relay_follower_grace_ms) and it did not come back); 0 " \
+           "follow(s) now, acks=1 needs 1: produce to this partition is refused " \
+           "(followers_missing) until one is back" in stopped, stopped
+    pair.follower.start()
+    wait_for(lambda: len(log_lines(leader, who + " follows")) == 2, 15, "the line when back")
+    assert following(leader) == 1 and grace_left(leader) == 0
+    assert "enough follow: produce is taken" in log_lines(leader, who + " follows")[1]

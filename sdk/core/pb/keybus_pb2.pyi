@@ -1917,12 +1917,19 @@ class ReplicaInfo(_message.Message):
     END_OFFSET_FIELD_NUMBER: _builtins.int
     LAG_EVENTS_FIELD_NUMBER: _builtins.int
     LAST_REPORT_MS_AGO_FIELD_NUMBER: _builtins.int
+    GRACE_LEFT_MS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.str
     address: _builtins.str
     partition: _builtins.int
     end_offset: _builtins.int
     lag_events: _builtins.int
     last_report_ms_ago: _builtins.int
+    grace_left_ms: _builtins.int
+    """On a leader with acks = n: how much longer this follower counts as following by
+    its grace alone (its report stream closed; relay_follower_grace_ms,
+    broker/relay/acks.py rule 4). 0 while its stream is open, and once the grace is
+    over (then it no longer follows: see PartitionRelayInfo.followers_following).
+    """
     def __init__(
         self,
         *,
@@ -1932,10 +1939,11 @@ class ReplicaInfo(_message.Message):
         end_offset: _builtins.int = ...,
         lag_events: _builtins.int = ...,
         last_report_ms_ago: _builtins.int = ...,
+        grace_left_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "lag_events", b"lag_events", "last_report_ms_ago", b"last_report_ms_ago", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "grace_left_ms", b"grace_left_ms", "lag_events", b"lag_events", "last_report_ms_ago", b"last_report_ms_ago", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

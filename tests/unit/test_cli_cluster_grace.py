@@ -1,0 +1,39 @@
+"""`keybus cluster status` shows a follower counted by its grace alone (cluster.py).
+
+Method: DescribeCluster answers built by hand, rendered as JSON and as the table.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from keybus.cli.cluster import status_dict, status_table
+from sdk.core.pb import keybus_pb2 as pb
+
+
+def answer(*grace_left_ms: int) -> list[tuple[str, pb.ClusterInfo | str]]:
+    topic = pb.TopicRoleInfo(topic="t", role="leader", writable=True, leader="a:1", acks=2,
+                             partitions=[pb.PartitionRelayInfo(partition=0,
+                                                               followers_following=2)])
+    for i, left in enumerate(grace_left_ms):
+        topic.followers.append(pb.ReplicaInfo(broker_id=f"b{i}", partition=0,
+                                              grace_left_ms=left))
+    return [("a:1", pb.ClusterInfo(address="a:1", topics=[topic]))]
+
+
+def table(answers: list[tuple[str, pb.ClusterInfo | str]]) -> str:
+    console = Console(width=200, record=True)
+    console.print(status_table(answers, 200, False))
+    return console.export_text()
+
+
+def test_json_has_each_followers_grace_left() -> None:
+    [row] = status_dict(answer(0, 3_200))["topics"][0]["brokers"]
+    assert [f["grace_left_s"] for f in row["followers"]] == [0, 3.2]
+
+
+def test_the_following_cell_names_the_followers_in_grace_and_the_least_left() -> None:
+    assert "2/2 (2 in grace, 1.5 s left)" in table(answer(3_200, 1_500))
+    assert "2/2 (1 in grace, 3.2 s left)" in table(answer(0, 3_200))
+    text = table(answer(0, 0))
+    assert "2/2" in text and "in grace" not in text
