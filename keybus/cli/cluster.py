@@ -1,8 +1,6 @@
 """`keybus cluster status` and `keybus cluster dev`: see who leads what, run a local cluster.
 
-Registered on the root group by main.py. Rendering is in render_cluster.py; a
-follower in its grace (DescribeCluster's `ReplicaInfo.grace_left_ms`) is added
-to it here (`status_dict`, `status_table`).
+Registered on the root group by main.py. Rendering is in render_cluster.py.
 """
 
 from __future__ import annotations
@@ -18,13 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import click
 import grpc
-from rich.console import Group as RichGroup
-from rich.console import RenderableType
-from rich.text import Text
 
 from broker.relay.settings import ReplicationError, parse_acks
 from keybus.cli import render_cluster as render
@@ -40,7 +34,6 @@ from keybus.cli.common import (
     stdout_console,
     wide_option,
 )
-from keybus.cli.render import fit_table
 from keybus.dev_cluster import ZOOKEEPER_JAR, BrokerRunner, ZooKeeperServer, start_cluster
 from sdk import errors
 from sdk.admin import Admin
@@ -116,51 +109,12 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
     answers = run(gather_status(split_brokers(conn.broker), topic,
                                 conn.timeout_s or PROBE_TIMEOUT_S))
     if as_json:
-        print_json(status_dict(answers))
+        print_json(render.cluster_dict(answers))
     else:
         console = stdout_console(wide)
-        console.print(status_table(answers, console.width, wide))
+        console.print(render.cluster_table(answers, console.width, wide))
     if all(isinstance(info, str) for _, info in answers):
         fail("no broker answered: " + "; ".join(f"{a}: {info}" for a, info in answers))
-
-
-def status_dict(answers: list[render.Answer]) -> dict[str, Any]:
-    """render.cluster_dict, each follower with `grace_left_s`: how much longer it counts
-    as following by its grace alone (its report stream closed), 0 while connected."""
-    status = render.cluster_dict(answers)
-    infos = {(info.address, topic.topic): topic for _, info in answers
-             if not isinstance(info, str) for topic in info.topics}
-    for topic in status["topics"]:
-        for row in topic["brokers"]:
-            source = infos.get((row["address"], topic["topic"]))
-            lefts = [f.grace_left_ms for f in source.followers] if source else []
-            for i, entry in enumerate(row["followers"]):  # in DescribeCluster's order
-                entry["grace_left_s"] = (lefts[i] if i < len(lefts) else 0) / 1000
-    return status
-
-
-def grace_note(row: dict[str, Any]) -> str:
-    """" (1 in grace, 3.2 s left)" of a leader some of whose followers count by their
-    grace alone (the soonest to stop counting); "" when none does."""
-    in_grace = [f for f in row["followers"] if f.get("grace_left_s")]
-    if not in_grace:
-        return ""
-    count = len({f["broker_id"] for f in in_grace})
-    return f" ({count} in grace, {min(f['grace_left_s'] for f in in_grace):.1f} s left)"
-
-
-def status_table(answers: list[render.Answer], width: int, wide: bool) -> RenderableType:
-    """render.cluster_table, its `following` cells with the grace note."""
-    status = status_dict(answers)
-    rows, notes = render.cluster_rows(status)
-    graces = {(topic["topic"], row["address"]): grace_note(row)
-              for topic in status["topics"] for row in topic["brokers"]}
-    column = render.HEADERS.index("following")
-    rows = [row if row[column] == "-" else
-            (*row[:column], row[column] + graces.get((row[0], row[1]), ""), *row[column + 1:])
-            for row in rows]
-    table = fit_table("keybus cluster", render.HEADERS, rows, width, wide, numeric_from=4)
-    return RichGroup(table, *(Text(note) for note in notes))
 
 
 @cluster.command("dev")

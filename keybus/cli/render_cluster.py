@@ -53,7 +53,10 @@ def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]
                        for p in topic.partitions],
         "followers": [{"broker_id": f.broker_id, "partition": f.partition,
                        "end_offset": f.end_offset, "lag_events": f.lag_events,
-                       "last_report_s_ago": f.last_report_ms_ago / 1000} for f in topic.followers],
+                       "last_report_s_ago": f.last_report_ms_ago / 1000,
+                       # how much longer it counts as following by its grace alone (its
+                       # report stream closed; relay_follower_grace_ms), 0 while connected
+                       "grace_left_s": f.grace_left_ms / 1000} for f in topic.followers],
     }
 
 
@@ -81,12 +84,23 @@ def _max_or_dash(values: list[float | None]) -> str:
 
 def _following(row: dict[str, Any]) -> str:
     """`following/acks` of a leader with acks = n ("2/2"; fewer than acks refuse
-    produce), one per partition when they differ ("2/2,1/2"); "-" elsewhere."""
+    produce), one per partition when they differ ("2/2,1/2"); "-" elsewhere; with
+    `_grace_note` when some follow by their grace alone."""
     counts = [p["followers_following"] for p in row["partitions"]]
     if not counts or None in counts:
         return "-"
     cells = [f"{count}/{row['acks']}" for count in counts]
-    return cells[0] if len(set(cells)) == 1 else ",".join(cells)
+    return (cells[0] if len(set(cells)) == 1 else ",".join(cells)) + _grace_note(row)
+
+
+def _grace_note(row: dict[str, Any]) -> str:
+    """" (1 in grace, 3.2 s left)": followers that count by their grace alone, and the
+    soonest to stop counting; "" when none does."""
+    in_grace = [f for f in row["followers"] if f["grace_left_s"]]
+    if not in_grace:
+        return ""
+    count = len({f["broker_id"] for f in in_grace})
+    return f" ({count} in grace, {min(f['grace_left_s'] for f in in_grace):.1f} s left)"
 
 
 def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:

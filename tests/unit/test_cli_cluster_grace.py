@@ -1,4 +1,4 @@
-"""`keybus cluster status` shows a follower counted by its grace alone (cluster.py).
+"""`keybus cluster status` shows a follower counted by its grace alone (render_cluster.py).
 
 Method: DescribeCluster answers built by hand, rendered as JSON and as the table.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from keybus.cli.cluster import status_dict, status_table
+from keybus.cli.render_cluster import cluster_dict, cluster_table
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -23,12 +23,12 @@ def answer(*grace_left_ms: int) -> list[tuple[str, pb.ClusterInfo | str]]:
 
 def table(answers: list[tuple[str, pb.ClusterInfo | str]]) -> str:
     console = Console(width=200, record=True)
-    console.print(status_table(answers, 200, False))
+    console.print(cluster_table(answers, 200, False))
     return console.export_text()
 
 
 def test_json_has_each_followers_grace_left() -> None:
-    [row] = status_dict(answer(0, 3_200))["topics"][0]["brokers"]
+    [row] = cluster_dict(answer(0, 3_200))["topics"][0]["brokers"]
     assert [f["grace_left_s"] for f in row["followers"]] == [0, 3.2]
 
 
