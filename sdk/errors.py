@@ -14,7 +14,7 @@ import grpc
 
 from sdk.core.connect_hints import connection_hint
 from sdk.core.error_names import error_name_of
-from sdk.core.keepalive import unanswered_ping
+from sdk.core.keepalive import KEEPALIVE_TIMEOUT_MS, unanswered_ping
 
 # google.rpc.Code numbers (equal to grpc.StatusCode values).
 CANCELLED = 1
@@ -248,13 +248,20 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
 # A listener that takes the connection and drops it: a TLS port spoken to in
 # plain text, or another service on the port.
 CLOSED_AT_ONCE = "it closed the connection at once"
+# A process that took the TCP connection (the kernel does, for a stopped or hung
+# process too) and never answered the HTTP/2 (or TLS) handshake: there, not answering.
+ACCEPTED_SILENT = "it accepted the connection but did not answer"
 
 # gRPC's texts for a call that never reached a broker, then the reason in a
 # user's words. A stream that was open and broke says something else
 # ("Socket closed", "Connection reset by peer"): the broker was there.
 _NOT_CONNECTED = ("failed to connect to all addresses", "errors resolving",
                   "dns resolution failed")
+_UNANSWERED_PING = (f"{ACCEPTED_SILENT} (a keepalive ping went unanswered for "
+                    f"{KEEPALIVE_TIMEOUT_MS / 1000:g} s)")
 _REASONS = (
+    ("ping timeout", _UNANSWERED_PING),
+    ("keepalive watchdog timeout", _UNANSWERED_PING),
     ("connection refused", "connection refused"),
     ("domain name not found", "unknown host"),
     ("name or service not known", "unknown host"),
@@ -285,8 +292,15 @@ def connection_failure(details: str) -> str | None:
 def unreachable(broker: str, reason: str) -> Unavailable:
     """The one error for a broker that cannot be reached.
 
-    `cannot reach broker at HOST:PORT: connection refused — is it running? (keybus broker)`
+    `cannot reach broker at HOST:PORT: connection refused — is it running? (keybus broker)`;
+    a broker that took the connection and stayed silent is running, and told apart:
+    `the broker at HOST:PORT accepted the connection but did not answer ... — is it
+    frozen (stopped) or overloaded?`
     """
+    if reason.startswith(ACCEPTED_SILENT):
+        return Unavailable(f"the broker at {broker} {reason.removeprefix('it ')} — is it frozen "
+                           "(stopped) or overloaded? (a broker not running refuses the "
+                           "connection)", UNAVAILABLE)
     hint = ("does it want TLS (--tls-ca), or is another service on that port?"
             if reason == CLOSED_AT_ONCE else "is it running? (keybus broker)")
     return Unavailable(f"cannot reach broker at {broker}: {reason} — {hint}", UNAVAILABLE)
