@@ -34,6 +34,7 @@ from sdk.admin import Admin
 from sdk.cluster import split_brokers, topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
+from sdk.core.names import NAME, NAME_CHARACTERS
 from sdk.core.wire_ints import UINT32_MAX
 from sdk.security import ClientSecurity, read_ca_file, use
 
@@ -258,6 +259,17 @@ class FilterType(click.ParamType[KeyFilterSpec, Any]):
             return KeyFilterSpec.parse_cli(value)
         except (FilterError, ValueError) as e:
             self.fail(str(e), param, ctx)
+
+
+def checked_name(ctx: click.Context | None, param: click.Parameter | None,
+                 value: str | None) -> str | None:
+    """A topic or subscription name by the broker's rule (sdk/core/names.py), else bad
+    usage (exit 2) before any connection, as for any value that does not parse. The
+    length is left to the broker: its limit is a setting (topic_name_bytes_max)."""
+    if value is not None and NAME.fullmatch(value) is None:
+        raise click.BadParameter(f"{value!r} is not a name: allowed one or more characters "
+                                 f"from {NAME_CHARACTERS}", ctx, param)
+    return value
 
 
 START = StartType()

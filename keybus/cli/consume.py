@@ -19,6 +19,7 @@ from keybus.cli.common import (
     RANGES,
     START,
     Connection,
+    checked_name,
     connection_options,
     json_option,
     note,
@@ -33,8 +34,8 @@ from sdk.reader import Start
 
 
 @click.command(short_help="Consume a topic through a subscription.")
-@click.argument("topic")
-@click.option("--subscription", "-s", required=True,
+@click.argument("topic", callback=checked_name)
+@click.option("--subscription", "-s", required=True, callback=checked_name,
               help="Subscription name (created by its first consumer).")
 @click.option("--type", "sub_type", default="exclusive", show_default=True,
               type=click.Choice(["exclusive", "shared", "failover", "key_shared"]),

@@ -21,6 +21,7 @@ import click
 from keybus.cli.common import (
     PARTITION,
     Connection,
+    checked_name,
     connection_options,
     fail,
     json_option,
@@ -129,7 +130,7 @@ async def _send_window(producer: Producer, events: list[LineEvent], partition: i
 
 
 @click.command(short_help="Produce events to a topic.")
-@click.argument("topic")
+@click.argument("topic", callback=checked_name)
 @click.option("--key", help="Produce one event with this key (an int or a string) instead "
                             "of reading stdin.")
 @click.option("--value", help="Value of the one event (UTF-8).")

@@ -19,6 +19,7 @@ from keybus.cli.common import (
     RANGES,
     START,
     Connection,
+    checked_name,
     connection_options,
     emit,
     json_option,
@@ -107,7 +108,7 @@ async def read_events(conn: Connection, topic: str, partitions: Sequence[int] | 
 
 
 @click.command(short_help="Print a topic's events (no subscription).")
-@click.argument("topic")
+@click.argument("topic", callback=checked_name)
 @click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Read only this partition (repeatable; default: every partition).")
 @click.option("--start", type=START, metavar="START",

@@ -6,6 +6,7 @@ lives in `render_subscriptions.py`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -16,6 +17,7 @@ from keybus.cli.common import (
     START,
     Connection,
     Group,
+    checked_name,
     connection_options,
     json_option,
     print_json,
@@ -23,7 +25,23 @@ from keybus.cli.common import (
     stdout_console,
     wide_option,
 )
+from sdk.errors import OffsetOutOfRange
 from sdk.reader import Start
+
+# The broker's offset_past_end, worded for a read's start (broker/errors.py).
+_PAST_END = re.compile(r"start offset (\d+) of (\S+) is past the end: (.*)", re.DOTALL)
+
+
+def seek_past_end(message: str, subscription: str) -> str:
+    """The broker's "start offset N of T/P is past the end: ..." in a seek's terms
+    (the rest of its message, the stored offsets and what is allowed, kept); any
+    other message as it is."""
+    match = _PAST_END.fullmatch(message)
+    if match is None:
+        return message
+    offset, partition, rest = match.groups()
+    return (f"cannot seek subscription {subscription} to offset {offset}: past the end of "
+            f"{partition}; {rest}")
 
 
 async def _admin(conn: Connection, method: str, *args: Any) -> Any:
@@ -37,7 +55,7 @@ def subscriptions() -> None:
 
 
 @subscriptions.command("list")
-@click.argument("topic")
+@click.argument("topic", callback=checked_name)
 @connection_options
 @json_option
 @wide_option
@@ -54,8 +72,8 @@ def subscriptions_list(topic: str, conn: Connection, as_json: bool, wide: bool) 
 
 
 @subscriptions.command("describe")
-@click.argument("topic")
-@click.argument("subscription")
+@click.argument("topic", callback=checked_name)
+@click.argument("subscription", callback=checked_name)
 @connection_options
 @json_option
 @wide_option
@@ -73,8 +91,8 @@ def subscriptions_describe(topic: str, subscription: str, conn: Connection, as_j
 
 
 @subscriptions.command("seek")
-@click.argument("topic")
-@click.argument("subscription")
+@click.argument("topic", callback=checked_name)
+@click.argument("subscription", callback=checked_name)
 @click.option("--to", "position", required=True, type=START, metavar="START",
               help="earliest, latest, an offset or scn:N.")
 @click.option("--partition", "partitions", multiple=True, type=PARTITION,
@@ -84,7 +102,10 @@ def subscriptions_describe(topic: str, subscription: str, conn: Connection, as_j
 def subscriptions_seek(topic: str, subscription: str, position: Start,
                        partitions: tuple[int, ...], conn: Connection, as_json: bool) -> None:
     """Move SUBSCRIPTION's cursor; events from there on are delivered again."""
-    info = run(_admin(conn, "seek", topic, subscription, position, partitions))
+    try:
+        info = run(_admin(conn, "seek", topic, subscription, position, partitions))
+    except OffsetOutOfRange as e:
+        raise OffsetOutOfRange(seek_past_end(e.message, subscription), e.code) from None
     if as_json:
         print_json(render.subscription_dict(info))
     else:
@@ -93,8 +114,8 @@ def subscriptions_seek(topic: str, subscription: str, position: Start,
 
 
 @subscriptions.command("delete")
-@click.argument("topic")
-@click.argument("subscription")
+@click.argument("topic", callback=checked_name)
+@click.argument("subscription", callback=checked_name)
 @click.option("--force", is_flag=True, help="Also while consumers are attached (their "
                                             "streams end).")
 @connection_options

@@ -11,6 +11,7 @@ from keybus.cli import render
 from keybus.cli.common import (
     Connection,
     Group,
+    checked_name,
     connection_options,
     json_option,
     print_json,
@@ -39,7 +40,7 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.argument("name")
+@click.argument("name", callback=checked_name)
 @click.option("--partitions", default=1, show_default=True, type=click.IntRange(1, UINT32_MAX),
               help="Partitions of the topic (the broker allows up to its partitions_max).")
 @click.option("--retention-ms", default=0, show_default=True, type=click.IntRange(-1, INT64_MAX),
@@ -88,7 +89,7 @@ def topics_list(conn: Connection, as_json: bool, wide: bool) -> None:
 
 
 @topics.command("describe")
-@click.argument("name")
+@click.argument("name", callback=checked_name)
 @connection_options
 @json_option
 @wide_option
@@ -103,7 +104,7 @@ def topics_describe(name: str, conn: Connection, as_json: bool, wide: bool) -> N
 
 
 @topics.command("delete")
-@click.argument("name")
+@click.argument("name", callback=checked_name)
 @connection_options
 @json_option
 def topics_delete(name: str, conn: Connection, as_json: bool) -> None:

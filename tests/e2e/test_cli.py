@@ -106,6 +106,19 @@ def test_filters_explain_worked_example() -> None:
     assert explained["type"] == "mod" and "even" in explained["explanation"]
 
 
+def test_seek_past_the_end_is_told_in_the_seek_s_terms(shared_broker: BrokerProcess) -> None:
+    """Before: the broker's words for a read's start, "start offset 99 of T/0 is past the
+    end: ..." (seek has no start offset)."""
+    ok(keybus(shared_broker, "topics", "create", "cli-seek"))
+    ok(keybus(shared_broker, "produce", "cli-seek", "--key", "1", "--value", "x"))
+    ok(keybus(shared_broker, "consume", "cli-seek", "-s", "s", "--timeout", "0.5"))
+    line = one_line(keybus(shared_broker, "subscriptions", "seek", "cli-seek", "s", "--to", "99"),
+                    1)
+    assert line == ("keybus: error: cannot seek subscription s to offset 99: past the end of "
+                    "cli-seek/0; the partition holds offsets 0..0; allowed 0..1 (the end waits "
+                    "for the next event), or earliest, latest, scn:N"), line
+
+
 def test_json_on_every_command(shared_broker: BrokerProcess) -> None:
     ok(keybus(shared_broker, "topics", "create", "cli-json"))
     ok(keybus(shared_broker, "consume", "cli-json", "-s", "gone", "--timeout", "0.5"))
@@ -165,7 +178,9 @@ BAD_INPUT = [
     (("produce", "cli-bad"), BIG_VALUE, 2,
      "stdin line 1: the value is 2,000,000 bytes, over the broker's limit of 1,048,576 bytes per "
      "event (event_bytes_max); nothing was sent", "batch."),
-    (("topics", "create", "bad name"), "", 1, "is invalid", None),
+    (("topics", "create", "bad name"), "", 2,
+     "Invalid value for 'NAME': 'bad name' is not a name: allowed one or more characters from "
+     "[A-Za-z0-9._-]", None),
     (("topics", "describe", "t" * 10_000), "", 1, "(10,000 characters) does not exist",
      "Stream removed"),
     (("topics", "create", "cli-huge", "--partitions", "5000"), "", 1,

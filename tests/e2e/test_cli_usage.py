@@ -78,3 +78,16 @@ def test_certs_into_a_directory_it_cannot_make_says_so_in_words(tmp_path: Path) 
 def test_filters_explain_names_its_argument() -> None:
     line = one_line(keybus(None, "filters", "explain", "bogus"), 2)
     assert line.startswith("keybus: error: Invalid value for 'EXPRESSION': filter 'bogus':"), line
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("topics", "create", "or/ders"), "Invalid value for 'NAME': 'or/ders' is not a name"),
+    (("produce", "a b", "--key", "1", "--value", "x"), "Invalid value for 'TOPIC': 'a b'"),
+    (("consume", "orders", "-s", "s:1"), "Invalid value for '--subscription' / '-s': 's:1'"),
+    (("subscriptions", "seek", "orders", "", "--to", "0"), "Invalid value for 'SUBSCRIPTION': ''"),
+    (("read", "ordérs"), "Invalid value for 'TOPIC': 'ordérs' is not a name: allowed one or "
+                         "more characters from [A-Za-z0-9._-]"),
+])
+def test_a_name_the_broker_would_refuse_is_usage(args: tuple[str, ...], text: str) -> None:
+    """Before: the broker's INVALID_ARGUMENT, exit 1 (and a connection first)."""
+    assert text in one_line(keybus(None, *args, "--broker", f"127.0.0.1:{free_port()}"), 2)
