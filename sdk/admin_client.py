@@ -5,17 +5,13 @@ gRPC errors mapped to KeybusError subclasses (naming the broker when it
 cannot be reached). `SubscriptionAdmin` and `Admin` build on it.
 
 Before its first call a client waits at most connect_timeout_ms for the
-channel to connect: a broker that took the TCP connection and never answered
-(a stopped or hung process: the kernel accepts for it) would otherwise hold
-the call until the keepalive ping gives up (~15 s) or the call's deadline
-(30 s) ends, and be told as "cannot connect". A refused connection fails the
-call at once, as before.
+channel to connect (sdk/connect_wait.py): a broker that took the TCP
+connection and never answers is told within seconds, not after the keepalive
+ping gives up. A refused connection fails the call at once, as before.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,7 +19,8 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, parse_broker, stub_of
+from sdk.channel import open_channel, stub_of
+from sdk.connect_wait import wait_connected
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from sdk.security import ClientSecurity
 
@@ -68,42 +65,12 @@ class AdminClient:
         """One unary call by name; a broker error becomes a KeybusError."""
         stub = self._connect()
         if not self._connected:
-            await self._wait_connected()
+            assert self._channel is not None
+            self._connected = await wait_connected(self._channel, self.broker, self._connect_s)
         try:
             return await getattr(stub, method)(request, timeout=self._timeout_s)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e, self.broker) from None
-
-    async def _wait_connected(self) -> None:
-        """Wait until the channel is connected (then calls go) or has failed to
-        connect (then the call fails at once with gRPC's reason, e.g. refused);
-        still connecting after connect_timeout_ms: Unavailable, worded by whether
-        the broker's port takes a TCP connection (frozen) or not (no answer)."""
-        assert self._channel is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._connect_s
-        state = self._channel.get_state(try_to_connect=True)
-        while state in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise await self._silent()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._channel.wait_for_state_change(state), remaining)
-            state = self._channel.get_state(try_to_connect=True)
-        self._connected = state is grpc.ChannelConnectivity.READY
-
-    async def _silent(self) -> errors.Unavailable:
-        """The error for a channel still connecting after connect_timeout_ms."""
-        waited = f"within {self._connect_s:g} s"
-        host, port = parse_broker(self.broker)
-        try:  # bounded: only tells a port that takes connections from one that does not
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
-        except (OSError, TimeoutError):
-            return errors.unreachable(self.broker, f"no answer (connect timed out {waited})")
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return errors.unreachable(self.broker, f"{errors.ACCEPTED_SILENT} {waited}")
 
     async def close(self) -> None:
         """Close the channel this client opened. Idempotent."""

@@ -38,6 +38,7 @@ from sdk.accumulator import (
 from sdk.batch_flow import BatchFlow
 from sdk.channel import open_channel, stub_of
 from sdk.cluster import LeaderChannel, is_cluster
+from sdk.connect_wait import wait_connected
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
@@ -157,6 +158,9 @@ class Producer:
                 else open_channel(broker, security)
             try:
                 stub = stub_of(channel)
+                if leader is None:  # a frozen broker is told within connect_timeout_ms
+                    await wait_connected(channel, broker, min(
+                        config.connect_timeout_ms, config.request_timeout_ms) / 1000)
                 partitions = await _partitions_of(stub, topic, config.request_timeout_ms,
                                                   leader.address if leader else broker)
                 producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,

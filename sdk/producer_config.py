@@ -41,6 +41,8 @@ class ProducerConfig:
         connect_timeout_ms: given several brokers, create() fails after this when none
             of them can be reached at all (5000, as a consumer's); while some answer
             (a failover under way) it looks for the leader until request_timeout_ms.
+            Given one, create() waits at most this for its connection: a broker that
+            takes it and never answers (frozen) is told then (sdk/connect_wait.py).
     """
 
     linger_ms: int = 5

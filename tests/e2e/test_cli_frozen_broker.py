@@ -22,11 +22,12 @@ from sdk import errors
 from tests.support.broker_process import REPO, BrokerProcess, free_port
 
 
-def _keybus(broker: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _keybus(broker: str, *args: str, stdin: str = ""
+            ) -> tuple[subprocess.CompletedProcess[str], float]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     began = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "keybus", *args, "--broker", broker], env=env,
-                          cwd=REPO, timeout=60, capture_output=True, text=True)
+                          cwd=REPO, timeout=60, capture_output=True, text=True, input=stdin)
     return done, time.monotonic() - began
 
 
@@ -48,6 +49,11 @@ def test_a_frozen_broker_is_told_within_seconds_and_apart_from_a_refused_one(
                                "0", "--timeout", "1")
         assert done.returncode == 1 and took_s < 6, (took_s, done.stderr)
         assert "accepted the connection but did not answer within 1 s" in done.stderr
+        # the producer too (it took the keepalive's 16 s before)
+        done, took_s = _keybus(broker.address, "produce", "orders",
+                               stdin='{"key": 1, "value": "x"}\n')
+        assert done.returncode == 1 and took_s < 10, (took_s, done.stderr)
+        assert "accepted the connection but did not answer within 5 s" in done.stderr
     finally:
         if broker.process is not None and broker.process.poll() is None:
             os.kill(broker.process.pid, signal.SIGCONT)
