@@ -87,11 +87,17 @@ class AckTracker(Generic[T]):
             released.append(heapq.heappop(self._waiting)[2])
         return released
 
-    def attach(self, follower: str, stream: object) -> None:
-        """A report of `follower` came on `stream` (rule 4): it follows, its grace ends."""
-        self._streams.add((stream, follower))
+    def attach(self, follower: str, stream: object) -> bool:
+        """A report of `follower` came on `stream` (rule 4): it follows, its grace ends.
+        Whether the stream is new here: only then may the following set have changed
+        (rule 6); every later report on it finds it attached and costs a set lookup."""
+        entry = (stream, follower)
+        if entry in self._streams:
+            return False
+        self._streams.add(entry)
         self._left.pop(follower, None)
         self.filled = self.filled or len(self._open()) >= self.copies
+        return True
 
     def detach(self, stream: object, now_ms: float) -> None:
         """`stream` closed: its follower no longer follows through it; one left with no
@@ -103,8 +109,10 @@ class AckTracker(Generic[T]):
             self._left[follower] = now_ms
 
     def following(self, now_ms: float) -> int:
-        """Followers with an open report stream, or in their grace (rule 4)."""
-        return len(self._open()) + len(self.in_grace(now_ms))
+        """Followers with an open report stream, or in their grace (rule 4). Those in
+        `_left` have none open (`attach` takes them out), so the two never overlap."""
+        return len(self._open()) + sum(1 for at in self._left.values()
+                                       if self._in_grace(at, now_ms))
 
     def in_grace(self, now_ms: float) -> list[str]:
         """Followers that follow only by their grace now: no open stream (rule 4)."""

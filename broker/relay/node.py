@@ -252,8 +252,8 @@ class RelayNode:
         tracker = role.trackers.get(position.partition)
         if tracker is None:
             return
-        tracker.attach(position.broker_id, stream)
-        log_changes(role, position.partition, tracker, time.monotonic() * 1000)
+        if tracker.attach(position.broker_id, stream):  # a new stream: who follows may change
+            log_changes(role, position.partition, tracker, time.monotonic() * 1000)
         for future in tracker.process_position(position.broker_id, position.end_offset):
             if not future.done():
                 future.set_result(None)
