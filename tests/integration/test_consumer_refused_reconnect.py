@@ -51,13 +51,19 @@ async def _subscribe_a(broker: BrokerProcess, told: list[tuple[bool, str]]) -> C
     return consumer
 
 
-def test_a_refused_reconnect_is_told_with_the_brokers_reason_until_it_is_taken(
-        tmp_path: Path) -> None:
+def _broker_with_topic(tmp_path: Path) -> BrokerProcess:
+    """A started broker with topic "t" of one partition."""
     broker = BrokerProcess(tmp_path / "data")
     broker.start()
     admin = SyncAdmin(broker.address)
     admin.create_topic("t", 1)
     admin.close()
+    return broker
+
+
+def test_a_refused_reconnect_is_told_with_the_brokers_reason_until_it_is_taken(
+        tmp_path: Path) -> None:
+    broker = _broker_with_topic(tmp_path)
     told: list[tuple[bool, str]] = []
 
     async def go() -> None:
@@ -95,11 +101,7 @@ def test_a_refused_reconnect_is_told_with_the_brokers_reason_until_it_is_taken(
 
 
 def test_a_subscription_made_again_with_another_type_ends_the_consumer(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data")
-    broker.start()
-    admin = SyncAdmin(broker.address)
-    admin.create_topic("t", 1)
-    admin.close()
+    broker = _broker_with_topic(tmp_path)
     told: list[tuple[bool, str]] = []
 
     async def go() -> None:

@@ -26,6 +26,7 @@ from sdk.consumer import Consumer
 from sdk.producer import Producer
 from sdk.subscription_admin import SubscriptionAdmin
 from tests.support.in_process import broker_on
+from tests.support.receiving import receive_values
 
 WAIT_S = 20.0
 COUNT = 40
@@ -49,17 +50,7 @@ class SlowCursorsFailingRead(RocksStore):
 
 
 async def _receive(consumer: Consumer, wanted: set[bytes]) -> None:
-    got: set[bytes] = set()
-    deadline = time.monotonic() + WAIT_S
-    while not wanted <= got:
-        left = deadline - time.monotonic()
-        assert left > 0, f"missing {len(wanted - got)} of {len(wanted)}"
-        try:
-            message = await consumer.receive(timeout_s=left)
-        except TimeoutError:
-            raise AssertionError(f"missing {len(wanted - got)} of {len(wanted)}") from None
-        got.add(message.value)
-        consumer.ack(message)
+    await receive_values(consumer, wanted, WAIT_S)
 
 
 async def _disk_cursor_at(store: RocksStore, offset: int) -> None:

@@ -15,7 +15,6 @@ consumer and admin. Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from sdk.errors import Unavailable
 from sdk.producer import Producer
 from sdk.subscription_admin import SubscriptionAdmin
 from tests.support.in_process import broker_on
+from tests.support.receiving import receive_values
 
 PARTITIONS = 2
 COUNT = 40
@@ -57,18 +57,7 @@ class FailingCursorWrite(RocksStore):
 
 
 async def _receive(consumer: Consumer, wanted: set[bytes]) -> None:
-    got: set[bytes] = set()
-    deadline = time.monotonic() + WAIT_S
-    while not wanted <= got:
-        left = deadline - time.monotonic()
-        assert left > 0, f"missing {len(wanted - got)} of {len(wanted)}"
-        try:
-            message = await consumer.receive(timeout_s=left)
-        except TimeoutError:
-            raise AssertionError(f"missing {len(wanted - got)} of {len(wanted)}") from None
-        assert message.value in wanted, f"{message.value!r} delivered, not asked for"
-        got.add(message.value)
-        consumer.ack(message)
+    await receive_values(consumer, wanted, WAIT_S, only_wanted=True)
 
 
 async def _all_acked(admin: SubscriptionAdmin, store: FailingCursorWrite) -> list[int]:
