@@ -82,6 +82,13 @@ class Group:
     def balanced(self, counts: list[int]) -> bool:
         return self.counts() == counts and self.disjoint_cover()
 
+    def state(self) -> str:
+        """What a failed wait prints: owners, what each partition processed, closes, errors."""
+        owned = {p.owner_id: sorted(p.owned_partitions) for p in self.processors}
+        done = Counter(partition for partition, _ in self.processed)
+        return (f"owned {owned}; processed per partition {sorted(done.items())}; "
+                f"closes {dict(self.closes)}; errors {self.errors[-5:]!r}")
+
     async def close(self) -> None:
         for processor in self.processors:
             await processor.stop()
@@ -190,7 +197,8 @@ def test_restarting_the_ownership_store_rebalances_and_keeps_checkpoints(
             for i in range(3):
                 await group.add(f"p{i}")
             await produce(broker.address, topic, PARTITIONS, 50)
-            await wait_for(lambda: len(group.processed) == PARTITIONS * 50, 30, "phase 1")
+            await wait_for(lambda: len(group.processed) == PARTITIONS * 50, 30, "phase 1",
+                           state=group.state)
             await wait_for(lambda: group.balanced([4, 4, 4]), 30, "4/4/4 before the restart")
             before = await checkpoints(topic)
             assert before == dict.fromkeys(range(PARTITIONS), 49)
@@ -203,7 +211,8 @@ def test_restarting_the_ownership_store_rebalances_and_keeps_checkpoints(
             else:
                 await asyncio.to_thread(broker.restart)  # SIGKILL, then start on the same dir
             await produce(broker.address, topic, PARTITIONS, 50, first_key=50)
-            await wait_for(lambda: len(group.processed) == PARTITIONS * 100, 45, "phase 2")
+            await wait_for(lambda: len(group.processed) == PARTITIONS * 100, 45, "phase 2",
+                           state=group.state)
             await wait_for(lambda: renewed_since(restart_ms), 30,
                            "every partition claimed or renewed in the store after the restart")
             await wait_for(lambda: group.balanced([4, 4, 4]), 30, "4/4/4 after the restart")

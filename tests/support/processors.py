@@ -49,11 +49,13 @@ async def close_store(store: Any) -> None:
 
 
 async def wait_for(condition: Callable[[], bool | Awaitable[bool]], timeout_s: float,
-                   what: str, every_s: float = 0.05) -> float:
+                   what: str, every_s: float = 0.05,
+                   state: Callable[[], str] | None = None) -> float:
     """Poll until condition() holds; returns the seconds it took.
 
     Raises:
-        AssertionError: naming `what`, when it does not hold within timeout_s.
+        AssertionError: naming `what`, and what `state()` says at the end, when it
+            does not hold within timeout_s.
     """
     began = time.monotonic()
     while True:
@@ -63,7 +65,8 @@ async def wait_for(condition: Callable[[], bool | Awaitable[bool]], timeout_s: f
         if result:
             return time.monotonic() - began
         if time.monotonic() - began > timeout_s:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
+            said = f"; {state()}" if state is not None else ""
+            raise AssertionError(f"not within {timeout_s} s: {what}{said}")
         await asyncio.sleep(every_s)
 
 
