@@ -10,7 +10,7 @@ whole-window checkpoints in a `CheckpointStore` alone.
 Implementations: the broker (`BrokerOwnershipStore`, `BrokerCheckpointStore`,
 the default for both, with fencing), Redis for ownership
 (`RedisOwnershipStore`, needs `keybus[redis]`), and a directory of JSON files
-for checkpoints (`FileCheckpointStore`).
+for checkpoints (`FileCheckpointStore`, with fencing on one machine).
 """
 
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore

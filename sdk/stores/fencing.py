@@ -2,8 +2,8 @@
 
 Every claim that changes a partition's owner carries a higher ownership
 epoch (`PartitionOwnership.epoch`). A processor writes its epoch into every
-checkpoint. A store that fences (`supports_fencing = True`, e.g. the
-broker's) keeps the highest epoch registered per partition and refuses a
+checkpoint. A store that fences (`supports_fencing = True`: the broker's,
+the file store) keeps the highest epoch registered per partition and refuses a
 checkpoint from an older one with `OwnershipLost`, naming the current owner:
 a processor that was paused past its ownership's expiration cannot move the
 checkpoint after another took the partition.

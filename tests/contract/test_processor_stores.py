@@ -5,7 +5,8 @@ keep the same promises: a claim is a compare-and-set on the etag (a new
 record only where none exists), exactly one of racing claims wins, only the
 winners come back, a change of owner raises the epoch and a renewal or
 release keeps it; checkpoints are last-writer-wins per partition; a fencing
-store refuses an older epoch and says who owns the partition.
+store (the broker's, the file store) refuses an older epoch and says who
+owns the partition.
 Method: the same tests, parametrized over the broker's stores (a real broker
 process), Redis (a real redis-server) and the file store; every test uses a
 group of its own, so they share the servers.
@@ -210,8 +211,9 @@ def test_checkpoints_are_last_writer_wins_per_partition(
     run_with(checkpoint_factory, body)
 
 
+@pytest.mark.parametrize("kind", ["broker", "file"])
 def test_a_fencing_store_refuses_an_older_epoch_and_names_the_owner(
-        broker: BrokerProcess) -> None:
+        kind: str, broker: BrokerProcess, tmp_path: Path) -> None:
     g = group()
 
     async def body(store: Any) -> None:
@@ -230,7 +232,8 @@ def test_a_fencing_store_refuses_an_older_epoch_and_names_the_owner(
         await store.fence("ns", TOPIC, g, 1, 5, "owner-a")  # idempotent
         await store.update_checkpoint(Checkpoint("ns", TOPIC, g, 1, 12, 13, epoch=0))  # unfenced
         assert (await store.get_checkpoint("ns", TOPIC, g, 1)).offset == 12  # type: ignore[union-attr]
-    run_with(lambda: BrokerCheckpointStore(broker.address), body)
+    run_with(lambda: BrokerCheckpointStore(broker.address) if kind == "broker"
+             else FileCheckpointStore(tmp_path), body)
 
 
 def test_a_broker_claim_fences_the_broker_checkpoints(broker: BrokerProcess) -> None:

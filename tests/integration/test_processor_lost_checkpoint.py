@@ -1,7 +1,7 @@
 """A checkpoint written by a callback that outlived its partition's ownership.
 
 Goal: a processor refuses, by its own knowledge, to checkpoint a partition
-it no longer owns, also with a checkpoint store that cannot fence (files):
+it no longer owns, before any store sees the write (here the file store):
 the callback gets OwnershipLost (nothing is written, as Kafka refuses the
 commit of a consumer that lost the partition with CommitFailedException),
 and `stats.checkpoints_refused` counts it. The old processor stored it, so
