@@ -121,6 +121,21 @@ class PartitionOutages:
     def __init__(self, what: str) -> None:
         self.what = what
         self._logs: dict[tuple[int, str], OutageLog] = {}
+        self._refused_epochs: dict[int, int] = {}  # partition -> the claim epoch last refused
+
+    def fence_refused(self, partition: int, epoch: int) -> bool:
+        """The checkpoint store refused to register this claim's epoch: True when it
+        refused the same epoch of that partition before. A race refuses an epoch
+        once (whoever fenced a newer one holds the partition now, and this processor
+        wins it back, if ever, under another epoch); the same epoch refused again
+        means the ownership store still gives it to this processor while the fence
+        says otherwise, which no cycle mends (a stale fence)."""
+        again = self._refused_epochs.get(partition) == epoch
+        self._refused_epochs[partition] = epoch
+        return again
+
+    def fence_registered(self, partition: int) -> None:
+        self._refused_epochs.pop(partition, None)
 
     def failed(self, partition: int, step: str, error: BaseException, now_s: float) -> Line:
         """That partition's step failed at now_s: the line to log."""
@@ -151,3 +166,4 @@ class PartitionOutages:
         wins it back)."""
         kept = set(partitions)
         self._logs = {key: outage for key, outage in self._logs.items() if key[0] in kept}
+        self._refused_epochs = {p: e for p, e in self._refused_epochs.items() if p in kept}

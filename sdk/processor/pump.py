@@ -167,15 +167,35 @@ class PartitionPump:
         """Fence, then start after this partition's checkpoint (or at start_position)."""
         context = self.context
         if self._fencing:
-            store: FencingCheckpointStore = self._store  # type: ignore[assignment]
-            await store.fence(context.namespace, context.topic, context.consumer_group,
-                              context.partition, context.epoch, context.owner_id)
+            await self._fence()
         checkpoint = await self._store.get_checkpoint(context.namespace, context.topic,
                                                       context.consumer_group, context.partition)
         context.checkpoint = checkpoint
         if checkpoint is not None:
             return checkpoint.offset + 1
         return start_for(self._start_position, context.partition)
+
+    async def _fence(self) -> None:
+        """Register the claim's epoch. A refusal closes the partition as lost; the same
+        epoch refused again is a stale fence, which no cycle mends: it goes to on_error
+        and the log (once per outage) instead of closing the partition in silence
+        every cycle."""
+        context = self.context
+        store: FencingCheckpointStore = self._store  # type: ignore[assignment]
+        try:
+            await store.fence(context.namespace, context.topic, context.consumer_group,
+                              context.partition, context.epoch, context.owner_id)
+        except OwnershipLost as e:
+            if self._outages.fence_refused(context.partition, context.epoch):
+                await self._failed(OwnershipLost(
+                    f"{context.topic}/{context.partition} of group {context.consumer_group!r}: "
+                    f"the checkpoint store refused epoch {context.epoch} again, which the "
+                    f"ownership store still gives to {context.owner_id!r} ({e}); its fence "
+                    "is stale (left by another ownership store, or by a topic of this name "
+                    "deleted and created again): see 'Epochs per ownership store' in "
+                    "docs/event-processor.md"))
+            raise
+        self._outages.fence_registered(context.partition)
 
     async def _pump(self, reader: Reader) -> CloseReason:
         """Hand batches over until a stop, a lapsed lease or a lost ownership."""

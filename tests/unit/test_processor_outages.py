@@ -152,3 +152,16 @@ def test_a_partition_no_longer_owned_starts_afresh() -> None:
     assert outages.failed(0, "on_event", BOOM, 2.0).level == logging.WARNING
     outages.keep(())
     assert outages.down(0) == [] and outages.down(1) == []
+
+
+def test_only_the_same_claim_epoch_refused_again_is_a_stale_fence() -> None:
+    outages = PartitionOutages("event processor t/g")
+    assert not outages.fence_refused(3, epoch=7)  # a race: once
+    assert not outages.fence_refused(3, epoch=9)  # won back under another epoch, raced again
+    assert outages.fence_refused(3, epoch=9)  # the same claim refused again: stale
+    assert not outages.fence_refused(4, epoch=9)  # per partition
+    outages.fence_registered(3)
+    assert not outages.fence_refused(3, epoch=9)  # registered since: starts afresh
+    outages.keep([4])
+    assert not outages.fence_refused(3, epoch=9)  # no longer owned: forgotten
+    assert outages.fence_refused(4, epoch=9)
