@@ -65,9 +65,19 @@ class Grant:
     permission: Permission
 
 
+PRINCIPAL_CHARACTERS_MAX = 1024
+
+
+def check_principal(principal: str) -> str:
+    """Return a principal a grant can name or raise GrantError saying what is allowed."""
+    if not principal or len(principal) > PRINCIPAL_CHARACTERS_MAX:
+        raise GrantError(f"principal is empty or over {PRINCIPAL_CHARACTERS_MAX} characters; "
+                         "name who the grant is for")
+    return principal
+
+
 def check_grant(grant: Grant) -> Grant:
-    if not grant.principal or len(grant.principal) > 1024:
-        raise GrantError("principal is empty or over 1024 characters; name who the grant is for")
+    check_principal(grant.principal)
     if grant.permission not in tuple(Permission):
         raise GrantError(f"permission {grant.permission!r} is invalid; allowed: produce, "
                          "consume, admin")

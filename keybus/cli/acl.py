@@ -8,11 +8,15 @@ the broker sees for yours.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
+from broker.security.permissions import GrantError, check_pattern, check_principal
 from keybus.cli.common import (
     Connection,
     Group,
+    checked_name,
     connection_options,
     json_option,
     print_json,
@@ -24,11 +28,35 @@ from keybus.cli.render import fit_table
 from sdk.access_admin import PERMISSION_NAMES, AccessAdmin
 from sdk.core.pb import keybus_pb2 as pb
 
+Callback = Callable[[click.Context, click.Parameter, str], str]
 PERMISSION_CHOICE = click.Choice(["produce", "consume", "admin"], case_sensitive=False)
 
 
 def _admin(conn: Connection) -> AccessAdmin:
     return AccessAdmin(conn.broker, request_timeout_ms=conn.request_timeout_ms)
+
+
+def _grant_rule(check: Callable[[str], str], empty_is_all: bool = False) -> Callback:
+    """A click callback applying the broker's grant rule `check`: a value it refuses
+    is bad usage (exit 2) before any connection, in the broker's words. With
+    empty_is_all, '' (a filter's default: every one) passes."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        if empty_is_all and value == "":
+            return value
+        try:
+            return check(value)
+        except GrantError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+    return callback
+
+
+def _topic_filter(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`acl list --topic`: a topic name (the grants covering it), '' for all."""
+    return value if value == "" else checked_name(ctx, param, value) or ""
+
+
+PRINCIPAL = _grant_rule(check_principal)
+PATTERN = _grant_rule(check_pattern)
 
 
 def entry_dict(entry: pb.AclEntry) -> dict[str, str]:
@@ -42,8 +70,8 @@ def acl() -> None:
 
 
 @acl.command("grant")
-@click.argument("principal")
-@click.argument("topic")
+@click.argument("principal", callback=PRINCIPAL)
+@click.argument("topic", callback=PATTERN)
 @click.argument("permissions", nargs=-1, required=True, type=PERMISSION_CHOICE)
 @connection_options
 @json_option
@@ -62,8 +90,8 @@ def grant(principal: str, topic: str, permissions: tuple[str, ...], conn: Connec
 
 
 @acl.command("revoke")
-@click.argument("principal")
-@click.argument("topic")
+@click.argument("principal", callback=PRINCIPAL)
+@click.argument("topic", callback=PATTERN)
 @click.argument("permissions", nargs=-1, required=True, type=PERMISSION_CHOICE)
 @connection_options
 @json_option
@@ -81,8 +109,10 @@ def revoke(principal: str, topic: str, permissions: tuple[str, ...], conn: Conne
 
 
 @acl.command("list")
-@click.option("--principal", default="", help="Only this principal's grants.")
-@click.option("--topic", default="", help="Only the grants that cover this topic.")
+@click.option("--principal", default="", callback=_grant_rule(check_principal, empty_is_all=True),
+              help="Only this principal's grants.")
+@click.option("--topic", default="", callback=_topic_filter,
+              help="Only the grants that cover this topic.")
 @connection_options
 @wide_option
 @json_option

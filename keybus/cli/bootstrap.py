@@ -20,6 +20,7 @@ from keybus.cli.common import (
     PARTITION,
     RANGES,
     Connection,
+    checked_name,
     connection_options,
     json_option,
     note,
@@ -111,7 +112,7 @@ async def print_bootstrap(conn: Connection, topic: str, partitions: Sequence[int
 
 
 @click.command("bootstrap")
-@click.argument("topic")
+@click.argument("topic", callback=checked_name)
 @click.option("--partition", "partitions", multiple=True, type=PARTITION,
               help="Bootstrap only this partition (repeatable; default: every partition).")
 @click.option("--source", "sources", multiple=True,

@@ -17,7 +17,15 @@ from typing import Any
 
 import click
 
-from keybus.cli.common import FILTER, Connection, Group, connection_options, json_option, run
+from keybus.cli.common import (
+    FILTER,
+    Connection,
+    Group,
+    checked_name,
+    connection_options,
+    json_option,
+    run,
+)
 from sdk.core.filters import KeyFilterSpec
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
 from sdk.databus.results import SUCCESS, CallbackResult
@@ -143,7 +151,7 @@ def register(cli: click.Group) -> None:
         """Databus-style callback consumers: consistency windows, sources, SCNs."""
 
     @databus.command("tail")
-    @click.argument("topic")
+    @click.argument("topic", callback=checked_name)
     @click.option("--sources", help="Sources to present, in this order (comma-separated; "
                                     "default every source).")
     @click.option("--filter", "key_filter", type=FILTER,

@@ -16,6 +16,7 @@ from keybus.cli import render_processors as render
 from keybus.cli.common import (
     Connection,
     Group,
+    checked_name,
     connection_options,
     json_option,
     print_json,
@@ -23,11 +24,22 @@ from keybus.cli.common import (
     stdout_console,
     wide_option,
 )
+from sdk.core.names import PROCESSOR_NAME_BYTES_MAX, is_text
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
 from sdk.stores.redis_url import check_redis_url, redact
 
+
+def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The processors' rule for a namespace (sdk/processor/arguments.py), as bad usage."""
+    if not is_text(value, PROCESSOR_NAME_BYTES_MAX, empty_ok=True):
+        raise click.BadParameter(f"{value!r} is not a namespace: allowed 0.."
+                                 f"{PROCESSOR_NAME_BYTES_MAX} bytes of printable UTF-8 text",
+                                 ctx, param)
+    return value
+
+
 namespace_option = click.option("--namespace", default="", show_default=True,
-                                help="The processors' namespace.")
+                                callback=_namespace, help="The processors' namespace.")
 
 
 @click.group(cls=Group)
@@ -63,8 +75,8 @@ def _redis_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 @processors.command("ownership")
-@click.argument("topic")
-@click.argument("group")
+@click.argument("topic", callback=checked_name)
+@click.argument("group", callback=checked_name)
 @click.option("--redis", metavar="URL", callback=_redis_url,
               help="Read a Redis ownership store, e.g. redis://127.0.0.1:6379/0 or "
               "redis://:PASSWORD@HOST:PORT/DB (default: the broker's).")
@@ -98,8 +110,8 @@ async def _checkpoints(conn: Connection, namespace: str, topic: str, group: str
 
 
 @processors.command("checkpoints")
-@click.argument("topic")
-@click.argument("group")
+@click.argument("topic", callback=checked_name)
+@click.argument("group", callback=checked_name)
 @namespace_option
 @connection_options
 @wide_option

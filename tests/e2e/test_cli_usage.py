@@ -91,3 +91,35 @@ def test_filters_explain_names_its_argument() -> None:
 def test_a_name_the_broker_would_refuse_is_usage(args: tuple[str, ...], text: str) -> None:
     """Before: the broker's INVALID_ARGUMENT, exit 1 (and a connection first)."""
     assert text in one_line(keybus(None, *args, "--broker", f"127.0.0.1:{free_port()}"), 2)
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("acl", "grant", "bob", "or/ders", "produce"),
+     "Invalid value for 'TOPIC': topic pattern 'or/ders' is invalid; allowed: a topic name, a "
+     "prefix ending in * (e.g. orders.*), or * for every topic"),
+    (("acl", "revoke", "bob", "a*b", "consume"), "Invalid value for 'TOPIC': topic pattern 'a*b'"),
+    (("acl", "grant", "", "orders", "produce"),
+     "Invalid value for 'PRINCIPAL': principal is empty or over 1024 characters"),
+    (("acl", "list", "--topic", "orders.*"),
+     "Invalid value for '--topic': 'orders.*' is not a name: allowed one or more characters"),
+    (("bootstrap", "or/ders"), "Invalid value for 'TOPIC': 'or/ders' is not a name"),
+    (("processors", "ownership", "orders", "g 1"), "Invalid value for 'GROUP': 'g 1' is not a name"),
+    (("processors", "checkpoints", "", "g"), "Invalid value for 'TOPIC': '' is not a name"),
+    (("processors", "checkpoints", "orders", "g", "--namespace", "a\tb"),
+     "Invalid value for '--namespace': 'a\\tb' is not a namespace: allowed 0..255 bytes of "
+     "printable UTF-8 text"),
+    (("databus", "tail", "ordérs"), "Invalid value for 'TOPIC': 'ordérs' is not a name"),
+], ids=["acl grant topic", "acl revoke topic", "acl grant principal", "acl list --topic",
+        "bootstrap", "processors group", "processors topic", "processors namespace", "databus"])
+def test_names_of_acl_bootstrap_processors_and_databus_are_usage(args: tuple[str, ...],
+                                                                  text: str) -> None:
+    """Before: a connection first, then the broker's INVALID_ARGUMENT (or here, with no
+    broker, `cannot reach broker`), exit 1."""
+    assert text in one_line(keybus(None, *args, "--broker", f"127.0.0.1:{free_port()}"), 2)
+
+
+def test_acl_list_filters_may_be_left_empty() -> None:
+    """'' is the filters' default (every principal, every topic): not bad usage."""
+    line = one_line(keybus(None, "acl", "list", "--principal", "", "--topic", "", "--broker",
+                           f"127.0.0.1:{free_port()}"), 1)
+    assert "cannot reach broker" in line, line
