@@ -41,7 +41,8 @@ class ClientSecurity:
             agent, a cloud metadata endpoint...). Keep it quick and
             non-blocking (it runs on gRPC's thread, before each call); an
             exception it raises fails that call naming it. A lambda or a
-            closure is not picklable: give Spark a token_file instead.
+            closure is not picklable: give Spark the option tokenProvider
+            (package.module:function) or tokenFile instead.
         server_name: the name to check in the broker's certificate when it
             differs from the host of the address (e.g. connecting by IP).
         tls: TLS with the system's CA roots when ca_file is not given.

@@ -1,4 +1,5 @@
-"""Option validation for the keybus data source. Pure: no Spark, gRPC or I/O.
+"""Option validation for the keybus data source. Pure: no Spark, gRPC or I/O
+(but for importing the module a `tokenProvider` names: token_provider.py).
 
 Rules:
 1. Option names follow Spark's Kafka connector where the idea is the same
@@ -32,6 +33,7 @@ from spark_connector.partitioning import (
     parse_offsets,
     parse_ranges_option,
 )
+from spark_connector.token_provider import check_token_text, parse_token_provider
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -63,7 +65,7 @@ class WriteIdempotence(enum.Enum):
 
 # Canonical spelling of every option, by the lower-case form Spark passes.
 _COMMON = ("broker", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsServerName", "token",
-           "tokenFile")
+           "tokenFile", "tokenProvider")
 _READ = ("topic", "ranges", "startingOffsets", "filter", "failOnDataLoss", "includeHeaders",
          "readEventsMax")
 _BATCH_READ = ("endingOffsets", "pushdown")
@@ -227,15 +229,25 @@ def _broker(named: Mapping[str, str]) -> str:
 
 def _security(named: Mapping[str, str]) -> ClientSecurity | None:
     """TLS and credentials from tlsCaFile, tlsCertFile, tlsKeyFile, tlsServerName,
-    token and tokenFile (paths are read where the connection is opened: on the
-    driver and on every executor, as Kafka's ssl.*.location options)."""
+    token, tokenFile and tokenProvider (paths are read, and a provider imported,
+    where the connection is opened: on the driver and on every executor, as
+    Kafka's ssl.*.location options; the provider is imported here once too, so
+    a bad name fails when the DataFrame is defined)."""
+    provider_name = named.get("tokenProvider")
+    try:
+        check_token_text(named.get("token", ""))
+        provider = None if provider_name is None else parse_token_provider(provider_name)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
     try:
         security = ClientSecurity(
             ca_file=named.get("tlsCaFile", ""), cert_file=named.get("tlsCertFile", ""),
             key_file=named.get("tlsKeyFile", ""), server_name=named.get("tlsServerName", ""),
-            token=named.get("token", ""), token_file=named.get("tokenFile", ""))
+            token=named.get("token", ""), token_file=named.get("tokenFile", ""),
+            token_provider=provider)
     except ValueError as e:
-        raise OptionError(f"options tlsCertFile/tlsKeyFile/token/tokenFile: {e}") from None
+        raise OptionError(f"options tlsCertFile/tlsKeyFile/token/tokenFile/tokenProvider: {e}"
+                          ) from None
     return None if security == ClientSecurity() else security
 
 

@@ -157,6 +157,36 @@ def test_spark_write_and_read_over_tls_with_token(spark: Any, secure_broker: Bro
             .option("topic", "tls.spark").option("tlsCaFile", setup.path("ca.pem")).load().collect()
 
 
+def alice_token() -> str:
+    """The tokenProvider the Spark test names: imported on the driver and each executor."""
+    return TOKENS["alice"]
+
+
+@pytest.mark.spark
+def test_spark_takes_a_token_provider_by_name_and_refuses_a_callable(
+        spark: Any, secure_broker: BrokerProcess, setup: SecureSetup) -> None:
+    """Before: tokenProvider was an unknown option, and .option('token', f) sent the
+    function's repr as the token (the broker answered "not known to this broker")."""
+    async def create() -> None:
+        async with Admin(secure_broker.address, security=setup.security("alice")) as admin:
+            await admin.create_topic("tls.spark-provider", partitions=2)
+    asyncio.run(create())
+    options = {"broker": secure_broker.address, "topic": "tls.spark-provider",
+               "tlsCaFile": setup.path("ca.pem"),
+               "tokenProvider": f"{__name__}:alice_token"}
+    rows = [(i, b"value-%d" % i) for i in range(20)]
+    spark.createDataFrame(rows, "key_long long, value binary").write.format("keybus") \
+        .options(**options).mode("append").save()
+    read = spark.read.format("keybus").options(**options).load()
+    assert sorted((r.key_long, bytes(r.value)) for r in read.collect()) == rows
+    with pytest.raises(Exception, match="is the text of a Python callable") as refused:
+        spark.read.format("keybus").option("broker", secure_broker.address) \
+            .option("topic", "tls.spark-provider").option("tlsCaFile", setup.path("ca.pem")) \
+            .option("token", lambda: TOKENS["alice"]).load()
+    assert "a module-level function named package.module:function" in str(refused.value)
+    assert "or tokenFile" in str(refused.value)
+
+
 # ---------------------------------------------------------------- the callback clients
 
 WAIT_S = 30.0
