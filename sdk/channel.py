@@ -125,6 +125,44 @@ def open_channel(broker: str, security: ClientSecurity | None = None) -> grpc.ai
     return grpc.aio.secure_channel(target_of(broker), credentials, options=options)
 
 
+def renews_channel(security: ClientSecurity | None, now_s: float) -> bool:
+    """Whether a client whose open stream the broker ended for its credentials
+    (UNAUTHENTICATED, sdk/reconnect.py rule 6) opens a new channel before the
+    stream again, rather than reopening it on the channel it has.
+
+    Why: a client certificate is read when a channel opens, and its connection
+    keeps it; once its notAfter passed the broker ends the streams opened with it
+    and refuses every new call on that connection. A certificate rotated on disk
+    is only used by a new channel, as a rotated token file is by the next call.
+    Only for a pair usable now (valid, its key matching): with the old certificate
+    still on disk the reopen fails with the broker's own "client certificate
+    expired", where a new channel would fail its TLS handshake and be retried as a
+    lost broker. A client with a certificate and a token also renews when only the
+    token expired: one new connection, nothing else.
+
+    Args:
+        security: the client's own (None: the ambient default).
+        now_s: the time (time.time()) to check the certificate's validity at.
+    """
+    security = resolve(security)
+    return security is not None and security.holds_usable_certificate(now_s)
+
+
+async def renew_channel(channel: grpc.aio.Channel, broker: str, security: ClientSecurity | None,
+                        now_s: float) -> grpc.aio.Channel | None:
+    """A new channel in place of `channel` (then closed) when `renews_channel`;
+    None: keep `channel` (also when a file went away since it was checked: the
+    reopen on it then fails in the broker's words)."""
+    if not renews_channel(security, now_s):
+        return None
+    try:
+        renewed = open_channel(broker, security)
+    except ValueError:
+        return None
+    await channel.close()
+    return renewed
+
+
 def stub_of(channel: grpc.aio.Channel) -> pb_grpc.KeybusAsyncStub:
     """The async Keybus stub on a grpc.aio channel (typed as the async flavour)."""
     return cast("pb_grpc.KeybusAsyncStub", pb_grpc.KeybusStub(channel))

@@ -20,7 +20,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, parse_broker, stub_of
+from sdk.channel import open_channel, parse_broker, renews_channel, stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from sdk.security import ClientSecurity
@@ -161,6 +161,14 @@ class LeaderChannel:
             await self.close()
             self.address, self.channel = address, open_channel(address, self.security)
         return stub_of(self.channel)
+
+    async def renew(self, now_s: float) -> bool:
+        """Close the channel when a rotated client certificate is on disk
+        (sdk.channel.renews_channel): the next `connect` opens a new one."""
+        if not renews_channel(self.security, now_s):
+            return False
+        await self.close()
+        return True
 
     async def close(self) -> None:
         if self.channel is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +28,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, stub_of
+from sdk.channel import open_channel, renew_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig
 from sdk.consumer_link import RETRIABLE, ConsumerLink
@@ -71,6 +72,7 @@ class Consumer:
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
         self._owns_channel = channel is None
+        self._security = security
         # Several brokers ("h1:6650,h2:6650"): subscribe on the topic's leader, follow it.
         # Finding it takes up to connect_timeout_ms (a reconnect retries after that).
         self._leader = LeaderChannel(broker, topic, config.connect_timeout_ms or FIND_TIMEOUT_MS,
@@ -343,7 +345,8 @@ class Consumer:
                     if self._closed:
                         return
                     self._stream.close()
-                    if self.config.reconnect and reauthenticates(e):  # its token expired
+                    if self.config.reconnect and reauthenticates(e):  # credentials expired
+                        await self._renew_channel()
                         await self._connect(reconnecting=True)  # a refusal raises: rule 6
                         continue
                     if not self.config.reconnect or e.code() not in RETRIABLE:
@@ -448,6 +451,18 @@ class Consumer:
                 await task
         self._arrivals.wake()
         await self._close_channel()
+
+    async def _renew_channel(self) -> None:
+        """Before a stream the broker ended for its credentials is opened again: a
+        new channel when a rotated client certificate is on disk
+        (sdk.channel.renews_channel). A channel given by the caller is kept."""
+        if self._leader is not None:
+            await self._leader.renew(time.time())  # _find_leader opens a new one
+        elif self._owns_channel and self._channel is not None:
+            renewed = await renew_channel(self._channel, self.broker, self._security, time.time())
+            if renewed is not None:
+                self._channel, self._stub = renewed, stub_of(renewed)
+                self._links.use_channel(renewed)
 
     async def _close_channel(self) -> None:
         if self._leader is not None:

@@ -44,6 +44,10 @@ class ConsumerLink:
         self._channel = channel
         self._report = report
 
+    def use_channel(self, channel: grpc.aio.Channel | None) -> None:
+        """The consumer opened a new channel (a rotated client certificate)."""
+        self._channel = channel
+
     def connected(self) -> None:
         """A stream opened: report the return (or the refusal's end) if one was told."""
         message = self.link.process_connected(_now_ms())

@@ -36,7 +36,7 @@ from sdk.accumulator import (
     split_columns,
 )
 from sdk.batch_flow import BatchFlow
-from sdk.channel import open_channel, stub_of
+from sdk.channel import open_channel, renew_channel, stub_of
 from sdk.cluster import LeaderChannel, is_cluster
 from sdk.connect_wait import wait_connected
 from sdk.core.hashing import slots_of
@@ -66,12 +66,14 @@ class Producer:
 
     def __init__(self, channel: grpc.aio.Channel, stub: pb_grpc.KeybusAsyncStub, topic: str,
                  partitions: int, config: ProducerConfig, threaded: bool = False,
-                 producer_id: int | None = None, leader: LeaderChannel | None = None) -> None:
+                 producer_id: int | None = None, leader: LeaderChannel | None = None,
+                 broker: str = "", security: ClientSecurity | None = None) -> None:
         self.topic = topic
         self.partitions = partitions
         self.config = config
         self._channel = channel
         self._leader = leader  # several brokers: the channel follows the topic's leader
+        self._broker, self._security = broker, security  # to open a new channel (rule 6)
         self._loop = asyncio.get_running_loop()
         # Threaded (the SyncProducer's face): other threads append under the
         # lock, so batch tokens are concurrent futures and every accumulator
@@ -90,7 +92,7 @@ class Producer:
             retry_backoff_max_ms=config.retry_backoff_max_ms,
             request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done,
             producer_id=producer_id, relocate=leader.connect if leader is not None else None,
-            channel=self._current_channel)
+            channel=self._current_channel, reauthenticate=self._renewed_stub)
         # When batches leave: Nagle's rule (at once to an idle partition, else after
         # the answer or the linger), see batch_flow.py.
         self._flow = BatchFlow(self._acc, self._lock, self._sender, topic,
@@ -101,6 +103,17 @@ class Producer:
     def _current_channel(self) -> grpc.aio.Channel | None:
         """The channel the sender's stub is on (with several brokers, the leader's)."""
         return self._leader.channel if self._leader is not None else self._channel
+
+    async def _renewed_stub(self) -> pb_grpc.KeybusAsyncStub | None:
+        """A stub on a new channel when a rotated client certificate is on disk
+        (sdk.channel.renews_channel); None: keep the stub."""
+        if self._leader is not None:
+            return await self._leader.connect() if await self._leader.renew(time.time()) \
+                else None
+        renewed = await renew_channel(self._channel, self._broker, self._security, time.time())
+        if renewed is not None:
+            self._channel = renewed
+        return stub_of(renewed) if renewed is not None else None
 
     @classmethod
     async def create(cls, broker: str = "localhost:6650", topic: str = "", *,
@@ -164,7 +177,7 @@ class Producer:
                 partitions = await _partitions_of(stub, topic, config.request_timeout_ms,
                                                   leader.address if leader else broker)
                 producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
-                               leader)
+                               leader, broker, security)
                 await producer._sender.start()
                 break
             except (errors.Unavailable, errors.NotLeader):

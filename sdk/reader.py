@@ -12,6 +12,7 @@ through this class; `TopicReader` (topic_reader.py) merges one per partition.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -22,7 +23,7 @@ import grpc.aio
 
 from sdk import errors
 from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
-from sdk.channel import open_channel, stub_of
+from sdk.channel import open_channel, renews_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import (
     Event,
@@ -189,7 +190,7 @@ class Reader:
         self._channel: grpc.aio.Channel | None = channel
         link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
                 "on_connection_change": on_connection_change,
-                "channel": lambda: self._channel}
+                "channel": lambda: self._channel, "reauthenticate": self._renew_channel}
         self._bootstrap: BootstrapStream | None = None
         if start == "bootstrap" or isinstance(start, BootstrapPosition):
             self._start = pb.StartPosition()
@@ -353,6 +354,18 @@ class Reader:
                      self._next_offset, ends[0])
         self._next_offset = ends[0]
         return True
+
+    async def _renew_channel(self) -> None:
+        """Before a stream the broker ended for its credentials is opened again: a
+        new channel (the next open makes it) when a rotated client certificate is
+        on disk (sdk.channel.renews_channel). A channel given by the caller is kept."""
+        if self._leader is not None:
+            if await self._leader.renew(time.time()):
+                self._channel = None
+        elif self._owns_channel and self._channel is not None and \
+                renews_channel(self._security, time.time()):
+            channel, self._channel = self._channel, None
+            await channel.close()
 
     def _open_call(self) -> Any:
         if self._channel is None:

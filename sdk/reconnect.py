@@ -30,7 +30,9 @@ Rules (pure: no I/O, time is an argument):
    broker that keeps ending streams so gets the backoff of rule 2.
 6. A stream the broker ended because its token expired (UNAUTHENTICATED on
    an open stream, `reauthenticates`) is opened again at once with
-   credentials read anew; a refusal of that open is the client's error.
+   credentials read anew; a refusal of that open is the client's error. A
+   client certificate is read anew too: on a new channel, when its files
+   hold one usable now (sdk.channel.renews_channel).
 7. A reconnect the broker answers with a refusal (`process_refusal`: an
    Exclusive subscription another consumer took meanwhile, the subscription's
    consumer limit reached, no longer the topic's leader) is no lost broker:

@@ -59,6 +59,9 @@ class RetryingCall:
         channel: the channel the calls are opened on now; a retry then waits
             for it to connect again rather than its whole backoff
             (sdk.channel.retry_wait).
+        reauthenticate: awaited before a call the broker ended for its
+            credentials is opened again (rule 6): the owner may open a new
+            channel, for a rotated client certificate (sdk.channel.renews_channel).
     """
 
     def __init__(self, open_call: Callable[[], Any], follow: bool, retry_timeout_ms: int | None,
@@ -66,8 +69,10 @@ class RetryingCall:
                  broker: str = "the broker",
                  on_connection_change: ConnectionCallback | None = None,
                  prepare: Callable[[], Awaitable[None]] | None = None,
-                 channel: Callable[[], grpc.aio.Channel | None] | None = None) -> None:
+                 channel: Callable[[], grpc.aio.Channel | None] | None = None,
+                 reauthenticate: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open = open_call
+        self._reauthenticate = reauthenticate
         self._channel = channel or (lambda: None)
         self._prepare = prepare
         if retry_timeout_ms is None:
@@ -98,7 +103,9 @@ class RetryingCall:
                 if cancelling():  # a cancel gRPC turned into CANCELLED: stop, do not retry
                     raise asyncio.CancelledError from None
                 if self._answered and isinstance(e, grpc.RpcError) and reauthenticates(e):
-                    self.reconnects += 1  # its token expired: open it again now (rule 6)
+                    self.reconnects += 1  # its credentials expired: open it again now (rule 6)
+                    if self._reauthenticate is not None:
+                        await self._reauthenticate()
                     continue
                 reason, never_reached = self._failure(e)
                 delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())

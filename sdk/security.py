@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from sdk.core.certificates import usable_pair
+
 
 @dataclass(frozen=True, slots=True)
 class ClientSecurity:
@@ -113,6 +115,19 @@ class ClientSecurity:
                 if self.token_file or self.token_provider is not None
                 else grpc.access_token_call_credentials(token))
         return grpc.composite_channel_credentials(transport, call)
+
+    def holds_usable_certificate(self, now_s: float) -> bool:
+        """Whether cert_file and key_file, read now, hold a certificate valid at now_s
+        and its key: a rotated certificate a new channel can use (sdk/channel.py,
+        `renews_channel`). False without a client certificate or for files that do
+        not read or parse."""
+        if not self.cert_file:
+            return False
+        try:
+            return usable_pair(_read(self.cert_file, "cert_file"),
+                               _read(self.key_file, "key_file"), now_s)
+        except ValueError:
+            return False
 
     def channel_options(self) -> list[tuple[str, str]]:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []

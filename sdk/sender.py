@@ -82,7 +82,9 @@ class Sender:
                  on_done: Callable[[ProducerBatch], None] | None = None,
                  producer_id: int | None = None,
                  relocate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub]] | None = None,
-                 channel: Callable[[], grpc.aio.Channel | None] | None = None) -> None:
+                 channel: Callable[[], grpc.aio.Channel | None] | None = None,
+                 reauthenticate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub | None]]
+                 | None = None) -> None:
         assert in_flight_max >= 1 and delivery_timeout_ms >= 1
         assert producer_id is None or (idempotent and producer_id >= PRODUCER_ID_CHOSEN_BIT)
         self._chosen_producer_id = producer_id
@@ -92,6 +94,9 @@ class Sender:
         self._relocate = relocate
         # The stub's channel now: a retry waits for it to connect, not its whole backoff.
         self._channel = channel or (lambda: None)
+        # A stream ended for its credentials: a stub on a new channel for a rotated
+        # client certificate (sdk.channel.renews_channel), or None to keep this one.
+        self._reauthenticate = reauthenticate
         self.queue = SendQueue(topic, partitions, idempotent, redirects=relocate is not None)
         self.in_flight_max = in_flight_max
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -257,8 +262,10 @@ class Sender:
         if failure is None and not reader.cancelled():
             failure = reader.exception()
         if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
-            if self._answered and reauthenticates(failure):  # its token expired (rule 6):
+            if self._answered and reauthenticates(failure):  # credentials expired (rule 6):
                 self.queue.process_stream_broken()  # a new stream reads the token anew
+                renewed = await self._reauthenticate() if self._reauthenticate else None
+                self._stub = renewed or self._stub
                 return True
             self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
             return True

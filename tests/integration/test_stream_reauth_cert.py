@@ -22,6 +22,7 @@ import pytest
 from broker.security import certs
 from sdk import errors
 from sdk.admin import Admin
+from sdk.consumer import Consumer
 from sdk.producer import Producer
 from sdk.reader import Reader
 from sdk.security import ClientSecurity
@@ -67,3 +68,62 @@ def test_a_stream_opened_with_a_client_certificate_ends_at_its_not_after(
         broker.stop()
     assert ("Read stream of principal 'root' ended: Read: client certificate expired" in
             broker.log_path.read_text())
+
+
+def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_after(
+        tmp_path: Path) -> None:
+    """A Reader, a Consumer and a Producer opened with a short-lived certificate whose
+    files are replaced before its notAfter: the broker ends their streams at notAfter,
+    and each opens a new channel with the certificate now on disk and goes on, no error
+    surfacing. Before: the reopen went on the old channel, whose connection still
+    carried the expired certificate, and each failed once with Unauthenticated."""
+    setup = SecureSetup.make(tmp_path / "tls")
+    broker = BrokerProcess(tmp_path / "data", *setup.broker_args(mtls=True),
+                           "--auth-recheck-interval-ms", "300")
+    broker.start()
+    life_s = 10.0
+    try:
+        ca = certs.load_ca(setup.directory)
+        assert ca is not None
+        certs.write_pair(setup.directory, "client-rotated",
+                         certs.issue(ca, "root", valid_days=life_s / 86_400))
+        expires = time.monotonic() + life_s
+        rotated = ClientSecurity(ca_file=setup.path("ca.pem"),
+                                 cert_file=setup.path("client-rotated.pem"),
+                                 key_file=setup.path("client-rotated.key"))
+        ended = [f"{rpc} stream of principal 'root' ended: {rpc}: client certificate expired"
+                 for rpc in ("Read", "Subscribe", "Produce")]
+
+        async def go() -> None:
+            async with Admin(broker.address, security=rotated) as admin:
+                await admin.create_topic("rotated")
+            producer = await Producer.create(broker.address, "rotated", security=rotated)
+            reader = Reader(broker.address, "rotated", start="earliest", follow=True,
+                            security=rotated)
+            consumer = await Consumer.subscribe(broker.address, "rotated", "s",
+                                                start="earliest", security=rotated)
+            try:
+                await asyncio.wait_for(await producer.send(0, b"0"), WAIT_S)
+                assert (await asyncio.wait_for(anext(reader), WAIT_S)).offsets == [0]
+                first = await consumer.receive(WAIT_S)
+                consumer.ack(first)
+                first_stream = consumer.stream
+                assert time.monotonic() < expires - 1, "set-up outlived the certificate"
+                certs.write_pair(setup.directory, "client-rotated",  # the rotation
+                                 certs.issue(ca, "root", valid_days=1))
+                deadline = time.monotonic() + life_s + WAIT_S
+                while not all(line in broker.log_path.read_text() for line in ended):
+                    assert time.monotonic() < deadline, "the broker did not end the streams"
+                    await asyncio.sleep(0.1)
+                await asyncio.wait_for(await producer.send(1, b"1"), WAIT_S)
+                assert (await asyncio.wait_for(anext(reader), WAIT_S)).offsets == [1]
+                second = await consumer.receive(WAIT_S)
+                assert (first.offset, second.offset) == (0, 1)
+                assert consumer.stream is not first_stream and reader.reconnects >= 1
+            finally:
+                await consumer.close()
+                await reader.close()
+                await producer.close()
+        asyncio.run(go())
+    finally:
+        broker.stop()

@@ -1,0 +1,43 @@
+"""Which certificate files are worth a new channel (sdk/core/certificates.py).
+
+Goal: after the broker ended a stream at its client certificate's notAfter, the SDK
+opens a new channel only for a pair that will pass the TLS handshake: valid now and
+with its own key. Anything else keeps the old channel, whose reopen fails in the
+broker's words ("client certificate expired"), rather than a new one failing its
+handshake and being retried as a lost broker.
+Method: certificates made with broker/security/certs.py, checked at chosen times.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from broker.security import certs
+from sdk.core.certificates import usable_pair
+from sdk.security import ClientSecurity
+
+CA = certs.make_ca()
+NOW_S = time.time()
+
+
+def test_a_valid_pair_is_usable_only_within_its_validity() -> None:
+    issued = certs.issue(CA, "alice", valid_days=1)
+    assert usable_pair(issued.cert_pem, issued.key_pem, NOW_S)
+    assert not usable_pair(issued.cert_pem, issued.key_pem, NOW_S + 2 * 86_400)  # expired
+    assert not usable_pair(issued.cert_pem, issued.key_pem, NOW_S - 3600)  # not yet valid
+
+
+def test_a_certificate_with_another_key_or_no_pem_is_not_usable() -> None:
+    new, old = certs.issue(CA, "alice"), certs.issue(CA, "alice")
+    assert not usable_pair(new.cert_pem, old.key_pem, NOW_S)  # a half-done rotation
+    assert not usable_pair(b"not a certificate", new.key_pem, NOW_S)
+    assert not usable_pair(new.cert_pem, b"", NOW_S)
+
+
+def test_client_security_reads_the_files_as_they_are_now(tmp_path: Path) -> None:
+    security = ClientSecurity(cert_file=str(tmp_path / "c.pem"), key_file=str(tmp_path / "c.key"))
+    assert not security.holds_usable_certificate(NOW_S)  # no files yet
+    certs.write_pair(tmp_path, "c", certs.issue(CA, "alice", valid_days=1))
+    assert security.holds_usable_certificate(NOW_S)
+    assert not ClientSecurity(token="t" * 16).holds_usable_certificate(NOW_S)
