@@ -216,6 +216,17 @@ class Sender:
             _log.info("topic %r: no leader found yet (%s); retrying", self.topic, e)
             self._last_failure = str(e)
 
+    async def _renew_stub(self) -> None:
+        """A stub on a new channel for a rotated client certificate, if the producer
+        opens one; with several brokers, no leader found now is a failed attempt
+        (the next one looks again)."""
+        if self._reauthenticate is None:
+            return
+        try:
+            self._stub = await self._reauthenticate() or self._stub
+        except errors.KeybusError as e:
+            self._lost(str(e))
+
     async def _try_reinit(self) -> bool:
         try:
             await self._init_producer()
@@ -264,8 +275,7 @@ class Sender:
         if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
             if self._answered and reauthenticates(failure):  # credentials expired (rule 6):
                 self.queue.process_stream_broken()  # a new stream reads the token anew
-                renewed = await self._reauthenticate() if self._reauthenticate else None
-                self._stub = renewed or self._stub
+                await self._renew_stub()
                 return True
             self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
             return True
