@@ -18,26 +18,28 @@ from sdk.core.certificates import usable_pair
 from sdk.security import ClientSecurity
 
 CA = certs.make_ca()
-NOW_S = time.time()
 
 
 def test_a_valid_pair_is_usable_only_within_its_validity() -> None:
+    now_s = time.time()
     issued = certs.issue(CA, "alice", valid_days=1)
-    assert usable_pair(issued.cert_pem, issued.key_pem, NOW_S)
-    assert not usable_pair(issued.cert_pem, issued.key_pem, NOW_S + 2 * 86_400)  # expired
-    assert not usable_pair(issued.cert_pem, issued.key_pem, NOW_S - 3600)  # not yet valid
+    assert usable_pair(issued.cert_pem, issued.key_pem, now_s)
+    assert not usable_pair(issued.cert_pem, issued.key_pem, now_s + 2 * 86_400)  # expired
+    assert not usable_pair(issued.cert_pem, issued.key_pem, now_s - 3600)  # not yet valid
 
 
 def test_a_certificate_with_another_key_or_no_pem_is_not_usable() -> None:
+    now_s = time.time()
     new, old = certs.issue(CA, "alice"), certs.issue(CA, "alice")
-    assert not usable_pair(new.cert_pem, old.key_pem, NOW_S)  # a half-done rotation
-    assert not usable_pair(b"not a certificate", new.key_pem, NOW_S)
-    assert not usable_pair(new.cert_pem, b"", NOW_S)
+    assert not usable_pair(new.cert_pem, old.key_pem, now_s)  # a half-done rotation
+    assert not usable_pair(b"not a certificate", new.key_pem, now_s)
+    assert not usable_pair(new.cert_pem, b"", now_s)
 
 
 def test_client_security_reads_the_files_as_they_are_now(tmp_path: Path) -> None:
+    now_s = time.time()
     security = ClientSecurity(cert_file=str(tmp_path / "c.pem"), key_file=str(tmp_path / "c.key"))
-    assert not security.holds_usable_certificate(NOW_S)  # no files yet
+    assert not security.holds_usable_certificate(now_s)  # no files yet
     certs.write_pair(tmp_path, "c", certs.issue(CA, "alice", valid_days=1))
-    assert security.holds_usable_certificate(NOW_S)
-    assert not ClientSecurity(token="t" * 16).holds_usable_certificate(NOW_S)
+    assert security.holds_usable_certificate(now_s)
+    assert not ClientSecurity(token="t" * 16).holds_usable_certificate(now_s)
