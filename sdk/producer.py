@@ -36,9 +36,8 @@ from sdk.accumulator import (
     split_columns,
 )
 from sdk.batch_flow import BatchFlow
-from sdk.channel import open_channel, renew_channel, stub_of
-from sdk.cluster import LeaderChannel, is_cluster
-from sdk.connect_wait import wait_connected
+from sdk.channel import renew_channel, stub_of
+from sdk.cluster import LeaderChannel
 from sdk.core.hashing import slots_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
@@ -46,6 +45,7 @@ from sdk.event_batches import columns_of_part as _columns_of_part
 from sdk.event_batches import window_request
 from sdk.event_checks import check_columns
 from sdk.producer_config import ProducerConfig
+from sdk.producer_connect import connect_and_start
 from sdk.producer_futures import BatchFuture, EventFuture, WindowResult
 from sdk.security import ClientSecurity
 from sdk.sender import (
@@ -161,33 +161,14 @@ class Producer:
             if not config.idempotent:
                 raise ValueError("producer_id needs idempotent=True: without sequences a "
                                  "chosen id deduplicates nothing")
-        leader = LeaderChannel(broker, topic, config.request_timeout_ms, security) \
-            if is_cluster(broker) else None
-        deadline = time.monotonic() + config.request_timeout_ms / 1000
-        while True:
-            if leader is not None:  # several brokers: ask the leader (again, if it moved)
-                await leader.connect(unreachable_ms=config.connect_timeout_ms)
-            channel = leader.channel if leader is not None and leader.channel \
-                else open_channel(broker, security)
-            try:
-                stub = stub_of(channel)
-                if leader is None:  # a frozen broker is told within connect_timeout_ms
-                    await wait_connected(channel, broker, min(
-                        config.connect_timeout_ms, config.request_timeout_ms) / 1000)
-                partitions = await _partitions_of(stub, topic, config.request_timeout_ms,
-                                                  leader.address if leader else broker)
-                producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
-                               leader, broker, security)
-                await producer._sender.start()
-                break
-            except (errors.Unavailable, errors.NotLeader):
-                if leader is None or time.monotonic() >= deadline:
-                    await (leader.close() if leader is not None else channel.close())
-                    raise
-                await asyncio.sleep(config.retry_backoff_ms / 1000)  # a failover under way
-            except BaseException:
-                await (leader.close() if leader is not None else channel.close())
-                raise
+
+        async def started(channel: grpc.aio.Channel, stub: pb_grpc.KeybusAsyncStub,
+                          partitions: int, leader: LeaderChannel | None) -> Producer:
+            producer = cls(channel, stub, topic, partitions, config, threaded, producer_id,
+                           leader, broker, security)
+            await producer._sender.start()
+            return producer
+        producer = await connect_and_start(broker, topic, config, security, started)
         producer._flow.start()
         return producer
 
@@ -471,28 +452,6 @@ class Producer:
                 self._acc.release(batch.buffered)
                 self._room_changed.notify_all()
         self._room.set()
-
-
-async def _partitions_of(stub: pb_grpc.KeybusAsyncStub, topic: str, timeout_ms: int,
-                         broker: str | None = None) -> int:
-    """The topic's partition count (DescribeTopic).
-
-    Raises:
-        ValueError: empty topic name. TopicNotFound, KeybusError: broker errors.
-    """
-    if not topic or not isinstance(topic, str):
-        raise ValueError(f"topic {topic!r} is invalid: give the name of an existing topic")
-    try:
-        info = await stub.DescribeTopic(pb.DescribeTopicRequest(topic=topic),
-                                        timeout=timeout_ms / 1000)
-    except grpc.RpcError as e:
-        raise errors.from_rpc_error(e, broker) from None
-    return partition_count(info)
-
-
-def partition_count(info: pb.TopicInfo) -> int:
-    """A DescribeTopic answer's partition count (its config's, else the partitions listed)."""
-    return info.config.partitions or len(info.partitions) or 1
 
 
 __all__ = ["DELETE", "UPSERT", "BatchFuture", "BatchResult", "EventFuture", "ProducedEvent",

@@ -33,7 +33,7 @@ from sdk.databus.connection import BrokerLink
 from sdk.databus.inbox import PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
-from sdk.producer import partition_count
+from sdk.producer_connect import partition_count
 from sdk.reader import Reader, Start
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
