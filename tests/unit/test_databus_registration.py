@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -164,14 +165,16 @@ def test_other_tasks_wait_at_most_about_a_slice_of_the_loop() -> None:
     async def go() -> tuple[float, int]:
         consumer = Recorder()
         reg = registration(consumer, FakeSource(one_event_windows(5_000)))
-        loop = asyncio.get_running_loop()
         gaps: list[float] = []
 
         async def ticker() -> None:
-            last = loop.time()
+            # The loop thread's CPU time between two turns: what the registration's work
+            # held the loop for. Not the wall clock, which also counts the time another
+            # process had the core (a loaded machine), which no slice can help.
+            last = time.thread_time()
             while True:
                 await asyncio.sleep(0)
-                now = loop.time()
+                now = time.thread_time()
                 gaps.append(now - last)
                 last = now
 
@@ -187,7 +190,7 @@ def test_other_tasks_wait_at_most_about_a_slice_of_the_loop() -> None:
 
     longest, windows = asyncio.run(go())
     assert windows == 5_000
-    assert longest < 0.05, f"another task waited {longest * 1000:.1f} ms for a turn"
+    assert longest < 0.05, f"another task waited {longest * 1000:.1f} CPU-ms for a turn"
 
 
 def test_a_source_that_cannot_open_is_reported_to_the_consumers(

@@ -66,10 +66,10 @@ def test_a_long_cycle_and_a_long_chain_take_one_step_per_subscription() -> None:
     hops = [Hop(f"T{i}", "s", f"T{(i + 1) % n}") for i in range(n)]
     hops += [Hop(f"C{i}", "s", f"C{i + 1}") for i in range(n)]
     hops += [Hop("F", f"s{i}", f"G{i}") for i in range(n)]
-    started = time.monotonic()
+    started = time.process_time()  # CPU, not the wall: a loaded machine is not a slow walk
     cycles = find_cycles(hops)
     assert len(cycles) == 1 and len(cycles[0]) == n and set(cycles[0]) == set(hops[:n])
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10
 
 
 def test_the_watch_names_a_cycle_once_while_it_lasts() -> None:
