@@ -63,6 +63,7 @@ class SubscribeServicer:
                 marks_share_ends=spec.type != pb.SHARED)).SerializeToString()
             pump = asyncio.get_running_loop().create_task(self._pump(requests, session))
             while (message := await session.outbox.get()) is not None:
+                session.writing(message)
                 yield message
                 session.written(message)
             if session.error is not None:

@@ -16,11 +16,17 @@ sessions open and grows back as they close. Nothing queued is ever dropped
 for it: a session over a smaller share only stops getting more (the budget
 wakes it to pause at once) until it is written down to half its share, and a
 paused session is woken when shares grow, so it resumes if it is now under
-half (nothing else would: only a write resumes it). The check comes after a
-message is queued, so an empty outbox always takes the next delivery, even
-one larger than the share: a session's outbox makes progress whatever its
-share, and holds at most its share plus what one dispatcher round sent it:
-the share it filled under, kept when the share later drops until written.
+half (nothing else would: only a write resumes it). A session also pauses
+when all outboxes together hold more than the budget (`outbox_budget.py`),
+so sessions that filled under larger shares and stalled do not hold more
+than the budget between them. The check comes after a message is queued,
+so an empty outbox always takes the next delivery, even one larger than the
+share: a session's outbox makes progress whatever its share, and holds at
+most its share plus what one dispatcher round sent it.
+
+`bytes` is what the broker holds for the stream: the queued messages, and
+the one being written counted twice (`writing`): gRPC copies it into its
+own buffer, and the servicer's bytes live until gRPC has written it.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from broker.subscription.members import MemberSpec
-from broker.subscription.share_budget import ShareBudget
+from broker.subscription.outbox_budget import OutboxBudget
 from sdk.core.model import HashRange
 
 
@@ -52,7 +58,7 @@ class Session:
 
     def __init__(self, spec: ConsumerSpec, topic: str, subscription: str,
                  outbox_max: int, outbox_bytes_max: int = 1 << 62,
-                 budget: ShareBudget | None = None) -> None:
+                 budget: OutboxBudget | None = None) -> None:
         self.spec = spec
         self.topic = topic
         self.subscription = subscription
@@ -90,15 +96,39 @@ class Session:
             self.close(BrokerError("consumer_outbox_full", consumer=self.name,
                                    max=self.outbox_max))
             return
-        self.bytes += len(message)
-        if not self.paused and self.bytes > self.limit():
+        n = len(message)
+        self.bytes += n
+        budget = self.budget
+        if budget is None:
+            over = self.bytes > self.outbox_bytes_max
+        else:
+            budget.held_bytes += n
+            over = self.bytes > min(self.outbox_bytes_max, budget.share) \
+                or budget.held_bytes > budget.bytes_max
+        if over and not self.paused:
             self._set_paused(True)
 
+    def writing(self, message: bytes) -> None:
+        """The servicer hands `message` (taken from the outbox) to gRPC, which copies it."""
+        n = len(message)
+        self.bytes += n
+        if self.budget is not None:
+            self.budget.held_bytes += n
+
     def written(self, message: bytes) -> None:
-        """The servicer handed `message` to gRPC."""
-        self.bytes -= len(message)
+        """gRPC wrote `message`: its copy and the servicer's are gone."""
+        n = 2 * len(message)
+        self.bytes -= n
+        if self.budget is not None:
+            self.budget.held_bytes -= n
         if self.paused and self.bytes <= self.limit() // 2:
             self._set_paused(False)
+
+    def leave_budget(self) -> None:
+        """The stream is gone: what it held no longer counts (it counts nothing more)."""
+        if self.budget is not None:
+            self.budget.leave(self)
+            self.budget = None
 
     def share_changed(self) -> None:
         """The budget's wake: pause if over a smaller share, resume if under half a

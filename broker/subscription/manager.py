@@ -42,8 +42,8 @@ from broker.subscription.dead_letter_watch import CycleWatch, report_cycles
 from broker.subscription.dispatcher import PartitionDispatcher
 from broker.subscription.dispatcher_upkeep import ForwardsDeadLetters, seek_together
 from broker.subscription.open_rules import check_open, check_room, check_sticky, consumer_spec
+from broker.subscription.outbox_budget import OutboxBudget
 from broker.subscription.ranges import checked_ranges, sent_ranges
-from broker.subscription.share_budget import ShareBudget
 from broker.subscription.spec import SubscriptionSpec, mode_named
 from broker.subscription.stats import partition_info, remove_consumer_gauges, update_gauges
 from broker.supervision import describe_cause
@@ -87,7 +87,7 @@ class SubscriptionManager:
         self.cache_budget = CacheBudget(settings.dispatch_cache_broker_bytes_max,
                                         settings.dispatch_cache_bytes_max)
         # the consumers' outboxes: a share is never below one event of the largest size
-        self.outbox_budget = ShareBudget(settings.consumer_outbox_broker_bytes_max,
+        self.outbox_budget = OutboxBudget(settings.consumer_outbox_broker_bytes_max,
                                          settings.consumer_outbox_bytes_max,
                                          settings.event_bytes_max)
 
@@ -140,7 +140,7 @@ class SubscriptionManager:
     async def _end(self, subscription: Subscription, error: BrokerError, persist: bool) -> None:
         for session in list(subscription.sessions.values()):
             session.close(error)
-            self.outbox_budget.leave(session)
+            session.leave_budget()
         for dispatcher in subscription.dispatchers:
             self.cache_budget.leave(dispatcher.cache)
             await dispatcher.stop(persist=persist)
@@ -276,7 +276,7 @@ class SubscriptionManager:
     def detach(self, session: Session) -> int:
         """The consumer's stream ended: its unacked events go back for redelivery.
         Returns how many events it held unacknowledged."""
-        self.outbox_budget.leave(session)
+        session.leave_budget()
         subscription = self._topics.get(session.topic, {}).get(session.subscription)
         if subscription is None or subscription.sessions.get(session.name) is not session:
             return 0

@@ -23,6 +23,7 @@ from pathlib import Path
 from broker.config import Settings
 from broker.log.rocks_store import RocksStore
 from broker.subscription.consumer_state import ConsumerSpec, Session
+from broker.subscription.outbox_budget import OutboxBudget
 from broker.subscription.share_budget import ShareBudget
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.managers import subscription_manager
@@ -33,13 +34,19 @@ class Held:
     bytes: int = 0
 
 
-def session(budget: ShareBudget, name: str, pauses: list[tuple[str, bool]],
+def session(budget: OutboxBudget, name: str, pauses: list[tuple[str, bool]],
             bytes_max: int = 100) -> Session:
     spec = ConsumerSpec(name, 0, (), 0, 0, (0,))
     s = Session(spec, "t", "s", outbox_max=100, outbox_bytes_max=bytes_max, budget=budget)
     s.on_pause(0, lambda paused: pauses.append((name, paused)))
     budget.join_all([(s, s.share_changed)])
     return s
+
+
+def write(s: Session, n: int) -> None:
+    """The servicer hands a message of `n` bytes to gRPC, which writes it."""
+    s.writing(b"x" * n)
+    s.written(b"x" * n)
 
 
 def test_the_share_is_equal_within_the_member_bound_and_above_the_floor() -> None:
@@ -72,7 +79,7 @@ def test_a_leave_wakes_only_the_members_waiting_for_room() -> None:
 
 
 def test_a_session_pauses_past_its_share_and_resumes_under_half_of_it() -> None:
-    budget = ShareBudget(bytes_max=100, member_bytes_max=100)
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
     pauses: list[tuple[str, bool]] = []
     first = session(budget, "a", pauses)
     session(budget, "b", pauses)  # shares of 50
@@ -80,32 +87,32 @@ def test_a_session_pauses_past_its_share_and_resumes_under_half_of_it() -> None:
     assert not first.paused
     first.send(b"x" * 20)  # 60 > 50
     assert pauses == [("a", True)]
-    first.written(b"x" * 20)  # 40 > 25: still paused
+    write(first, 20)  # 40 > 25: still paused
     assert first.paused
-    first.written(b"x" * 40)
+    write(first, 40)
     assert pauses == [("a", True), ("a", False)]
 
 
 def test_a_new_session_pauses_those_over_the_smaller_share_at_once() -> None:
-    budget = ShareBudget(bytes_max=100, member_bytes_max=100)
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
     pauses: list[tuple[str, bool]] = []
     first = session(budget, "a", pauses)
     first.send(b"x" * 60)
     assert not first.paused  # 60 <= 100
     session(budget, "b", pauses)  # share 50: a holds more
     assert pauses == [("a", True)] and first.bytes == 60  # paused, nothing dropped
-    first.written(b"x" * 30)  # 30 > 25: waits for its new half
+    write(first, 30)  # 30 > 25: waits for its new half
     assert first.paused
 
 
 def test_a_closing_session_wakes_a_paused_one_under_half_its_larger_share() -> None:
-    budget = ShareBudget(bytes_max=100, member_bytes_max=100)
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
     pauses: list[tuple[str, bool]] = []
     first = session(budget, "a", pauses)
     second = session(budget, "b", pauses)
     first.send(b"x" * 40)
     first.send(b"x" * 30)  # 70 > 50: paused
-    first.written(b"x" * 40)  # 30 > 25: still paused, and no write will come
+    write(first, 40)  # 30 > 25: still paused, and no write will come
     assert first.paused
     budget.leave(second)  # share 100: 30 <= 50
     assert pauses == [("a", True), ("a", False)] and not first.paused
@@ -116,19 +123,49 @@ def test_a_closing_session_wakes_a_paused_one_under_half_its_larger_share() -> N
 
 
 def test_a_message_larger_than_the_share_goes_and_the_outbox_drains() -> None:
-    budget = ShareBudget(bytes_max=30, member_bytes_max=100, floor=10)
+    budget = OutboxBudget(bytes_max=30, member_bytes_max=100, floor=10)
     pauses: list[tuple[str, bool]] = []
     sessions = [session(budget, name, pauses) for name in "abcd"]  # share: the floor, 10
     big = sessions[0]
     big.send(b"x" * 50)  # an empty outbox takes it, then pauses
     assert big.paused and big.bytes == 50
-    big.written(b"x" * 50)
+    write(big, 50)
     assert not big.paused
     assert pauses == [("a", True), ("a", False)]
 
 
+def test_sessions_pause_once_all_outboxes_hold_the_budget() -> None:
+    """A session that filled under a larger share keeps it; a later one does not get a
+    share on top of it past the budget (streams that stall one by one)."""
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
+    pauses: list[tuple[str, bool]] = []
+    first = session(budget, "a", pauses)
+    first.send(b"x" * 90)  # alone: its share is 100
+    second = session(budget, "b", pauses)  # shares of 50: a pauses, keeps its 90
+    second.send(b"x" * 40)  # 40 <= 50, but 130 held in all
+    assert pauses == [("a", True), ("b", True)] and budget.held() == 130
+    write(second, 40)  # its own write resumes it (nothing waits on the others)
+    assert pauses[-1] == ("b", False)
+    first.leave_budget()
+    assert budget.held() == 0 == second.bytes and first.budget is None
+
+
+def test_a_message_being_written_counts_twice_until_written() -> None:
+    """gRPC copies a message it writes; the servicer's bytes live until the write ends."""
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
+    pauses: list[tuple[str, bool]] = []
+    first = session(budget, "a", pauses)
+    first.send(b"x" * 40)
+    first.writing(b"x" * 40)
+    assert first.bytes == 80 == budget.held()
+    first.send(b"x" * 30)  # 110 > 100 with gRPC's copy
+    assert pauses == [("a", True)]
+    first.written(b"x" * 40)  # 30 <= 50
+    assert pauses == [("a", True), ("a", False)] and budget.held() == 30
+
+
 def test_a_closed_session_is_not_woken_into_pausing() -> None:
-    budget = ShareBudget(bytes_max=100, member_bytes_max=100)
+    budget = OutboxBudget(bytes_max=100, member_bytes_max=100)
     pauses: list[tuple[str, bool]] = []
     first = session(budget, "a", pauses)
     first.send(b"x" * 60)
