@@ -127,8 +127,9 @@ class Settings:
         "written.")
     consumer_outbox_broker_bytes_max: int = setting(
         256 << 20, "Bytes queued for all consumers' streams of the broker together: each "
-        "consumer's pause threshold is an equal share of it (at most consumer_outbox_bytes_max, "
-        "at least event_bytes_max).")
+        "consumer is paused past an equal share of it (at most consumer_outbox_bytes_max, "
+        "at least event_bytes_max), and every consumer once all together hold it; each may "
+        "pass it by one round's sends.")
     look_ahead_events_max: int = setting(20_000, "Events a dispatcher reads ahead and keeps "
                                          "waiting in memory per partition.")
     waiting_slot_events_max: int = setting(

@@ -46,8 +46,9 @@ DISPATCH_CACHE_BYTES = Gauge("keybus_dispatch_cache_bytes",
                              "Memory of records all dispatchers keep read, as counted against "
                              "dispatch_cache_broker_bytes_max")
 CONSUMER_OUTBOX_BYTES = Gauge("keybus_consumer_outbox_bytes",
-                              "Bytes queued in every consumer's outbox, not yet written to its "
-                              "stream, as counted against consumer_outbox_broker_bytes_max")
+                              "Bytes every consumer's outbox holds (queued, and the message "
+                              "being written twice: gRPC's copy), as counted against "
+                              "consumer_outbox_broker_bytes_max")
 DISPATCHED_EVENTS = Counter("keybus_dispatched_events", "Events sent to consumers (redeliveries too)",
                             ["topic", "subscription"])
 REDELIVERED_EVENTS = Counter("keybus_redelivered_events", "Events sent again after a nack, "
