@@ -56,8 +56,8 @@ UNREAD_CHANNEL = [("grpc.http2.bdp_probe", 0)]  # the client's window stays 64 K
 ROUND_BYTES = READ_BYTES + RECORD_EVENTS * VALUE + (64 << 10)
 # Reading the log costs memory with no outbox at all: with a budget of 256 KiB the same
 # six streams grew the broker by 81 MiB (55 with glibc's mmap threshold fixed at 128
-# KiB), one stream by 6 MiB: what the dispatchers' reads leave in the worker threads'
-# malloc arenas (at most six threads here), not anything the outboxes hold.
+# KiB), one stream by 6 MiB: what the dispatchers' reads (on worker threads) leave in
+# malloc's arenas, not anything the outboxes hold.
 READ_SLACK_BYTES = 96 << 20
 METRICS_PORT = free_port()
 
