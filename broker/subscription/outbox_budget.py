@@ -41,10 +41,6 @@ class OutboxBudget(ShareBudget):
             self.held_bytes -= member.bytes
         super().leave(member)
 
-    def full(self) -> bool:
-        """All members together hold more than the budget."""
-        return self.held_bytes > self.bytes_max
-
     def held(self) -> int:
         return self.held_bytes
 
