@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
+from sdk.bootstrap import BootstrapPosition
 from sdk.core.columns import Event
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.producer import (
@@ -261,6 +262,11 @@ class SyncReader(_SyncBatches):
     @property
     def end_offset(self) -> int | None:
         return self._one.end_offset
+
+    @property
+    def position(self) -> BootstrapPosition | None:
+        """A bootstrap's position after the last batch handed out (Reader.position)."""
+        return self._one.position
 
     def __enter__(self) -> SyncReader:
         return self

@@ -12,7 +12,10 @@
   read twice or skipped between them (a key changed after P comes from the
   log with its newer value). The first batch is checked when it is planned
   like every batch (`snapshot_starts`): the log from P must still be stored
-  (retention), and P is never past the batch's end.
+  (retention), and P is never past the batch's end. Retention that removes
+  it after planning is met by the task's read (task_read.py), which goes on
+  past the removed log from where it stood (`past_retention`) with
+  failOnDataLoss=false.
 
 Spark glue lives in source.py; this module holds the offsets marker (pure)
 and the task-side read.
@@ -21,10 +24,11 @@ and the task-side read.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sdk import errors
-from sdk.bootstrap import BootstrapPosition
+from sdk.bootstrap import SNAPSHOT, BootstrapPosition
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.security import ClientSecurity
@@ -69,34 +73,75 @@ def snapshot_starts(starts: Mapping[TopicPartition, int],
     return {tp: min(start, stops.get(tp, start)) for tp, start in starts.items()}
 
 
+def reads_log(start: BootstrapPosition, stop: int | None) -> bool:
+    """Whether a streaming snapshot read from `start` reads log after its snapshot:
+    the log between where it stands (the snapshot's offset, or the next offset in
+    the log) and `stop`."""
+    if stop is None:
+        return False
+    return stop > (start.snapshot_offset if start.phase == SNAPSHOT else start.next_offset)
+
+
+def past_retention(position: BootstrapPosition, log_start: int) -> BootstrapPosition:
+    """Where a streaming snapshot read goes on when retention removed the log below
+    `log_start` while it read, from `position` (what it had handed out):
+    failOnDataLoss=false. Pure.
+
+    Nothing handed out is read again, and only removed log events are skipped:
+    * in the snapshot: the snapshot resumes after the last key handed out, as of
+      `log_start` (every key's latest event below it, so a key changed in the
+      removed log keeps its newer value), and the log follows from `log_start`.
+      Keys already handed out lose only their changes in the removed log (their
+      entries below the old offset went out; those at or past `log_start` come
+      from the log);
+    * in the log: it goes on at `log_start`; the events before it are gone.
+    """
+    if position.phase == SNAPSHOT:
+        return replace(position, snapshot_offset=max(position.snapshot_offset, log_start))
+    next_offset = max(position.next_offset, log_start)
+    return replace(position, next_offset=next_offset,
+                   target_offset=max(position.target_offset, next_offset))
+
+
+@dataclass(slots=True)
+class Progress:
+    """How far a snapshot read got: its position after the last record it yielded
+    (None until the reader says)."""
+
+    position: BootstrapPosition | None = None
+
+
 def snapshot_records(broker: str, topic: str, partition: int,
                      ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
-                     events_max: int, snapshot_offset: int | None,
-                     stop: int | None, security: ClientSecurity | None = None
-                     ) -> Iterator[pb.Record]:
-    """The records of a snapshot read, then (with `stop`) the log up to `stop`.
+                     events_max: int, start: BootstrapPosition | None,
+                     stop: int | None, security: ClientSecurity | None = None,
+                     progress: Progress | None = None) -> Iterator[pb.Record]:
+    """The records of a snapshot read, then (streaming) the log up to `stop`.
 
     Args:
-        snapshot_offset: None: a new snapshot, and nothing after it (batch).
-            An offset: the snapshot as of it (streaming), then the log from
-            it up to `stop` (exclusive).
+        start: None: a new snapshot, and nothing after it (batch). A position
+            (streaming): the snapshot as of `start.snapshot_offset`, then the
+            log up to `stop` (exclusive); or, a position in the log (a read
+            that goes on, `past_retention`), the log from there up to `stop`.
+        progress: set to the reader's position before each record is yielded.
     Raises:
         BrokerCallError: the read failed (out_of_range: the log the snapshot
             needs was removed by retention).
     """
-    start: str | BootstrapPosition = "bootstrap"
-    if snapshot_offset is not None:
-        start = BootstrapPosition("snapshot", snapshot_offset)
-    log_wanted = snapshot_offset is not None and stop is not None and stop > snapshot_offset
+    log_wanted = start is not None and reads_log(start, stop)
+    if start is not None and start.phase != SNAPSHOT and not log_wanted:
+        return  # a read that stood in the log, and the log it had left is gone
     try:
-        with SyncReader(broker, topic, partition, start=start, hash_ranges=ranges,
+        with SyncReader(broker, topic, partition, start=start or "bootstrap", hash_ranges=ranges,
                         key_filter=key_filter, events_max=events_max,
                         include_tombstones=False, stop_offset=stop if log_wanted else None,
                         security=security) as reader:
             for batch in reader:
-                if batch.phase != "snapshot" and not log_wanted:
+                if batch.phase != SNAPSHOT and not log_wanted:
                     return
                 if batch.marker is None and batch.count:
+                    if progress is not None:
+                        progress.position = reader.position
                     yield batch.record
     except errors.KeybusError as e:
         raise call_failure(f"Bootstrap({topic!r}/{partition})", broker, e) from None

@@ -21,22 +21,30 @@ to Spark first (they did arrive).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from sdk.bootstrap import SNAPSHOT, BootstrapPosition
 from sdk.core.columns import record_next_offset
-from sdk.core.model import HashRange
+from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.security import ClientSecurity
 from spark_connector import _client
 from spark_connector._client import Failure
 from spark_connector.partitioning import DataLossError, Split
 from spark_connector.schema import records_to_batch
-from spark_connector.snapshot import snapshot_records
+from spark_connector.snapshot import Progress, past_retention, snapshot_records
 
 _log = logging.getLogger("keybus.spark")
+
+# How often a streaming snapshot read goes on past log that retention removed ahead of
+# it before it fails: each time the new read's stream pins its log at once, so a second
+# loss needs retention to run again in the moment before that.
+RETENTION_RESUMES_MAX = 8
+RETENTION_WAIT_S = 0.05  # times the resumes so far, when the log's start has not moved yet
 
 _NEW_CHECKPOINT = ("or start the query with a new checkpointLocation to read the topic again "
                    "from startingOffsets")
@@ -161,33 +169,88 @@ def read_snapshot_split(partition: KeybusSnapshotPartition,
                         schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Arrow batches of a snapshot split (see spark_connector/snapshot.py).
 
+    Streaming: retention may remove the log this read needs after the batch
+    was planned (before the task's stream pins it, or while a broken stream is
+    resumed: a restarted broker has no pins). failOnDataLoss=false then goes
+    on from where the read stood, past the removed log (`past_retention`):
+    nothing already handed to Spark is read again, and only events retention
+    removed are skipped (with a warning).
+
     Raises:
         DataLossError: the log the snapshot's catch-up needs is gone and
-            failOnDataLoss is true (false: a new snapshot is read instead,
-            which may repeat or skip events around it); or (streaming) the
-            split's offsets went back or its topic was deleted since the
-            batch was planned and failOnDataLoss is true (false: skipped).
+            failOnDataLoss is true; or (streaming) the split's offsets went
+            back or its topic was deleted since the batch was planned and
+            failOnDataLoss is true (false: skipped).
+        BrokerCallError: the read failed for another reason, or retention
+            removed the log ahead of it more than RETENTION_RESUMES_MAX times
+            in a row.
     """
     split = partition.split
     key_filter, ranges = partition.read_args()
 
-    def records(snapshot_offset: int | None) -> Iterator[pb.Record]:
+    def records(start: BootstrapPosition | None, progress: Progress) -> Iterator[pb.Record]:
         return snapshot_records(partition.broker, split.topic, split.partition, ranges,
-                                key_filter, partition.events_max, snapshot_offset, split.stop,
-                                partition.security)
+                                key_filter, partition.events_max, start, split.stop,
+                                partition.security, progress)
 
-    try:
-        yield from _coalesced(records(partition.snapshot_offset), partition.events_max, schema)
-    except _client.BrokerCallError as e:
-        if partition.snapshot_offset is None:
-            raise
-        if e.failure != Failure.RETENTION:
-            where = (f"{split.topic}/{split.partition}: the snapshot as of offset "
-                     f"{partition.snapshot_offset} and the log up to offset {split.stop}")
-            _log.warning("%s; skipped (failOnDataLoss=false)",
-                         _skip_lost(e, where, partition.fail_on_data_loss))
+    if partition.snapshot_offset is None:  # batch: the view now
+        yield from _coalesced(records(None, Progress()), partition.events_max, schema)
+        return
+    where = (f"{split.topic}/{split.partition}: the snapshot as of offset "
+             f"{partition.snapshot_offset} and the log up to offset {split.stop}, which this "
+             "task read")
+    start = BootstrapPosition(SNAPSHOT, partition.snapshot_offset)
+    for resumes in range(RETENTION_RESUMES_MAX + 1):
+        progress = Progress()
+        try:
+            yield from _coalesced(records(start, progress), partition.events_max, schema)
             return
-        if partition.fail_on_data_loss:
-            raise DataLossError(f"{e}. Set failOnDataLoss=false to read a new snapshot "
-                                "instead") from None
-        yield from _coalesced(records(None), partition.events_max, schema)
+        except _client.BrokerCallError as e:
+            if e.failure != Failure.RETENTION:
+                _log.warning("%s; skipped (failOnDataLoss=false)",
+                             _skip_lost(e, f"{where},", partition.fail_on_data_loss))
+                return
+            if partition.fail_on_data_loss:
+                raise DataLossError(
+                    f"{where}: retention removed log it needs while it read ({e}). Set "
+                    "failOnDataLoss=false to skip the events retention removed and go on, "
+                    f"{_NEW_CHECKPOINT}") from None
+            if resumes == RETENTION_RESUMES_MAX:
+                raise _client.BrokerCallError(
+                    f"{where}: retention removed the log ahead of it {resumes + 1} times in a "
+                    f"row, each time after it went on past the removed log ({e}); give the "
+                    "topic a longer retention", Failure.OTHER) from None
+            stood = progress.position or start
+            log_start = _log_start(partition)
+            if log_start is None:
+                _log.warning("%s: the topic was deleted while it read; skipped the rest "
+                             "(failOnDataLoss=false)", where)
+                return
+            start = past_retention(stood, log_start)
+            if start == stood:  # the cut is made, its start offset not yet moved: a moment
+                time.sleep(RETENTION_WAIT_S * (resumes + 1))
+                continue
+            _log.warning("%s: %s (failOnDataLoss=false)", where, _skipped_words(stood, start))
+
+
+def _log_start(partition: KeybusSnapshotPartition) -> int | None:
+    """The partition's first stored offset now (None: its topic is gone)."""
+    split = partition.split
+    bounds = _client.describe(partition.broker, [split.topic], partition.security,
+                              missing_ok=True)
+    found = bounds.get(TopicPartition(split.topic, split.partition))
+    return None if found is None else found.start_offset
+
+
+def _skipped_words(stood: BootstrapPosition, start: BootstrapPosition) -> str:
+    """What going on from `start` instead of `stood` skips, in words."""
+    if stood.phase == SNAPSHOT:
+        after = ("" if stood.source is None else
+                 f" after key {stood.key!r} of source {stood.source!r}")
+        return (f"retention removed the log below offset {start.snapshot_offset} while it "
+                f"read the snapshot{after}; the keys it had not read yet come from the "
+                f"snapshot as of offset {start.snapshot_offset}, and the removed events of "
+                f"offsets {stood.snapshot_offset}..{start.snapshot_offset - 1} of the keys it "
+                "had read are skipped")
+    return (f"retention removed offsets {stood.next_offset}..{start.next_offset - 1} while "
+            f"it read the log; skipped, going on at offset {start.next_offset}")
