@@ -3,7 +3,8 @@
 Retention removes whole records from the head: by age and size
 (`log/retention.py` plans it from the head records' headers, on a worker
 thread), never past the view's floor (`retention_floor`: what the compacted
-view has not folded or a bootstrap still reads); a compacted topic rewrites
+view has not folded or a bootstrap still reads; looked at again once the plan
+is made, since a bootstrap may pin its log meanwhile); a compacted topic rewrites
 its head instead (`compact_head`). Idempotence state of producers unused for
 `producer_expiry_ms` is dropped on the same pass, at most every
 `producer_expiry_check_interval_ms`.
@@ -41,6 +42,11 @@ async def trim(partition: Partition, now_ms: int) -> int:
         plan = await partition.threads.run(lambda: plan_trim(
             below(head_records(store, meta.topic_id, index), floor),
             now_ms, meta.retention_ms, meta.retention_bytes, partition.bytes))
+    if plan is not None and floor is not None and partition.retention_floor is not None \
+            and partition.retention_floor() < plan.stop_offset:
+        # A Bootstrap pinned log below the cut while the plan was made (it checked
+        # removing_below, not set yet): keep it; the next pass plans with the pin.
+        plan = None
     if plan is not None:
         partition.removing_below = plan.stop_offset
         await partition.threads.run(store.trim, meta.topic_id, index, plan.stop_offset,
