@@ -42,7 +42,7 @@ def test_a_named_provider_survives_pickling_and_gives_the_token() -> None:
     (str(lambda: "x"), ["option 'token'", "is the text of a Python callable",
                         f"allowed: the token as text, {ALLOWED}", "or tokenFile"]),
     (str(current_token), ["is the text of a Python callable", ALLOWED]),
-])
+], ids=["lambda", "function"])  # the values hold addresses: xdist workers must agree on ids
 def test_a_callable_given_as_token_is_refused(value: str, words: list[str]) -> None:
     """Before: its repr ('<function <lambda> at 0x...>') was sent as the token."""
     with pytest.raises(OptionError) as caught:
