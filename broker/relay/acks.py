@@ -56,7 +56,8 @@ class AckTracker(Generic[T]):
         self._waiting: list[tuple[int, int, T]] = []
         self._order = itertools.count()
         self._streams: set[tuple[object, str]] = set()  # (open report stream, follower)
-        self._left: dict[str, float] = {}  # follower -> when its last open stream closed
+        # follower -> when its last open stream closed (no stream open now)
+        self._left: dict[str, float] = {}
         self.filled = copies == 0  # `copies` followers followed at once (rule 5)
         self._reported: set[str] = set()  # the following set last reported (rule 6)
 
@@ -104,7 +105,8 @@ class AckTracker(Generic[T]):
         open stream follows for `follower_grace_ms` from now (rule 4)."""
         closed = {follower for entry_stream, follower in self._streams if entry_stream is stream}
         self._streams = {entry for entry in self._streams if entry[0] is not stream}
-        self._left = {f: at for f, at in self._left.items() if self._in_grace(at, now_ms)}
+        # kept past the grace (one entry per follower that ever reported in this
+        # epoch): `state` says since when one stopped following
         for follower in closed - self._open():
             self._left[follower] = now_ms
 
@@ -125,6 +127,19 @@ class AckTracker(Generic[T]):
         if left is None or follower in self._open() or not self._in_grace(left, now_ms):
             return 0
         return max(1, int(left + self.follower_grace_ms - now_ms))
+
+    def state(self, follower: str, now_ms: float) -> tuple[str, int]:
+        """(state, ms) of `follower` (rule 4), for people: ("following", 0) with an
+        open stream; ("in_grace", ms of grace left); ("stopped", ms since its grace
+        ended); ("", 0) for one never attached here."""
+        if follower in self._open():
+            return "following", 0
+        left = self._left.get(follower)
+        if left is None:
+            return "", 0
+        if self._in_grace(left, now_ms):
+            return "in_grace", self.grace_left_ms(follower, now_ms)
+        return "stopped", int(now_ms - left - self.follower_grace_ms)
 
     def following_changes(self, now_ms: float) -> list[tuple[str, bool]]:
         """(follower, follows now) for each follower that stopped or began following

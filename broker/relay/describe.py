@@ -70,11 +70,17 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
         ends = {p.index: p.log_end for p in partitions}
         for (broker, index), (follower_address, end, reported_ms) in sorted(role.reports.items()):
             tracker = trackers.get(index)
+            # following now, in its grace or stopped (with any acks: the trackers
+            # follow the report streams with acks = leader too)
+            any_tracker = role.trackers.get(index)
+            follows, follows_ms = any_tracker.state(broker, now_monotonic_ms) if any_tracker \
+                else ("", 0)
             result.followers.append(pb.ReplicaInfo(
                 broker_id=broker, address=follower_address, partition=index, end_offset=end,
                 lag_events=max(ends.get(index, end) - end, 0),
                 last_report_ms_ago=now - reported_ms,
-                grace_left_ms=tracker.grace_left_ms(broker, now_monotonic_ms) if tracker else 0))
+                grace_left_ms=tracker.grace_left_ms(broker, now_monotonic_ms) if tracker else 0,
+                state=follows, stopped_ms_ago=follows_ms if follows == "stopped" else 0))
     return result
 
 

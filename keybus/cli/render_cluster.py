@@ -51,12 +51,16 @@ def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]
         "leader_changes": topic.leader_changes, "zookeeper_state": info.zookeeper_state,
         "partitions": [_partition_row(p, unknown and p.upstream_read_ms_ago < 0)
                        for p in topic.partitions],
-        "followers": [{"broker_id": f.broker_id, "partition": f.partition,
+        "followers": [{"broker_id": f.broker_id, "address": f.address, "partition": f.partition,
                        "end_offset": f.end_offset, "lag_events": f.lag_events,
                        "last_report_s_ago": f.last_report_ms_ago / 1000,
                        # how much longer it counts as following by its grace alone (its
                        # report stream closed; relay_follower_grace_ms), 0 while connected
-                       "grace_left_s": f.grace_left_ms / 1000} for f in topic.followers],
+                       "grace_left_s": f.grace_left_ms / 1000,
+                       # following, in_grace or stopped; None from an older broker
+                       "state": f.state or None,
+                       "stopped_s_ago": f.stopped_ms_ago / 1000 if f.state == "stopped"
+                       else None} for f in topic.followers],
     }
 
 
@@ -103,6 +107,24 @@ def _grace_note(row: dict[str, Any]) -> str:
     return f" ({count} in grace, {min(f['grace_left_s'] for f in in_grace):.1f} s left)"
 
 
+def _stopped_notes(topic: str, row: dict[str, Any]) -> list[str]:
+    """One note per follower a leader lists that no longer follows (its report
+    stream closed and its grace is over), naming its partitions and since when:
+    without it the table shows it nowhere but in a lower following count."""
+    stopped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for follower in row["followers"]:
+        if follower["state"] == "stopped":
+            stopped.setdefault((follower["broker_id"], follower["address"]), []).append(follower)
+    notes = []
+    for (broker_id, address), entries in sorted(stopped.items()):
+        partitions = ",".join(str(f["partition"]) for f in entries)
+        since = min(f["stopped_s_ago"] for f in entries)
+        notes.append(f"{topic} on {row['address']}: follower {broker_id} ({address}) stopped "
+                     f"following partition(s) {partitions} {since:.1f} s ago (its report "
+                     "stream closed and relay_follower_grace_ms passed)")
+    return notes
+
+
 def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:
     """(table rows: leader first per topic, then followers, then unreachable brokers;
     notes: each broker's detail and why a broker did not answer)."""
@@ -122,6 +144,7 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
                          f"{max(read_ago):.1f}" if read_ago else "-"))
             if row["detail"]:
                 notes.append(f"{topic['topic']} on {row['address']}: {row['detail']}")
+            notes.extend(_stopped_notes(topic["topic"], row))
     for broker in status["brokers"]:
         if "error" in broker:
             rows.append(("-", broker["address"], "unreachable", *["-"] * 7))

@@ -171,11 +171,18 @@ def grace_left(leader: BrokerRunner) -> float:
     return float(follower["grace_left_s"])
 
 
+def follower_state(leader: BrokerRunner) -> tuple[str, float | None]:
+    """The follower's (state, stopped_s_ago) in `cluster status --json`."""
+    topics = json.loads(status(leader, "--json"))["topics"]
+    [follower] = topics[0]["brokers"][0]["followers"]
+    return follower["state"], follower["stopped_s_ago"]
+
+
 def test_the_leader_logs_each_change_of_who_follows_and_shows_the_grace(make_pair: MakePair
                                                                           ) -> None:
     pair = make_pair(3_000, 1_000)
     leader, who = pair.leader, f"follower {pair.follower.address}"
-    assert grace_left(leader) == 0  # connected
+    assert grace_left(leader) == 0 and follower_state(leader) == ("following", None)
     assert len(log_lines(leader, "INFO keybus.relay topic t/0: " + who + " follows; 1 "
                          "follow(s) now, acks=1 needs 1")) == 1
     pair.follower.kill()
@@ -184,11 +191,17 @@ def test_the_leader_logs_each_change_of_who_follows_and_shows_the_grace(make_pai
     assert info is not None and 2_000 < info.followers[0].grace_left_ms <= 3_000
     assert 2.0 < grace_left(leader) <= 3.0
     assert "1/1 (1 in grace, " in status(leader)
+    assert follower_state(leader)[0] == "in_grace"
     wait_for(lambda: log_lines(leader, "stopped following"), 6, "the line when it stops")
     assert following(leader) == 0 and grace_left(leader) == 0
     for key in (1, 2, 3):  # refused: one line for the change, none per produce
         assert "but 0 follow it now" in produce(leader.address, key)
     time.sleep(1.2)  # the leader's timer looks once a second
+    # gone for good: said so (grace_left 0 alone read as connected), and since when
+    state, stopped_s_ago = follower_state(leader)
+    assert state == "stopped" and stopped_s_ago is not None and 1.0 <= stopped_s_ago < 30
+    assert f"t on {leader.address}: follower " in status(leader)
+    assert f"({pair.follower.address}) stopped following partition(s) 0 " in status(leader)
     [stopped] = log_lines(leader, "stopped following")
     assert f"WARNING keybus.relay topic t/0: {who} stopped following (its report stream " \
            "closed 3000 ms ago (relay_follower_grace_ms) and it did not come back); 0 " \
@@ -197,4 +210,6 @@ def test_the_leader_logs_each_change_of_who_follows_and_shows_the_grace(make_pai
     pair.follower.start()
     wait_for(lambda: len(log_lines(leader, who + " follows")) == 2, 15, "the line when back")
     assert following(leader) == 1 and grace_left(leader) == 0
+    assert follower_state(leader) == ("following", None)
+    assert "stopped following" not in status(leader)
     assert "enough follow: produce is taken" in log_lines(leader, who + " follows")[1]

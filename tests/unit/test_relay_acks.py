@@ -214,3 +214,20 @@ def test_grace_left_counts_down_from_the_close_and_is_zero_when_connected() -> N
     assert tracker.grace_left_ms("b", 15_000) == 0
     tracker.attach("b", object())
     assert tracker.grace_left_ms("b", 12_000) == 0
+
+
+def test_state_tells_a_connected_follower_from_one_in_grace_and_one_gone() -> None:
+    """DescribeCluster's ReplicaInfo.state: a follower gone for good is "stopped"
+    (since when), never shown like a connected one (both had grace_left_ms 0)."""
+    tracker: AckTracker[str] = AckTracker(1, follower_grace_ms=5_000)
+    gone, kept, other = object(), object(), object()
+    tracker.attach("b", gone)
+    tracker.attach("c", kept)
+    assert tracker.state("b", 0) == ("following", 0) and tracker.state("x", 0) == ("", 0)
+    tracker.detach(gone, now_ms=10_000)
+    assert tracker.state("b", 11_800) == ("in_grace", 3_200)
+    tracker.detach(other, now_ms=40_000)  # another stream's close keeps b's time
+    assert tracker.state("b", 42_500) == ("stopped", 27_500)
+    assert tracker.state("c", 42_500) == ("following", 0)
+    tracker.attach("b", object())
+    assert tracker.state("b", 43_000) == ("following", 0)

@@ -1918,6 +1918,8 @@ class ReplicaInfo(_message.Message):
     LAG_EVENTS_FIELD_NUMBER: _builtins.int
     LAST_REPORT_MS_AGO_FIELD_NUMBER: _builtins.int
     GRACE_LEFT_MS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STOPPED_MS_AGO_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.str
     address: _builtins.str
     partition: _builtins.int
@@ -1930,6 +1932,15 @@ class ReplicaInfo(_message.Message):
     broker/relay/acks.py rule 4). 0 while its stream is open, and once the grace is
     over (then it no longer follows: see PartitionRelayInfo.followers_following).
     """
+    state: _builtins.str
+    """On a leader (any acks): whether this follower follows now (broker/relay/acks.py
+    rule 4): "following" (a report stream open), "in_grace" (its stream closed,
+    grace_left_ms to go), "stopped" (its grace is over: it no longer follows, since
+    stopped_ms_ago). "" from a broker older than this field, or for a report the
+    leader keeps no tracker for.
+    """
+    stopped_ms_ago: _builtins.int
+    """state "stopped": how long ago its grace ended; else 0"""
     def __init__(
         self,
         *,
@@ -1940,10 +1951,12 @@ class ReplicaInfo(_message.Message):
         lag_events: _builtins.int = ...,
         last_report_ms_ago: _builtins.int = ...,
         grace_left_ms: _builtins.int = ...,
+        state: _builtins.str = ...,
+        stopped_ms_ago: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "grace_left_ms", b"grace_left_ms", "lag_events", b"lag_events", "last_report_ms_ago", b"last_report_ms_ago", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "end_offset", b"end_offset", "grace_left_ms", b"grace_left_ms", "lag_events", b"lag_events", "last_report_ms_ago", b"last_report_ms_ago", "partition", b"partition", "state", b"state", "stopped_ms_ago", b"stopped_ms_ago"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
