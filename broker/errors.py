@@ -254,6 +254,16 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("view_rebuilding", grpc.StatusCode.UNAVAILABLE,
                   "the compacted view of {topic!r}/{partition} is being folded again from "
                   "this broker's log ({why}){failing}; retry in a while"),
+        ErrorKind("view_incomplete", grpc.StatusCode.UNAVAILABLE,
+                  "the compacted view of {topic!r}/{partition} on this broker lacks every key "
+                  "written only below offset {below}: this broker's log starts there (the "
+                  "offsets below were removed by retention before it copied them), and its view "
+                  "was folded from that log, not loaded from its upstream's (it took the "
+                  "topic over, or stopped following it, while it waited for that load), so "
+                  "a snapshot from it would silently miss those keys; bootstrap from a "
+                  "broker whose view is complete (e.g. the old leader, once it leads again), "
+                  "or ask for it anyway with allow_incomplete_view (the snapshot's marker "
+                  "then says keys_missing_below={below})"),
         ErrorKind("too_many_bootstraps", grpc.StatusCode.RESOURCE_EXHAUSTED,
                   "the broker serves {max} Bootstrap streams in their snapshot or "
                   "catch-up at once (bootstrap_streams_max); retry later"),

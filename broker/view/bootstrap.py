@@ -106,6 +106,20 @@ def check_loaded(partition: Partition, view: PartitionView, state: ViewState) ->
                       else "an upstream (this broker copies the topic from none now)")
 
 
+def check_complete(partition: Partition, view: PartitionView,
+                   request: pb.BootstrapRequest) -> None:
+    """A view that lacks keys (`PartitionView.gap`) is served only to a request that
+    accepts it (allow_incomplete_view; its marker says keys_missing_below), never
+    as if complete: a consumer would take the snapshot for the whole state.
+
+    Raises:
+        BrokerError: view_incomplete (UNAVAILABLE), naming the offset.
+    """
+    if view.gap and not request.allow_incomplete_view:
+        raise BrokerError("view_incomplete", topic=partition.meta.name,
+                          partition=partition.index, below=view.gap)
+
+
 class BootstrapStream:
     """The phases of one Bootstrap call (built by the servicer, checked there)."""
 
@@ -180,18 +194,21 @@ class BootstrapStream:
 
     async def _snapshot(self, resume: pb.BootstrapResume | None) -> AsyncIterator[bytes]:
         check_loaded(self.partition, self.view, self.view.state)
+        check_complete(self.partition, self.view, self.request)
         asked = self._pin_snapshot(resume)
         position = position_of(resume) if resume is not None else Position()
         cursor = await asyncio.to_thread(self._open, position, asked)
         try:
             check_loaded(self.partition, self.view, cursor.state)  # marked since the check
+            check_complete(self.partition, self.view, self.request)
             offset = cursor.snapshot_offset
             assert self._pin is not None
             self.view.move_pin(self._pin, offset)
             marker = pb.BootstrapMarker(
                 phase=pb.SNAPSHOT, snapshot_offset=offset,
                 snapshot_scn=cursor.state.scn if asked is None else await self._scn_before(offset),
-                consistent_offset=offset if resume is None else cursor.state.offset_next)
+                consistent_offset=offset if resume is None else cursor.state.offset_next,
+                keys_missing_below=self.view.gap)
             async for message in self._snapshot_chunks(cursor, marker):
                 yield message
         finally:

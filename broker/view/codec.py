@@ -49,6 +49,7 @@ PREFIX = struct.Struct(">II")
 STATE = struct.Struct(">QQQQQ")  # offset_next, scn, keys, tombstones, bytes
 PASS_END = struct.Struct(">Q")  # after STATE while a pass is written in parts
 LOAD_FROM = struct.Struct(">Q")  # after PASS_END while the view waits to be loaded
+GAP = struct.Struct(">Q")  # keys_missing_below, under GAP_TAG (absent: complete)
 ENTRY_HEAD = struct.Struct(">QQqqHBHHI")
 # The same head as a numpy record, to encode or decode many entries in one call.
 HEAD_DTYPE = np.dtype([("offset", ">u8"), ("scn", ">u8"), ("publish_time_ms", ">i8"),
@@ -66,6 +67,7 @@ SOURCE_BYTES_MAX = TEXT_BYTES_MAX  # 2 length bytes: the rule producers are held
 ENTRY_TAG = b"e"
 STATE_TAG = b"s"
 TOMBSTONE_TAG = b"t"
+GAP_TAG = b"g"
 INT_TAG = b"\x00"
 STRING_TAG = b"\x01"
 AFTER_KEYS_TAG = b"\x02"  # sorts after every key of a source
@@ -81,6 +83,11 @@ def partition_prefix(topic_id: int, partition: int) -> bytes:
 
 def state_key(topic_id: int, partition: int) -> bytes:
     return PREFIX.pack(topic_id, partition) + STATE_TAG
+
+
+def gap_key(topic_id: int, partition: int) -> bytes:
+    """Where a view that lacks keys says below which offset (store.ViewStore.gap)."""
+    return PREFIX.pack(topic_id, partition) + GAP_TAG
 
 
 def entries_prefix(topic_id: int, partition: int) -> bytes:

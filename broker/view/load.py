@@ -26,6 +26,10 @@ Rules:
    is written once the follower's log reaches V, so the view never claims
    offsets the log lacks and its next pass folds from V: no event twice
    (entries below V are the snapshot's), none skipped.
+5. An upstream view that lacks keys (its marker's `keys_missing_below`: it took
+   its topic over while its own view waited to be loaded) is loaded, with its
+   gap: this view lacks the same keys, and its Bootstrap says so as the
+   upstream's does (bootstrap.check_complete).
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ async def load_view(store: ViewStore, run: Run, partition: Partition, source: Vi
     await run(functools.partial(store.mark_for_load, topic_id, index, load_from))  # rule 2
     counted = ViewState()
     offset = scn = -1
+    gap = 0
     stream = source.open()
     async with contextlib.aclosing(stream):
         async for response in stream:
             if response.HasField("marker") and response.marker.phase == pb.SNAPSHOT:
                 offset, scn = response.marker.snapshot_offset, response.marker.snapshot_scn
+                gap = response.marker.keys_missing_below  # rule 5
             if response.phase != pb.SNAPSHOT:
                 break  # the snapshot is over (its catch-up is this log's to fold)
             if response.records:
@@ -84,7 +90,7 @@ async def load_view(store: ViewStore, run: Run, partition: Partition, source: Vi
         await partition.wait_for_data(offset - 1)  # rule 4: the log reaches V
     _check_covered(partition, source, offset)
     final = replace(counted, offset_next=offset, scn=scn, pass_end=0, load_from=0)
-    return await run(functools.partial(store.finish_load, topic_id, index, final))
+    return await run(functools.partial(store.finish_load, topic_id, index, final, gap))
 
 
 def _check_covered(partition: Partition, source: ViewSource, offset: int) -> None:

@@ -55,6 +55,9 @@ class PartitionView:
         self.settings = settings
         meta = partition.meta
         self.state: ViewState = views.state(meta.topic_id, partition.index)
+        # > 0: the view lacks keys whose events are all below this offset (folded from a
+        # log that starts there when no upstream loaded it: `fold_from_log`)
+        self.gap = views.gap(meta.topic_id, partition.index)
         self.delete_retention_ms = meta.delete_retention_ms or settings.delete_retention_ms
         self._pins: dict[int, int] = {}
         self._pin_ids = 0
@@ -115,6 +118,7 @@ class PartitionView:
         await self.stop()
         meta = self.partition.meta
         self.state = await self._worker.run(self.views.clear, meta.topic_id, self.partition.index)
+        self.gap = self.views.gap(meta.topic_id, self.partition.index)  # kept
         self._signal()
         self.start()
 
@@ -139,6 +143,7 @@ class PartitionView:
         meta = self.partition.meta
         self.state = await self._worker.run(self.views.mark_for_load, meta.topic_id,
                                             self.partition.index, start)
+        self.gap = 0  # the load brings the upstream's (load.py rule 5)
         self._signal()
         self.start()
 
@@ -168,7 +173,10 @@ class PartitionView:
         """Clear the marked view (`fold_from_log`): the maintainer folds it from the
         log's first record from then on."""
         meta = self.partition.meta
-        self.state = await self._on_thread(self.views.clear, meta.topic_id, self.partition.index)
+        # what it lacks: every key written only below the log's start
+        self.state = await self._on_thread(self.views.clear, meta.topic_id, self.partition.index,
+                                           self.partition.start_offset)
+        self.gap = self.views.gap(meta.topic_id, self.partition.index)
         self.fold_why = self.fold_failure = ""
         self._signal()
 
@@ -178,6 +186,7 @@ class PartitionView:
                  "%d)", meta.name, index, source.name, self.state.load_from)
         self.state = await load_view(self.views, self._on_thread, self.partition, source,
                                      self.state.load_from)
+        self.gap = self.views.gap(meta.topic_id, index)
         log.info("view of %s/%d: loaded from %s up to offset %d (%d keys); it folds this "
                  "broker's log from there", meta.name, index, source.name,
                  self.state.offset_next, self.state.keys)

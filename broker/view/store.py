@@ -205,12 +205,22 @@ class ViewStore:
         self.log.write(batch, sync=False)
         return new_state
 
-    def clear(self, topic_id: int, partition: int) -> codec.ViewState:
+    def gap(self, topic_id: int, partition: int) -> int:
+        """The view lacks keys whose events are all below this offset; 0: it lacks none."""
+        value = self._reader.get(codec.gap_key(topic_id, partition))
+        return 0 if value is None else int(codec.GAP.unpack(bytes(value))[0])
+
+    def clear(self, topic_id: int, partition: int, gap: int = 0) -> codec.ViewState:
         """Drop a partition's whole view (entries, tombstone index, state): it is
-        folded again from the log (a truncation cut events it held)."""
+        folded again from the log (a truncation cut events it held). Its gap stays
+        (a view folded again from the same log lacks the same keys), raised to
+        `gap` (the log's start, when what it lacks is below it)."""
+        gap = max(gap, self.gap(topic_id, partition))
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.delete_range(codec.partition_prefix(topic_id, partition),
                            codec.PREFIX.pack(topic_id, partition + 1), self._handle)
+        if gap:
+            batch.put(codec.gap_key(topic_id, partition), codec.GAP.pack(gap), self._handle)
         self.log.write(batch, sync=False)
         return self.state(topic_id, partition)
 
@@ -245,10 +255,13 @@ class ViewStore:
         return after
 
     def finish_load(self, topic_id: int, partition: int,
-                    state: codec.ViewState) -> codec.ViewState:
-        """Write a loaded view's final, unmarked state (load.py, rule 4)."""
+                    state: codec.ViewState, gap: int = 0) -> codec.ViewState:
+        """Write a loaded view's final, unmarked state (load.py, rule 4), and the gap
+        of the view it was loaded from (0: none)."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.put(codec.state_key(topic_id, partition), state.encode(), self._handle)
+        if gap:
+            batch.put(codec.gap_key(topic_id, partition), codec.GAP.pack(gap), self._handle)
         self.log.write(batch, sync=False)
         return state
 

@@ -47,11 +47,12 @@ class Fault:
         self.healed = False
         self._clear = ViewStore.clear
 
-    def clear(self, views: ViewStore, topic_id: int, partition: int) -> ViewState:
+    def clear(self, views: ViewStore, topic_id: int, partition: int, gap: int = 0
+              ) -> ViewState:
         self.calls += 1
         if not self.healed:
             raise OSError(5, INJECTED)
-        return self._clear(views, topic_id, partition)
+        return self._clear(views, topic_id, partition, gap)
 
 
 async def _start(tmp_path: Path) -> Broker:
@@ -126,8 +127,8 @@ def test_a_failing_start_up_fold_is_retried_and_the_broker_serves(
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(service, "ERROR_BACKOFF", RestartBackoff(20, 80))
     fault = Fault()
-    monkeypatch.setattr(ViewStore, "clear", lambda views, topic_id, partition:
-                        fault.clear(views, topic_id, partition))
+    monkeypatch.setattr(ViewStore, "clear", lambda views, topic_id, partition, gap=0:
+                        fault.clear(views, topic_id, partition, gap))
     with caplog.at_level(logging.WARNING, logger="keybus.view"):
         asyncio.run(asyncio.wait_for(_scenario(tmp_path, fault), WAIT_S * 3))
     failures = [r for r in caplog.records if INJECTED in r.getMessage()]

@@ -28,7 +28,7 @@ import pytest
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.view import codec
-from broker.view.bootstrap import check_loaded
+from broker.view.bootstrap import check_complete, check_loaded
 from broker.view.load import LoadError, ViewSource, load_view
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
 from broker.view.store import ViewStore
@@ -73,14 +73,14 @@ def _entries(views: ViewStore) -> tuple[list[tuple[bytes, bytes]], codec.ViewSta
     return found, views.state(1, 0)
 
 
-def _source(upstream: ViewStore, fail_after: int | None = None) -> ViewSource:
+def _source(upstream: ViewStore, fail_after: int | None = None, gap: int = 0) -> ViewSource:
     """The upstream's snapshot as Bootstrap answers it, 7 events a message."""
     async def snapshot() -> AsyncGenerator[pb.BootstrapResponse, None]:
         spec = SnapshotSpec("t", 1, 0, (), None, None, True, 7, 1 << 20)
         cursor = SnapshotCursor(upstream, spec, Position(), None)
         marker: pb.BootstrapMarker | None = pb.BootstrapMarker(
             phase=pb.SNAPSHOT, snapshot_offset=cursor.snapshot_offset,
-            snapshot_scn=cursor.state.scn)
+            snapshot_scn=cursor.state.scn, keys_missing_below=gap)
         sent = 0
         while True:
             chunk = cursor.next_chunk()
@@ -209,4 +209,39 @@ def test_a_snapshot_below_the_logs_start_is_refused(tmp_path: Path,
     with pytest.raises(LoadError, match="starts at 130"):
         _load(views, FakePartition(views, 130, 130), _source(upstream))  # rule 3
     assert views.state(1, 0).load_from == 90
+    store.close()
+
+
+def test_a_view_folded_past_its_gap_keeps_it_and_a_load_brings_the_upstreams(
+        tmp_path: Path, upstream: ViewStore) -> None:
+    """The gap of a view folded from a log with offsets it never saw (`fold_from_log`)
+    survives a rebuild and a restart, a load clears it or brings the upstream's
+    (rule 5), and a Bootstrap of a view with a gap is refused unless it accepts it."""
+    path = str(tmp_path / "follower")
+    store = RocksStore(path, fsync=False)
+    views = ViewStore(store, PUTS)
+    views.mark_for_load(1, 0, 90)
+    views.clear(1, 0, 90)  # folded from its log, which starts at 90
+    assert views.gap(1, 0) == 90
+    views.clear(1, 0)  # a rebuild (truncation) folds the same log: same keys missing
+    assert views.gap(1, 0) == 90
+    store.close()
+    store = RocksStore(path, fsync=False)
+    views = ViewStore(store, PUTS)
+    assert views.gap(1, 0) == 90  # stored
+    view = SimpleNamespace(gap=90)
+    partition = FakePartition(views, 90, 100)
+    with pytest.raises(BrokerError) as refused:
+        check_complete(partition, view, pb.BootstrapRequest())  # type: ignore[arg-type]
+    assert refused.value.kind.name == "view_incomplete"
+    assert refused.value.kind.code == grpc.StatusCode.UNAVAILABLE
+    assert "lacks every key written only below offset 90" in str(refused.value)
+    check_complete(partition, view, pb.BootstrapRequest(  # type: ignore[arg-type]
+        allow_incomplete_view=True))
+    views.mark_for_load(1, 0, 90)
+    _load(views, partition, _source(upstream))
+    assert views.gap(1, 0) == 0  # a complete upstream's view: complete
+    views.mark_for_load(1, 0, 90)
+    _load(views, partition, _source(upstream, gap=40))
+    assert views.gap(1, 0) == 40  # the upstream's gap came with its view
     store.close()

@@ -2182,6 +2182,7 @@ class BootstrapRequest(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     STOP_OFFSET_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
+    ALLOW_INCOMPLETE_VIEW_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     events_max: _builtins.int
@@ -2202,6 +2203,12 @@ class BootstrapRequest(_message.Message):
     its upstream's retention removed): the broker's per-source config
     filters do not apply, as on a replica read. Needs the admin permission
     on the topic besides consume.
+    """
+    allow_incomplete_view: _builtins.bool
+    """Serve a view that lacks keys (the marker's keys_missing_below says which) instead
+    of refusing it with UNAVAILABLE (view_incomplete); a follower's view load asks
+    this and keeps the gap. A view lacks keys when its broker took the topic over
+    while its view waited to be loaded from the old leader (docs/bootstrap.md).
     """
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -2234,10 +2241,11 @@ class BootstrapRequest(_message.Message):
         resume: Global___BootstrapResume | None = ...,
         stop_offset: _builtins.int = ...,
         replica: _builtins.bool = ...,
+        allow_incomplete_view: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "resume", b"resume"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "replica", b"replica", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_incomplete_view", b"allow_incomplete_view", "bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "replica", b"replica", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2254,6 +2262,7 @@ class BootstrapMarker(_message.Message):
     SNAPSHOT_SCN_FIELD_NUMBER: _builtins.int
     TARGET_OFFSET_FIELD_NUMBER: _builtins.int
     CONSISTENT_OFFSET_FIELD_NUMBER: _builtins.int
+    KEYS_MISSING_BELOW_FIELD_NUMBER: _builtins.int
     phase: Global___BootstrapPhase.ValueType
     snapshot_offset: _builtins.int
     """The snapshot holds every event below this offset; the catch-up starts here."""
@@ -2266,6 +2275,10 @@ class BootstrapMarker(_message.Message):
     has passed this offset: snapshot_offset for a snapshot read in one go,
     later for a resumed one (keys changed meanwhile come in the catch-up).
     """
+    keys_missing_below: _builtins.int
+    """SNAPSHOT, asked with allow_incomplete_view only: > 0 when the view lacks keys
+    whose events are all below this offset (0: the view is complete).
+    """
     def __init__(
         self,
         *,
@@ -2274,10 +2287,11 @@ class BootstrapMarker(_message.Message):
         snapshot_scn: _builtins.int = ...,
         target_offset: _builtins.int = ...,
         consistent_offset: _builtins.int = ...,
+        keys_missing_below: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistent_offset", b"consistent_offset", "phase", b"phase", "snapshot_offset", b"snapshot_offset", "snapshot_scn", b"snapshot_scn", "target_offset", b"target_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistent_offset", b"consistent_offset", "keys_missing_below", b"keys_missing_below", "phase", b"phase", "snapshot_offset", b"snapshot_offset", "snapshot_scn", b"snapshot_scn", "target_offset", b"target_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

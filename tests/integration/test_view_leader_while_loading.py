@@ -1,0 +1,149 @@
+"""A follower that becomes the leader while its compacted view waits to be loaded.
+
+Goal: a Bootstrap never serves a snapshot that silently misses keys. A
+follower whose copy restarted at its upstream's start offset (the upstream's
+retention removed offsets it had not copied) marks its view to be loaded from
+the upstream's (broker/view/load.py). Made leader before that load finished,
+no upstream will load it: it folds the view from its own log, which lacks
+every key written only below that start. Before, Bootstrap on it then served
+that view as the partition's state, with no sign of the keys it lacked; now
+it is refused (UNAVAILABLE, `view_incomplete`) naming the offset, why, and
+what to do, until the view is complete again (every key written at or after
+that offset: here, the keys written again).
+
+Method: a leader and a follower broker process with static relay config (no
+ZooKeeper). The leader trims every 50 ms and serves one Bootstrap at a time
+(`bootstrap_streams_max = 1`), held by a reader that does not read on (its
+stream waits on flow control in the snapshot), so the follower's load is
+refused and retried while its log copies on: a load in progress, held. The leader is then stopped
+and the follower restarted as the topic's leader (the path an election takes:
+`become_leader` folds a marked view from the log). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from keybus.dev_cluster import BrokerRunner, free_port
+from sdk.core.pb import keybus_pb2 as pb
+from sdk.core.pb import keybus_pb2_grpc as pb_grpc
+from tests.support.relay_cluster import wait_for
+from tests.support.wire import int_batch, produce, stub
+
+EVENTS, VALUE_BYTES = 10, 2_000  # a record of about 20 KB
+RETENTION_BYTES = 200_000  # the leader keeps about ten records
+
+
+def broker(root: Path, name: str, config: str) -> BrokerRunner:
+    path = root / f"{name}.toml"
+    path.write_text(config)
+    return BrokerRunner(root / name, free_port(), path)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[BrokerRunner, BrokerRunner]]:
+    leader = broker(tmp_path, "leader", "retention_check_interval_ms = 50\n"
+                    "view_linger_ms = 200\nbootstrap_streams_max = 1\n[replication.t]\n")
+    follower = broker(tmp_path, "follower", (
+        "retention_check_interval_ms = 600000\nrelay_retry_backoff_ms = 50\n"
+        f"relay_retry_backoff_max_ms = 500\n[replication.t]\nupstream = \"{leader.address}\"\n"))
+    try:
+        leader.start()
+        follower.start()
+        stub(leader.address).CreateTopic(pb.CreateTopicRequest(topic="t", config=pb.TopicConfig(
+            partitions=1, retention_bytes=RETENTION_BYTES)), timeout=10)
+        yield leader, follower
+    finally:
+        follower.stop()
+        leader.stop()
+
+
+def produce_records(address: str, first_key: int, count: int) -> None:
+    client = stub(address)
+    for k in range(first_key, first_key + count * EVENTS, EVENTS):
+        produce(client, [pb.ProduceRequest(topic="t", batch=int_batch(
+            list(range(k, k + EVENTS)), b"x" * VALUE_BYTES))])
+
+
+def offsets(address: str) -> tuple[int, int]:
+    try:
+        info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="t"), timeout=2)
+    except grpc.RpcError:
+        return -1, -1
+    return (info.partitions[0].start_offset, info.partitions[0].end_offset) \
+        if info.partitions else (-1, -1)
+
+
+def bootstrap(address: str) -> set[int] | grpc.RpcError:
+    """The keys of a Bootstrap of t/0, or the call's error."""
+    keys: set[int] = set()
+    try:
+        for response in stub(address).Bootstrap(pb.BootstrapRequest(topic="t"), timeout=20):
+            for record in response.records:
+                keys.update(record.batch.key_ints)
+    except grpc.RpcError as e:
+        return e
+    return keys
+
+
+def settled(address: str, quiet_s: float, timeout_s: float) -> None:
+    """Wait until the start offset stayed the same for quiet_s (retention is done)."""
+    last, since, deadline = offsets(address), time.monotonic(), time.monotonic() + timeout_s
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, "the leader's retention did not settle"
+        time.sleep(0.1)
+        now = offsets(address)
+        if now != last:
+            last, since = now, time.monotonic()
+
+
+def test_a_follower_made_leader_mid_load_never_serves_a_snapshot_missing_keys(
+        pair: tuple[BrokerRunner, BrokerRunner]) -> None:
+    leader, follower = pair
+    produce_records(leader.address, 0, 3)  # keys 0..29, never written again
+    wait_for(lambda: offsets(follower.address) == (0, 3 * EVENTS), 15, "the follower copied")
+    follower.stop()
+    produce_records(leader.address, 1_000, 30)
+    wait_for(lambda: offsets(leader.address)[0] > 3 * EVENTS, 30, "the leader trimmed")
+    settled(leader.address, 1.5, 30)
+    # no BDP probe: the stream's window stays 64 KB, the snapshot (~660 KB) waits on it
+    channel = grpc.insecure_channel(leader.address, options=[("grpc.http2.bdp_probe", 0)])
+    held = pb_grpc.KeybusStub(channel).Bootstrap(pb.BootstrapRequest(topic="t", events_max=1), timeout=60)
+    next(held)  # in its snapshot, the only slot held while nothing reads on
+    follower.start()
+    wait_for(lambda: offsets(follower.address) == offsets(leader.address), 20,
+             "the follower's copy restarted at the leader's start and copied on")
+    start = offsets(follower.address)[0]
+    wait_for(lambda: "loading it failed" in follower.log_path.read_text(), 10,
+             "the follower's view load is refused by its upstream (held)")
+    held.cancel()
+    channel.close()
+    leader.stop()
+    follower.stop()
+    follower.config.write_text("[replication.t]\n")  # it leads now
+    follower.start()
+    wait_for(lambda: "folding it" in follower.log_path.read_text(), 10,
+             "the new leader folds its marked view from its log")
+    in_log = 330 - start  # keys 1000 + start - 30 .. 1299, one event each in the log
+    answers: list[set[int] | grpc.RpcError] = []
+    wait_for(lambda: answers.append(bootstrap(follower.address)) or not isinstance(
+        answers[-1], set) or len(answers[-1]) >= in_log, 10, "the view folded the log")
+    answer = answers[-1]
+    assert isinstance(answer, grpc.RpcError), \
+        f"served {len(answer)} keys, silently without the 240 only below offset {start}"
+    assert answer.code() == grpc.StatusCode.UNAVAILABLE
+    details = str(answer.details())
+    assert f"lacks every key written only below offset {start}" in details, details
+    assert "bootstrap from a broker whose view is complete" in details, details
+    # asked to, it serves what it has, and says below which offset keys are missing
+    served = list(stub(follower.address).Bootstrap(pb.BootstrapRequest(
+        topic="t", allow_incomplete_view=True), timeout=20))
+    [marker] = [r.marker for r in served
+                if r.HasField("marker") and r.marker.phase == pb.SNAPSHOT]
+    assert marker.keys_missing_below == start
+    assert len({k for r in served for rec in r.records for k in rec.batch.key_ints}) == in_log
