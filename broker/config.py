@@ -52,7 +52,7 @@ POSITIVE_SETTINGS = frozenset({
     "zookeeper_session_timeout_ms", "relay_retry_backoff_ms", "relay_retry_backoff_max_ms",
     "relay_sync_interval_ms", "acks_timeout_ms", "view_pass_events_max", "view_pass_bytes_max",
     "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
-    "bootstrap_streams_max", "processor_store_queue_max", "processor_commit_commands_max",
+    "bootstrap_streams_max", "view_loads_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
     "gil_switch_interval_us", "client_keepalive_timeout_ms", "wal_bytes_max",
 })
@@ -243,6 +243,11 @@ class Settings:
                                     "runs view passes (Linux), so their CPU bursts wait for "
                                     "an idle core instead of taking one from the event loop; "
                                     "0 runs them at the broker's priority.")
+    view_loads_max: int = setting(1, "Relay followers: views loaded from the upstream at once "
+                                  "(broker/view/load.py). Each load holds one of the "
+                                  "upstream's bootstrap_streams_max slots while it runs; "
+                                  "loads share one view thread, so more at once hold more "
+                                  "slots for about the same total time.")
     bootstrap_streams_max: int = setting(64, "Bootstrap streams in their snapshot or "
                                          "catch-up at once (a stream that is caught up "
                                          "and follows the log does not count).")

@@ -48,7 +48,7 @@ class PartitionView:
     """One partition's view: its state, its maintainer task and its pins."""
 
     def __init__(self, views: ViewStore, partition: Partition, settings: Settings,
-                 worker: ViewWorker) -> None:
+                 worker: ViewWorker, loads: asyncio.Semaphore | None = None) -> None:
         self.views = views
         self._worker = worker
         self.partition = partition
@@ -67,6 +67,8 @@ class PartitionView:
         self._changed = asyncio.Event()  # set after every pass (bootstraps wait on it)
         self.source: ViewSource | None = None  # where a marked view loads from (relay)
         self._sourced = asyncio.Event()  # set while `source` is
+        # the broker's view_loads_max: each load holds an upstream bootstrap slot
+        self._loads = loads or asyncio.Semaphore(settings.view_loads_max)
         # Set: no upstream will load this marked view (`fold_from_log` says why); the
         # maintainer clears it to fold it from the log, retried while that fails.
         self.fold_why = ""
@@ -207,7 +209,9 @@ class PartitionView:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._sourced.wait(), interval_s)
                         continue
-                    await self._load(self.source)
+                    async with self._loads:  # the source may be gone after the wait
+                        if self.source is not None and self.state.load_from:
+                            await self._load(self.source)
                     failures = 0
                     continue
                 if self.state.offset_next < self.partition.end_offset:
@@ -357,6 +361,10 @@ class ViewService:
         self.views = ViewStore(store, sizes_capacity=settings.view_sizes_remembered_max)
         self.settings = settings
         self._worker = ViewWorker(settings.view_thread_nice)
+        # One view load at a time by default (view_loads_max): a follower with many
+        # marked partitions held that many of its upstream's bootstrap slots at once,
+        # for as long as its one view thread took to write them all.
+        self._loads = asyncio.Semaphore(settings.view_loads_max)
         self._topics: dict[str, list[PartitionView]] = {}
 
     def start(self, meta: TopicMeta, partitions: list[Partition]) -> None:
@@ -365,7 +373,8 @@ class ViewService:
             return
         views = []
         for partition in partitions:
-            view = PartitionView(self.views, partition, self.settings, self._worker)
+            view = PartitionView(self.views, partition, self.settings, self._worker,
+                                 self._loads)
             partition.retention_floor = view.floor
             if meta.compacted:
                 compactor = Compactor(self.views, partition, view, self.settings)
