@@ -39,6 +39,9 @@ class PhaseMarker:
         target_offset: where the catch-up ends and online begins.
         consistent_offset: the state built from the stream is one point of
             the log once the stream has passed this offset.
+        keys_missing_below: > 0 only for a snapshot asked with
+            allow_incomplete_view from a view that lacks keys: those whose
+            events are all below this offset are not in it.
     """
 
     phase: str
@@ -46,6 +49,7 @@ class PhaseMarker:
     snapshot_scn: int
     target_offset: int
     consistent_offset: int
+    keys_missing_below: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,8 @@ class BootstrapPosition:
 
 def marker_of(marker: pb.BootstrapMarker) -> PhaseMarker:
     return PhaseMarker(_PHASE_NAMES[marker.phase], marker.snapshot_offset, marker.snapshot_scn,
-                       marker.target_offset, marker.consistent_offset)
+                       marker.target_offset, marker.consistent_offset,
+                       marker.keys_missing_below)
 
 
 def after_record(phase: str, record: pb.Record, message: BootstrapPosition) -> BootstrapPosition:

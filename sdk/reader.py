@@ -146,6 +146,10 @@ class Reader:
         sources: bootstrap only: just these sources, in this order (default all).
         include_tombstones: bootstrap only: the snapshot carries DELETE events
             of deleted keys (default True, for a reader that holds state).
+        allow_incomplete_view: bootstrap only: take a snapshot of a view that
+            lacks keys (its broker's log starts past offsets it never folded;
+            the snapshot's PhaseMarker.keys_missing_below says which) instead
+            of the broker's refusal (Unavailable, view_incomplete).
         security: TLS and credentials (sdk.security.ClientSecurity); None =
             the ambient default, else plain text.
         replica: a relay follower's copy: read to the broker's durable log end,
@@ -168,7 +172,7 @@ class Reader:
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
                  on_connection_change: ConnectionCallback | None = None,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
-                 include_tombstones: bool = True,
+                 include_tombstones: bool = True, allow_incomplete_view: bool = False,
                  security: ClientSecurity | None = None, replica: bool = False) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
@@ -199,7 +203,8 @@ class Reader:
                     topic=topic, partition=partition, sources=check_sources(sources) or [],
                     filter=self._template.filter, hash_ranges=self._template.hash_ranges,
                     events_max=events_max, bytes_max=bytes_max, follow=follow,
-                    include_tombstones=include_tombstones, stop_offset=stop_offset or 0),
+                    include_tombstones=include_tombstones, stop_offset=stop_offset or 0,
+                    allow_incomplete_view=allow_incomplete_view),
                 start if isinstance(start, BootstrapPosition) else None, follow,
                 retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link)
         elif sources is not None:

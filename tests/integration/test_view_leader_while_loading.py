@@ -22,6 +22,7 @@ and the follower restarted as the topic's leader (the path an election takes:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ import grpc
 import pytest
 
 from keybus.dev_cluster import BrokerRunner, free_port
+from sdk import Reader, errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.relay_cluster import wait_for
@@ -147,3 +149,21 @@ def test_a_follower_made_leader_mid_load_never_serves_a_snapshot_missing_keys(
                 if r.HasField("marker") and r.marker.phase == pb.SNAPSHOT]
     assert marker.keys_missing_below == start
     assert len({k for r in served for rec in r.records for k in rec.batch.key_ints}) == in_log
+    # the SDK: refused by default (no retry hides it for long), told when it asks
+    refused_sdk = asyncio.run(sdk_bootstrap(follower.address, False))
+    assert refused_sdk.startswith("Unavailable: ") and \
+        f"lacks every key written only below offset {start}" in refused_sdk, refused_sdk
+    assert asyncio.run(sdk_bootstrap(follower.address, True)) == f"missing below {start}"
+
+
+async def sdk_bootstrap(address: str, allow: bool) -> str:
+    """What an SDK Reader's bootstrap of t/0 says: its error, or its snapshot marker."""
+    try:
+        async with Reader(address, "t", 0, start="bootstrap", retry_timeout_ms=1_000,
+                          allow_incomplete_view=allow) as reader:
+            async for batch in reader:
+                if batch.marker is not None and batch.marker.phase == "snapshot":
+                    return f"missing below {batch.marker.keys_missing_below}"
+    except errors.KeybusError as e:
+        return f"{type(e).__name__}: {e}"
+    return "no marker"
