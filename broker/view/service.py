@@ -116,11 +116,15 @@ class PartitionView:
     async def rebuild(self) -> None:
         """Drop the view and fold it again from the log (a truncation cut events it
         folded in). Stops the maintainer (a pass in flight finishes first), clears
-        on a worker thread, starts again from the log's first record."""
+        on a worker thread, starts again from the log's first record. A log that
+        retention trimmed starts past keys the view held: the gap records that
+        start (kept if higher), so Bootstrap says so (`view_incomplete`) instead of
+        serving the snapshot as whole."""
         await self.stop()
         meta = self.partition.meta
-        self.state = await self._worker.run(self.views.clear, meta.topic_id, self.partition.index)
-        self.gap = self.views.gap(meta.topic_id, self.partition.index)  # kept
+        self.state = await self._worker.run(self.views.clear, meta.topic_id, self.partition.index,
+                                            self.partition.start_offset)
+        self.gap = self.views.gap(meta.topic_id, self.partition.index)
         self._signal()
         self.start()
 

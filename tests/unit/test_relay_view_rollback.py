@@ -22,6 +22,7 @@ import pytest
 from broker.config import Settings
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
+from broker.partition import now_ms
 from broker.relay import replica_log
 from broker.relay.node import RelayNode
 from broker.relay.settings import RelaySettings
@@ -53,7 +54,7 @@ def view_offsets(registry: TopicRegistry) -> dict[object, int]:
 
 async def scenario(path: Path) -> None:
     store = RocksStore(str(path), fsync=False)
-    registry = TopicRegistry(store, Settings())
+    registry = TopicRegistry(store, Settings(view_linger_ms=100))  # passes soon
     await registry.open()
     try:
         await registry.create("t", pb.TopicConfig(partitions=1, view=pb.VIEW_ON))
@@ -82,3 +83,39 @@ async def scenario(path: Path) -> None:
 
 def test_a_truncation_rebuilds_a_view_past_the_cut(tmp_path: Path) -> None:
     asyncio.run(scenario(tmp_path / "db"))
+
+
+async def trimmed_scenario(path: Path) -> None:
+    store = RocksStore(str(path), fsync=False)
+    registry = TopicRegistry(store, Settings(view_linger_ms=100))  # passes soon
+    await registry.open()
+    try:
+        # about 1 kB, 1 kB, 50 kB, 50 kB: retention keeps the last two records
+        await registry.create("t", pb.TopicConfig(partitions=1, view=pb.VIEW_ON,
+                                                  retention_bytes=101_000))
+        partition = registry.partition("t", 0)
+        view = registry.views.of("t", 0)
+        await partition.submit(produce(list(range(10)), b"x" * 100))  # offsets 0-9
+        await partition.submit(produce(list(range(10, 20)), b"x" * 100))  # 10-19
+        await partition.submit(produce(list(range(20, 25)), b"k" * 10_000))  # 20-24
+        await partition.submit(produce(list(range(25, 30)), b"d" * 10_000))  # 25-29
+        assert await view.wait_for(30, 10)
+        assert await partition.enforce_retention(now_ms()) == 2
+        assert partition.start_offset == 20
+        relay = RelaySettings("b", "127.0.0.1:1", "", "/keybus", 4000, 100, 1000, 1000, 1000, 1000)
+        node = RelayNode(registry, None, relay)
+        await partition.run_on_task(lambda p: replica_log.truncate(
+            p, 25, lambda end: node._truncated("t", 0, end)))
+        assert await view.wait_for(25, 10), view.state
+        # keys 0-19 were only in the trimmed records: the rebuilt view lacks them, and says so
+        assert set(view_offsets(registry)) == set(range(20, 25))
+        assert view.gap == 20
+        assert registry.views.views.gap(registry.meta("t").topic_id, 0) == 20
+    finally:
+        await registry.close()
+
+
+def test_a_rebuild_over_a_trimmed_log_records_the_keys_it_lacks(tmp_path: Path) -> None:
+    """Before, the rebuilt view lacked the keys only in the trimmed records and had no
+    gap: Bootstrap served it as whole."""
+    asyncio.run(trimmed_scenario(tmp_path / "db"))
