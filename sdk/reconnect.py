@@ -45,6 +45,9 @@ Rules (pure: no I/O, time is an argument):
    the other consumer may go. A refusal that may be the broker still holding
    this client's previous stream (`settling`) is reported only once it lasts
    `backoff_max_ms`. A broker lost again after a refusal is reported lost again.
+   A read the broker answers UNAVAILABLE because its compacted view is not
+   ready (`VIEW_NOT_READY`) is such a refusal too, not a lost broker; one whose
+   view lacks keys (`ENDS_READ`) ends the read with the broker's error at once.
 
 The shell (reader.py, consumer.py) makes the calls, sleeps the delays this
 returns and runs the callbacks.
@@ -126,6 +129,11 @@ class Link:
     @property
     def lost(self) -> bool:
         return self.lost_since_ms is not None
+
+    @property
+    def refused(self) -> bool:
+        """The last attempt was refused (rule 7): the next answer ends that."""
+        return self._refused is not None
 
     def process_connected(self, now_ms: int) -> str | None:
         """The broker answered. Returns the message to report if it was lost."""
@@ -251,6 +259,12 @@ class Link:
 # changes. Other refusals depend on other consumers or on leadership, which move.
 ENDS_CLIENT = frozenset({"subscription_type_mismatch", "subscription_setting_mismatch",
                          "dead_letter_cycle"})
+# A read the broker answers UNAVAILABLE with these errors is refused for now, not lost
+# (rule 7): its compacted view is being loaded or folded again, and will be served.
+VIEW_NOT_READY = frozenset({"view_loading", "view_rebuilding"})
+# ... and with these, refused for good: a view that lacks keys is never served as whole,
+# whatever the retries (the message says what to do instead).
+ENDS_READ = frozenset({"view_incomplete"})
 # Codes of a broker that is there and refuses for now (rule 7).
 _REFUSED = frozenset({errors.FAILED_PRECONDITION, errors.ALREADY_EXISTS,
                       errors.RESOURCE_EXHAUSTED})

@@ -26,6 +26,8 @@ import grpc.aio
 from sdk import errors
 from sdk.channel import retry_wait
 from sdk.reconnect import (
+    ENDS_READ,
+    VIEW_NOT_READY,
     ConnectionCallback,
     Link,
     RetryPolicy,
@@ -107,14 +109,13 @@ class RetryingCall:
                     if self._reauthenticate is not None:
                         await self._reauthenticate()
                     continue
-                reason, never_reached = self._failure(e)
-                delay_ms, note = self._link.process_failure(reason, never_reached, _now_ms())
+                delay_ms, note = self._process(e)
                 if note is not None:
                     await self._report(False, note)
                 self.reconnects += 1
                 await retry_wait(self._channel(), delay_ms)
                 continue
-            if self._link.lost or not self._link.ever_connected:
+            if self._link.lost or self._link.refused or not self._link.ever_connected:
                 note = self._link.process_connected(_now_ms())
                 if note is not None:
                     await self._report(True, note)
@@ -123,6 +124,19 @@ class RetryingCall:
                 self._call = None
                 return None
             return message
+
+    def _process(self, error: grpc.RpcError | errors.Unavailable) -> tuple[int, str | None]:
+        """(the delay before the next attempt, what to report) of a failed attempt:
+        a refusal by a broker that answered (rule 7), else a lost broker; raises
+        what no retry mends."""
+        if isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE:
+            answered = errors.from_rpc_error(error, self._link.broker)
+            if answered.broker_error in ENDS_READ:
+                raise answered from None
+            if answered.broker_error in VIEW_NOT_READY:
+                return self._link.process_refusal(answered, _now_ms())
+        reason, never_reached = self._failure(error)
+        return self._link.process_failure(reason, never_reached, _now_ms())
 
     def _failure(self, error: grpc.RpcError | errors.Unavailable) -> tuple[str, bool]:
         """(reason, never reached) of a failure worth a retry; raises the others."""
