@@ -117,6 +117,12 @@ async def _no_role(tmp_path: Path) -> None:
     broker = await _start(tmp_path, {})
     try:
         served = await _bootstrap(broker)
+        for _ in range(100):  # the fold at start is the maintainer's: retried as documented
+            if not (isinstance(served, grpc.aio.AioRpcError)
+                    and "being folded again" in str(served.details())):
+                break
+            await asyncio.sleep(0.1)
+            served = await _bootstrap(broker)
         assert not isinstance(served, grpc.aio.AioRpcError), served.details()
         assert served == {k: b"v" + str(k).encode() for k in KEYS}
         assert broker.registry.views.of("t", 0).state.load_from == 0
