@@ -9,21 +9,21 @@ dead letters, and writes the cursor when it changed, at most every
 `cursor_persist_interval_ms`. It reads only up to the partition's durable
 `end_offset`.
 
-Consumer calls (`attach`, `detach`, `grant`, `ack`, `nack`) come from
-the subscription manager on the same event loop, go straight to the core
-and wake the task; they never await, so they are atomic with respect to a
-round and need no lock (a seek writes the cursors of every partition it names in
-one write, then moves their cores in one step: `dispatcher_upkeep.seek_together`). A commit runs the
-round itself, without awaiting, while the task waits for a wake
-(`_round_now`), so following the tail its deliveries are queued in the
-commit's own step; background writes are `dispatcher_upkeep.py`'s.
+Consumer calls (`attach`, `detach`, `grant`, `ack`, `nack`: the base class in
+`dispatcher_consumers.py`) come from the subscription manager on the same
+event loop, go straight to the core and wake the task; they never await, so
+they are atomic with respect to a round and need no lock (a seek writes the
+cursors of every partition it names in one write, then moves their cores in
+one step: `dispatcher_upkeep.seek_together`). A commit runs the round itself,
+without awaiting, while the task waits for a wake (`_round_now`), so following
+the tail its deliveries are queued in the commit's own step; background writes
+are `dispatcher_upkeep.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 
 import numpy as np
@@ -37,15 +37,15 @@ from broker.read_path import EventSelector
 from broker.subscription.array_ops import distinct
 from broker.subscription.cache_budget import CacheBudget
 from broker.subscription.consumer_state import Session
-from broker.subscription.core import CoreLimits, Kind, PartitionCore, PermitsInvalid, ReadRequest
+from broker.subscription.core import CoreLimits, Kind, PartitionCore, ReadRequest
 from broker.subscription.core_types import ReadResult, Send
 from broker.subscription.cursor import Cursor, runs_of
 from broker.subscription.delivery import CachedRecord, RecordCache, delivery_messages
+from broker.subscription.dispatcher_consumers import DispatcherConsumers
 from broker.subscription.dispatcher_supervision import DispatcherSupervision
 from broker.subscription.dispatcher_upkeep import DeadLetterSink, DispatcherUpkeep
 from broker.subscription.holdings import Taken
 from broker.subscription.log_reader import read_events, read_events_in, read_records_holding
-from broker.subscription.selector import SelectorError
 from broker.subscription.share_ends import open_windows
 from broker.subscription.spec import SubscriptionSpec
 from sdk.core.pb import keybus_pb2 as pb
@@ -53,7 +53,7 @@ from sdk.core.pb import keybus_pb2 as pb
 log = logging.getLogger("keybus.dispatch")
 
 
-class PartitionDispatcher(DispatcherUpkeep):
+class PartitionDispatcher(DispatcherConsumers, DispatcherUpkeep):
     """One subscription on one partition; see the module docstring."""
 
     def __init__(self, spec: SubscriptionSpec, partition: Partition, store: RocksStore,
@@ -389,92 +389,6 @@ class PartitionDispatcher(DispatcherUpkeep):
         if redelivered:
             self._redelivered.inc(redelivered)
         self._sent_counts = [0, 0]
-
-    # ------------------------------------------------------------ membership
-
-    def check_attach(self, session: Session, now: int) -> None:
-        """Raise what `attach` would raise, changing nothing."""
-        self.supervision.check()
-        if session.name in self.sessions:
-            raise BrokerError("consumer_name_taken", consumer=session.name,
-                              subscription=self.spec.name, topic=self.spec.topic)
-        try:
-            self.core.check_attach(session.member_spec(), now)
-        except SelectorError as e:
-            raise self.spec.refusal(e) from None
-
-    def attach(self, session: Session, now: int) -> None:
-        """Add a consumer (runs on the event loop, never awaits).
-
-        Raises:
-            BrokerError: the name is taken, or Key_Shared refuses it.
-        """
-        self.check_attach(session, now)
-        try:
-            self.core.process_attach(session.member_spec(), now)
-        except SelectorError as e:
-            raise self.spec.refusal(e) from None
-        self.sessions[session.name] = session
-        session.on_pause(self.index, functools.partial(self._pause, session.name))
-        self._wake.set()
-
-    def _pause(self, name: str, paused: bool) -> None:
-        self.core.process_pause(name, paused)
-        if not paused:
-            self._wake.set()
-
-    def detach(self, name: str, now: int) -> int:
-        """Remove a consumer; its unacknowledged events (the count returned) are redelivered."""
-        if self.sessions.pop(name, None) is None:
-            return 0
-        self._wake.set()  # the task runs once this returns
-        return self.core.process_detach(name, now)
-
-    # ------------------------------------------------------------ flow control and acks
-
-    def grant(self, name: str, count: int) -> None:
-        """Add permits (runs on the event loop).
-
-        Raises:
-            BrokerError: count 0, or more outstanding permits than allowed.
-        """
-        try:
-            self.core.process_permits(name, count)
-        except PermitsInvalid as e:
-            raise BrokerError("permits_invalid", partition=self.index, detail=str(e)) from None
-        self._wake.set()
-
-    def ack(self, name: str, starts: np.ndarray, stops: np.ndarray) -> None:
-        """Acknowledge what `name` holds in these ranges (sorted, disjoint, checked)."""
-        if self.core.process_ack(name, starts, stops) and self._ack_wakes():
-            self._wake.set()
-
-    def ack_sent(self, name: str, sends: np.ndarray, starts: np.ndarray,
-                 stops: np.ndarray) -> None:
-        """Acknowledge whole record parts: what `name` holds of each send in its range."""
-        if self.core.process_ack_sent(name, sends, starts, stops) and self._ack_wakes():
-            self._wake.set()
-
-    def _ack_wakes(self) -> bool:
-        """Whether an ack may give the round something to do: events wait (in memory,
-        on floors, given back, unread in the log: a slot drained, a consumer was at its
-        unacked limit) or the round idles with no timer to persist the cursor the ack
-        makes dirty. Otherwise a round per ack message (following the tail: most of them)
-        would find nothing; the log growing wakes it (`_on_durable`)."""
-        core = self.core
-        return bool(self._idle_clean or core.position < self.partition.end_offset
-                    or len(core.pending) or core.slots.floors or core.slots.draining
-                    or len(core.given_back))
-
-    def ack_cumulative(self, name: str, stop: int) -> None:
-        self.core.process_ack_cumulative(name, stop)
-        self._wake.set()
-
-    def nack(self, name: str, starts: np.ndarray, stops: np.ndarray, delay_ms: int,
-             now: int, rest_of_slots: dict[int, int]) -> None:
-        """Give events back for redelivery after `delay_ms` (see `Nack.rest_of_slots`)."""
-        self.core.process_nack(name, starts, stops, now + delay_ms, now, rest_of_slots)
-        self._wake.set()
 
 
 __all__ = ["Kind", "PartitionDispatcher"]
