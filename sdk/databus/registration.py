@@ -49,7 +49,8 @@ from sdk.databus.inbox import (
     PieceItem,
     WindowSource,
 )
-from sdk.databus.runner import Finished, Persist, Phase, Sleep, Step, WindowRunner
+from sdk.databus.runner import WindowRunner
+from sdk.databus.runner_table import Finished, Persist, Phase, Sleep, Step
 from sdk.databus.window import Call, Segment
 
 _log = logging.getLogger("keybus.databus")

@@ -23,7 +23,7 @@ from sdk.databus.errors import ConsumerFatal
 from sdk.databus.event import EventColumns
 from sdk.databus.log_bootstrap import catchup_pieces, snapshot_piece
 from sdk.databus.results import ERROR, SUCCESS, CallbackResult
-from sdk.databus.runner import Phase
+from sdk.databus.runner_table import Phase
 from sdk.databus.window import BootstrapEventsCall, EventsCall, plan_piece
 from tests.unit.test_databus_runner import Harness, failing_once, window
 

@@ -31,14 +31,14 @@ from sdk.databus.results import (
     merge,
     normalize,
 )
-from sdk.databus.runner import (
+from sdk.databus.runner import WindowRunner
+from sdk.databus.runner_table import (
     TRANSITIONS,
     Finished,
     Persist,
     Phase,
     RunnerStateError,
     Sleep,
-    WindowRunner,
 )
 from sdk.databus.window import EventsCall, Segment, WindowPiece
 
