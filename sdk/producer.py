@@ -376,6 +376,11 @@ class Producer:
         return WindowResult(self.topic, partition, result.base_offset, result.count,
                             result.scn_first, result.publish_time_ms, result.duplicate)
 
+    @property
+    def unanswered_events(self) -> int:
+        """Events sent (buffered or on the wire) that the broker has not answered yet."""
+        return self._acc.buffered_events
+
     async def flush(self) -> None:
         """Send everything buffered and wait until the broker answered it all
         (or it failed). Errors stay on the events' futures."""

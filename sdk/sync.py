@@ -8,19 +8,19 @@ whole batches cross to the loop (see Producer.send_threadsafe).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
-import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from sdk.accumulator import WindowEvent
 from sdk.admin import Admin
 from sdk.bootstrap import BootstrapPosition
 from sdk.core.columns import Event
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.errors import ProducerClosed
+from sdk.loop_thread import LoopThread
 from sdk.producer import (
     UPSERT,
     BatchFuture,
@@ -32,63 +32,7 @@ from sdk.reader import ReadBatch, Reader, Start
 from sdk.sender import BatchResult, ProducedEvent
 from sdk.topic_reader import TopicReader
 
-R = TypeVar("R")
-
-
-class LoopThread:
-    """An asyncio event loop running forever in a daemon thread."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def run(self, coro: Coroutine[Any, Any, R], timeout_s: float | None = None) -> R:
-        """Run a coroutine on the loop and wait for its result.
-
-        Raises:
-            RuntimeError: called from the loop's own thread (it would deadlock).
-            TimeoutError: not done within timeout_s (the coroutine is cancelled).
-        """
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a blocking Keybus call was made on the SDK's loop thread "
-                               "(e.g. from a done callback); call it from another thread")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout_s)
-        except TimeoutError:
-            future.cancel()
-            raise
-
-    def submit(self, coro: Coroutine[Any, Any, R]) -> concurrent.futures.Future[R]:
-        """Start a coroutine on the loop; return its future without waiting."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def stop(self) -> None:
-        """Cancel what still runs on the loop (grpc's own call tasks too), stop
-        it and join the thread. Idempotent."""
-        if self.loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError, TimeoutError):
-            asyncio.run_coroutine_threadsafe(_cancel_others(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-async def _cancel_others() -> None:
-    """Let finished calls settle, then cancel and await every other task."""
-    await asyncio.sleep(0)
-    current = asyncio.current_task()
-    others = [t for t in asyncio.all_tasks() if t is not current]
-    for task in others:
-        task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
+log = logging.getLogger("keybus")
 
 
 class SyncEventFuture:
@@ -135,7 +79,8 @@ class SyncProducer:
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "", *,
                  config: ProducerConfig | None = None, **options: Any) -> None:
-        self._thread = LoopThread(f"keybus-producer-{topic}")
+        self._thread = LoopThread(f"keybus-producer-{topic}",
+                                  f"SyncProducer of topic {topic!r}", ProducerClosed)
         try:
             self._producer = self._thread.run(
                 Producer.create(broker, topic, config=config, threaded=True, **options))
@@ -145,6 +90,7 @@ class SyncProducer:
         self.topic = topic
         self.partitions = self._producer.partitions
         self.config = self._producer.config
+        self._thread.at_exit = self._close_at_exit
 
     @classmethod
     def create(cls, broker: str = "localhost:6650", topic: str = "", *,
@@ -161,7 +107,10 @@ class SyncProducer:
 
         Raises:
             ValueError, BufferFull (after max_block_ms), ProducerClosed.
+            RuntimeError: in a process forked after the producer was made.
         """
+        if self._thread.forked:
+            self._thread.check_usable("send")
         token, index = self._producer.send_threadsafe(
             key, value, ordering_key, partition, source, opcode, schema, headers,
             event_time_ms, self.config.max_block_ms)
@@ -186,19 +135,36 @@ class SyncProducer:
         """Send everything buffered and wait for the broker's answers.
 
         Raises:
-            TimeoutError: not all answered within timeout_s.
+            TimeoutError: not all answered within timeout_s (they stay buffered).
+            ValueError: timeout_s is not None or a number >= 0.
+            ProducerClosed: after close().
         """
         self._thread.run(self._producer.flush(), timeout_s)
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Flush (up to timeout_ms, default delivery_timeout_ms), disconnect,
-        stop the loop thread. Idempotent."""
-        if self._thread.loop.is_closed():
+        stop the loop thread. Idempotent.
+
+        A producer still open when the interpreter exits is closed then, with
+        a warning if events were still unanswered (the exit waits for them, up
+        to delivery_timeout_ms).
+        """
+        if self._thread.loop.is_closed() or self._thread.forked:
             return
         try:
             self._thread.run(self._producer.close(timeout_ms))
         finally:
             self._thread.stop()
+
+    def _close_at_exit(self) -> None:
+        """The interpreter exits with this producer open: send what it holds."""
+        unanswered = self._producer.unanswered_events
+        if unanswered:
+            log.warning("%s was not closed; sending its %d unanswered event(s) before the "
+                        "interpreter exits (up to delivery_timeout_ms=%d; close() the "
+                        "producer to choose)", self._thread.owner, unanswered,
+                        self.config.delivery_timeout_ms)
+        self.close()
 
     def __enter__(self) -> SyncProducer:
         return self
@@ -215,9 +181,9 @@ async def _await_batch(batch_future: BatchFuture) -> list[ProducedEvent]:
 class _SyncBatches:
     """A blocking iterator of ReadBatch over an async reader on a loop thread."""
 
-    def __init__(self, reader: Reader | TopicReader, thread_name: str) -> None:
+    def __init__(self, reader: Reader | TopicReader, thread_name: str, owner: str) -> None:
         self._reader = reader
-        self._thread = LoopThread(thread_name)
+        self._thread = LoopThread(thread_name, owner)
 
     def __iter__(self) -> Iterator[ReadBatch]:
         return self
@@ -232,7 +198,7 @@ class _SyncBatches:
 
     def close(self) -> None:
         """Cancel the stream(s), close the channel, stop the loop thread. Idempotent."""
-        if self._thread.loop.is_closed():
+        if self._thread.loop.is_closed() or self._thread.forked:
             return
         try:
             self._thread.run(self._reader.close())
@@ -253,7 +219,8 @@ class SyncReader(_SyncBatches):
     def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
                  **options: Any) -> None:
         self._one = Reader(broker, topic, partition, **options)
-        super().__init__(self._one, f"keybus-reader-{topic}-{partition}")
+        super().__init__(self._one, f"keybus-reader-{topic}-{partition}",
+                         f"SyncReader of {topic}/{partition}")
 
     @property
     def next_offset(self) -> int | None:
@@ -280,7 +247,8 @@ class SyncTopicReader(_SyncBatches):
                  partitions: Sequence[int] | None = None, *, start: Start = "earliest",
                  **options: Any) -> None:
         self._topic_reader = TopicReader(broker, topic, partitions, start=start, **options)
-        super().__init__(self._topic_reader, f"keybus-topic-reader-{topic}")
+        super().__init__(self._topic_reader, f"keybus-topic-reader-{topic}",
+                         f"SyncTopicReader of topic {topic!r}")
 
     @property
     def next_offsets(self) -> dict[int, int | None]:
@@ -311,7 +279,7 @@ class SyncAdmin:
 
     def __init__(self, broker: str = "localhost:6650", **options: Any) -> None:
         self._admin = Admin(broker, **options)
-        self._thread = LoopThread("keybus-admin")
+        self._thread = LoopThread("keybus-admin", f"SyncAdmin of {broker}")
 
     def create_topic(self, name: str, partitions: int = 1, retention_ms: int = 0,
                      retention_bytes: int = 0, **options: Any) -> pb.TopicInfo:
@@ -342,7 +310,7 @@ class SyncAdmin:
 
     def close(self) -> None:
         """Close the channel and stop the loop thread. Idempotent."""
-        if self._thread.loop.is_closed():
+        if self._thread.loop.is_closed() or self._thread.forked:
             return
         try:
             self._thread.run(self._admin.close())

@@ -1,21 +1,26 @@
 """The blocking face of `Consumer` for code without an event loop.
 
-Runs the async Consumer on a loop in a daemon thread (sdk.sync.LoopThread).
+Runs the async Consumer on a loop in a daemon thread (sdk.loop_thread.LoopThread).
 Acks do not hop threads per call: they are handed to the loop with
 call_soon_threadsafe and gather there as usual. Callbacks run on the SDK's
 loop thread: keep them short and do not call blocking SDK methods in them.
+
+Arguments are checked here, in the caller's thread: a wrong one handed over
+to the loop would only reach its exception handler (a traceback on stderr, the
+call returning as if it worked, a later flush_acks failing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from numbers import Integral
 from types import TracebackType
 from typing import Any
 
 from sdk.consumer import ActiveCallback, Consumer, ConsumerConfig, Message, RangeCallback, ReceivedBatch
 from sdk.core.model import HashRange
+from sdk.loop_thread import LoopThread, check_timeout_s
 from sdk.reconnect import ConnectionCallback
-from sdk.sync import LoopThread
 
 
 class SyncConsumer:
@@ -34,7 +39,8 @@ class SyncConsumer:
                  on_active_change: ActiveCallback | None = None,
                  on_connection_change: ConnectionCallback | None = None,
                  **options: Any) -> None:
-        self._thread = LoopThread(f"keybus-consumer-{topic}-{subscription}")
+        self._thread = LoopThread(f"keybus-consumer-{topic}-{subscription}",
+                                  f"SyncConsumer of {topic!r}/{subscription!r}")
         try:
             self._consumer = self._thread.run(Consumer.subscribe(
                 broker, topic, subscription, config=config, on_range_change=on_range_change,
@@ -44,6 +50,7 @@ class SyncConsumer:
             self._thread.stop()
             raise
         self.name = self._consumer.name
+        self._thread.at_exit = self.close  # sends the pending acks (bounded, ~2 s)
 
     @classmethod
     def subscribe(cls, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
@@ -53,32 +60,63 @@ class SyncConsumer:
         return cls(broker, topic, subscription, **options)
 
     def receive(self, timeout_s: float | None = None) -> Message:
-        """The next event. Raises TimeoutError, KeybusError."""
-        return self._thread.run(self._consumer.receive(timeout_s))
+        """The next event, waiting up to timeout_s seconds (None: no limit).
+
+        Raises:
+            TimeoutError: none within timeout_s. KeybusError: the consumer failed,
+            or is closed. ValueError: timeout_s is not None or a number >= 0.
+            KeyboardInterrupt: Ctrl-C while waiting; no event is taken then.
+        """
+        check_timeout_s(timeout_s)
+        try:
+            return self._thread.run(self._consumer.receive(timeout_s))
+        except TimeoutError as error:
+            raise self._timeout(error, timeout_s) from None
 
     def receive_batch(self, timeout_s: float | None = None) -> ReceivedBatch:
-        """The next delivered batch. Raises TimeoutError, KeybusError."""
-        return self._thread.run(self._consumer.receive_batch(timeout_s))
+        """The next delivered batch. Raises as receive()."""
+        check_timeout_s(timeout_s)
+        try:
+            return self._thread.run(self._consumer.receive_batch(timeout_s))
+        except TimeoutError as error:
+            raise self._timeout(error, timeout_s) from None
+
+    def _timeout(self, error: TimeoutError, timeout_s: float | None) -> TimeoutError:
+        """The async consumer's bare TimeoutError, given words."""
+        if error.args:
+            return error
+        return TimeoutError(f"{self._thread.owner}: no event within timeout_s={timeout_s}")
 
     def __iter__(self) -> Iterator[Message]:
         while True:
             yield self.receive()
 
     def ack(self, message: Message) -> None:
-        self._thread.loop.call_soon_threadsafe(self._consumer.ack, message)
+        """Acknowledge one event (sent with the next flush). Raises TypeError
+        for anything but a Message; KeybusError after close()."""
+        _check_type("ack", message, Message)
+        self._thread.call_soon(self._consumer.ack, message)
 
     def ack_batch(self, batch: ReceivedBatch) -> None:
-        self._thread.loop.call_soon_threadsafe(self._consumer.ack_batch, batch)
+        _check_type("ack_batch", batch, ReceivedBatch)
+        self._thread.call_soon(self._consumer.ack_batch, batch)
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
-        self._thread.loop.call_soon_threadsafe(self._consumer.ack_offsets, partition,
-                                               list(offsets))
+        given = list(offsets)
+        _check_int("ack_offsets", "partition", partition)
+        for offset in given:
+            _check_int("ack_offsets", "offsets", offset)
+        self._thread.call_soon(self._consumer.ack_offsets, partition, given)
 
     def ack_cumulative(self, message: Message) -> None:
-        self._thread.loop.call_soon_threadsafe(self._consumer.ack_cumulative, message)
+        _check_type("ack_cumulative", message, Message)
+        self._thread.call_soon(self._consumer.ack_cumulative, message)
 
     def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
-        self._thread.loop.call_soon_threadsafe(self._consumer.nack, message, delay_ms)
+        _check_type("nack", message, (Message, ReceivedBatch))
+        if delay_ms is not None:
+            _check_int("nack", "delay_ms", delay_ms)
+        self._thread.call_soon(self._consumer.nack, message, delay_ms)
 
     def flush_acks(self) -> None:
         self._thread.run(self._consumer.flush_acks())
@@ -93,7 +131,7 @@ class SyncConsumer:
 
     def close(self) -> None:
         """Send pending acks, end the stream, stop the loop thread. Idempotent."""
-        if self._thread.loop.is_closed():
+        if self._thread.loop.is_closed() or self._thread.forked:
             return
         try:
             self._thread.run(self._consumer.close())
@@ -106,3 +144,16 @@ class SyncConsumer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _check_type(call: str, given: object, allowed: type | tuple[type, ...]) -> None:
+    if not isinstance(given, allowed):
+        names = " or ".join(t.__name__ for t in (allowed if isinstance(allowed, tuple)
+                                                  else (allowed,)))
+        raise TypeError(f"{call}() takes a {names} (as receive() returns); "
+                        f"got {type(given).__name__} {given!r:.60}")
+
+
+def _check_int(call: str, name: str, given: object) -> None:
+    if isinstance(given, bool) or not isinstance(given, Integral) or int(given) < 0:
+        raise ValueError(f"{call}(): {name} takes integers >= 0; got {given!r:.60}")

@@ -19,9 +19,10 @@ from sdk import errors
 from sdk.cluster import describe_role
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.loop_thread import LoopThread
 from sdk.security import ClientSecurity
 from sdk.subscription_admin import SubscriptionAdmin
-from sdk.sync import LoopThread, SyncAdmin, SyncReader
+from sdk.sync import SyncAdmin, SyncReader
 from spark_connector.partitioning import PartitionBounds
 
 CALL_TIMEOUT_S = 30.0

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk import errors
+from sdk.loop_thread import LoopThread
 from sdk.producer import BatchFuture, Producer, ProducerConfig
 from sdk.security import ClientSecurity
 from sdk.sender import PRODUCER_ID_CHOSEN_BIT, BatchResult
-from sdk.sync import LoopThread
 from spark_connector import _client
 
 # Requests are cut at this size as well as at writeBatchEvents (the broker

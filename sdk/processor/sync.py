@@ -1,6 +1,6 @@
 """The blocking face of EventProcessor for code without an event loop.
 
-The processor runs on an SDK loop in a daemon thread (sdk.sync.LoopThread).
+The processor runs on an SDK loop in a daemon thread (sdk.loop_thread.LoopThread).
 Callbacks are plain functions; each runs on a worker thread (one partition's
 callbacks one at a time, in order), so a callback may block and may call
 `context.update_checkpoint(...)`, which waits for the store's answer.
@@ -15,13 +15,13 @@ from types import TracebackType
 from typing import Any
 
 from sdk.core.columns import Event
+from sdk.loop_thread import LoopThread
 from sdk.processor.arguments import check_callbacks
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorStats
 from sdk.processor.processor import EventProcessor
 from sdk.reader import ReadBatch
 from sdk.stores.records import Checkpoint
-from sdk.sync import LoopThread
 
 
 class SyncPartitionContext:
