@@ -155,7 +155,7 @@ class Producer:
         if config is not None and options:
             raise ValueError(f"pass either config or settings as keywords, not both: "
                              f"{sorted(options)}")
-        config = config or ProducerConfig(**options)
+        config = config or ProducerConfig.of(options, also=("config", "producer_id", "security"))
         if producer_id is not None:
             check_producer_id(producer_id)
             if not config.idempotent:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +75,17 @@ class ProducerConfig:
         if self.buffer_events_max < self.batch_events_max:
             raise ValueError(f"buffer_events_max={self.buffer_events_max} must be at least "
                              f"batch_events_max={self.batch_events_max}")
+
+    @classmethod
+    def of(cls, options: dict[str, Any], also: Sequence[str] = ()) -> ProducerConfig:
+        """A config from keyword settings; an unknown one is named with the
+        allowed ones (`also`: the caller's own keywords, for the message)."""
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            allowed = [*cls.__dataclass_fields__, *also]
+            raise ValueError(f"unknown producer setting(s) {', '.join(unknown)}; allowed: "
+                             f"{', '.join(allowed)}")
+        return cls(**options)
 
     def accumulator(self, partitions: int, new_token: Callable[[], Any]) -> Accumulator[Any]:
         """A batching buffer with these limits."""

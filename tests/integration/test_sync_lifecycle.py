@@ -167,6 +167,9 @@ def test_wrong_arguments_are_refused_in_the_callers_thread(
         producer.send(1, b"v")
         with pytest.raises(ValueError, match=r"timeout_s='5' is invalid: give seconds"):
             producer.flush("5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown producer setting\(s\) colour; allowed: "
+                                         r"linger_ms, .*, producer_id, security$"):
+        SyncProducer.create(address, "life-args", colour="red")
     with SyncConsumer.subscribe(address, "life-args", "s", start="earliest") as consumer:
         with pytest.raises(TypeError, match=r"ack\(\) takes a Message \(as receive\(\) "
                                             r"returns\); got NoneType None"):
