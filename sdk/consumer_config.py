@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk.core.model import HashRange
+from sdk.core.names import NAME_CHARACTERS
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.wire_ints import INT32_MAX, UINT32_MAX
 from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
@@ -113,6 +114,10 @@ class ConsumerConfig:
 
     def open_request(self, topic: str, subscription: str, name: str) -> pb.SubscribeOpen:
         """The SubscribeOpen message. Raises ValueError naming a bad setting."""
+        for field, value in (("topic", topic), ("subscription", subscription)):
+            if not isinstance(value, str):  # protobuf's own error names neither
+                raise ValueError(f"{field} {value!r} is invalid: give a name (a str of "
+                                 f"characters from {NAME_CHARACTERS})")
         if self.type not in TYPES:
             raise ValueError(f"type {self.type!r} is invalid; allowed: {', '.join(TYPES)}")
         if self.mode is not None and self.mode not in MODES:

@@ -170,6 +170,8 @@ def test_wrong_arguments_are_refused_in_the_callers_thread(
     with pytest.raises(ValueError, match=r"unknown producer setting\(s\) colour; allowed: "
                                          r"linger_ms, .*, producer_id, security$"):
         SyncProducer.create(address, "life-args", colour="red")
+    with pytest.raises(ValueError, match=r"subscription 5 is invalid: give a name \(a str"):
+        SyncConsumer.subscribe(address, "life-args", 5)  # type: ignore[arg-type]
     with SyncConsumer.subscribe(address, "life-args", "s", start="earliest") as consumer:
         with pytest.raises(TypeError, match=r"ack\(\) takes a Message \(as receive\(\) "
                                             r"returns\); got NoneType None"):
