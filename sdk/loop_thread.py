@@ -99,15 +99,10 @@ class LoopThread:
         call = getattr(coro, "__name__", "call")
         try:
             check_timeout_s(timeout_s)
-            self.check_usable(call)
-        except BaseException:
+        except ValueError:
             coro.close()
             raise
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a blocking Keybus call was made on the SDK's loop thread "
-                               "(e.g. from a done callback); call it from another thread")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = self.submit(coro)
         try:
             return future.result(timeout_s)
         except TimeoutError:
@@ -126,7 +121,19 @@ class LoopThread:
         self.loop.call_soon_threadsafe(callback, *args)
 
     def submit(self, coro: Coroutine[Any, Any, R]) -> concurrent.futures.Future[R]:
-        """Start a coroutine on the loop; return its future without waiting."""
+        """Start a coroutine on the loop; return its future without waiting.
+
+        Raises:
+            RuntimeError, KeybusError (closed_error): as run().
+        """
+        try:
+            self.check_usable(getattr(coro, "__name__", "call"))
+            if threading.current_thread() is self._thread:
+                raise RuntimeError("a blocking Keybus call was made on the SDK's loop thread "
+                                   "(e.g. from a done callback); call it from another thread")
+        except BaseException:
+            coro.close()
+            raise
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:

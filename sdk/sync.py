@@ -184,6 +184,9 @@ class _SyncBatches:
     def __init__(self, reader: Reader | TopicReader, thread_name: str, owner: str) -> None:
         self._reader = reader
         self._thread = LoopThread(thread_name, owner)
+        # The batch a Ctrl-C stopped waiting for: the next call takes it (a
+        # reader's read cannot be cancelled halfway without losing its place).
+        self._pending: concurrent.futures.Future[ReadBatch] | None = None
 
     def __iter__(self) -> Iterator[ReadBatch]:
         return self
@@ -191,10 +194,20 @@ class _SyncBatches:
     def __next__(self) -> ReadBatch:
         if self._thread.loop.is_closed():
             raise StopIteration
+        if self._pending is None:
+            self._pending = self._thread.submit(_next_batch(self._reader))
         try:
-            return self._thread.run(_next_batch(self._reader))
+            batch = self._pending.result()
+        except KeyboardInterrupt:
+            raise  # the read goes on; the next call takes its batch
         except StopAsyncIteration:
+            self._pending = None
             raise StopIteration from None
+        except BaseException:
+            self._pending = None
+            raise
+        self._pending = None
+        return batch
 
     def close(self) -> None:
         """Cancel the stream(s), close the channel, stop the loop thread. Idempotent."""

@@ -111,6 +111,33 @@ def test_ctrl_c_in_receive_raises_and_takes_no_event(shared_broker: BrokerProces
     assert out == "interrupted\nreceived 7\n", err
 
 
+def test_ctrl_c_in_a_following_reader_loses_no_batch(shared_broker: BrokerProcess,
+                                                     tmp_path: Path) -> None:
+    address = shared_broker.address
+    _topic(address, "life-reader")
+    interrupted = _run(_script(tmp_path, "reader", f"""
+        import os, signal, threading
+        from keybus import SyncProducer, SyncReader
+        reader = SyncReader({address!r}, "life-reader", 0, start="earliest", follow=True)
+        try:
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+            next(reader)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        with SyncProducer.create({address!r}, "life-reader") as producer:
+            producer.send(7, b"after").result(30)
+        give_up = threading.Timer(30.0, os.kill, (os.getpid(), signal.SIGINT))
+        give_up.start()
+        try:
+            print("read", [event.key for event in next(reader).events()], flush=True)
+        except KeyboardInterrupt:
+            print("nothing read within 30 s", flush=True)
+        give_up.cancel()
+        reader.close()
+    """))
+    assert interrupted.stdout == "interrupted\nread [7]\n", interrupted.stderr
+
+
 def test_a_client_used_after_fork_says_so(shared_broker: BrokerProcess,
                                           tmp_path: Path) -> None:
     address = shared_broker.address
