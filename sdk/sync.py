@@ -68,7 +68,8 @@ class SyncProducer:
     """Blocking producer of one topic; the settings are ProducerConfig's.
 
     `SyncProducer.create(...)` (as `Producer.create`) and `SyncProducer(...)`
-    are the same call.
+    are the same call. Threads may share one: `send` appends under a lock.
+    Left open at interpreter exit, it is closed then (sdk/loop_thread.py).
 
     Args:
         broker: "host:port". topic: an existing topic.

@@ -27,7 +27,9 @@ class SyncConsumer:
     """Blocking consumer (arguments as Consumer.subscribe).
 
     `SyncConsumer.subscribe(...)` (as `Consumer.subscribe`) and
-    `SyncConsumer(...)` are the same call.
+    `SyncConsumer(...)` are the same call. Threads may share one (one
+    receiving while others ack, or several receiving: each event goes to one).
+    Left open at interpreter exit, it is closed then (its acks sent).
 
     Raises:
         as Consumer.subscribe.
