@@ -20,7 +20,7 @@ from sdk.bootstrap import BootstrapPosition
 from sdk.core.columns import Event
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.errors import ProducerClosed
-from sdk.loop_thread import LoopThread
+from sdk.loop_thread import LoopThread, check_timeout_s
 from sdk.producer import (
     UPSERT,
     BatchFuture,
@@ -48,10 +48,19 @@ class SyncEventFuture:
         """Wait for the stored event.
 
         Raises:
-            TimeoutError: not answered within timeout_s.
+            TimeoutError: not answered within timeout_s (it stays pending).
+            ValueError: timeout_s is not None or a number >= 0.
             KeybusError: the batch failed (DeliveryTimeout, InvalidArgument, ...).
         """
-        return self._batch.result(timeout_s).event(self._index)
+        check_timeout_s(timeout_s)
+        try:
+            return self._batch.result(timeout_s).event(self._index)
+        except TimeoutError:
+            if self._batch.done():
+                raise
+            raise TimeoutError(f"the event was not answered within timeout_s={timeout_s}; "
+                               "it stays pending (the producer retries up to "
+                               "delivery_timeout_ms)") from None
 
     def done(self) -> bool:
         return self._batch.done()

@@ -89,6 +89,22 @@ def test_a_script_exiting_without_close_sends_its_acks(shared_broker: BrokerProc
     assert sum(p.backlog for p in described.partitions) == 0, described
 
 
+def test_a_producer_without_its_broker_says_so_and_resumes(broker: BrokerProcess) -> None:
+    _topic(broker.address, "life-down")
+    with SyncProducer.create(broker.address, "life-down") as producer:
+        broker.kill()
+        sent = producer.send(1, b"while down")
+        with pytest.raises(TimeoutError, match=r"^the event was not answered within "
+                                                r"timeout_s=0\.5; it stays pending"):
+            sent.result(0.5)
+        with pytest.raises(TimeoutError, match=r"^SyncProducer of topic 'life-down': "
+                                                r"flush\(\) not done within timeout_s=0\.5$"):
+            producer.flush(0.5)
+        broker.start()
+        producer.flush(60)
+        assert sent.result(0).offset == 0
+
+
 def test_ctrl_c_in_receive_raises_and_takes_no_event(shared_broker: BrokerProcess,
                                                     tmp_path: Path) -> None:
     address = shared_broker.address
