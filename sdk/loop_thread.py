@@ -9,9 +9,11 @@ call Sync classes from plain threads, web workers and scripts:
 2. A closed client, or one used in a process forked after it was made (its
    loop thread stayed in the parent), answers with an error saying so instead
    of `RuntimeError: Event loop is closed` or a wait that never ends.
-3. A client still open when the interpreter exits is closed by an `atexit`
-   hook (its `at_exit`), before the daemon thread would be cut off with events
-   still buffered.
+3. A client still open when the interpreter exits gets its `at_exit` called
+   by an `atexit` hook, before the daemon thread would be cut off with events
+   or acks still buffered. It must not fail threads still blocked in the
+   client (daemon workers: they would print tracebacks as the program ends):
+   `waiting` counts them.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ class LoopThread:
         self.owner = owner or name
         self.closed_error = closed_error
         self.forked = False  # set in a child process by os.register_at_fork
-        self.at_exit: Callable[[], None] | None = None  # close the client at interpreter exit
+        self.at_exit: Callable[[], None] | None = None  # run at interpreter exit (rule 3)
+        self._waiting = 0  # calls blocked in run() now
+        self._waiting_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -103,6 +107,8 @@ class LoopThread:
             coro.close()
             raise
         future = self.submit(coro)
+        with self._waiting_lock:
+            self._waiting += 1
         try:
             return future.result(timeout_s)
         except TimeoutError:
@@ -114,6 +120,14 @@ class LoopThread:
         except BaseException:  # KeyboardInterrupt, SystemExit: stop what we waited for
             future.cancel()
             raise
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+
+    @property
+    def waiting(self) -> int:
+        """How many calls are blocked in run() now (other threads', at exit)."""
+        return self._waiting
 
     def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """Run callback(*args) on the loop without waiting (acks)."""
@@ -158,17 +172,17 @@ async def _cancel_others() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-def _close_at_exit() -> None:
-    """Close the clients the program left open (rule 3), one at a time."""
+def _run_at_exit() -> None:
+    """Look after the clients the program left open (rule 3), one at a time."""
     for thread in list(_LIVE):
         if thread.at_exit is None or thread.forked or thread.loop.is_closed():
             continue
         try:
             thread.at_exit()
         except Exception as error:  # the exit goes on; say what was lost
-            log.warning("closing %s at exit failed: %s", thread.owner, error)
+            log.warning("at exit, %s failed: %s", thread.owner, error)
         except KeyboardInterrupt:  # Ctrl-C again: the user will not wait
-            log.warning("closing %s at exit interrupted; what it still held is lost",
+            log.warning("at exit, %s was interrupted; what it still held is lost",
                         thread.owner)
             return
 
@@ -178,5 +192,5 @@ def _mark_forked() -> None:
         thread.forked = True
 
 
-atexit.register(_close_at_exit)
+atexit.register(_run_at_exit)
 os.register_at_fork(after_in_child=_mark_forked)

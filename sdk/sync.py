@@ -78,7 +78,7 @@ class SyncProducer:
 
     `SyncProducer.create(...)` (as `Producer.create`) and `SyncProducer(...)`
     are the same call. Threads may share one: `send` appends under a lock.
-    Left open at interpreter exit, it is closed then (sdk/loop_thread.py).
+    Left open at interpreter exit, it is flushed then (sdk/loop_thread.py).
 
     Args:
         broker: "host:port". topic: an existing topic.
@@ -100,7 +100,7 @@ class SyncProducer:
         self.topic = topic
         self.partitions = self._producer.partitions
         self.config = self._producer.config
-        self._thread.at_exit = self._close_at_exit
+        self._thread.at_exit = self._flush_at_exit
 
     @classmethod
     def create(cls, broker: str = "localhost:6650", topic: str = "", *,
@@ -155,7 +155,7 @@ class SyncProducer:
         """Flush (up to timeout_ms, default delivery_timeout_ms), disconnect,
         stop the loop thread. Idempotent.
 
-        A producer still open when the interpreter exits is closed then, with
+        A producer still open when the interpreter exits is flushed then, with
         a warning if events were still unanswered (the exit waits for them, up
         to delivery_timeout_ms).
         """
@@ -166,15 +166,17 @@ class SyncProducer:
         finally:
             self._thread.stop()
 
-    def _close_at_exit(self) -> None:
-        """The interpreter exits with this producer open: send what it holds."""
+    def _flush_at_exit(self) -> None:
+        """The interpreter exits with this producer open: send what it holds.
+        A flush, not a close: a daemon thread still sending must not get
+        ProducerClosed (and print a traceback) as the program ends."""
         unanswered = self._producer.unanswered_events
         if unanswered:
             log.warning("%s was not closed; sending its %d unanswered event(s) before the "
                         "interpreter exits (up to delivery_timeout_ms=%d; close() the "
                         "producer to choose)", self._thread.owner, unanswered,
                         self.config.delivery_timeout_ms)
-        self.close()
+        self.flush()
 
     def __enter__(self) -> SyncProducer:
         return self
