@@ -34,6 +34,8 @@ from sdk.topic_reader import TopicReader
 
 log = logging.getLogger("keybus")
 
+_QUIET_FLUSH_S = 1.0  # at exit, how long a flush goes on before a warning says why it waits
+
 
 class SyncEventFuture:
     """The fate of one event sent by SyncProducer.send: batch future + index."""
@@ -169,13 +171,17 @@ class SyncProducer:
     def _flush_at_exit(self) -> None:
         """The interpreter exits with this producer open: send what it holds.
         A flush, not a close: a daemon thread still sending must not get
-        ProducerClosed (and print a traceback) as the program ends."""
-        unanswered = self._producer.unanswered_events
-        if unanswered:
-            log.warning("%s was not closed; sending its %d unanswered event(s) before the "
-                        "interpreter exits (up to delivery_timeout_ms=%d; close() the "
-                        "producer to choose)", self._thread.owner, unanswered,
-                        self.config.delivery_timeout_ms)
+        ProducerClosed (and print a traceback) as the program ends. Quiet
+        when the broker answers within _QUIET_FLUSH_S, as it does when up."""
+        try:
+            self.flush(_QUIET_FLUSH_S)
+            return
+        except TimeoutError:
+            pass
+        log.warning("%s was not closed; sending its %d unanswered event(s) before the "
+                    "interpreter exits (up to delivery_timeout_ms=%d; close() the "
+                    "producer to choose)", self._thread.owner,
+                    self._producer.unanswered_events, self.config.delivery_timeout_ms)
         self.flush()
 
     def __enter__(self) -> SyncProducer:
