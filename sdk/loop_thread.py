@@ -11,9 +11,9 @@ call Sync classes from plain threads, web workers and scripts:
    of `RuntimeError: Event loop is closed` or a wait that never ends.
 3. A client still open when the interpreter exits gets its `at_exit` called
    by an `atexit` hook, before the daemon thread would be cut off with events
-   or acks still buffered. It must not fail threads still blocked in the
-   client (daemon workers: they would print tracebacks as the program ends):
-   `waiting` counts them.
+   or acks still buffered. A daemon thread whose call then fails because of
+   it (a worker still receiving) waits for the process to end, as it would
+   have without the hook, instead of printing a traceback as the program ends.
 """
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ class LoopThread:
         self.closed_error = closed_error
         self.forked = False  # set in a child process by os.register_at_fork
         self.at_exit: Callable[[], None] | None = None  # run at interpreter exit (rule 3)
-        self._waiting = 0  # calls blocked in run() now
-        self._waiting_lock = threading.Lock()
+        self.exiting = False  # the atexit hook has begun (rule 3)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -107,8 +106,6 @@ class LoopThread:
             coro.close()
             raise
         future = self.submit(coro)
-        with self._waiting_lock:
-            self._waiting += 1
         try:
             return future.result(timeout_s)
         except TimeoutError:
@@ -119,19 +116,21 @@ class LoopThread:
                                f"timeout_s={timeout_s}") from None
         except BaseException:  # KeyboardInterrupt, SystemExit: stop what we waited for
             future.cancel()
+            self._park_if_exiting()
             raise
-        finally:
-            with self._waiting_lock:
-                self._waiting -= 1
 
-    @property
-    def waiting(self) -> int:
-        """How many calls are blocked in run() now (other threads', at exit)."""
-        return self._waiting
+    def _park_if_exiting(self) -> None:
+        """Rule 3: at exit, a daemon thread's failed call waits for the end."""
+        if self.exiting and threading.current_thread() is not threading.main_thread():
+            threading.Event().wait()
 
     def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """Run callback(*args) on the loop without waiting (acks)."""
-        self.check_usable(getattr(callback, "__name__", "call"))
+        try:
+            self.check_usable(getattr(callback, "__name__", "call"))
+        except BaseException:
+            self._park_if_exiting()
+            raise
         self.loop.call_soon_threadsafe(callback, *args)
 
     def submit(self, coro: Coroutine[Any, Any, R]) -> concurrent.futures.Future[R]:
@@ -147,6 +146,7 @@ class LoopThread:
                                    "(e.g. from a done callback); call it from another thread")
         except BaseException:
             coro.close()
+            self._park_if_exiting()
             raise
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
@@ -177,6 +177,7 @@ def _run_at_exit() -> None:
     for thread in list(_LIVE):
         if thread.at_exit is None or thread.forked or thread.loop.is_closed():
             continue
+        thread.exiting = True
         try:
             thread.at_exit()
         except Exception as error:  # the exit goes on; say what was lost

@@ -22,8 +22,6 @@ from sdk.core.model import HashRange
 from sdk.loop_thread import LoopThread, check_timeout_s
 from sdk.reconnect import ConnectionCallback
 
-_ACKS_AT_EXIT_S = 5.0  # the longest an exit waits to hand pending acks to the stream
-
 
 class SyncConsumer:
     """Blocking consumer (arguments as Consumer.subscribe).
@@ -54,7 +52,7 @@ class SyncConsumer:
             self._thread.stop()
             raise
         self.name = self._consumer.name
-        self._thread.at_exit = self._acks_at_exit
+        self._thread.at_exit = self.close  # sends pending acks; bounded (~2 s)
 
     @classmethod
     def subscribe(cls, broker: str = "localhost:6650", topic: str = "", subscription: str = "",
@@ -141,16 +139,6 @@ class SyncConsumer:
             self._thread.run(self._consumer.close())
         finally:
             self._thread.stop()
-
-    def _acks_at_exit(self) -> None:
-        """The interpreter exits with this consumer open: close it, which sends
-        the pending acks and waits (~2 s at most) for the broker to take them.
-        With a thread still blocked in receive (a daemon worker) only send them:
-        closing would fail that thread with a traceback as the program ends."""
-        if self._thread.waiting:
-            self._thread.run(self._consumer.flush_acks(), _ACKS_AT_EXIT_S)
-        else:
-            self.close()
 
     def __enter__(self) -> SyncConsumer:
         return self
