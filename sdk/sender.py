@@ -213,7 +213,8 @@ class Sender:
         try:
             self._stub = await self._relocate()
         except errors.KeybusError as e:
-            _log.info("topic %r: no leader found yet (%s); retrying", self.topic, e)
+            _log.log(logging.DEBUG if self._lost_since_ms is not None else logging.INFO,
+                     "topic %r: no leader found yet (%s); retrying", self.topic, e)
             self._last_failure = str(e)
 
     async def _renew_stub(self) -> None:
@@ -251,8 +252,8 @@ class Sender:
 
     def _reached(self) -> None:
         if self._lost_since_ms is not None:
-            _log.warning("producer of topic %r: the broker answers again after %.1f s",
-                         self.topic, (now_ms() - self._lost_since_ms) / 1000)
+            _log.info("producer of topic %r: the broker answers again after %.1f s",
+                      self.topic, (now_ms() - self._lost_since_ms) / 1000)
             self._lost_since_ms = None
 
     async def _run_stream(self) -> bool:
@@ -281,9 +282,10 @@ class Sender:
             return True
         if failure is not None and not isinstance(failure, _EXPECTED_STREAM_FAILURES):
             _log.error("produce stream for topic %r broke: %r", self.topic, failure)
-        elif failure is not None:
-            _log.info("produce stream for topic %r broke (%s); reconnecting", self.topic,
-                      _describe(failure))
+        elif failure is not None:  # each retry of a lost broker ends so: said once (_lost)
+            _log.log(logging.DEBUG if self._lost_since_ms is not None else logging.INFO,
+                     "produce stream for topic %r broke (%s); reconnecting", self.topic,
+                     _describe(failure))
         refusal = self.queue.refusal
         if failure is None and refusal:  # the stream was ended here, after the broker's refusal
             self._lost(refusal, refused=True)

@@ -173,7 +173,7 @@ def test_without_callbacks_a_lost_broker_is_logged_and_a_timeout_names_the_cause
             "the producer and the consumer to say the broker is lost")
         await asyncio.to_thread(broker.start)
         assert (await asyncio.wait_for(waiting, 30)).offset == 1
-        await _wait_for(lambda: said(logging.WARNING, "producer of topic 'quiet': the broker "
+        await _wait_for(lambda: said(logging.INFO, "producer of topic 'quiet': the broker "
                                      "answers again after") and said(
             logging.INFO, f"the broker at {broker.address} is back after"), 30, "the return")
         assert [m.value for m in [await consumer.receive(20), await consumer.receive(20)]] == \
