@@ -21,6 +21,7 @@ from sdk.core.columns import Event
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.errors import ProducerClosed
 from sdk.loop_thread import LoopThread, check_timeout_s
+from sdk.options import check_settings, keyword_settings
 from sdk.producer import (
     UPSERT,
     BatchFuture,
@@ -249,6 +250,8 @@ class SyncReader(_SyncBatches):
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
                  **options: Any) -> None:
+        check_settings("reader", options, keyword_settings(Reader, ("broker", "topic",
+                                                                    "partition")))
         self._one = Reader(broker, topic, partition, **options)
         super().__init__(self._one, f"keybus-reader-{topic}-{partition}",
                          f"SyncReader of {topic}/{partition}")
@@ -309,6 +312,7 @@ class SyncAdmin:
     """Blocking topic and subscription administration (methods and arguments as Admin)."""
 
     def __init__(self, broker: str = "localhost:6650", **options: Any) -> None:
+        check_settings("admin", options, keyword_settings(Admin, ("broker",)))
         self._admin = Admin(broker, **options)
         self._thread = LoopThread("keybus-admin", f"SyncAdmin of {broker}")
 

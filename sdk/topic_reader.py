@@ -24,6 +24,7 @@ import grpc.aio
 from sdk.admin import Admin
 from sdk.channel import open_channel
 from sdk.cluster import FIND_TIMEOUT_MS, is_cluster, topic_broker
+from sdk.options import check_settings, keyword_settings
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.reconnect import ConnectionCallback, log_connection_change
 
@@ -62,6 +63,10 @@ class TopicReader:
             raise ValueError("topic is empty; give the name of an existing topic")
         if "partition" in options:
             raise ValueError("TopicReader takes partitions=[...]; Reader reads one partition")
+        check_settings("topic reader", options, [
+            *keyword_settings(TopicReader, ("broker", "topic", "options")),
+            *keyword_settings(Reader, ("broker", "topic", "partition", "start",
+                                       "on_connection_change", "channel"))])
         if type(start) is int and (partitions is None or len(partitions) != 1):
             raise ValueError(f"start={start} is an offset, a position in one partition: give "
                              "one partition (partitions=[p]) or start 'earliest', 'latest' "
