@@ -31,7 +31,8 @@ def now_ms() -> int:
 
 
 class ConnectionWatch:
-    """Says once per outage that the channel has not been ready for `report_ms`."""
+    """Says once per outage that the channel has not been ready for `report_ms` (WARNING),
+    and once that it is back (INFO, as the SDK's other clients say a return)."""
 
     def __init__(self, channel: grpc.aio.Channel, broker: str, report_ms: int) -> None:
         self.channel = channel
@@ -49,7 +50,7 @@ class ConnectionWatch:
         state = self.channel.get_state(try_to_connect=False)
         if state is grpc.ChannelConnectivity.READY:
             if self._reported:
-                _log.warning("broker %s is reachable again; consumption goes on", self.broker)
+                _log.info("broker %s is reachable again; consumption goes on", self.broker)
             self._down_since_ms, self._reported = None, False
             return None
         if self._down_since_ms is None:
