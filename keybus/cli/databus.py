@@ -122,9 +122,12 @@ async def tail(broker: str, topic: str, sources: list[str] | None,
                                    start=start, name="tail")
     printer.stop = registration.request_stop
     printer.is_final = lambda error: registration.runner.error is error
-    # The printer reports errors itself (on_error, then the command's error line); without
-    # this, Python's last-resort handler would print the SDK's warnings on stderr as well.
-    logging.getLogger("keybus.databus").addHandler(logging.NullHandler())
+    # The printer reports errors itself (on_error, then the command's error line), a lost
+    # broker included (once, "keybus: warning: ... unreachable"); without this, Python's
+    # last-resort handler would print the SDK's warnings on stderr as well: the databus
+    # layer's and its reader's ("lost the broker ..."), the same outage two more times.
+    for name in ("keybus.databus", "keybus.connection"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
     await client.start()
     waiting = asyncio.ensure_future(registration.wait())
     stopping = asyncio.ensure_future(done.wait())

@@ -1,0 +1,66 @@
+"""`keybus databus tail` while its broker is away: one line on stderr.
+
+Goal: a tail whose broker is killed says so once ("keybus: warning: broker
+... unreachable ...; still reconnecting") and goes on printing windows once
+the broker is back. Before, the SDK's reader inside it also printed its own
+report through Python's last-resort handler: the same outage twice, one of
+them without the `keybus:` prefix.
+Method: `python -m keybus databus tail` as a subprocess; a real broker
+process killed with SIGKILL for 7 s (past the 5 s report threshold) and
+restarted on the same port and data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from tests.e2e.test_cli import keybus, ok
+from tests.e2e.test_cli_databus import WINDOW_2, produce_window
+from tests.support.broker_process import REPO, BrokerProcess
+
+
+def _line(stream: IO[str], deadline_s: float) -> str:
+    """The next stdout line, within the deadline (the tail prints one per window)."""
+    os.set_blocking(stream.fileno(), False)
+    while time.monotonic() < deadline_s:
+        line = stream.readline()
+        if line:
+            return line
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for a window")
+
+
+def test_tail_says_an_outage_once_and_goes_on(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    tail: subprocess.Popen[str] | None = None
+    try:
+        ok(keybus(broker, "topics", "create", "away"))
+        produce_window(broker, "away", WINDOW_2)
+        env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+        tail = subprocess.Popen([sys.executable, "-m", "keybus", "databus", "tail", "away",
+                                 "--sources", "a"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        assert tail.stdout is not None and tail.stderr is not None
+        assert "DataEvent(a.4)" in _line(tail.stdout, time.monotonic() + 60)
+        broker.kill()
+        time.sleep(7)
+        broker.start()
+        produce_window(broker, "away", WINDOW_2)
+        assert "DataEvent(a.4)" in _line(tail.stdout, time.monotonic() + 60)
+        tail.send_signal(signal.SIGINT)
+        tail.wait(30)
+        said = [line for line in tail.stderr.read().splitlines() if broker.address in line]
+        assert len(said) == 1, said
+        assert said[0].startswith(f"keybus: warning: broker {broker.address} unreachable")
+    finally:
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+            tail.wait(10)
+        broker.stop()
