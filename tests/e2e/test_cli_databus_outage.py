@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -23,6 +22,7 @@ from typing import IO
 from tests.e2e.test_cli import keybus, ok
 from tests.e2e.test_cli_databus import WINDOW_2, produce_window
 from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.interrupt import python_module
 
 
 def _line(stream: IO[str], deadline_s: float) -> str:
@@ -44,8 +44,8 @@ def test_tail_says_an_outage_once_and_goes_on(tmp_path: Path) -> None:
         ok(keybus(broker, "topics", "create", "away"))
         produce_window(broker, "away", WINDOW_2)
         env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
-        tail = subprocess.Popen([sys.executable, "-m", "keybus", "databus", "tail", "away",
-                                 "--sources", "a"], stdout=subprocess.PIPE,
+        tail = subprocess.Popen(python_module("keybus", "databus", "tail", "away",
+                                              "--sources", "a"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
         assert tail.stdout is not None and tail.stderr is not None
         assert "DataEvent(a.4)" in _line(tail.stdout, time.monotonic() + 60)

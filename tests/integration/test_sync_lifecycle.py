@@ -30,11 +30,12 @@ from sdk import (
     SyncTopicReader,
 )
 from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.interrupt import SIGINT_DEFAULT
 
 
 def _script(tmp_path: Path, name: str, body: str) -> list[str]:
     path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(body))
+    path.write_text(SIGINT_DEFAULT + textwrap.dedent(body))  # some tests Ctrl-C it
     return [sys.executable, str(path)]
 
 
