@@ -37,7 +37,8 @@ def test_clients_resume_when_the_broker_serves_again(tmp_path: Path) -> None:
         producer = await Producer.create(broker.address, "soon", **backoff)
         consumer = await Consumer.subscribe(broker.address, "soon", "s", type="exclusive",
                                             **backoff)
-        reader = TopicReader(broker.address, "soon", follow=True, start="latest", **backoff)
+        # earliest: "latest" resolved after the first send, under load, skipped "before"
+        reader = TopicReader(broker.address, "soon", follow=True, start="earliest", **backoff)
         await reader.open()
         await producer.send(1, b"before")
         assert (await consumer.receive(20)).value == b"before"
