@@ -33,8 +33,7 @@ import os
 import re
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -45,68 +44,22 @@ from sdk import Consumer
 from sdk.core.pb import keybus_pb2 as pb
 from tests.support.metrics import metrics_text
 from tests.support.relay_cluster import cluster_story, records, wait_for
-from tests.support.wire import int_batch, produce, stub
-
-EVENTS, VALUE_BYTES = 10, 2_000  # a record of about 20 KB
-RETENTION_BYTES = 200_000  # the leader keeps about ten records
-
-
-def broker(root: Path, name: str, config: str) -> BrokerRunner:
-    path = root / f"{name}.toml"
-    path.write_text(config)
-    return BrokerRunner(root / name, free_port(), path)
+from tests.support.relay_pair import (
+    EVENTS,
+    VALUE_BYTES,
+    offsets,
+    produce_records,
+    relay_pair,
+    unchanged_for,
+)
+from tests.support.wire import stub
 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[BrokerRunner, BrokerRunner]]:
     """A leader trimming every 50 ms and its follower, topic t created (1 partition)."""
-    # The leader's view folds every 200 ms (not 5 s): retention never removes what
-    # the view has not folded, and these tests wait for the leader's trim.
-    leader = broker(tmp_path, "leader", "retention_check_interval_ms = 50\n"
-                    "view_linger_ms = 200\n[replication.t]\n")
-    follower = broker(tmp_path, "follower", (
-        f"metrics_port = {free_port()}\n"
-        "retention_check_interval_ms = 600000\nrelay_retry_backoff_ms = 50\n"
-        f"relay_retry_backoff_max_ms = 500\n[replication.t]\nupstream = \"{leader.address}\"\n"))
-    try:
-        leader.start()
-        follower.start()
-        stub(leader.address).CreateTopic(pb.CreateTopicRequest(topic="t", config=pb.TopicConfig(
-            partitions=1, retention_bytes=RETENTION_BYTES)), timeout=10)
-        yield leader, follower
-    finally:
-        follower.stop()
-        leader.stop()
-
-
-def produce_records(address: str, first_key: int, count: int,
-                    value_bytes: int = VALUE_BYTES) -> None:
-    client = stub(address)
-    for k in range(first_key, first_key + count * EVENTS, EVENTS):
-        produce(client, [pb.ProduceRequest(topic="t", batch=int_batch(
-            list(range(k, k + EVENTS)), b"x" * value_bytes))])
-
-
-def unchanged_for(read: Callable[[], object], quiet_s: float) -> Callable[[], bool]:
-    """A condition: `read()` gave the same value for the last `quiet_s` seconds."""
-    last: list[object] = [object(), 0.0]
-
-    def condition() -> bool:
-        value, now = read(), time.monotonic()
-        if value != last[0]:
-            last[:] = [value, now]
-        return now - float(last[1]) >= quiet_s  # type: ignore[arg-type]
-    return condition
-
-
-def offsets(address: str) -> tuple[int, int]:
-    """(start offset, end offset) of t/0; (-1, -1) while the broker cannot say."""
-    try:
-        info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="t"), timeout=2)
-    except grpc.RpcError:
-        return -1, -1
-    part = info.partitions[0] if info.partitions else None
-    return (part.start_offset, part.end_offset) if part else (-1, -1)
+    with relay_pair(tmp_path, follower_settings=f"metrics_port = {free_port()}\n") as both:
+        yield both
 
 
 def bases(address: str) -> list[int]:

@@ -23,62 +23,25 @@ and the follower restarted as the topic's leader (the path an election takes:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from keybus.dev_cluster import BrokerRunner, free_port
+from keybus.dev_cluster import BrokerRunner
 from sdk import Reader, errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.relay_cluster import wait_for
-from tests.support.wire import int_batch, produce, stub
-
-EVENTS, VALUE_BYTES = 10, 2_000  # a record of about 20 KB
-RETENTION_BYTES = 200_000  # the leader keeps about ten records
-
-
-def broker(root: Path, name: str, config: str) -> BrokerRunner:
-    path = root / f"{name}.toml"
-    path.write_text(config)
-    return BrokerRunner(root / name, free_port(), path)
+from tests.support.relay_pair import EVENTS, offsets, produce_records, relay_pair, unchanged_for
+from tests.support.wire import stub
 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[BrokerRunner, BrokerRunner]]:
-    leader = broker(tmp_path, "leader", "retention_check_interval_ms = 50\n"
-                    "view_linger_ms = 200\nbootstrap_streams_max = 1\n[replication.t]\n")
-    follower = broker(tmp_path, "follower", (
-        "retention_check_interval_ms = 600000\nrelay_retry_backoff_ms = 50\n"
-        f"relay_retry_backoff_max_ms = 500\n[replication.t]\nupstream = \"{leader.address}\"\n"))
-    try:
-        leader.start()
-        follower.start()
-        stub(leader.address).CreateTopic(pb.CreateTopicRequest(topic="t", config=pb.TopicConfig(
-            partitions=1, retention_bytes=RETENTION_BYTES)), timeout=10)
-        yield leader, follower
-    finally:
-        follower.stop()
-        leader.stop()
-
-
-def produce_records(address: str, first_key: int, count: int) -> None:
-    client = stub(address)
-    for k in range(first_key, first_key + count * EVENTS, EVENTS):
-        produce(client, [pb.ProduceRequest(topic="t", batch=int_batch(
-            list(range(k, k + EVENTS)), b"x" * VALUE_BYTES))])
-
-
-def offsets(address: str) -> tuple[int, int]:
-    try:
-        info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic="t"), timeout=2)
-    except grpc.RpcError:
-        return -1, -1
-    return (info.partitions[0].start_offset, info.partitions[0].end_offset) \
-        if info.partitions else (-1, -1)
+    with relay_pair(tmp_path, leader_settings="bootstrap_streams_max = 1\n") as both:
+        yield both
 
 
 def bootstrap(address: str) -> set[int] | grpc.RpcError:
@@ -93,17 +56,6 @@ def bootstrap(address: str) -> set[int] | grpc.RpcError:
     return keys
 
 
-def settled(address: str, quiet_s: float, timeout_s: float) -> None:
-    """Wait until the start offset stayed the same for quiet_s (retention is done)."""
-    last, since, deadline = offsets(address), time.monotonic(), time.monotonic() + timeout_s
-    while time.monotonic() - since < quiet_s:
-        assert time.monotonic() < deadline, "the leader's retention did not settle"
-        time.sleep(0.1)
-        now = offsets(address)
-        if now != last:
-            last, since = now, time.monotonic()
-
-
 def test_a_follower_made_leader_mid_load_never_serves_a_snapshot_missing_keys(
         pair: tuple[BrokerRunner, BrokerRunner]) -> None:
     leader, follower = pair
@@ -112,7 +64,8 @@ def test_a_follower_made_leader_mid_load_never_serves_a_snapshot_missing_keys(
     follower.stop()
     produce_records(leader.address, 1_000, 30)
     wait_for(lambda: offsets(leader.address)[0] > 3 * EVENTS, 30, "the leader trimmed")
-    settled(leader.address, 1.5, 30)
+    wait_for(unchanged_for(lambda: offsets(leader.address)[0], 1.5), 30,
+             "the leader's retention settled")
     # no BDP probe: the stream's window stays 64 KB, the snapshot (~660 KB) waits on it
     channel = grpc.insecure_channel(leader.address, options=[("grpc.http2.bdp_probe", 0)])
     held = pb_grpc.KeybusStub(channel).Bootstrap(pb.BootstrapRequest(topic="t", events_max=1), timeout=60)
