@@ -50,7 +50,7 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.metrics import gauge
-from tests.support.wire import create_topic, int_batch, produce, stalled_subscribe, stub
+from tests.support.wire import fill_topic, stalled_subscribe, stub
 
 BUDGET = 4 << 20
 CACHE_BUDGET = 4 << 20  # the dispatchers' record caches: not what this measures
@@ -82,17 +82,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
-
-
-def fill(address: str) -> None:
-    client = stub(address)
-    create_topic(client, TOPIC)
-    for first in range(0, EVENTS, RECORD_EVENTS):
-        keys = list(range(first, first + RECORD_EVENTS))
-        batch = int_batch(keys)
-        batch.ClearField("values")
-        batch.values.extend(f"{k}".encode().ljust(VALUE, b".") for k in keys)
-        assert produce(client, [pb.ProduceRequest(topic=TOPIC, batch=batch)])[0].error_code == 0
 
 
 def peak_mb(pid: int, seconds: float) -> float:
@@ -154,7 +143,7 @@ def outbox_bytes(wanted: Callable[[float], bool]) -> float:
 
 
 def test_unread_streams_hold_within_the_outbox_budget(broker: BrokerProcess) -> None:
-    fill(broker.address)
+    fill_topic(stub(broker.address), TOPIC, EVENTS, RECORD_EVENTS, VALUE)
     pid = broker.process.pid  # type: ignore[union-attr]
     before = peak_mb(pid, 0.5)
     done, grant = threading.Event(), threading.Event()

@@ -39,7 +39,7 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.metrics import gauge
-from tests.support.wire import create_topic, int_batch, produce, stalled_subscribe, stub
+from tests.support.wire import fill_topic, stalled_subscribe, stub
 
 BUDGET = 24 << 20
 TOPIC = "big"
@@ -77,16 +77,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-def fill(client: pb_grpc.KeybusStub) -> None:
-    create_topic(client, TOPIC)
-    for first in range(0, EVENTS, RECORD_EVENTS):
-        keys = list(range(first, first + RECORD_EVENTS))
-        batch = int_batch(keys)
-        batch.ClearField("values")
-        batch.values.extend(f"{k}".encode().ljust(VALUE, b".") for k in keys)
-        assert produce(client, [pb.ProduceRequest(topic=TOPIC, batch=batch)])[0].error_code == 0
-
-
 def sent_when_steady(client: pb_grpc.KeybusStub, subscription: str) -> int:
     """The events a stalled stream was sent, once that stays the same for STEADY_S."""
     sent, steady_since = -1, time.monotonic()
@@ -104,7 +94,7 @@ def sent_when_steady(client: pb_grpc.KeybusStub, subscription: str) -> int:
 
 def test_streams_that_stall_one_by_one_hold_the_budget(broker: BrokerProcess) -> None:
     client = stub(broker.address)
-    fill(client)
+    fill_topic(client, TOPIC, EVENTS, RECORD_EVENTS, VALUE)
     pid = broker.process.pid  # type: ignore[union-attr]
     time.sleep(0.5)
     before, peak = resident_mb(pid), 0.0

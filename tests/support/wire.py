@@ -46,6 +46,19 @@ def create_topic(client: pb_grpc.KeybusStub, topic: str, partitions: int = 1) ->
         topic=topic, config=pb.TopicConfig(partitions=partitions)), timeout=10)
 
 
+def fill_topic(client: pb_grpc.KeybusStub, topic: str, events: int, record_events: int,
+               value_bytes: int) -> None:
+    """Create `topic` and write `events` events (keys 0.., values of `value_bytes`
+    each, the key's digits padded with dots) in records of `record_events`."""
+    create_topic(client, topic)
+    for first in range(0, events, record_events):
+        keys = list(range(first, first + record_events))
+        batch = int_batch(keys)
+        batch.ClearField("values")
+        batch.values.extend(f"{k}".encode().ljust(value_bytes, b".") for k in keys)
+        assert produce(client, [pb.ProduceRequest(topic=topic, batch=batch)])[0].error_code == 0
+
+
 def stalled_subscribe(topic: str, subscription: str, name: str, done: threading.Event,
                       permits: int = 1000, grant: threading.Event | None = None,
                       ) -> Iterator[pb.SubscribeRequest]:
