@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from sdk.stores.fence_rules import Fence, check_checkpoint_epoch, decide_fence
@@ -98,12 +99,9 @@ class FileCheckpointStore:
     @staticmethod
     def _read(path: Path, namespace: str, topic: str, consumer_group: str,
               partition: int) -> Checkpoint | None:
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
+        data = _load(path, "checkpoint")
+        if data is None:
             return None
-        except (OSError, ValueError) as e:
-            raise ValueError(f"checkpoint file {path} is unreadable: {e}") from e
         if not all(isinstance(data.get(name), int) for name in _FIELDS):
             raise ValueError(f"checkpoint file {path} lacks integer fields {', '.join(_FIELDS)}")
         return Checkpoint(namespace, topic, consumer_group, partition,
@@ -153,14 +151,28 @@ def _locked(directory: Path, partition: int) -> Iterator[None]:
         os.close(descriptor)  # releases the lock
 
 
-def _read_fence(directory: Path, partition: int) -> Fence | None:
-    path = directory / f"{partition}.fence"
+def _load(path: Path, what: str) -> dict[str, Any] | None:
+    """A JSON file's object, or None when there is no such file.
+
+    Raises:
+        ValueError: naming the file (`what` file PATH) when it does not read as JSON.
+    """
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise ValueError(f"fence file {path} is unreadable: {e}") from e
+        raise ValueError(f"{what} file {path} is unreadable: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} file {path} is unreadable: not a JSON object")
+    return data
+
+
+def _read_fence(directory: Path, partition: int) -> Fence | None:
+    path = directory / f"{partition}.fence"
+    data = _load(path, "fence")
+    if data is None:
+        return None
     if not isinstance(data.get("epoch"), int) or not isinstance(data.get("owner"), str):
         raise ValueError(f"fence file {path} lacks an integer epoch and a text owner")
     return Fence(data["epoch"], data["owner"])
