@@ -21,8 +21,9 @@ from tests.support.broker_process import REPO, BrokerProcess
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("pyspark")
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     import spark_connector
@@ -31,22 +32,46 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     os.environ["PYTHONPATH"] = python_path
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("keybus-e2e")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.executorEnv.PYTHONPATH", python_path)
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    conf = SparkConf().setMaster("local[2]").setAppName("keybus-e2e").setAll([
+        ("spark.ui.enabled", "false"),
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.sql.shuffle.partitions", "2"),
+        ("spark.default.parallelism", "2"),
+        ("spark.sql.python.filterPushdown.enabled", "true"),
+        ("spark.executorEnv.PYTHONPATH", python_path),
+        ("spark.sql.session.timeZone", "UTC"),
+    ])
+    gateway = _launch_jvm(conf, tmp_path_factory.mktemp("spark-jvm"))
+    session = SparkSession(SparkContext(conf=conf, gateway=gateway))
     session.sparkContext.setLogLevel("ERROR")
     spark_connector.register(session)
     yield session
     session.stop()
+
+
+def _launch_jvm(conf: Any, logs: Path) -> Any:
+    """Spark's JVM gateway, its output in a file, started again if it dies at start.
+
+    In a full run the first start of a worker's JVM died at once in 2 of 5 runs
+    ("Java gateway process exited before sending its port number"), after that
+    worker's earlier tests had run gRPC clients, and every Spark test of the
+    worker then failed; alone it never did. PySpark forks the JVM's launcher
+    from this (threaded) process; the JVM's own words, which it prints to the
+    file here, say why if it happens again.
+    """
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
+
+    said = []
+    for attempt in range(3):
+        path = logs / f"jvm-{attempt}.log"
+        with open(path, "wb") as output:
+            try:
+                return launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+            except PySparkRuntimeError as e:
+                said.append(f"attempt {attempt + 1}: {e}; its output: {path.read_text()!r}")
+                print(said[-1], file=sys.stderr)
+    raise RuntimeError("Spark's JVM did not start:\n" + "\n".join(said))
 
 
 @pytest.fixture(scope="session")
