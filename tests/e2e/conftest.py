@@ -10,6 +10,7 @@ names on the shared broker.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,23 +56,37 @@ def _launch_jvm(conf: Any, logs: Path) -> Any:
     In a full run the first start of a worker's JVM died at once in 2 of 5 runs
     ("Java gateway process exited before sending its port number"), after that
     worker's earlier tests had run gRPC clients, and every Spark test of the
-    worker then failed; alone it never did. PySpark forks the JVM's launcher
-    from this (threaded) process; the JVM's own words, which it prints to the
-    file here, say why if it happens again.
+    worker then failed; alone it never did. PySpark starts the JVM's launcher
+    with a `preexec_fn` (to ignore SIGINT), so Python code runs in the child
+    between fork and exec, in a process whose gRPC threads may hold locks at the
+    fork (gRPC logged "Other threads are currently calling into gRPC, skipping
+    fork() handlers" just before). `_popen_in_own_session` starts it without
+    Python in the child: a session of its own keeps a Ctrl-C at the terminal
+    from it as well. The JVM's own words, which it prints to the file here, say
+    why if it dies again.
     """
+    from unittest import mock
+
     from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     said = []
     for attempt in range(3):
         path = logs / f"jvm-{attempt}.log"
-        with open(path, "wb") as output:
+        with open(path, "wb") as output, \
+                mock.patch("pyspark.java_gateway.Popen", _popen_in_own_session):
             try:
                 return launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
             except PySparkRuntimeError as e:
                 said.append(f"attempt {attempt + 1}: {e}; its output: {path.read_text()!r}")
                 print(said[-1], file=sys.stderr)
     raise RuntimeError("Spark's JVM did not start:\n" + "\n".join(said))
+
+
+def _popen_in_own_session(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """PySpark's Popen of the JVM launcher without its `preexec_fn` (see above)."""
+    kwargs.pop("preexec_fn", None)
+    return subprocess.Popen(command, start_new_session=True, **kwargs)
 
 
 @pytest.fixture(scope="session")
