@@ -24,8 +24,10 @@ from keybus.cli.common import (
     checked_name,
     connection_options,
     json_option,
+    note,
     run,
 )
+from sdk import Unavailable
 from sdk.core.filters import KeyFilterSpec
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
 from sdk.databus.results import SUCCESS, CallbackResult
@@ -39,6 +41,8 @@ class TailPrinter(DatabusConsumerBase):
     once: no further window is presented) and sets `done`. An error that ends
     consumption is not printed as a warning: the command prints it once, as
     its error (`is_final` tells it apart from a notice such as an outage).
+    Nor is the outage notice (Unavailable): the command says the loss and the
+    return on stderr as they happen, as `consume` and `read --follow` do.
     """
 
     def __init__(self, as_json: bool, windows_max: int | None, emit: Any,
@@ -97,7 +101,7 @@ class TailPrinter(DatabusConsumerBase):
     def on_error(self, error: Exception) -> CallbackResult:
         if self.as_json:
             self._say("on_error", "", error=str(error))
-        elif not self.is_final(error):
+        elif not (self.is_final(error) or isinstance(error, Unavailable)):
             click.echo(f"keybus: warning: {error}", err=True)
         return SUCCESS
 
@@ -117,15 +121,16 @@ async def tail(broker: str, topic: str, sources: list[str] | None,
         active.set()
         click.echo(line)
     printer = TailPrinter(as_json, windows_max, emit, done)
-    client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0))
+    # The loss and the return of the broker, once each, on stderr as `consume` says them.
+    client = DatabusClient(broker, config=DatabusConfig(checkpoint_windows_n=0),
+                           on_connection_change=lambda connected, message: note(message))
     registration = client.register(printer, topic=topic, sources=sources, filter=key_filter,
                                    start=start, name="tail")
     printer.stop = registration.request_stop
     printer.is_final = lambda error: registration.runner.error is error
-    # The printer reports errors itself (on_error, then the command's error line), a lost
-    # broker included (once, "keybus: warning: ... unreachable"); without this, Python's
-    # last-resort handler would print the SDK's warnings on stderr as well: the databus
-    # layer's and its reader's ("lost the broker ..."), the same outage two more times.
+    # The printer reports errors itself (on_error, then the command's error line) and the
+    # connection callback the outage; without this, Python's last-resort handler would
+    # print the SDK's own warnings on stderr as well (e.g. "cannot reach broker yet").
     for name in ("keybus.databus", "keybus.connection"):
         logging.getLogger(name).addHandler(logging.NullHandler())
     await client.start()

@@ -35,6 +35,7 @@ from sdk.databus.share_windows import ShareWindows
 from sdk.databus.window import MEMBERS_MAX
 from sdk.event_checks import check_sources
 from sdk.reader import Start, filter_to_proto, start_to_proto
+from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 
@@ -53,6 +54,13 @@ class DatabusClient:
             channel its registrations open; None = the ambient default, else
             plain text. A broker-held checkpoint store is made by the caller
             (`BrokerCheckpointStore(broker, security=...)`).
+        on_connection_change: on_connection_change(connected, message), as
+            the SDK's other clients: called (False, message) once when a
+            registration loses the broker (its streams and its channel see
+            one outage) and (True, message) once when it is back; may be a
+            coroutine function. None (default): the `keybus.databus` log says
+            them (WARNING, INFO), the repeats at DEBUG. Consumers' on_error
+            still gets the outage notice after unavailable_report_ms.
     Raises:
         TypeError, ValueError: an argument of the wrong type or a broker
             address that does not parse (named, with what is allowed).
@@ -61,7 +69,8 @@ class DatabusClient:
     def __init__(self, broker: str = "localhost:6650", *,
                  checkpoint_store: CheckpointStore | None = None, namespace: str = "",
                  config: DatabusConfig | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 on_connection_change: ConnectionCallback | None = None) -> None:
         if not isinstance(broker, str):
             raise TypeError(f"broker={broker!r} is not a str ({type(broker).__name__}); give "
                             "the address as HOST:PORT, e.g. localhost:6650")
@@ -78,6 +87,7 @@ class DatabusClient:
         self.namespace = namespace
         self.config = _config(config) or DatabusConfig()
         self.registrations: list[DatabusRegistration] = []
+        self.on_connection_change = on_connection_change
         self._started = False
 
     def register(self, consumer: object | Sequence[object], *, topic: str,
@@ -133,7 +143,8 @@ class DatabusClient:
                             start=start, key_filter=filter_to_proto(filter),
                             checkpoints=self.checkpoint_store, namespace=self.namespace,
                             bootstrap=bootstrap, sources=checked_sources,
-                            security=self.security)
+                            security=self.security,
+                            on_connection_change=self.on_connection_change)
         return self._add(DatabusRegistration(name, topic, members, checked_sources, config,
                                              source))
 
@@ -171,7 +182,8 @@ class DatabusClient:
             raise ValueError("subscription is empty; give the Key_Shared subscription's name")
         source = ShareWindows(self.broker, topic, subscription, name=name, config=config,
                               need_slots=len(members) > 1, consumer_config=consumer_settings,
-                              security=self.security)
+                              security=self.security,
+                              on_connection_change=self.on_connection_change)
         return self._add(DatabusRegistration(name, topic, members, check_sources(sources), config,
                                              source))
 

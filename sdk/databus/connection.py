@@ -1,16 +1,22 @@
 """The link both window sources keep to the broker: one channel, watched.
 
 `ConnectionWatch` turns a long outage into one notice (consumers hear of it
-through on_error, the log through a warning) and says whether the channel is
-connected now; `BrokerLink` is what the log and Key_Shared sources share,
+through on_error) and says whether the channel is connected now; `BrokerLink`
+is what the log and Key_Shared sources share: the channel, its watch and the
+registration's one account of an outage (`LinkOutage`: its streams and the
+watch see the same broker go, and it is said once, its return once),
 among it the first call to the broker (`describe_topic`): retried while no
 broker is reached, said once at WARNING, bounded by connect_timeout_ms.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -20,7 +26,8 @@ from sdk.channel import open_channel, retry_wait, stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.config import DatabusConfig
 from sdk.databus.inbox import Inbox
-from sdk.reconnect import Link, RetryPolicy, failure_of
+from sdk.databus.outage import LinkOutage
+from sdk.reconnect import ConnectionCallback, Link, RetryPolicy, failure_of
 from sdk.security import ClientSecurity
 
 _log = logging.getLogger("keybus.databus")
@@ -31,13 +38,16 @@ def now_ms() -> int:
 
 
 class ConnectionWatch:
-    """Says once per outage that the channel has not been ready for `report_ms` (WARNING),
-    and once that it is back (INFO, as the SDK's other clients say a return)."""
+    """Tells `say(False, message)` once per outage that the channel has not been ready
+    for `report_ms`, and `say(True, message)` once that it is back (the link folds
+    these with its streams' reports: LinkOutage)."""
 
-    def __init__(self, channel: grpc.aio.Channel, broker: str, report_ms: int) -> None:
+    def __init__(self, channel: grpc.aio.Channel, broker: str, report_ms: int,
+                 say: Callable[[bool, str], None]) -> None:
         self.channel = channel
         self.broker = broker
         self.report_ms = report_ms
+        self.say = say
         self._down_since_ms: int | None = None
         self._reported = False
 
@@ -49,8 +59,9 @@ class ConnectionWatch:
         """A notice to report now, or None."""
         state = self.channel.get_state(try_to_connect=False)
         if state is grpc.ChannelConnectivity.READY:
-            if self._reported:
-                _log.info("broker %s is reachable again; consumption goes on", self.broker)
+            if self._reported and self._down_since_ms is not None:
+                self.say(True, f"the broker at {self.broker} is back after "
+                               f"{(now_ms - self._down_since_ms) / 1000:.1f} s")
             self._down_since_ms, self._reported = None, False
             return None
         if self._down_since_ms is None:
@@ -59,7 +70,8 @@ class ConnectionWatch:
         if self._reported or down_ms < self.report_ms:
             return None
         self._reported = True
-        _log.warning("broker %s unreachable for %d ms; reconnecting", self.broker, down_ms)
+        self.say(False, f"lost the broker at {self.broker} (unreachable for {down_ms} ms); "
+                        "retrying")
         return errors.Unavailable(f"broker {self.broker} unreachable for {down_ms} ms "
                                   f"(channel {state.name}); still reconnecting, windows resume "
                                   "where they stopped")
@@ -69,7 +81,8 @@ class BrokerLink:
     """A window source's channel, its watch and its inbox (the sources extend it)."""
 
     def __init__(self, broker: str, topic: str, name: str, config: DatabusConfig,
-                 need_slots: bool, security: ClientSecurity | None = None) -> None:
+                 need_slots: bool, security: ClientSecurity | None = None,
+                 on_connection_change: ConnectionCallback | None = None) -> None:
         self.broker = broker
         self.security = security
         self.topic = topic
@@ -79,11 +92,30 @@ class BrokerLink:
         self.inbox = Inbox(config.prefetch_windows_max)
         self._channel: grpc.aio.Channel | None = None
         self._watch: ConnectionWatch | None = None
+        self._outage = LinkOutage(name)
+        self._on_connection_change = on_connection_change
+        self._reports: set[asyncio.Future[Any]] = set()  # the callback's coroutines running
+
+    def connection_changed(self, connected: bool, message: str) -> None:
+        """What a stream (a Reader, the Consumer) or the watch saw, said once per
+        outage: the first loss and the first return after it go to the
+        application's on_connection_change (the SDK's own words), else to the log
+        (WARNING, INFO); the other streams' reports of the same outage are DEBUG."""
+        said = (self._outage.process_back(message) if connected
+                else self._outage.process_lost(message))
+        if not said.news or self._on_connection_change is None:
+            _log.log(said.level, "%s", said.line)
+            return
+        result = self._on_connection_change(connected, said.message)
+        if inspect.isawaitable(result):
+            future = asyncio.ensure_future(result)
+            self._reports.add(future)
+            future.add_done_callback(self._reports.discard)
 
     def _connect(self) -> grpc.aio.Channel:
         self._channel = open_channel(self.broker, self.security)
         self._watch = ConnectionWatch(self._channel, self.broker,
-                                      self.config.unavailable_report_ms)
+                                      self.config.unavailable_report_ms, self.connection_changed)
         return self._channel
 
     def health(self, now: int) -> Exception | None:

@@ -134,7 +134,7 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
     reader = Reader(source.broker, source.topic, partition, start=position or "bootstrap",
                     key_filter=source.key_filter, follow=True, include_tombstones=True,
                     sources=source.sources, bytes_max=source.config.reader_bytes_max,
-                    channel=source.channel)
+                    channel=source.channel, on_connection_change=source.connection_changed)
     put = source.inbox.put
     try:
         async for batch in reader:

@@ -5,7 +5,8 @@ first window after its checkpoint (`{"scn": checkpoint.scn + 1}`), else at
 the registration's start position, and is read with the registration's
 server-side filter. A read returns whole stored records, so every window
 arrives whole: the runner never sees a window cut by the transport. Readers
-reconnect on their own (following reads retry forever); the link's
+reconnect on their own (following reads retry forever) and tell the link,
+which says an outage once for all of them (connection.py); its
 `ConnectionWatch` turns a long outage into a notice.
 
 Bootstrap (log_bootstrap.py): a partition whose checkpoint is older than
@@ -35,6 +36,7 @@ from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
 from sdk.producer_connect import partition_count
 from sdk.reader import Reader, Start
+from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
 from sdk.stores.protocols import CheckpointStore
 from sdk.stores.records import Checkpoint
@@ -49,8 +51,10 @@ class LogWindows(BrokerLink):
                  need_slots: bool, partitions: list[int] | None, start: Start,
                  key_filter: pb.KeyFilter | None, checkpoints: CheckpointStore | None,
                  namespace: str, bootstrap: bool = False,
-                 sources: list[str] | None = None, security: ClientSecurity | None = None) -> None:
-        super().__init__(broker, topic, name, config, need_slots, security)
+                 sources: list[str] | None = None, security: ClientSecurity | None = None,
+                 on_connection_change: ConnectionCallback | None = None) -> None:
+        super().__init__(broker, topic, name, config, need_slots, security,
+                         on_connection_change)
         self.partitions = partitions
         self.start = start
         self.key_filter = key_filter
@@ -145,7 +149,8 @@ class LogWindows(BrokerLink):
         """Follow the log; if retention outruns the reader, bootstrap (if allowed)."""
         reader = Reader(self.broker, self.topic, partition, start=start,
                         key_filter=self.key_filter, follow=True,
-                        bytes_max=self.config.reader_bytes_max, channel=self._channel)
+                        bytes_max=self.config.reader_bytes_max, channel=self._channel,
+                        on_connection_change=self.connection_changed)
         put = self.inbox.put
         need_slots = self.need_slots
         try:

@@ -27,6 +27,7 @@ from sdk.databus.framing import Abort, Emit, Output, Overflow, Part, ShareAssemb
 from sdk.databus.inbox import AbortItem, PieceItem
 from sdk.databus.pieces import record_pieces
 from sdk.databus.window import WindowPiece
+from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
 from sdk.stream import SubscribeStream
 
@@ -41,11 +42,13 @@ class ShareWindows(BrokerLink):
 
     def __init__(self, broker: str, topic: str, subscription: str, *, name: str,
                  config: DatabusConfig, need_slots: bool, consumer_config: ConsumerConfig,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 on_connection_change: ConnectionCallback | None = None) -> None:
         if consumer_config.type not in SUBSCRIPTION_TYPES:
             raise ValueError(f"subscription type {consumer_config.type!r} cannot carry windows "
                              f"(no per-key order); allowed: {', '.join(SUBSCRIPTION_TYPES)}")
-        super().__init__(broker, topic, name, config, need_slots, security)
+        super().__init__(broker, topic, name, config, need_slots, security,
+                         on_connection_change)
         self.subscription = subscription
         self.consumer_config = consumer_config
         self.consumer: Consumer | None = None
@@ -69,7 +72,8 @@ class ShareWindows(BrokerLink):
         channel = self._connect()
         await self.describe_topic()  # a broker not there yet: waited for and said, as `register`
         self.consumer = await Consumer.subscribe(self.broker, self.topic, self.subscription,
-                                                 config=self.consumer_config, channel=channel)
+                                                 config=self.consumer_config, channel=channel,
+                                                 on_connection_change=self.connection_changed)
         self._task = asyncio.get_running_loop().create_task(
             self._receive(self.consumer), name=f"keybus-databus-{self.name}")
 
