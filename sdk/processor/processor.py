@@ -16,7 +16,10 @@ a directory (`FileCheckpointStore`). A failing cycle (store or broker
 unreachable) is reported to on_error (each time) and retried next interval;
 without on_error the log says it once per outage (`outages.py`), as it says
 a partition's failure once per outage of that partition (its pump reopens
-it every cycle); either way the log says when it works again. The
+it every cycle); either way the log says when it works again. A lost broker
+is one outage whoever sees it (the readers, the cycle, the lapsing claims):
+one warning saying what it means for the partitions, one line when it is
+back (`broker_outage.py`). The
 partitions held keep running until their lease lapses by this machine's
 clock (the last renewal sent + the expiration, `leases.py`): then a watch
 task closes them ("ownership_lost") at once, event or not, even while a
@@ -45,6 +48,7 @@ from sdk.admin import Admin
 from sdk.channel import open_channel
 from sdk.processor import arguments
 from sdk.processor.balancer import Group, Strategy, plan_claims
+from sdk.processor.broker_outage import BrokerOutage, unreachable
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.leases import lapsed_partitions, lease_lapsed, next_lapse_ms
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
@@ -182,6 +186,9 @@ class EventProcessor:
         self._own_writes = OwnWrites(self.owner_id)
         self._duplicate: DuplicateOwnerId | None = None
         self._outage = OutageLog(f"event processor {topic}/{consumer_group}: balancing")
+        self._broker_outage = BrokerOutage(f"event processor {topic}/{consumer_group}", broker,
+                                           ownership_expiration_ms)
+        self._calling_broker = False  # the cycle's call under way goes to the broker
         self._partition_outages = PartitionOutages(f"event processor {topic}/{consumer_group}")
 
     # ------------------------------------------------------------ lifecycle
@@ -280,9 +287,31 @@ class EventProcessor:
                 await asyncio.wait_for(self._stopping.wait(), delay_s)
 
     async def _cycle_failed(self, error: BaseException) -> None:
-        """Every failure to on_error; without one, the log once per outage."""
+        """Every failure to on_error; without one, the log once per outage: the broker's
+        (broker_outage.py, with what its readers said) or else the cycle's (outages.py)."""
         self._metrics.stats.balancing_errors += 1
-        await self._callbacks.error(None, error, self._outage.failed(error, time.monotonic()))
+        if self._calling_broker and unreachable(error):
+            line = self._broker_outage.process_cycle_failed(error, self.owned_partitions,
+                                                            time.monotonic())
+        else:
+            line = self._outage.failed(error, time.monotonic())
+        await self._callbacks.error(None, error, line)
+
+    def _stream_changed(self, connected: bool, message: str) -> None:
+        """A partition's reader lost or reached the broker again (its
+        on_connection_change): one account for every reader and the cycle."""
+        now_s = time.monotonic()
+        if connected:
+            line = self._broker_outage.process_back(now_s) or Line(
+                logging.DEBUG, f"event processor {self.topic}/{self.consumer_group}: {message}")
+        else:
+            line = self._broker_outage.process_stream_lost(message, self.owned_partitions, now_s)
+        log.log(line.level, "%s", line.message)
+
+    def _broker_answered(self) -> None:
+        line = self._broker_outage.process_back(time.monotonic())
+        if line is not None:
+            log.log(line.level, "%s", line.message)
 
     def _cycle_worked(self) -> None:
         """After an outage, the log says the cycle works again (with or without
@@ -302,7 +331,10 @@ class EventProcessor:
         assert self._admin is not None and self._ownership is not None
         if self._duplicate is not None:
             raise self._duplicate
+        self._calling_broker = True
         info = await self._admin.describe_topic(self.topic)
+        self._broker_answered()
+        self._calling_broker = self._ownership in self._owned_stores  # the broker's own store
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
                                                       self.consumer_group)
         self._duplicate = self._own_writes.check(listed)
@@ -374,14 +406,19 @@ class EventProcessor:
         lapsed = lapsed_partitions(self._renewals(), self.expiration_ms, now_ms)
         if not lapsed:
             return
+        quiet = self._broker_outage.down  # its warning said the claims would lapse
         for partition in lapsed:
-            self._pumps[partition].stop("ownership_lost")
+            self._pumps[partition].stop("ownership_lost", quiet=quiet)
         self._metrics.lapsed(len(lapsed))
+        self._metrics.owned(len(self.owned_partitions))
+        if quiet:
+            line = self._broker_outage.process_lapsed(lapsed)
+            log.log(line.level, "%s", line.message)
+            return
         log.warning("event processor %s/%s: the claims of partitions %s lapsed (not renewed "
                     "within ownership_expiration_ms=%d, e.g. the ownership store is "
                     "unreachable); closing them until a claim is won again", self.topic,
                     self.consumer_group, list(lapsed), self.expiration_ms)
-        self._metrics.owned(len(self.owned_partitions))
 
     def _give_up(self) -> None:
         """Another instance uses this owner_id: close every partition and keep
@@ -411,7 +448,8 @@ class EventProcessor:
 
     def _open_reader(self, partition: int, start: Start) -> Reader:
         return Reader(self.broker, self.topic, partition, start=start, follow=True,
-                      events_max=self._events_max, channel=self._channel)
+                      events_max=self._events_max, channel=self._channel,
+                      on_connection_change=self._stream_changed)
 
     async def _release(self) -> None:
         """Give back what this processor held (owner ""): others take it at once."""

@@ -93,16 +93,19 @@ class PartitionPump:
         self._previous = previous
         self._stop = asyncio.Event()
         self._stop_reason: CloseReason = "shutdown"
+        self._quiet_close = False  # the close is part of an outage said already
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._run())
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def stop(self, reason: CloseReason) -> None:
-        """Stop before the next batch (a callback in progress finishes)."""
+    def stop(self, reason: CloseReason, quiet: bool = False) -> None:
+        """Stop before the next batch (a callback in progress finishes). quiet: the
+        close line is DEBUG (the outage that closes it was said already)."""
         if not self._stop.is_set():
             self._stop_reason = reason
+            self._quiet_close = quiet
             self._stop.set()
             if reason == "ownership_lost":  # a callback still running may not checkpoint
                 self.context.disown()
@@ -145,7 +148,8 @@ class PartitionPump:
                 else:
                     self._worked("on_partition_close")
             # an outage going on reopens (and closes) the partition every cycle
-            log.log(logging.DEBUG if self._repeating else logging.INFO, "closed %s: %s",
+            quiet = self._repeating or self._quiet_close
+            log.log(logging.DEBUG if quiet else logging.INFO, "closed %s: %s",
                     context, reason)
 
     async def _failed(self, error: BaseException) -> None:
