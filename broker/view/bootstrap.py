@@ -10,7 +10,9 @@ ONLINE_CONSUMPTION):
 
 Each phase opens with a marker; every message says its phase and where to
 resume after it, so a client continues an interrupted bootstrap where it
-stopped (by key in the snapshot, by offset later). While the snapshot and
+stopped (by key in the snapshot, by offset later); a following stream
+resumed ONLINE opens with one empty ONLINE message, so the client learns at
+once that the broker answers again, before the next event. While the snapshot and
 catch-up run, the stream pins P in the partition's view: retention keeps
 the log the catch-up needs. Once caught up it calls `caught_up` (the
 servicer gives back its slot of `bootstrap_streams_max`: from there on the
@@ -145,6 +147,12 @@ class BootstrapStream:
                     yield message
                 return
             self._check_offsets(resume)
+            if resume.phase == pb.ONLINE and self.request.follow:
+                # A stream resumed online may wait long for its next event; this empty
+                # message (the same resume point) tells the client at once that the
+                # broker answers, so it can say its broker is back (as a read's tail does).
+                yield self._log_message([], resume.next_offset, pb.ONLINE,
+                                        resume.target_offset, None)
             async for message in self._log(resume.next_offset, resume.target_offset, None,
                                            announce_online=resume.phase == pb.CATCHUP):
                 yield message

@@ -50,12 +50,27 @@ def marker_dict(partition: int, marker: PhaseMarker) -> dict[str, Any]:
             "target_offset": marker.target_offset, "consistent_offset": marker.consistent_offset}
 
 
+class _Outage:
+    """The partitions' readers see one broker: its loss is said once (the first
+    reader to lose it) and its return once (the first reader back), as `read
+    --follow` and `consume` say them over every partition, not once per partition."""
+
+    def __init__(self) -> None:
+        self.lost = False
+
+    def report(self, connected: bool, message: str) -> None:
+        if connected == self.lost:  # a change: lost, or back after a loss
+            self.lost = not connected
+            note(message)
+
+
 class _Printed:
     """Events printed over every partition, against --max."""
 
     def __init__(self, events_max: int | None) -> None:
         self.n = 0
         self.events_max = events_max
+        self.outage = _Outage()  # the connection reports of every partition's reader
         self.enough = asyncio.Event()
 
     def add(self) -> None:
@@ -69,7 +84,7 @@ async def print_partition(conn: Connection, topic: str, partition: int, options:
     """One partition's bootstrap; with --follow and --timeout, ends after that long idle."""
     idle_s = conn.timeout_s if options["follow"] else None
     async with Reader(conn.broker, topic, partition, start="bootstrap",
-                      on_connection_change=lambda connected, message: note(message),
+                      on_connection_change=printed.outage.report,
                       **options) as reader:
         while not printed.enough.is_set():
             try:

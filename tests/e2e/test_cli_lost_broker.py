@@ -99,3 +99,34 @@ def _attached(broker: BrokerProcess) -> bool:
     done = subprocess.run([sys.executable, "-m", "keybus", "subscriptions", "list", "lost",
                            "--json"], env=env, cwd=REPO, timeout=60, capture_output=True, text=True)
     return done.returncode == 0 and '"consumers": [{' in done.stdout
+
+
+def test_bootstrap_says_a_lost_broker_once_and_its_return_before_any_new_event(
+        tmp_path: Path) -> None:
+    """`keybus bootstrap` (following) of two partitions: one line when the broker is
+    lost and one when it is back, with nothing produced after the restart. Before, it
+    said the loss once per partition and the return not at all (a stream resumed
+    online got nothing from the broker until the next event)."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    subprocess.run([sys.executable, "-m", "keybus", "topics", "create", "lost", "--partitions",
+                    "2"], env=env, cwd=REPO, check=True, timeout=60, capture_output=True)
+    produce(broker, "before")
+    command = Running(broker, "bootstrap", "lost")
+    try:
+        for partition in (0, 1):  # each partition's catch-up ends online
+            command.expect("out", f"# online: following lost/{partition} ", 30)
+        broker.kill()
+        command.expect("err", "lost the broker", 20)
+        broker.start()
+        command.expect("err", f"keybus: the broker at {broker.address} is back after", 30)
+        time.sleep(3)  # room for a second partition's report, were it said
+        assert command.process.poll() is None
+        said = [line for line in command.lines["err"].seen if broker.address in line]
+        assert said[0] == f"keybus: lost the broker at {broker.address} (connection closed); " \
+                          "retrying"
+        assert len(said) == 2, said
+    finally:
+        command.stop()
+        broker.stop()
