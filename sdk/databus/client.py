@@ -81,6 +81,9 @@ class DatabusClient:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace={namespace!r} is not a str; give a name, or '' "
                             "(the default)")
+        if on_connection_change is not None and not callable(on_connection_change):
+            raise TypeError(f"on_connection_change={on_connection_change!r} is not callable; "
+                            "give a function (connected, message), or None (the log)")
         self.broker = broker
         self.security = security
         self.checkpoint_store = checkpoint_store
