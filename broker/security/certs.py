@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -109,7 +110,39 @@ def write_pair(directory: Path, stem: str, issued: Issued) -> tuple[Path, Path]:
 
 def load_ca(directory: Path) -> Issued | None:
     """The CA written earlier in `directory` (ca.pem, ca.key), if there is one."""
-    cert, key = directory / "ca.pem", directory / "ca.key"
+    return load_pair(directory, "ca")
+
+
+def load_pair(directory: Path, stem: str) -> Issued | None:
+    """STEM.pem and STEM.key written earlier in `directory`, if both are there."""
+    cert, key = directory / f"{stem}.pem", directory / f"{stem}.key"
     if cert.exists() and key.exists():
         return Issued(cert.read_bytes(), key.read_bytes())
     return None
+
+
+def reusable_server(directory: Path, ca: Issued) -> Issued | None:
+    """The broker certificate in `directory` when it is still good to keep: `ca` signed
+    it and it has not expired. Running `keybus certs` again to add a client must not
+    swap the broker's certificate (and its names) for a new one behind its back."""
+    pair = load_pair(directory, "server")
+    if pair is None:
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert_pem)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return None
+    if cert.not_valid_after_utc <= datetime.datetime.now(datetime.UTC):
+        return None
+    return pair
+
+
+def server_names(cert_pem: bytes) -> tuple[str, ...]:
+    """The DNS names and IP addresses in a certificate's subjectAltName, as text."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    return tuple(str(n.value) for n in names if isinstance(n, x509.DNSName | x509.IPAddress))
