@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -19,10 +20,10 @@ from broker.security import certs
 from keybus.cli.certs import certs_command
 
 
-def run(directory: Path, *args: str) -> dict[str, object]:
+def run(directory: Path, *args: str) -> dict[str, Any]:
     result = CliRunner().invoke(certs_command, ["--dir", str(directory), "--json", *args])
     assert result.exit_code == 0, result.output
-    made: dict[str, object] = json.loads(result.output)
+    made: dict[str, Any] = json.loads(result.output)
     return made
 
 
@@ -43,7 +44,7 @@ def test_server_name_given_again_makes_a_new_broker_certificate(tmp_path: Path) 
     run(tmp_path, "--server-name", "broker.example.com")
     first = (tmp_path / "server.pem").read_bytes()
     again = run(tmp_path, "--server-name", "b2.example.com", "--server-name", "10.0.0.7")
-    assert again["server"]["made"] is True  # type: ignore[index]
+    assert again["server"]["made"] is True
     assert certs.server_names((tmp_path / "server.pem").read_bytes()) == (
         "b2.example.com", "10.0.0.7")
     assert (tmp_path / "server.pem").read_bytes() != first
@@ -53,13 +54,13 @@ def test_a_broker_certificate_of_another_ca_is_made_anew(tmp_path: Path) -> None
     run(tmp_path)
     (tmp_path / "ca.pem").unlink()  # a new CA: the old broker certificate no longer chains
     again = run(tmp_path)
-    assert again["ca_made"] and again["server"]["made"] is True  # type: ignore[index]
+    assert again["ca_made"] and again["server"]["made"] is True
     ca = certs.load_ca(tmp_path)
     assert ca is not None and certs.reusable_server(tmp_path, ca) is not None
 
 
 def test_a_first_run_without_server_name_uses_the_local_names(tmp_path: Path) -> None:
     made = run(tmp_path)
-    assert made["server"]["names"] == ["localhost", "127.0.0.1", "::1"]  # type: ignore[index]
+    assert made["server"]["names"] == ["localhost", "127.0.0.1", "::1"]
     assert certs.server_names((tmp_path / "server.pem").read_bytes()) == (
         "localhost", "127.0.0.1", "::1")
