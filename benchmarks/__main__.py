@@ -30,6 +30,10 @@ it on this code and on REV alternately and compares the loop's CPU per commit
 work per commit in one process and counts its CPU and Python calls, alone or
 `--base REV` against REV (benchmarks/core_path.py).
 
+`python -m benchmarks databus [--events N] [--window-events W] [--members M]` runs
+a Databus callback group over windows of W events against a plain Reader on the
+same data (see benchmarks/databus_group.py).
+
 `python -m benchmarks databus-shares [--base REV]` times Key_Shared Databus window
 shares from `send_window`'s due time to `on_end_window`, two consumers on one
 subscription (see benchmarks/databus_shares.py).
