@@ -60,3 +60,11 @@ def test_a_failing_provider_fails_the_call_naming_it() -> None:
         ClientSecurity(token_provider=lambda: b"bytes").bearer_token()  # type: ignore[arg-type, return-value]
     with pytest.raises(ValueError, match=r"the token from token_provider .* holds '\\n'"):
         ClientSecurity(token_provider=lambda: "two\nlines").bearer_token()
+
+
+def test_a_provider_failing_as_the_channel_opens_is_a_value_error_in_the_same_words() -> None:
+    """docs/security.md: the channel's credentials ask the provider once (a token decides
+    plain text to a loopback address or not), before any call could fail Unavailable."""
+    with pytest.raises(ValueError, match=r"^token_provider fetch_token raised ConnectionError: "
+                                         r"identity agent not reachable$"):
+        ClientSecurity(token_provider=fetch_token).channel_credentials("127.0.0.1")
