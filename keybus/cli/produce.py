@@ -35,8 +35,7 @@ from keybus.cli.produce_lines import (
     failure_summary,
 )
 from keybus.cli.progress import progress
-from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT
-from sdk.core.wire_ints import UINT64_MAX
+from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT, SCN_SUPPLIED_MAX
 from sdk.errors import KeybusError
 from sdk.producer import Producer
 from sdk.producer_futures import EventFuture
@@ -140,7 +139,7 @@ async def _send_window(producer: Producer, events: list[LineEvent], partition: i
 @click.option("--source", default="", help="Source of the one event, e.g. a table name.")
 @click.option("--window", is_flag=True, help="Send all stdin lines as one consistency window "
                                              "(one SCN, stored whole or not at all).")
-@click.option("--scn", type=click.IntRange(1, UINT64_MAX),
+@click.option("--scn", type=click.IntRange(1, SCN_SUPPLIED_MAX),
               help="SCN of the window (with --window).")
 @click.option("--event-bytes-max", type=click.IntRange(1, None), default=EVENT_BYTES_MAX_DEFAULT,
               show_default=True, metavar="BYTES",

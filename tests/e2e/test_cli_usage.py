@@ -123,3 +123,12 @@ def test_acl_list_filters_may_be_left_empty() -> None:
     line = one_line(keybus(None, "acl", "list", "--principal", "", "--topic", "", "--broker",
                            f"127.0.0.1:{free_port()}"), 1)
     assert "cannot reach broker" in line, line
+
+
+def test_an_scn_past_the_signed_64_bit_range_is_usage() -> None:
+    """--scn took 1..2**64-1, but a supplied SCN is at most 2**63-1 (docs/architecture.md,
+    "SCNs"): 2**63 passed the option, the command connected, then the SDK refused it (exit 1)."""
+    line = one_line(keybus(None, "produce", "t", "--window", "--scn", str(2**63), "--broker",
+                           f"127.0.0.1:{free_port()}", stdin='{"key": 1, "value": "a"}\n'), 2)
+    assert "Invalid value for '--scn': 9223372036854775808 is not in the range " \
+           "1<=x<=9223372036854775807" in line, line
