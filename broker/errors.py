@@ -24,10 +24,14 @@ from typing import Any
 
 import grpc
 
+from sdk.core.names import is_name
+
 # Characters of one client string that a message quotes; the rest is counted.
 QUOTE_CHARS_MAX = 64
 # UTF-8 bytes of one status message: well under gRPC's 8 KiB header limit.
 MESSAGE_BYTES_MAX = 2048
+# A valid name (names.py) this long or shorter is given whole in a plain field.
+NAME_WHOLE_MAX = 255
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +322,10 @@ def quote(value: str | bytes, chars_max: int = QUOTE_CHARS_MAX) -> str:
 
 class _Quoted:
     """A long client string in a template: `!r` gives `quote(value)`, a plain
-    field the same shortened text without the quotes."""
+    field the same shortened text without the quotes, except a valid name: a
+    plain field stands where a message gives a command to copy (`keybus topics
+    create {topic}`), and a name of at most NAME_WHOLE_MAX characters of
+    [A-Za-z0-9._-] cannot make the message too large for its header."""
 
     __slots__ = ("value",)
 
@@ -331,6 +338,8 @@ class _Quoted:
     def __str__(self) -> str:
         if isinstance(self.value, bytes):
             return quote(self.value)
+        if is_name(self.value, NAME_WHOLE_MAX):
+            return self.value
         return f"{self.value[:QUOTE_CHARS_MAX]}… ({len(self.value):,} characters)"
 
 

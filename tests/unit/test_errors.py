@@ -58,6 +58,13 @@ def test_the_unknown_topic_names_the_long_name_shortened_both_times() -> None:
                        f"(keybus topics create {'t' * 64}… (10,000 characters))")
 
 
+def test_a_long_valid_name_is_whole_in_the_command_to_copy() -> None:
+    name = "orders-" + "x" * 200  # within the default topic_name_bytes_max (249)
+    message = BrokerError("topic_not_found", topic=name).message
+    assert message.endswith(f"(keybus topics create {name})"), message
+    assert message.startswith(f"topic '{name[:64]}…' (207 characters) does not exist")
+
+
 def test_short_names_are_quoted_whole() -> None:
     assert BrokerError("topic_not_found", topic="orders").message == \
         "topic 'orders' does not exist; create it first (keybus topics create orders)"
