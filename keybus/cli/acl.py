@@ -33,7 +33,7 @@ PERMISSION_CHOICE = click.Choice(["produce", "consume", "admin"], case_sensitive
 
 
 def _admin(conn: Connection) -> AccessAdmin:
-    return AccessAdmin(conn.broker, request_timeout_ms=conn.request_timeout_ms)
+    return AccessAdmin(conn.one_broker, request_timeout_ms=conn.request_timeout_ms)
 
 
 def _grant_rule(check: Callable[[str], str], empty_is_all: bool = False) -> Callback:

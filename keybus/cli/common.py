@@ -31,6 +31,7 @@ import click
 from rich.console import Console
 
 from sdk.admin import Admin
+from sdk.channel import parse_broker
 from sdk.cluster import split_brokers, topic_broker
 from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
@@ -105,9 +106,19 @@ class Connection:
     def request_timeout_ms(self) -> int:
         return int((self.timeout_s or REQUEST_TIMEOUT_S) * 1000)
 
+    @property
+    def one_broker(self) -> str:
+        """The broker of a command that talks to one: a list (h1:6650,h2:6650) is bad
+        usage (exit 2), said before any connection, as for a value that does not parse."""
+        try:
+            parse_broker(self.broker)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        return self.broker
+
     def admin(self) -> Admin:
         """An admin client (topics and subscriptions) with the call deadline."""
-        return Admin(self.broker, request_timeout_ms=self.request_timeout_ms)
+        return Admin(self.one_broker, request_timeout_ms=self.request_timeout_ms)
 
     async def topic_admin(self, topic: str) -> Admin:
         """An admin client for `topic`: on the broker, or with several brokers

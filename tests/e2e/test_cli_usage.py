@@ -45,6 +45,15 @@ def test_a_broker_address_that_does_not_parse_is_usage(args: tuple[str, ...], te
     assert text in one_line(keybus(None, *args), 2)
 
 
+@pytest.mark.parametrize("args", [("topics", "list"), ("subscriptions", "list", "t"),
+                                  ("acl", "list")], ids=lambda a: " ".join(a))
+def test_several_brokers_for_a_command_that_talks_to_one_is_usage(args: tuple[str, ...]) -> None:
+    # produce, read, consume and the topic commands follow a topic's leader; these do not.
+    brokers = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    assert "lists several brokers; this call talks to one" in \
+        one_line(keybus(None, *args, "--broker", brokers), 2)
+
+
 def test_a_bad_keybus_broker_variable_says_where_it_came_from(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEYBUS_BROKER", "127.0.0.1:0")
