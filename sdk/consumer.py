@@ -30,7 +30,7 @@ import grpc.aio
 from sdk import errors
 from sdk.channel import open_channel, renew_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
-from sdk.consumer_config import MODES, TYPES, ConsumerConfig
+from sdk.consumer_config import MODES, TYPES, ConsumerConfig, check_nack_delay
 from sdk.consumer_link import RETRIABLE, ConsumerLink
 from sdk.consumer_state import ConsumerState
 from sdk.consumer_wakeups import Arrivals, FlushSignal
@@ -241,7 +241,12 @@ class Consumer:
 
     def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
         """Give events back for redelivery after delay_ms (default: config.nack_delay_ms,
-        0 = the broker's default). Later events of the same key wait for the retry."""
+        0 = the broker's default). Later events of the same key wait for the retry.
+
+        Raises:
+            ValueError: delay_ms not an int 0..2**32-1 (the broker refuses, ending the
+            stream with INVALID_ARGUMENT, one above its nack_delay_ms_max).
+        """
         if isinstance(message, Message):
             self.nack_offsets(message.partition, [message.offset], delay_ms,
                               [message.event.slot])
@@ -255,7 +260,7 @@ class Consumer:
         (prefetched here, or still on its way: a delivery the broker sent before it
         saw this nack loses those events as it arrives), so the retry is not
         overtaken; acks of them are then ignored: they come again, after it."""
-        delay = self.config.nack_delay_ms if delay_ms is None else delay_ms
+        delay = self.config.nack_delay_ms if delay_ms is None else check_nack_delay(delay_ms)
         given = list(offsets)
         rest: list[int] = []
         if slots is not None and self._ordered:  # Shared keeps no order: nothing to hold

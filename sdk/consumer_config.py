@@ -161,3 +161,18 @@ def _check_ints(config: ConsumerConfig) -> None:
         if type(value) is not int or value < low or (high is not None and value > high):
             allowed = f"{low}..{high}" if high is not None else f">= {low}"
             raise ValueError(f"{name}={value!r} is invalid: need an int {allowed}")
+
+
+def check_nack_delay(delay_ms: object) -> int:
+    """A nack's delay, checked when nack() is called: a bad one raised only later,
+    inside the background flush (protobuf's "Value out of range"), which ended that
+    task, so no ack, nack or permit was sent again and the consumer hung silently.
+
+    Raises:
+        ValueError: not an int in 0..UINT32_MAX, naming what is allowed.
+    """
+    if type(delay_ms) is not int or not 0 <= delay_ms <= UINT32_MAX:
+        raise ValueError(f"delay_ms={delay_ms!r} is invalid: need an int 0..{UINT32_MAX} "
+                         "(0 = the broker's nack_delay_ms_default; the broker refuses more "
+                         "than its nack_delay_ms_max, 3,600,000 unless configured)")
+    return delay_ms

@@ -1,0 +1,61 @@
+"""A nack given a delay the wire cannot carry.
+
+Goal: such a nack (negative, not an int, past 2**32-1) is refused at the call,
+naming what is allowed, and the consumer goes on. Before, it was taken silently
+and then broke the consumer's background flush (protobuf's "Value out of
+range" ended that task): no ack, nack or permit left the consumer again, so it
+stopped receiving without an error.
+Method: one real broker for the module, a real SDK consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sdk.admin import Admin
+from sdk.consumer import Consumer
+from sdk.producer import Producer
+from tests.support.broker_process import BrokerProcess
+
+
+async def topic_with(address: str, topic: str, events: int) -> None:
+    async with Admin(address) as admin:
+        await admin.create_topic(topic, partitions=1)
+    producer = await Producer.create(address, topic)
+    await asyncio.gather(*[await producer.send(i, b"v", partition=0) for i in range(events)])
+    await producer.close()
+
+
+async def received(consumer: Consumer, idle_s: float) -> list[int]:
+    """Offsets handed out (and acked) until idle_s passes without one."""
+    offsets = []
+    while True:
+        try:
+            message = await consumer.receive(idle_s)
+        except TimeoutError:
+            return offsets
+        offsets.append(message.offset)
+        consumer.ack(message)
+
+
+def test_a_nack_delay_the_wire_cannot_carry_is_refused_and_the_consumer_goes_on(
+        shared_broker: BrokerProcess) -> None:
+    address = shared_broker.address
+    topic = "nack-bad-delay"
+
+    async def go() -> None:
+        await topic_with(address, topic, 30)
+        consumer = await Consumer.subscribe(address, topic, "s", type="shared", start="earliest",
+                                            receiver_queue_size=4)
+        first = await consumer.receive(10)
+        for bad in (-5, "10", 1.5, 1 << 32):
+            with pytest.raises(ValueError, match=r"delay_ms=.* is invalid: need an int 0\.\."):
+                consumer.nack(first, delay_ms=bad)  # type: ignore[arg-type]
+        consumer.nack(first, delay_ms=1)
+        got = await received(consumer, idle_s=3.0)
+        assert sorted(got) == list(range(30)), "the consumer stopped after a refused nack"
+        await consumer.close()
+
+    asyncio.run(go())
