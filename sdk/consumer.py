@@ -37,7 +37,14 @@ from sdk.consumer_wakeups import Arrivals, FlushSignal
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
-from sdk.received import Message, ReceivedBatch, batch_without, delivered_batches, rest_of_slots_removed
+from sdk.received import (
+    Message,
+    ReceivedBatch,
+    batch_without,
+    delivered_batches,
+    partition_dropped,
+    rest_of_slots_removed,
+)
 from sdk.reconnect import ConnectionCallback, ended_on_write, log_connection_change, reauthenticates
 from sdk.retrying_call import cancelling
 from sdk.security import ClientSecurity
@@ -395,6 +402,10 @@ class Consumer:
             active = response.active_change
             self._state.active[active.partition] = active.active
             self._callback(self._on_active_change, active.partition, active.active)
+        elif body == "seeked":  # what is buffered of the partition is from before the seek
+            self._current = partition_dropped(self._state.buffer, self._current,
+                                              response.seeked.partition)
+            self._flush.soon()  # their permits
 
     def _drop_stale(self, batch: ReceivedBatch) -> ReceivedBatch | None:
         """Events of a nacked slot after its nacked offset, sent before the broker saw

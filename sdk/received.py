@@ -1,8 +1,9 @@
 """What a consumer receives: `ReceivedBatch` (one delivered record, columns
 kept protobuf), `Message` (one event as a row), `delivered_batches` (a
 Delivery's records as batches), `batch_without` (a batch less some of its
-events, for redeliveries already handed out) and `rest_of_slots_removed` (what
-a nack takes back from what the consumer holds but did not hand out).
+events, for redeliveries already handed out), `rest_of_slots_removed` (what
+a nack takes back from what the consumer holds but did not hand out) and
+`partition_dropped` (what a seek made stale).
 
 Split from consumer.py (one job per file); `sdk.consumer` re-exports them.
 """
@@ -162,3 +163,14 @@ def rest_of_slots_removed(buffer: FetchBuffer[ReceivedBatch], current: deque[Mes
         else:
             kept.append(message)
     return kept, removed
+
+
+def partition_dropped(buffer: FetchBuffer[ReceivedBatch], current: deque[Message],
+                      partition: int) -> deque[Message]:
+    """Take every event of `partition` out of the buffered batches and of the messages
+    not handed out yet (`current`): the subscription was moved there (`Seeked`), so
+    they are from the old position. Their permits come back; the messages kept."""
+    buffer.remove(partition, lambda batch: (None, batch.count))
+    kept = deque(m for m in current if m.partition != partition)
+    buffer.count_taken(partition, len(current) - len(kept))
+    return kept

@@ -109,6 +109,7 @@ class PartitionCore(DispatchSide, ReadSide, MemberSide):
         self._notices: list[Notice] = []
         self._dead_new: list[Taken] = []
         self._ticket = 0
+        self.seeks = 0  # how many seeks moved it (`process_seek`)
         # send ids never repeat across restarts (a consumer may ack an old one late)
         self._last_send = now_ms * 1_000_000
         self._sweep = 0  # where the next catch-up read starts (see `_catch_up_request`)
@@ -338,8 +339,20 @@ class PartitionCore(DispatchSide, ReadSide, MemberSide):
         self.given_back = GivenBack()
         self._dead_out = EMPTY
         self._dead_new = []
+        for send in self._sends:  # decided, not taken: never sent now
+            self.process_unsent(send.consumer, len(send.events.offsets))
+        self._sends = []
+        self.seeks += 1  # sends taken before it and not yet sent are stale (the shell's)
         self._ticket += 1  # a read in flight is now stale
         self.dirty = True
+
+    def process_unsent(self, name: str, count: int) -> None:
+        """`count` events of a send decided before a seek never went out (the seek
+        forgot it): their permits come back, or the consumer, whose SDK grants
+        permits for what it receives, would wait for events it was never sent."""
+        member = self.members.get(name)
+        if member is not None:
+            member.permits += count
 
     @staticmethod
     def seek_cursor(offset: int) -> Cursor:

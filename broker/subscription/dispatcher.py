@@ -300,12 +300,17 @@ class PartitionDispatcher(DispatcherConsumers, DispatcherUpkeep):
         """Send what the core decided, tell consumers of range and active changes."""
         if not self._send_held():  # records to read first
             unsent, self._unsent = self._unsent, []
+            core, seeks = self.core, self.core.seeks
             missing = self.cache.missing(np.concatenate([s.events.offsets for s, _ in unsent]))
             if len(missing):
                 for record in await asyncio.to_thread(
                         read_records_holding, self.store, self.partition.meta.topic_id,
                         self.index, distinct(missing).tolist()):
                     self.cache.add(record)
+            if core.seeks != seeks:  # decided before a seek that told the consumers
+                for send, _ in unsent:
+                    core.process_unsent(send.consumer, len(send.events.offsets))
+                unsent = []
             opened = open_windows(self.core, self.cache, [send for send, _ in unsent])
             for (send, nacks_seen), windows in zip(unsent, opened, strict=True):
                 self._deliver(send.consumer, send.events, nacks_seen, send.send, None, windows)

@@ -17,7 +17,9 @@ from typing import Protocol
 from broker.log.rocks_store import RocksStore
 from broker.metrics import DEAD_LETTER_FAILED_EVENTS
 from broker.partition import Partition, now_ms
+from broker.subscription.consumer_state import Session
 from broker.subscription.core import PartitionCore
+from broker.subscription.core_types import Send
 from broker.subscription.cursor import Cursor
 from broker.subscription.delivery import RecordCache
 from broker.subscription.holdings import Taken
@@ -55,6 +57,8 @@ class DispatcherUpkeep:
     _persist_task: asyncio.Task[None] | None
     _last_persist_ms: int
     _cache_floor: int
+    sessions: dict[str, Session]
+    _unsent: list[tuple[Send, int]]
 
     # ------------------------------------------------------------ dead letters
 
@@ -93,6 +97,22 @@ class DispatcherUpkeep:
                         len(dead), self.spec.topic, self.index, self.spec.name, e)
         self.core.process_dead_lettered(dead, ok, now_ms())
         self._wake.set()
+
+    # ------------------------------------------------------------ seeks
+
+    def tell_seeked(self, offset: int) -> None:
+        """After the core moved: forget the sends decided before the seek that did
+        not go out (their permits come back), and tell every attached consumer, in
+        its stream after whatever it was sent from the old position. Without it the
+        SDK handed out what it had buffered from before the seek, up to its
+        receiver queue: a seek to latest still delivered some 2,000 old events."""
+        for send, _ in self._unsent:
+            self.core.process_unsent(send.consumer, len(send.events.offsets))
+        self._unsent = []
+        message = pb.SubscribeResponse(seeked=pb.Seeked(partition=self.index, offset=offset))
+        data = message.SerializeToString()
+        for session in self.sessions.values():
+            session.send(data)
 
     # ------------------------------------------------------------ persistence
 
@@ -203,6 +223,7 @@ async def _seek_written(store: RocksStore, dispatchers: Sequence[DispatcherUpkee
         core = dispatcher.core  # (a supervision restart waits for this task: never swapped)
         core.process_seek(offset)
         dispatcher.cache.clear()
+        dispatcher.tell_seeked(offset)
         # what was written is the moved core's cursor: nothing left to write for the seek
         core.dirty = core.snapshot().to_bytes() != cursor.to_bytes()
         dispatcher.written(cursor)

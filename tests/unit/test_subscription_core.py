@@ -222,6 +222,26 @@ def test_seek_and_cumulative_ack() -> None:
     assert drive(core, log) == {"a": [2, 3, 4, 5]}
 
 
+def test_a_seek_forgets_sends_not_yet_taken_and_gives_their_permits_back() -> None:
+    """A send decided before a seek but not yet sent is from the old position: it is
+    dropped, and its permits come back (the SDK grants permits for what it receives,
+    so permits spent on events never sent would be gone for good)."""
+    core = PartitionCore(Kind.EXCLUSIVE, 0, 0, CoreLimits(), Cursor(0), 0)
+    core.process_attach(MemberSpec("a"), 0)
+    core.process_permits("a", 4)
+    log = Log()
+    log.append(*range(6))
+    request = core.next_read(log.end)
+    assert request is not None
+    _, result = scan(request, log.from_(request.start), lambda r: None, 1 << 30)
+    core.process_read(request, result, 0)
+    core.dispatch(0)
+    assert core.members["a"].permits == 0  # offsets 0..3 decided, not taken
+    core.process_seek(2)
+    assert core.take_sends() == []
+    assert drive(core, log) == {"a": [2, 3, 4, 5]}
+
+
 def test_a_restart_reads_from_the_mark_delete_and_skips_what_was_acked() -> None:
     core = sticky()
     log = Log()

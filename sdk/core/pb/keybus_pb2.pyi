@@ -1363,6 +1363,34 @@ class ActiveChange(_message.Message):
 Global___ActiveChange: _TypeAlias = ActiveChange  # noqa: Y015
 
 @_typing.final
+class Seeked(_message.Message):
+    """The subscription was moved on this partition (SeekSubscription): every delivery
+    of it before this message on the stream is from the old position, every one
+    after it from `offset` on. The SDK drops what it buffered of the partition and
+    not handed out yet (their permits come back); acks of it are ignored anyway.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Seeked: _TypeAlias = Seeked  # noqa: Y015
+
+@_typing.final
 class Opened(_message.Message):
     """The first response of a Subscribe stream: the consumer is attached."""
 
@@ -1409,6 +1437,7 @@ class SubscribeResponse(_message.Message):
     RANGE_CHANGE_FIELD_NUMBER: _builtins.int
     ACTIVE_CHANGE_FIELD_NUMBER: _builtins.int
     OPENED_FIELD_NUMBER: _builtins.int
+    SEEKED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def delivery(self) -> Global___Delivery: ...
     @_builtins.property
@@ -1417,6 +1446,8 @@ class SubscribeResponse(_message.Message):
     def active_change(self) -> Global___ActiveChange: ...
     @_builtins.property
     def opened(self) -> Global___Opened: ...
+    @_builtins.property
+    def seeked(self) -> Global___Seeked: ...
     def __init__(
         self,
         *,
@@ -1424,12 +1455,13 @@ class SubscribeResponse(_message.Message):
         range_change: Global___RangeChange | None = ...,
         active_change: Global___ActiveChange | None = ...,
         opened: Global___Opened | None = ...,
+        seeked: Global___Seeked | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change", "seeked", b"seeked"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "body", b"body", "delivery", b"delivery", "opened", b"opened", "range_change", b"range_change", "seeked", b"seeked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["delivery", "range_change", "active_change", "opened"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["delivery", "range_change", "active_change", "opened", "seeked"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
