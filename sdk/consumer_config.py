@@ -6,7 +6,7 @@ Split from consumer.py (one job per file); `sdk.consumer` re-exports it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,7 @@ class ConsumerConfig:
             object.__setattr__(self, "start", self.initial_position)
             object.__setattr__(self, "initial_position", None)
         _check_ints(self)
+        check_partitions(self.partitions, "partitions")
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> ConsumerConfig:
@@ -176,3 +177,22 @@ def check_nack_delay(delay_ms: object) -> int:
                          "(0 = the broker's nack_delay_ms_default; the broker refuses more "
                          "than its nack_delay_ms_max, 3,600,000 unless configured)")
     return delay_ms
+
+
+def check_partitions(partitions: object, setting: str) -> list[int]:
+    """Partition indexes given by the caller, as a list. Protobuf's own errors for a
+    bad one ("Value out of range: -1", "'int' object is not iterable") named neither
+    the setting nor what is allowed.
+
+    Raises:
+        ValueError: not a collection of ints 0..UINT32_MAX, naming the setting.
+    """
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Iterable):
+        raise ValueError(f"{setting}={partitions!r} is invalid: give a list of partition "
+                         f"indexes, ints 0..{UINT32_MAX} (e.g. [0, 2])")
+    values = list(partitions)
+    for value in values:
+        if type(value) is not int or not 0 <= value <= UINT32_MAX:
+            raise ValueError(f"{setting}={partitions!r} is invalid: partition {value!r} is "
+                             f"not an int 0..{UINT32_MAX}")
+    return values

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sdk.admin_client import AdminClient
+from sdk.consumer_config import check_partitions
+from sdk.core.names import NAME_CHARACTERS
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Start, start_to_proto
 
@@ -22,8 +24,9 @@ class SubscriptionAdmin(AdminClient):
         """Every subscription of `topic`, described.
 
         Raises:
-            TopicNotFound, Unavailable, KeybusError.
+            TopicNotFound, Unavailable, KeybusError. ValueError: a topic that is not a str.
         """
+        _check_names(topic=topic)
         response = await self._call("ListSubscriptions", pb.ListSubscriptionsRequest(topic=topic))
         return list(response.subscriptions)
 
@@ -34,6 +37,7 @@ class SubscriptionAdmin(AdminClient):
         Raises:
             TopicNotFound, NotFound (no such subscription), Unavailable, KeybusError.
         """
+        _check_names(topic=topic, subscription=subscription)
         info: pb.SubscriptionInfo = await self._call("DescribeSubscription",
                                                      pb.DescribeSubscriptionRequest(
                                                          topic=topic, subscription=subscription))
@@ -46,10 +50,12 @@ class SubscriptionAdmin(AdminClient):
 
         Raises:
             NotFound, OffsetOutOfRange, InvalidArgument, Unavailable, KeybusError.
+            ValueError: a name that is not a str, a position or partitions that are invalid.
         """
+        _check_names(topic=topic, subscription=subscription)
         request = pb.SeekSubscriptionRequest(topic=topic, subscription=subscription,
                                              position=start_to_proto(position, "position"),
-                                             partitions=list(partitions))
+                                             partitions=check_partitions(partitions, "partitions"))
         info: pb.SubscriptionInfo = await self._call("SeekSubscription", request)
         return info
 
@@ -60,5 +66,15 @@ class SubscriptionAdmin(AdminClient):
         Raises:
             NotFound, FailedPrecondition (consumers attached), Unavailable, KeybusError.
         """
+        _check_names(topic=topic, subscription=subscription)
         await self._call("DeleteSubscription", pb.DeleteSubscriptionRequest(
             topic=topic, subscription=subscription, force=force))
+
+
+def _check_names(**names: object) -> None:
+    """A name that is not a str: protobuf said only "bad argument type for built-in
+    operation", and None went out as "" (the broker then named no subscription)."""
+    for field, value in names.items():
+        if not isinstance(value, str):
+            raise ValueError(f"{field} {value!r} is invalid: give a name (a str of "
+                             f"characters from {NAME_CHARACTERS})")

@@ -62,3 +62,10 @@ def test_the_largest_offset_and_scn_are_taken() -> None:
         .initial_position.offset == (1 << 64) - 1
     assert ConsumerConfig(start={"scn": (1 << 64) - 1}).open_request("t", "s", "c") \
         .initial_position.scn == (1 << 64) - 1
+
+
+@pytest.mark.parametrize("partitions", [[-1], ["0"], 0, [1 << 32], "01"])
+def test_bad_partitions_are_named_with_what_is_allowed(partitions: object) -> None:
+    """Protobuf's own words named neither ("Value out of range: -1")."""
+    with pytest.raises(ValueError, match=r"partitions=.* is invalid: .*ints? 0\.\.4294967295"):
+        ConsumerConfig(partitions=partitions)  # type: ignore[arg-type]
