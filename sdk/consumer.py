@@ -275,9 +275,10 @@ class Consumer:
             for offset, slot in zip(offsets, slots, strict=True):
                 first[slot] = min(first.get(slot, offset), offset)
             rest = self._holds.nacked(partition, offsets, slots)
-            self._current, prefetched = rest_of_slots_removed(
+            # what it drops the broker takes back with `rest`, as not failed (in the
+            # nack's offsets it counted toward max_redeliveries, unseen)
+            self._current, _ = rest_of_slots_removed(
                 self._state.buffer, self._current, partition, first)
-            given += prefetched
         self._state.nacks.append((partition, given, delay, rest))
         self._holds.queue()  # the broker counts them: Delivery.nacks_seen
         self._flush.soon()

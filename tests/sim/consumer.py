@@ -93,8 +93,9 @@ class SimConsumer:
         for o in prefetched:
             self.buffer.remove(o)
         self.taken_since_grant += len(prefetched)
-        rest = self.holds.nacked(0, given, [model.events[o].slot for o in given])
-        self.wire_out.append(("nack", given, delay_ms, rest))  # as the SDK sends it
+        named = [offset, *held]  # the prefetched ones go back with `rest`, as the SDK does
+        rest = self.holds.nacked(0, named, [slot] * len(named))
+        self.wire_out.append(("nack", named, delay_ms, rest))
         self.holds.queue()
         return given
 

@@ -388,8 +388,8 @@ class Simulation(BrokerSteps):
         named = set(offsets)
         given = sorted(o for o in model.held_by(name) if o in named or (
             model.keyed and o > rest.get(model.events[o].slot, 1 << 62)))
-        for offset in given:
-            model.give_back(offset, self.now + delay)
+        for offset in given:  # the rest of the slots was not failed: never dead-lettered
+            model.give_back(offset, self.now + delay, failed=offset in named)
         starts, stops = runs_of(np.array(offsets, np.int64))
         self.core.process_nack(name, starts, stops, self.now + delay, self.now, rest)
         self.wake()

@@ -198,12 +198,13 @@ class Model:
         self.counts.pop(offset, None)
         return True
 
-    def give_back(self, offset: int, due_ms: int) -> None:
-        """The broker takes `offset` back (nack, timeout, leave, rewind)."""
+    def give_back(self, offset: int, due_ms: int, failed: bool = True) -> None:
+        """The broker takes `offset` back (nack, timeout, leave, rewind); not `failed`:
+        the rest of a nacked slot, counted at least 1 (not one more), not dead-lettered."""
         self._release(offset)
-        count = self.counts.get(offset, 0) + 1
+        count = self.counts.get(offset, 0) + 1 if failed else max(self.counts.get(offset, 0), 1)
         self.counts[offset] = count
-        if self.max_redeliveries and count > self.max_redeliveries:
+        if failed and self.max_redeliveries and count > self.max_redeliveries:
             self.dead.add(offset)
         else:
             self.given_back[offset] = due_ms
