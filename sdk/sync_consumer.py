@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from sdk.consumer import ActiveCallback, Consumer, ConsumerConfig, Message, RangeCallback, ReceivedBatch
+from sdk.consumer_config import check_nack_delay
 from sdk.core.model import HashRange
 from sdk.loop_thread import LoopThread, check_timeout_s
 from sdk.reconnect import ConnectionCallback
@@ -116,8 +117,8 @@ class SyncConsumer:
 
     def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
         _check_type("nack", message, (Message, ReceivedBatch))
-        if delay_ms is not None:
-            _check_int("nack", "delay_ms", delay_ms)
+        if delay_ms is not None:  # here, not on the loop thread, where the error was lost
+            check_nack_delay(delay_ms)
         self._thread.call_soon(self._consumer.nack, message, delay_ms)
 
     def flush_acks(self) -> None:

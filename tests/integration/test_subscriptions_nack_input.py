@@ -59,3 +59,22 @@ def test_a_nack_delay_the_wire_cannot_carry_is_refused_and_the_consumer_goes_on(
         await consumer.close()
 
     asyncio.run(go())
+
+
+def test_the_sync_consumer_refuses_it_in_the_caller_thread(shared_broker: BrokerProcess) -> None:
+    # SyncConsumer.nack hands the nack to its loop thread; a delay past 2**32-1 was
+    # refused there, and the error lost: the caller saw nothing.
+    from sdk.sync_consumer import SyncConsumer
+
+    address = shared_broker.address
+    topic = "nack-bad-delay-sync"
+    asyncio.run(topic_with(address, topic, 3))
+    consumer = SyncConsumer.subscribe(address, topic, "s", type="shared", start="earliest")
+    try:
+        first = consumer.receive(10)
+        for bad in (1 << 32, -1, 1.5):
+            with pytest.raises(ValueError, match=r"delay_ms=.* is invalid: need an int 0\.\."):
+                consumer.nack(first, delay_ms=bad)  # type: ignore[arg-type]
+        consumer.ack(first)
+    finally:
+        consumer.close()
