@@ -1,7 +1,6 @@
 """Reader: stream one partition's log from a start position, no subscription.
 
-Yields one ReadBatch per stored record (the columns stay protobuf; row views
-are built only when `events()` is called). Tracks the next offset to read, so
+Yields one ReadBatch per stored record (read_batch.py). Tracks the next offset to read, so
 a broken stream resumes where it left off (retrying_call.py and
 reconnect.py: a broker never reached fails within connect_timeout_ms; a lost
 one is reported through `on_connection_change` and retried for
@@ -14,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -22,21 +21,15 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.bootstrap import BootstrapPosition, BootstrapStream, PhaseMarker
+from sdk.bootstrap import BootstrapPosition, BootstrapStream
 from sdk.channel import open_channel, renews_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
-from sdk.core.columns import (
-    Event,
-    keys_of,
-    record_events,
-    record_next_offset,
-    record_offsets,
-    record_scns,
-)
+from sdk.core.columns import Event
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_checks import check_sources
+from sdk.read_batch import ReadBatch as ReadBatch  # re-exported: users import it from here
 from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
@@ -50,66 +43,6 @@ _log = logging.getLogger("keybus.reader")
 
 class _ToProto(Protocol):
     def to_proto(self) -> pb.KeyFilter: ...
-
-
-class ReadBatch:
-    """The events of one stored record that passed the read's ranges and filter.
-
-    A bootstrap read (start="bootstrap") also says its `phase` ("snapshot",
-    "catchup", "online"); a batch with `marker` set has no events and opens
-    a phase.
-    """
-
-    __slots__ = ("_offsets", "marker", "phase", "record")
-
-    def __init__(self, record: pb.Record, phase: str | None = None,
-                 marker: PhaseMarker | None = None) -> None:
-        self.record = record
-        self.phase = phase
-        self.marker = marker
-        self._offsets: list[int] | None = None
-
-    @property
-    def count(self) -> int:
-        return self.record.batch.count
-
-    @property
-    def partition(self) -> int:
-        return self.record.partition
-
-    @property
-    def offsets(self) -> list[int]:
-        """The offset of every event (dense unless the read filtered some out)."""
-        if self._offsets is None:
-            self._offsets = record_offsets(self.record)
-        return self._offsets
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after this batch's last event."""
-        return record_next_offset(self.record)
-
-    @property
-    def values(self) -> Sequence[bytes]:
-        """The value column (a protobuf repeated field: no copy)."""
-        return self.record.batch.values
-
-    def keys(self) -> list[int | str]:
-        """The primary key of every event."""
-        return keys_of(self.record.batch)
-
-    def scns(self) -> list[int]:
-        """The SCN of every event (one per window)."""
-        return record_scns(self.record)
-
-    def events(self) -> list[Event]:
-        """Row views (a Python object per event: prefer the columns when hot)."""
-        return record_events(self.record)
-
-    def __repr__(self) -> str:
-        r = self.record
-        return (f"ReadBatch(partition={r.partition}, base_offset={r.base_offset}, "
-                f"count={self.count}, scn_first={r.scn_first}, window={r.window})")
 
 
 class Reader:

@@ -1,0 +1,81 @@
+"""ReadBatch: one stored record as a reader hands it out, columns first.
+
+The columns stay protobuf (no copy); row views are built only when
+`events()` is called. Reader (reader.py), TopicReader and the bootstrap read
+yield these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sdk.bootstrap import PhaseMarker
+from sdk.core.columns import (
+    Event,
+    keys_of,
+    record_events,
+    record_next_offset,
+    record_offsets,
+    record_scns,
+)
+from sdk.core.pb import keybus_pb2 as pb
+
+
+class ReadBatch:
+    """The events of one stored record that passed the read's ranges and filter.
+
+    A bootstrap read (start="bootstrap") also says its `phase` ("snapshot",
+    "catchup", "online"); a batch with `marker` set has no events and opens
+    a phase.
+    """
+
+    __slots__ = ("_offsets", "marker", "phase", "record")
+
+    def __init__(self, record: pb.Record, phase: str | None = None,
+                 marker: PhaseMarker | None = None) -> None:
+        self.record = record
+        self.phase = phase
+        self.marker = marker
+        self._offsets: list[int] | None = None
+
+    @property
+    def count(self) -> int:
+        return self.record.batch.count
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
+
+    @property
+    def offsets(self) -> list[int]:
+        """The offset of every event (dense unless the read filtered some out)."""
+        if self._offsets is None:
+            self._offsets = record_offsets(self.record)
+        return self._offsets
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after this batch's last event."""
+        return record_next_offset(self.record)
+
+    @property
+    def values(self) -> Sequence[bytes]:
+        """The value column (a protobuf repeated field: no copy)."""
+        return self.record.batch.values
+
+    def keys(self) -> list[int | str]:
+        """The primary key of every event."""
+        return keys_of(self.record.batch)
+
+    def scns(self) -> list[int]:
+        """The SCN of every event (one per window)."""
+        return record_scns(self.record)
+
+    def events(self) -> list[Event]:
+        """Row views (a Python object per event: prefer the columns when hot)."""
+        return record_events(self.record)
+
+    def __repr__(self) -> str:
+        r = self.record
+        return (f"ReadBatch(partition={r.partition}, base_offset={r.base_offset}, "
+                f"count={self.count}, scn_first={r.scn_first}, window={r.window})")
