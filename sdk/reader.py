@@ -1,7 +1,9 @@
 """Reader: stream one partition's log from a start position, no subscription.
 
-Yields one ReadBatch per stored record (read_batch.py). Tracks the next offset to read, so
-a broken stream resumes where it left off (retrying_call.py and
+Yields one ReadBatch per stored record (read_batch.py). A "latest" start is
+fixed by `open()`: it waits for the broker's first response, which names the
+offset (a user who opens, then produces, reads what they produced). Tracks
+the next offset to read, so a broken stream resumes where it left off (retrying_call.py and
 reconnect.py: a broker never reached fails within connect_timeout_ms; a lost
 one is reported through `on_connection_change` and retried for
 retry_timeout_ms). The broker's relay follower and the Spark connector read
@@ -57,7 +59,8 @@ class Reader:
             (the first event whose SCN is >= n), or "bootstrap": the
             partition's compacted view as a snapshot, then the log from the
             snapshot's offset (sdk/bootstrap.py); a BootstrapPosition (from
-            `position`) continues a bootstrap.
+            `position`) continues a bootstrap. "latest" is the log end when
+            `open()` (or `async with`) returns, else at the first iteration.
         hash_ranges: only events whose slot is in these inclusive ranges:
             HashRange objects, (first, last) pairs, or text "0-16383,40000-65535".
         key_filter: a pb.KeyFilter, an object with to_proto(), or CLI text such
@@ -169,6 +172,7 @@ class Reader:
         # even when no event comes (an event processor says a partition recovered).
         self.on_tail: Callable[[int], None] | None = None
         self._done = False
+        self._opened = False
 
     @property
     def next_offset(self) -> int | None:
@@ -196,6 +200,30 @@ class Reader:
             self._channel = open_channel(self.broker, self._security)
         return stub_of(self._channel).Bootstrap
 
+    async def open(self) -> Reader:
+        """Fix the start position; returns the reader. `async with` calls it.
+
+        "latest" is the log end when the broker opens the read, not when this
+        object was made: open opens the stream and waits for its first response
+        (a following read gets one at once, carrying next_offset), so every event
+        stored after open returns is read, and a reconnect resumes from that
+        position, not from a new latest (docs/architecture.md). Pulsar's
+        createReader returns so positioned. Every other start names its position
+        already: open does nothing, the stream opens at the first iteration.
+        Idempotent.
+
+        Raises:
+            As iterating: Unavailable (a broker never reached, within
+            connect_timeout_ms), TopicNotFound, InvalidArgument, KeybusError.
+        """
+        if self._opened:
+            return self
+        if self._bootstrap is None and self._start.WhichOneof("position") == "latest" \
+                and self._next_offset is None and not self._done:
+            await self._receive()
+        self._opened = True
+        return self
+
     def __aiter__(self) -> Reader:
         return self
 
@@ -211,22 +239,27 @@ class Reader:
             if self._done or self._reached_stop():
                 await self.close()
                 raise StopAsyncIteration
-            response = await self._next_response()
-            if response is None:
-                self._done = True
-                continue
-            self._records.extend(response.records)
-            self._response_next = response.next_offset
-            self.end_offset = response.end_offset
-            if self.on_high_watermark is not None and response.high_watermark:
-                self.on_high_watermark(response.high_watermark)
-            if not response.records:
-                self._advance(response.next_offset)
-                if self.on_tail is not None:
-                    self.on_tail(response.next_offset)
+            await self._receive()
         batch = ReadBatch(self._records.popleft())
         self._advance(self._response_next if not self._records else batch.next_offset)
         return batch
+
+    async def _receive(self) -> None:
+        """Wait for the next response and keep what it says: its records, the log
+        end, its next offset when it has no records; the end of the read (None)."""
+        response = await self._next_response()
+        if response is None:
+            self._done = True
+            return
+        self._records.extend(response.records)
+        self._response_next = response.next_offset
+        self.end_offset = response.end_offset
+        if self.on_high_watermark is not None and response.high_watermark:
+            self.on_high_watermark(response.high_watermark)
+        if not response.records:
+            self._advance(response.next_offset)
+            if self.on_tail is not None:
+                self.on_tail(response.next_offset)
 
     def drain_buffered(self) -> list[ReadBatch]:
         """The batches already received and not yet taken, without waiting (a relay
@@ -324,7 +357,11 @@ class Reader:
             self._channel = None
 
     async def __aenter__(self) -> Reader:
-        return self
+        try:
+            return await self.open()
+        except BaseException:
+            await self.close()  # no __aexit__ follows a failed __aenter__
+            raise
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -207,6 +207,15 @@ class _SyncBatches:
         # reader's read cannot be cancelled halfway without losing its place).
         self._pending: concurrent.futures.Future[ReadBatch] | None = None
 
+    def _open(self) -> None:
+        """The reader's open() (a "latest" start fixed, as `await reader.open()`), on
+        the loop thread; a failure stops the thread and is raised to the caller."""
+        try:
+            self._thread.run(self._reader.open())
+        except BaseException:
+            self.close()
+            raise
+
     def __iter__(self) -> Iterator[ReadBatch]:
         return self
 
@@ -246,7 +255,14 @@ class _SyncBatches:
 
 
 class SyncReader(_SyncBatches):
-    """Blocking iterator of ReadBatch over one partition (arguments as Reader)."""
+    """Blocking iterator of ReadBatch over one partition (arguments as Reader).
+
+    Made as `async with Reader(...)` opens: a "latest" start is fixed before the
+    constructor returns (Reader.open), so an event stored after it is read.
+
+    Raises:
+        As Reader.open (Unavailable, TopicNotFound, ...) for a "latest" start.
+    """
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0,
                  **options: Any) -> None:
@@ -255,6 +271,7 @@ class SyncReader(_SyncBatches):
         self._one = Reader(broker, topic, partition, **options)
         super().__init__(self._one, f"keybus-reader-{topic}-{partition}",
                          f"SyncReader of {topic}/{partition}")
+        self._open()
 
     @property
     def next_offset(self) -> int | None:
@@ -275,7 +292,15 @@ class SyncReader(_SyncBatches):
 
 class SyncTopicReader(_SyncBatches):
     """Blocking iterator of ReadBatch over every partition of a topic, merged
-    (arguments as TopicReader)."""
+    (arguments as TopicReader).
+
+    The constructor opens it (TopicReader.open): the partitions are found and a
+    "latest" start is fixed on every one before it returns.
+
+    Raises:
+        As TopicReader.open: TopicNotFound, Unavailable (a broker never reached,
+        within connect_timeout_ms), KeybusError.
+    """
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "",
                  partitions: Sequence[int] | None = None, *, start: Start = "earliest",
@@ -283,6 +308,7 @@ class SyncTopicReader(_SyncBatches):
         self._topic_reader = TopicReader(broker, topic, partitions, start=start, **options)
         super().__init__(self._topic_reader, f"keybus-topic-reader-{topic}",
                          f"SyncTopicReader of topic {topic!r}")
+        self._open()
 
     @property
     def next_offsets(self) -> dict[int, int | None]:

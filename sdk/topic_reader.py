@@ -42,17 +42,19 @@ class TopicReader:
         partitions: which partitions (default None: all of them).
         start: "earliest" (default), "latest" or {"scn": n}, applied to each
             partition; an offset (int) names a position in one partition, so
-            it needs exactly one partition in `partitions`.
+            it needs exactly one partition in `partitions`. "latest" is each
+            partition's end when `open()` (or `async with`) returns.
         on_connection_change: called once (False, message) when the broker is
             lost and once (True, message) when every partition's stream is
             back; may be a coroutine function.
         options: the other Reader arguments (hash_ranges, key_filter, follow,
             events_max, bytes_max, connect_timeout_ms, retry_timeout_ms,
             retry_backoff_ms, retry_backoff_max_ms).
-    Raises (while iterating):
-        ValueError: an offset start with more than one partition.
+    Raises:
+        ValueError (here): an offset start with more than one partition.
         TopicNotFound, InvalidArgument (a partition out of range),
-        OffsetOutOfRange, Unavailable, KeybusError: as Reader.
+        OffsetOutOfRange, Unavailable, KeybusError: as Reader, from open()
+        (or `async with`, or the first iteration) and from iterating.
     """
 
     def __init__(self, broker: str = "localhost:6650", topic: str = "",
@@ -89,8 +91,17 @@ class TopicReader:
         self._closed = False
 
     async def open(self) -> list[int]:
-        """Find the partitions (when all) and start reading; returns the partitions.
-        Called by the first iteration when not called before."""
+        """Find the partitions (when all), fix each one's start and start reading;
+        returns the partitions. `async with` and the first iteration call it.
+
+        A "latest" start is each partition's log end when open runs: open returns
+        once every partition's reader has its position from the broker (Reader.open),
+        so an event stored after open returns is read, from whichever partition.
+
+        Raises:
+            As Reader.open (Unavailable within connect_timeout_ms for a broker
+            never reached, TopicNotFound, ...); the reader is closed then.
+        """
         if self._opened:
             return self.partitions
         self._opened = True
@@ -107,11 +118,27 @@ class TopicReader:
             self._readers[partition] = Reader(
                 self.broker, self.topic, partition, start=self._start, channel=self._channel,
                 on_connection_change=self._reporter(partition), **self._options)
+        await self._open_readers()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._pump(r), name=f"keybus-read-{self.topic}/{p}")
                        for p, r in self._readers.items()]
         self._running = len(self._tasks)
         return self.partitions
+
+    async def _open_readers(self) -> None:
+        """Every partition's Reader.open at once; the first failure stops the others
+        and closes this reader (each retries within connect_timeout_ms, not forever)."""
+        loop = asyncio.get_running_loop()
+        opening = [loop.create_task(r.open(), name=f"keybus-open-{self.topic}/{p}")
+                   for p, r in self._readers.items()]
+        try:
+            await asyncio.gather(*opening)
+        except BaseException:
+            for task in opening:
+                task.cancel()
+            await asyncio.gather(*opening, return_exceptions=True)
+            await self.close()
+            raise
 
     @property
     def next_offsets(self) -> dict[int, int | None]:
@@ -182,6 +209,11 @@ class TopicReader:
         self._channel = None
 
     async def __aenter__(self) -> TopicReader:
+        try:
+            await self.open()
+        except BaseException:
+            await self.close()  # no __aexit__ follows a failed __aenter__
+            raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,

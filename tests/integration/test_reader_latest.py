@@ -1,0 +1,189 @@
+"""A reader opened at "latest" is positioned when open returns.
+
+Goal: every reader a user opens at "latest" (Reader, TopicReader, SyncReader,
+SyncTopicReader) has each partition's start fixed by the broker before open()
+(or `async with`, or the sync constructor) returns, as Pulsar's createReader
+does: an event stored after that is read. Before, the read's stream opened
+later (at the first iteration, or in a background task), the broker resolved
+"latest" after the event was stored, and the reader skipped it. A reader at
+"latest" against a closed port still fails within seconds, in one sentence.
+Method: a real broker process. Each read has stop_offset one past the event it
+must get, so a reader that skipped it ends at once with nothing (no wait on a
+timeout). The race is made deterministic, not left to luck: the readers' Read
+calls go through a channel that delays each call's start by a second (a
+gRPC client interceptor), far longer than producing an event takes; and
+`async with`/the sync constructors (which did not open the stream at all) are
+run over many rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc.aio
+import pytest
+
+from sdk import (
+    Admin,
+    Producer,
+    Reader,
+    SyncProducer,
+    SyncReader,
+    SyncTopicReader,
+    TopicReader,
+    Unavailable,
+)
+from tests.support.broker_process import BrokerProcess, free_port
+
+PARTITIONS = 3
+READ_START_DELAY_S = 1.0  # far longer than a produce's round trip, even on a loaded machine
+READ_WITHIN_S = 30.0  # liveness bound of one read, not a speed claim
+ROUNDS = 10
+
+
+class SlowReadStart(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Delays the start of every Read call (the window in which "latest" was unfixed)."""
+
+    async def intercept_unary_stream(self, continuation: Callable[..., Awaitable[Any]],
+                                     client_call_details: Any, request: Any) -> Any:
+        if client_call_details.method.endswith(b"/Read"):  # grpc.aio gives bytes
+            await asyncio.sleep(READ_START_DELAY_S)
+        return await continuation(client_call_details, request)
+
+
+async def _create(address: str, topic: str) -> None:
+    async with Admin(address) as admin:
+        await admin.create_topic(topic, PARTITIONS)
+
+
+async def _produce_one_each(producer: Producer, tag: bytes) -> None:
+    """One event on every partition, acknowledged (stored) before returning."""
+    futures = [await producer.send(p, tag, partition=p) for p in range(PARTITIONS)]
+    await asyncio.gather(*futures)
+
+
+async def _values(reader: AsyncIterator[Any], within_s: float = READ_WITHIN_S) -> list[bytes]:
+    async def collect() -> list[bytes]:
+        return [v async for batch in reader for v in batch.values]
+    return await asyncio.wait_for(collect(), within_s)
+
+
+def test_topic_reader_open_fixes_latest_before_returning(shared_broker: BrokerProcess) -> None:
+    address = shared_broker.address
+
+    async def go() -> None:
+        await _create(address, "latest-open")
+        producer = await Producer.create(address, "latest-open")
+        await _produce_one_each(producer, b"old")  # the end is offset 1 on every partition
+        channel = grpc.aio.insecure_channel(address, interceptors=[SlowReadStart()])
+        reader = TopicReader(address, "latest-open", start="latest", follow=True,
+                             stop_offset=2, channel=channel)
+        await reader.open()
+        await _produce_one_each(producer, b"new")
+        assert await _values(reader) == [b"new"] * PARTITIONS
+        assert reader.next_offsets == dict.fromkeys(range(PARTITIONS), 2)
+        await reader.close()
+        await channel.close()
+        await producer.close()
+
+    asyncio.run(go())
+
+
+def test_reader_open_fixes_latest_before_returning(shared_broker: BrokerProcess) -> None:
+    address = shared_broker.address
+
+    async def go() -> None:
+        await _create(address, "latest-one")
+        producer = await Producer.create(address, "latest-one")
+        channel = grpc.aio.insecure_channel(address, interceptors=[SlowReadStart()])
+        reader = Reader(address, "latest-one", 1, start="latest", follow=True, stop_offset=1,
+                        channel=channel)
+        await reader.open()
+        assert reader.next_offset == 0  # the broker's word, before anything is produced
+        await _produce_one_each(producer, b"new")
+        assert await _values(reader) == [b"new"]
+        await channel.close()
+        await producer.close()
+
+    asyncio.run(go())
+
+
+def test_async_with_fixes_latest_round_after_round(shared_broker: BrokerProcess) -> None:
+    address = shared_broker.address
+
+    async def go() -> None:
+        await _create(address, "latest-rounds")
+        producer = await Producer.create(address, "latest-rounds")
+        for n in range(ROUNDS):  # round n: every partition ends at offset 2n
+            tag = b"round %d" % n
+            async with TopicReader(address, "latest-rounds", start="latest", follow=True,
+                                   stop_offset=2 * n + 1) as topic_reader:
+                await _produce_one_each(producer, tag)
+                assert await _values(topic_reader) == [tag] * PARTITIONS, f"round {n}"
+            async with Reader(address, "latest-rounds", n % PARTITIONS, start="latest",
+                              follow=True, stop_offset=2 * n + 2) as reader:
+                await _produce_one_each(producer, tag)
+                assert await _values(reader) == [tag], f"round {n}"
+        await producer.close()
+
+    asyncio.run(go())
+
+
+def test_sync_readers_fix_latest_in_their_constructor(shared_broker: BrokerProcess) -> None:
+    address = shared_broker.address
+    asyncio.run(_create(address, "latest-sync"))
+    with SyncProducer.create(address, "latest-sync") as producer:
+        for n in range(ROUNDS):  # round n: every partition ends at offset 2n
+            tag = b"round %d" % n
+            with SyncTopicReader(address, "latest-sync", start="latest", follow=True,
+                                 stop_offset=2 * n + 1) as topic_reader:
+                for p in range(PARTITIONS):
+                    producer.send(p, tag, partition=p).result(READ_WITHIN_S)
+                assert [v for b in topic_reader for v in b.values] == [tag] * PARTITIONS, \
+                    f"round {n}"
+            with SyncReader(address, "latest-sync", n % PARTITIONS, start="latest",
+                            follow=True, stop_offset=2 * n + 2) as reader:
+                for p in range(PARTITIONS):
+                    producer.send(p, tag, partition=p).result(READ_WITHIN_S)
+                assert [v for b in reader for v in b.values] == [tag], f"round {n}"
+
+
+def _refused(port: int) -> str:
+    return (f"cannot reach broker at 127.0.0.1:{port}: connection refused — is it running? "
+            "(keybus broker)")
+
+
+async def _open_reader(address: str) -> Any:
+    async with Reader(address, "t", 0, start="latest", follow=True):
+        pass
+
+
+async def _open_topic_reader(address: str) -> Any:
+    await TopicReader(address, "t", start="latest", follow=True).open()
+
+
+async def _open_partitions(address: str) -> Any:
+    await TopicReader(address, "t", [0, 1], start="latest", follow=True).open()
+
+
+async def _open_sync_reader(address: str) -> Any:
+    await asyncio.to_thread(SyncReader, address, "t", 0, start="latest", follow=True)
+
+
+async def _open_sync_topic_reader(address: str) -> Any:
+    await asyncio.to_thread(SyncTopicReader, address, "t", start="latest", follow=True)
+
+
+@pytest.mark.parametrize("call", [_open_reader, _open_topic_reader, _open_partitions,
+                                  _open_sync_reader, _open_sync_topic_reader])
+def test_latest_against_no_broker_fails_within_seconds(
+        call: Callable[[str], Awaitable[Any]]) -> None:
+    port = free_port()
+    began = time.monotonic()
+    with pytest.raises(Unavailable) as caught:
+        asyncio.run(asyncio.wait_for(call(f"127.0.0.1:{port}"), 30))
+    assert str(caught.value) == _refused(port)
+    assert time.monotonic() - began < 8  # connect_timeout_ms is 5 s by default
