@@ -88,6 +88,11 @@ class ReadServicer:
                     # what was produced meanwhile) and knows it reached the broker.
                     yield wire.read_response([], offset, partition.end_offset)
                     told_position = True
+                    # Look again before waiting: the reader, told, may have produced
+                    # while this stream was suspended at the yield, and that append's
+                    # wake-up came before the wait (SDK Reader.open waits for this
+                    # response, then its user produces).
+                    continue
                 await partition.wait_for_change()  # data, or a truncation to check
                 continue
             chunk = await partition.read(spec, offset)

@@ -1,19 +1,23 @@
-"""A reader opened at "latest" is positioned when open returns.
+"""A reader opened at "latest" is positioned when open returns, and reads on.
 
 Goal: every reader a user opens at "latest" (Reader, TopicReader, SyncReader,
 SyncTopicReader) has each partition's start fixed by the broker before open()
 (or `async with`, or the sync constructor) returns, as Pulsar's createReader
 does: an event stored after that is read. Before, the read's stream opened
 later (at the first iteration, or in a background task), the broker resolved
-"latest" after the event was stored, and the reader skipped it. A reader at
-"latest" against a closed port still fails within seconds, in one sentence.
+"latest" after the event was stored, and the reader skipped it. The broker's
+read stream, once it sent that position, looks at the log again before waiting
+(an event stored while it sent it is read at once). A reader at "latest"
+against a closed port still fails within seconds, in one sentence.
 Method: a real broker process. Each read has stop_offset one past the event it
 must get, so a reader that skipped it ends at once with nothing (no wait on a
 timeout). The race is made deterministic, not left to luck: the readers' Read
 calls go through a channel that delays each call's start by a second (a
 gRPC client interceptor), far longer than producing an event takes; and
 `async with`/the sync constructors (which did not open the stream at all) are
-run over many rounds.
+run over many rounds. The broker's side: a broker in this process whose read
+streams resume a second late after each response they send (the servicer
+wrapped by the test; nothing in the broker knows).
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc.aio
 import pytest
 
+from broker.log.rocks_store import RocksStore
+from broker.rpc.read_servicer import ReadServicer
 from sdk import (
     Admin,
     Producer,
@@ -37,10 +44,14 @@ from sdk import (
     Unavailable,
 )
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.in_process import broker_on
 
 PARTITIONS = 3
 READ_START_DELAY_S = 1.0  # far longer than a produce's round trip, even on a loaded machine
 READ_WITHIN_S = 30.0  # liveness bound of one read, not a speed claim
+# The stream sleeps READ_START_DELAY_S; a read that waits on an append that never
+# comes fails at this bound.
+RESUME_READ_WITHIN_S = 10.0
 ROUNDS = 10
 
 
@@ -149,6 +160,33 @@ def test_sync_readers_fix_latest_in_their_constructor(shared_broker: BrokerProce
                 for p in range(PARTITIONS):
                     producer.send(p, tag, partition=p).result(READ_WITHIN_S)
                 assert [v for b in reader for v in b.values] == [tag], f"round {n}"
+
+
+def test_an_event_stored_while_the_position_is_sent_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's side of open(): its read stream, suspended while it sends the
+    position, must look at the log again before it waits for the next append: the
+    reader, told, may have produced meanwhile. Before, it waited for the append
+    after that one, and the event was only read when another came."""
+    serve = ReadServicer.Read
+
+    async def resume_late(self: ReadServicer, request: Any, context: Any) -> AsyncIterator[Any]:
+        async for message in serve(self, request, context):
+            yield message
+            await asyncio.sleep(READ_START_DELAY_S)  # a loaded broker resuming the stream late
+
+    monkeypatch.setattr(ReadServicer, "Read", resume_late)
+
+    async def go() -> None:
+        async with broker_on(tmp_path, RocksStore, "resume", PARTITIONS) as (address, _):
+            producer = await Producer.create(address, "resume")
+            async with Reader(address, "resume", 0, start="latest", follow=True,
+                              stop_offset=1) as reader:
+                await _produce_one_each(producer, b"new")  # while the stream sleeps
+                assert await _values(reader, RESUME_READ_WITHIN_S) == [b"new"]
+            await producer.close()
+
+    asyncio.run(go())
 
 
 def _refused(port: int) -> str:
