@@ -62,6 +62,13 @@ def chosen_start(start: Start | None, start_old: Start | None, default: Start,
     return chosen
 
 
+def positioned_line(topic: str, next_offsets: dict[int, int | None]) -> str:
+    """The note a `--start latest --follow` read gives once every partition's end is
+    fixed: what is produced from then on is printed (a script may wait for it)."""
+    where = ", ".join(f"{topic}/{p} at offset {o}" for p, o in sorted(next_offsets.items()))
+    return f"reading from the end: {where}; waiting for new events"
+
+
 async def _planned_events(conn: Connection, topic: str, partitions: Sequence[int] | None,
                           start: Start) -> int | None:
     """Events between the start and the end of the read partitions (for the bar)."""
@@ -92,7 +99,9 @@ async def read_events(conn: Connection, topic: str, partitions: Sequence[int] | 
         retry_timeout_ms=None if retry_timeout_s is None else int(retry_timeout_s * 1000),
         on_connection_change=lambda connected, message: note(message))
     with progress(f"reading {topic}", total, enabled=None if total else False) as advance:
-        async with reader:
+        async with reader:  # opens it: a "latest" start is fixed on every partition
+            if follow and start == "latest":
+                note(positioned_line(topic, reader.next_offsets))
             while events_max is None or printed < events_max:
                 try:
                     async with asyncio.timeout(idle_s):

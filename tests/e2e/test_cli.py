@@ -220,6 +220,7 @@ UNREACHABLE = [
     ("produce", "t", "--key", "1", "--value", "x"),
     ("read", "t"),
     ("read", "t", "--follow"),
+    ("read", "t", "--start", "latest", "--follow"),
     ("consume", "t", "-s", "s", "--timeout", "2"),
     ("subscriptions", "list", "t"),
     ("bootstrap", "t"),
