@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -28,8 +27,7 @@ import grpc
 import grpc.aio
 
 from sdk import errors
-from sdk.channel import open_channel, renew_channel, stub_of
-from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
+from sdk.consumer_channel import ConsumerChannel
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig, check_nack_delay
 from sdk.consumer_link import RETRIABLE, ConsumerLink
 from sdk.consumer_state import ConsumerState
@@ -78,21 +76,12 @@ class Consumer:
         self.config = config
         self.name = config.consumer_name or f"consumer-{uuid.uuid4().hex[:12]}"
         self._open = config.open_request(topic, subscription, self.name)
-        self._owns_channel = channel is None
-        self._security = security
-        # Several brokers ("h1:6650,h2:6650"): subscribe on the topic's leader, follow it.
-        # Finding it takes up to connect_timeout_ms (a reconnect retries after that).
-        self._leader = LeaderChannel(broker, topic, config.connect_timeout_ms or FIND_TIMEOUT_MS,
-                                     security) \
-            if channel is None and is_cluster(broker) else None
-        self._channel = channel if channel is not None or self._leader \
-            else open_channel(broker, security)
-        self._stub = stub_of(self._channel) if self._channel is not None else None
+        self._conn = ConsumerChannel(broker, topic, config.connect_timeout_ms, channel, security)
         self._on_range_change = on_range_change
         self._on_active_change = on_active_change
         self._on_connection_change = on_connection_change or log_connection_change
         self._links = ConsumerLink(broker, topic, config.retry_policy(), config.reconnect,
-                                   self._channel, self._report_connection)
+                                   self._conn.channel, self._report_connection)
         self._link = self._links.link
         self._state = ConsumerState(FetchBuffer(config.receiver_queue_size,
                                                  config.receiver_queue_total_max))
@@ -153,7 +142,7 @@ class Consumer:
         try:
             await self._connect(reconnecting=False)
         except BaseException:
-            await self._close_channel()
+            await self._conn.close()
             raise
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._receive_loop(), name="keybus-consumer"),
@@ -310,10 +299,10 @@ class Consumer:
     async def _connect(self, reconnecting: bool) -> None:
         """Open a stream (retrying while the broker is away) and grant the initial permits."""
         while True:
-            if self._leader is not None and not await self._find_leader(reconnecting):
+            if not await self._conn.find_leader(self._links, reconnecting, self.config.reconnect):
                 continue
-            assert self._stub is not None
-            stream = SubscribeStream(self._stub, self._open)
+            assert self._conn.stub is not None
+            stream = SubscribeStream(self._conn.stub, self._open)
             try:
                 opened = await stream.open()
                 break
@@ -334,20 +323,6 @@ class Consumer:
                                                                      count=count)))
         self._flush.want()
 
-    async def _find_leader(self, reconnecting: bool) -> bool:
-        """Point the stub at the topic's leader; False (after waiting, as for a
-        lost broker: reported, bounded by retry_timeout_ms) while none is known
-        and the consumer is reconnecting."""
-        assert self._leader is not None
-        try:
-            self._stub = await self._leader.connect()
-        except errors.KeybusError as e:
-            if not reconnecting or not self.config.reconnect:
-                raise
-            await self._links.wait_to_retry(str(e), never_reached=False)
-            return False
-        return True
-
     async def _receive_loop(self) -> None:
         try:
             while True:
@@ -359,7 +334,7 @@ class Consumer:
                         return
                     self._stream.close()
                     if self.config.reconnect and reauthenticates(e):  # credentials expired
-                        await self._renew_channel()
+                        await self._conn.renew(self._links)
                         await self._connect(reconnecting=True)  # a refusal raises: rule 6
                         continue
                     if not self.config.reconnect or e.code() not in RETRIABLE:
@@ -467,25 +442,7 @@ class Consumer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._arrivals.wake()
-        await self._close_channel()
-
-    async def _renew_channel(self) -> None:
-        """Before a stream the broker ended for its credentials is opened again: a
-        new channel when a rotated client certificate is on disk
-        (sdk.channel.renews_channel). A channel given by the caller is kept."""
-        if self._leader is not None:
-            await self._leader.renew(time.time())  # _find_leader opens a new one
-        elif self._owns_channel and self._channel is not None:
-            renewed = await renew_channel(self._channel, self.broker, self._security, time.time())
-            if renewed is not None:
-                self._channel, self._stub = renewed, stub_of(renewed)
-                self._links.use_channel(renewed)
-
-    async def _close_channel(self) -> None:
-        if self._leader is not None:
-            await self._leader.close()
-        elif self._owns_channel and self._channel is not None:
-            await self._channel.close()
+        await self._conn.close()
 
     async def __aenter__(self) -> Consumer:
         if not self._tasks and not self._closed:

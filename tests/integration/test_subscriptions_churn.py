@@ -169,7 +169,7 @@ class Worker:
         for task in consumer._tasks:
             task.cancel()
         await asyncio.gather(*consumer._tasks, return_exceptions=True)
-        await consumer._channel.close(grace=None)
+        await consumer._conn.channel.close(grace=None)
 
 
 async def check_owners(admin: SubscriptionAdmin, expected: set[str]) -> None:

@@ -92,7 +92,7 @@ class ScriptedStub:
 async def consumer_on(stub: ScriptedStub, told: list[tuple[bool, str]]) -> Consumer:
     consumer = Consumer(BROKER, "t", "s", type="shared", retry_backoff_ms=1,
                         on_connection_change=lambda up, text: told.append((up, text)))
-    consumer._stub = stub  # type: ignore[assignment]
+    consumer._conn.stub = stub  # type: ignore[assignment]
     await consumer._attach()
     return consumer
 

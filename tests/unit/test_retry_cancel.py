@@ -72,7 +72,7 @@ def test_a_reconnecting_consumer_ends_when_closed() -> None:
     async def go() -> None:
         consumer = Consumer("127.0.0.1:1", "t", "s", retry_backoff_ms=1, retry_backoff_max_ms=2)
         stub = FakeStub()
-        consumer._stub = stub  # type: ignore[assignment]
+        consumer._conn.stub = stub  # type: ignore[assignment]
         consumer._link.ever_connected = True  # it was attached, then lost its broker
         task = asyncio.create_task(consumer._connect(reconnecting=True))
         while not stub.calls:
@@ -80,7 +80,7 @@ def test_a_reconnecting_consumer_ends_when_closed() -> None:
         consumer._closed = True  # as close() does before it cancels the task
         await _cancel_and_wait(task, stub.calls[0].opened)
         assert len(stub.calls) == 1  # no new attempt after the cancel
-        await consumer._close_channel()
+        await consumer._conn.close()
     asyncio.run(go())
 
 
