@@ -44,6 +44,8 @@ def consumer_spec(request: pb.SubscribeOpen, meta: TopicMeta, s: Settings) -> Co
     if timeout and not s.ack_timeout_ms_min <= timeout <= s.ack_timeout_ms_max:
         raise BrokerError("subscribe_limit_invalid", field="ack_timeout_ms", value=timeout,
                           allowed=f"0 (none) or {s.ack_timeout_ms_min}..{s.ack_timeout_ms_max}")
+    if request.ack_timeout_by_client:  # checked all the same; the client nacks what outlives it
+        timeout = 0
     if request.look_ahead_max > s.look_ahead_events_max:
         raise BrokerError("subscribe_limit_invalid", field="look_ahead_max",
                           value=request.look_ahead_max,

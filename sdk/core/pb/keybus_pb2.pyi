@@ -1040,6 +1040,7 @@ class SubscribeOpen(_message.Message):
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     LOOK_AHEAD_MAX_FIELD_NUMBER: _builtins.int
+    ACK_TIMEOUT_BY_CLIENT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     consumer_name: _builtins.str
@@ -1052,11 +1053,24 @@ class SubscribeOpen(_message.Message):
     """
     priority: _builtins.int
     ack_timeout_ms: _builtins.int
+    """Redeliver what this consumer does not acknowledge within this many ms
+    (0 = never); 1..ack_timeout_ms_min-1 and above ack_timeout_ms_max are
+    refused. Counted by the broker from when it sends each event, unless
+    ack_timeout_by_client.
+    """
     max_redeliveries: _builtins.int
     dead_letter_topic: _builtins.str
     look_ahead_max: _builtins.int
     """Key_Shared: the most events the broker leaves waiting past blocked keys
     per partition (0 = broker default; above the broker's limit is refused).
+    """
+    ack_timeout_by_client: _builtins.bool
+    """The client times its acks itself, from when its application takes each
+    event (an event waiting in its receive buffer is not counted), and nacks
+    what outlives ack_timeout_ms (as Pulsar's ackTimeout). The broker still
+    checks ack_timeout_ms against its limits (a bad value is refused as
+    without this flag) but does not time this consumer's events. Unset (raw
+    clients): the broker times them, from when it sends each one.
     """
     @_builtins.property
     def sticky_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___HashRange]: ...
@@ -1085,10 +1099,11 @@ class SubscribeOpen(_message.Message):
         dead_letter_topic: _builtins.str = ...,
         partitions: _abc.Iterable[_builtins.int] | None = ...,
         look_ahead_max: _builtins.int = ...,
+        ack_timeout_by_client: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "look_ahead_max", b"look_ahead_max", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode", "ack_timeout_by_client", b"ack_timeout_by_client", "ack_timeout_ms", b"ack_timeout_ms", "consumer_name", b"consumer_name", "dead_letter_topic", b"dead_letter_topic", "filter", b"filter", "initial_position", b"initial_position", "key_shared_mode", b"key_shared_mode", "look_ahead_max", b"look_ahead_max", "max_redeliveries", b"max_redeliveries", "partitions", b"partitions", "priority", b"priority", "sticky_ranges", b"sticky_ranges", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__key_shared_mode: _TypeAlias = _typing.Literal["key_shared_mode"]  # noqa: Y015
     _WhichOneofArgType__key_shared_mode: _TypeAlias = _typing.Literal["_key_shared_mode", b"_key_shared_mode"]  # noqa: Y015
