@@ -27,11 +27,13 @@ import grpc
 import grpc.aio
 
 from sdk import errors
+from sdk.consumer_ack_timer import AckTimer
 from sdk.consumer_channel import ConsumerChannel
 from sdk.consumer_config import MODES, TYPES, ConsumerConfig, check_nack_delay
 from sdk.consumer_link import RETRIABLE, ConsumerLink
 from sdk.consumer_state import ConsumerState
 from sdk.consumer_wakeups import Arrivals, FlushSignal
+from sdk.core.columns import batch_slots
 from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer, NackHolds
@@ -96,6 +98,9 @@ class Consumer:
         self._holds = NackHolds()  # nacked slots the broker may not know of yet
         self._ordered = self.config.type != "shared"  # per-key order (the broker says on open)
         self._marks_share_ends = False  # the broker says where window shares end (on open)
+        # ack_timeout_ms, timed from when the application takes an event (sdk/ack_timeouts.py)
+        self._ack_timer = AckTimer(config.ack_timeout_ms, self.nack_offsets) \
+            if config.ack_timeout_ms else None
 
     @classmethod
     async def subscribe(cls, broker: str = "localhost:6650", topic: str = "",
@@ -158,9 +163,12 @@ class Consumer:
             ConsumerClosed-like KeybusError after close().
         """
         if not self._current:
-            batch = await self.receive_batch(timeout_s)
+            batch = await self._next_batch(timeout_s)
             self._current.extend(batch.messages())
-        return self._current.popleft()
+        message = self._current.popleft()
+        if self._ack_timer is not None:
+            self._ack_timer.taken(message.partition, (message.offset,), (message.event.slot,))
+        return message
 
     async def receive_batch(self, timeout_s: float | None = None) -> ReceivedBatch:
         """The next delivered batch (the events of one stored record), columns as protobuf.
@@ -168,6 +176,12 @@ class Consumer:
         Raises:
             TimeoutError, KeybusError: as receive().
         """
+        batch = await self._next_batch(timeout_s)
+        if self._ack_timer is not None:
+            self._ack_timer.taken(batch.partition, batch.offsets, batch_slots(batch.record.batch))
+        return batch
+
+    async def _next_batch(self, timeout_s: float | None) -> ReceivedBatch:
         state = self._state
         if not self._tasks and not self._closed:
             raise errors.KeybusError("this consumer is not attached: use `await "
@@ -213,6 +227,8 @@ class Consumer:
         """Acknowledge every event of a received batch."""
         record = batch.record
         offsets = record.offsets
+        if self._ack_timer is not None:
+            self._ack_timer.timeouts.forget(batch.partition, batch.offsets)
         if not offsets:  # a whole stored record: one range
             base = record.base_offset
             self._state.acks.add_range(batch.partition, base, base + record.batch.count)
@@ -224,6 +240,9 @@ class Consumer:
         self._flush.want()
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
+        if self._ack_timer is not None:
+            offsets = list(offsets)
+            self._ack_timer.timeouts.forget(partition, offsets)
         self._state.acks.add(partition, offsets)
         self._flush.want()
 
@@ -233,6 +252,8 @@ class Consumer:
         partition = message.partition
         self._state.cumulative[partition] = max(self._state.cumulative.get(partition, 0),
                                                 message.offset + 1)
+        if self._ack_timer is not None:
+            self._ack_timer.timeouts.forget_below(partition, message.offset + 1)
         self._flush.want()
 
     def nack(self, message: Message | ReceivedBatch, delay_ms: int | None = None) -> None:
@@ -258,12 +279,16 @@ class Consumer:
         overtaken; acks of them are then ignored: they come again, after it."""
         delay = self.config.nack_delay_ms if delay_ms is None else check_nack_delay(delay_ms)
         given = list(offsets)
+        if self._ack_timer is not None:
+            self._ack_timer.timeouts.forget(partition, given)
         rest: list[int] = []
         if slots is not None and self._ordered:  # Shared keeps no order: nothing to hold
             first: dict[int, int] = {}
             for offset, slot in zip(offsets, slots, strict=True):
                 first[slot] = min(first.get(slot, offset), offset)
             rest = self._holds.nacked(partition, offsets, slots)
+            if self._ack_timer is not None:  # the broker takes them back, as what follows
+                self._ack_timer.timeouts.forget_after(partition, first)
             # what it drops the broker takes back with `rest`, as not failed (in the
             # nack's offsets it counted toward max_redeliveries, unseen)
             self._current, _ = rest_of_slots_removed(
@@ -318,6 +343,8 @@ class Consumer:
         self._ordered, self._marks_share_ends = opened.type != pb.SHARED, opened.marks_share_ends
         self._state.buffer.reset()
         self._current.clear()
+        if self._ack_timer is not None:  # the broker gives back what was unacknowledged
+            self._ack_timer.timeouts.clear()
         for partition, count in self._state.buffer.initial_grants(self.partitions):
             await stream.send(pb.SubscribeRequest(permits=pb.Permits(partition=partition,
                                                                      count=count)))
@@ -381,6 +408,8 @@ class Consumer:
         elif body == "seeked":  # what is buffered of the partition is from before the seek
             self._current = partition_dropped(self._state.buffer, self._current,
                                               response.seeked.partition)
+            if self._ack_timer is not None:
+                self._ack_timer.timeouts.forget_partition(response.seeked.partition)
             self._flush.soon()  # their permits
 
     def _drop_stale(self, batch: ReceivedBatch) -> ReceivedBatch | None:
@@ -428,6 +457,8 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self._ack_timer is not None:
+            self._ack_timer.close()
         with contextlib.suppress(Exception):
             await self._send_pending()
         if self._stream is not None:

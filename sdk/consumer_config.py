@@ -46,7 +46,11 @@ class ConsumerConfig:
             partitions each gets this divided by their number (at least 2), so
             a consumer of 1,024 partitions buffers at most about 50,000 events,
             not a million.
-        ack_timeout_ms: redeliver events not acknowledged in time (0 = never).
+        ack_timeout_ms: redeliver events not acknowledged within this long
+            after the application took them (receive / receive_batch): the
+            consumer nacks them, which counts toward max_redeliveries; time
+            in the receive buffer does not count (0 = never; the broker
+            refuses 1..999 and above 3,600,000 unless configured).
         max_redeliveries / dead_letter_topic: after this many redeliveries an
             event goes to the dead-letter topic (0 = never; topic default
             "<topic>-<subscription>-DLQ").
@@ -132,7 +136,8 @@ class ConsumerConfig:
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             sticky_ranges=ranges_to_proto(self.ranges),
             initial_position=start_to_proto(self.start), priority=self.priority,
-            ack_timeout_ms=self.ack_timeout_ms, max_redeliveries=self.max_redeliveries,
+            ack_timeout_ms=self.ack_timeout_ms, ack_timeout_by_client=True,  # sdk/ack_timeouts.py
+            max_redeliveries=self.max_redeliveries,
             dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
             look_ahead_max=self.look_ahead_max)
         if self.mode is not None:
