@@ -18,10 +18,14 @@ import time
 import pytest
 
 from sdk.admin import Admin
-from sdk.consumer import Consumer, Message
+from sdk.consumer import Consumer, ConsumerConfig, Message
+from sdk.databus import DatabusClient, DatabusConfig
 from sdk.errors import TopicNotFound
 from sdk.producer import Producer
 from sdk.subscription_admin import SubscriptionAdmin
+from sdk.sync_consumer import SyncConsumer
+from tests.integration.test_databus_failures import Applying, until
+from tests.integration.test_databus_failures import produce as produce_windows
 from tests.support.broker_process import BrokerProcess
 
 TIMEOUT_MS = 1000
@@ -168,3 +172,50 @@ def test_no_ack_timeout_times_nothing(shared_broker: BrokerProcess) -> None:
         await consumer.close()
 
     asyncio.run(go())
+
+
+def test_the_sync_consumer_times_what_it_took(shared_broker: BrokerProcess) -> None:
+    """SyncConsumer runs the same Consumer on its loop thread: a taken event not
+    acknowledged comes again; acknowledged, it does not."""
+    address = shared_broker.address
+    topic = "ackt-sync"
+    asyncio.run(produce(address, topic, 2))
+    with SyncConsumer(address, topic, "s", type="shared", start="earliest",
+                      ack_timeout_ms=TIMEOUT_MS) as consumer:
+        first, second = consumer.receive(5.0), consumer.receive(5.0)
+        consumer.ack(second)
+        again = consumer.receive(10.0)
+        assert (again.offset, again.redelivery_count) == (first.offset, 1)
+        consumer.ack(again)
+        with pytest.raises(TimeoutError):
+            consumer.receive(2.0 * TIMEOUT_MS / 1000)
+
+
+def test_a_databus_registration_with_an_ack_timeout_presents_each_window_once(
+        shared_broker: BrokerProcess) -> None:
+    """The Databus shared registration takes parts with receive_batch and acks whole
+    windows: with ack_timeout_ms set, every window is presented once and acknowledged."""
+    address = shared_broker.address
+    topic = "ackt-databus"
+    consumer = Applying(event_sleep_s=0.005)
+
+    async def go() -> list[tuple[int, list[int]]]:
+        async with Admin(address) as admin:
+            await admin.create_topic(topic, partitions=1)
+        made = await produce_windows(address, topic, 0, 6, 10)
+        client = DatabusClient(address, config=DatabusConfig(checkpoint_windows_n=1))
+        client.register_shared(consumer, topic=topic, subscription="s", consumer_config=
+                               ConsumerConfig(type="key_shared", start="earliest",
+                                              ack_timeout_ms=TIMEOUT_MS))
+        async with client:
+            await until(lambda: len(consumer.windows) >= len(made), 30)
+            for _ in range(100):  # bounded: 5 s
+                if await drained(address, topic, "s"):
+                    break
+                await asyncio.sleep(0.05)
+            assert await drained(address, topic, "s")
+        return made
+
+    made = asyncio.run(go())
+    assert consumer.errors == [] and consumer.rollbacks == []
+    assert sorted(consumer.windows) == sorted(made)
