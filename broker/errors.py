@@ -81,6 +81,11 @@ CATALOGUE: dict[str, ErrorKind] = {
         ErrorKind("sequence_too_old", grpc.StatusCode.FAILED_PRECONDITION,
                   "sequence={sequence} of producer {producer_id} on {topic!r}/{partition} is "
                   "older than the {kept} results the broker keeps; its outcome is unknown"),
+        ErrorKind("producer_id_conflict", grpc.StatusCode.FAILED_PRECONDITION,
+                  "sequence={sequence} of producer {producer_id} on {topic!r}/{partition} was "
+                  "stored at offset {offset} with other events: another producer is using "
+                  "this producer id (a chosen id must be used by one producer at a time); "
+                  "this request was not stored"),
         ErrorKind("producer_unknown", grpc.StatusCode.FAILED_PRECONDITION,
                   "producer_id={producer_id} is unknown on {topic!r}/{partition} and "
                   "sequence={sequence} is not 0; call InitProducer"),

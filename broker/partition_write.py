@@ -18,7 +18,7 @@ from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.rocks_store import Append
 from broker.partition_commands import Produce
-from broker.produce_records import append_of
+from broker.produce_records import append_of, same_events
 from broker.supervision import mark_seen
 from broker.windows import Decision, PartitionClock, ProduceInput, advance, decide
 from sdk.core.pb import keybus_pb2 as pb
@@ -96,4 +96,36 @@ def _decide(partition: Partition, request: pb.ProduceRequest, publish_time_ms: i
         saved_producers[producer_id] = list(producers.results.get(producer_id, []))
     request_input = ProduceInput(partition.meta.name, partition.index, request.batch.count,
                                  request.window, request.scn, producer_id, request.sequence)
-    return decide(request_input, partition.clock, producers, publish_time_ms)
+    decision = decide(request_input, partition.clock, producers, publish_time_ms)
+    if decision.duplicate:
+        _check_duplicate(partition, request, decision.result)
+    return decision
+
+
+def _check_duplicate(partition: Partition, request: pb.ProduceRequest,
+                     result: codec.ProducerResult) -> None:
+    """Refuse a "duplicate" whose events differ from what its (id, sequence) stored.
+
+    Answering it as stored would acknowledge events that are nowhere (two
+    producers under one chosen id, each numbering from 0). Only duplicates pay
+    for the read, and a record not readable by itself (trimmed, or still in this
+    group's WriteBatch) is taken as the retry it almost always is.
+    """
+    same: bool | None = False
+    if result.count == request.batch.count:
+        stored = _record_at(partition, result.base_offset)
+        same = None if stored is None else same_events(stored, request.batch)
+    if same is False:
+        raise BrokerError("producer_id_conflict", sequence=request.sequence,
+                          producer_id=request.producer_id, topic=partition.meta.name,
+                          partition=partition.index, offset=result.base_offset)
+
+
+def _record_at(partition: Partition, base_offset: int) -> pb.Record | None:
+    """The stored record starting at `base_offset`, None when there is none."""
+    for base, value in partition.store.records_from(partition.meta.topic_id, partition.index,
+                                                    base_offset):
+        if base != base_offset:
+            return None
+        return pb.Record.FromString(codec.record_bytes(value))
+    return None

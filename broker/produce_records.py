@@ -38,3 +38,16 @@ def response_of(topic: str, index: int, request: pb.ProduceRequest,
         base_offset=result.base_offset, count=result.count, scn_first=result.scn_first,
         window=result.window, publish_time_ms=result.publish_time_ms,
         duplicate=decision.duplicate)
+
+
+def same_events(stored: pb.Record, sent: pb.EventBatch) -> bool | None:
+    """Whether a stored record holds the events a request answered as its duplicate
+    re-sends (count, keys, values); None when it cannot tell: compaction rewrote
+    the record sparse. A retry re-sends the very request, so False means another
+    writer numbered different events with the same producer id and sequence."""
+    if stored.offsets:
+        return None
+    batch = stored.batch
+    return (batch.count == sent.count and list(batch.key_ints) == list(sent.key_ints)
+            and list(batch.key_strings) == list(sent.key_strings)
+            and list(batch.values) == list(sent.values))

@@ -95,12 +95,16 @@ class SequenceError(FailedPrecondition):
     """An idempotent-producer sequence the broker refused: a gap (the
     producer re-sends in order; the application sees it only if that keeps
     failing), a sequence older than the broker remembers, or an unknown
-    producer id (the producer gets a new one)."""
+    producer id (the producer gets a new one), or other events stored under
+    this chosen id and sequence ("conflict": this batch was not stored)."""
 
     @property
     def kind(self) -> str:
-        """"gap", "too_old" or "producer_unknown", judged from the message."""
+        """"gap", "too_old", "producer_unknown" or "conflict" (another producer
+        stored other events under this id and sequence), judged from the message."""
         lowered = self.message.lower()
+        if "another producer is using" in lowered:
+            return "conflict"
         if "unknown" in lowered and "initproducer" in lowered:
             return "producer_unknown"
         if "older than" in lowered or "outcome is unknown" in lowered:

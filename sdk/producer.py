@@ -139,7 +139,11 @@ class Producer:
                 time; sequences start at 0 on every partition, so a producer
                 made again with the same id re-sends the same (id, sequence)
                 pairs and the broker answers those it stored as duplicates
-                (like Kafka's transactional.id, without transactions). If a
+                (like Kafka's transactional.id, without transactions); one
+                sending other events under an (id, sequence) already stored
+                gets SequenceError (kind "conflict": "another producer is
+                using this producer id") for them, never a false
+                acknowledgement. If a
                 delivery timeout or the broker forgetting the id forces a new
                 id, the producer takes one from InitProducer (see
                 `producer_id` property). Needs idempotent=True.

@@ -22,7 +22,11 @@ Idempotence rules (the broker stores a (producer_id, partition, sequence) once):
    under the same id (a retried Spark task) re-sends the same
    (id, sequence) pairs and the broker answers them as duplicates. When rule
    4 or an unknown-id answer forces a new id, the new one comes from
-   InitProducer: the chosen id's sequences are no longer known.
+   InitProducer: the chosen id's sequences are no longer known. A
+   "duplicate" whose events differ from the stored ones (another producer, or
+   a retried Spark task whose input changed, under the same id) fails alone
+   with SequenceError kind "conflict" instead of being acknowledged; the
+   numbering stands, as after "too_old" (that sequence is spent).
 6. A duplicate's BatchResult carries the EventBatch that was sent
    (`sent_batch`), so a caller can compare it with the stored record; other
    results carry None (nothing is kept per batch on the common path).
@@ -214,7 +218,7 @@ class SendQueue:
         if kind == "gap":
             return self._process_gap(batch, error)
         outcome: list[Outcome] = [(batch, error)]
-        if kind == "too_old":  # later sequences were stored: numbering stands
+        if kind in ("too_old", "conflict"):  # the sequence is spent: numbering stands
             return outcome + self._release_hold(batch.partition)
         # The broker forgot this producer id: nothing numbered can be trusted.
         self.needs_reinit = True

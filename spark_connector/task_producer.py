@@ -15,6 +15,7 @@ Rules:
    (the task's input changed between attempts: nondeterministic upstream,
    such as the row order after a shuffle) or the broker no longer keeps that
    sequence's result (more than 64 batches ago: SequenceError "too_old"),
+   or the broker finds it differs itself (SequenceError "conflict"),
    the batch is sent again through a second producer with a fresh id from
    InitProducer: a possible duplicate, never a loss.
 3. Any other refusal, or a delivery timeout, fails the task; Spark retries
@@ -215,8 +216,8 @@ class TaskProducer:
                     self.stats.duplicates += len(indexes)
                 else:
                     self._resend(sent, indexes)
-            elif (isinstance(outcome, errors.SequenceError) and outcome.kind == "too_old"
-                  and not sent.resend):
+            elif (isinstance(outcome, errors.SequenceError)
+                  and outcome.kind in ("too_old", "conflict") and not sent.resend):
                 self._resend(sent, indexes)
             elif isinstance(outcome, errors.KeybusError):
                 raise _client.call_failure(f"Produce to {sent.topic!r}/{sent.partition}",

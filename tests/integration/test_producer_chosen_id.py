@@ -117,3 +117,29 @@ def test_per_event_columns_read_back_as_sent(broker: str) -> None:
                            1000 + i, produced[i].partition) for i in range(n)}
 
     asyncio.run(scenario())
+
+
+def test_a_second_producer_sending_other_events_under_the_same_id_is_told(
+        broker: str) -> None:
+    """Two producers under one chosen id both number from 0: the second one's
+    first event is not A's retry, so it must fail naming the conflict (it used
+    to be acknowledged with A's offset and stored nowhere); its next sequence is
+    new to the broker and is stored."""
+    async def scenario() -> None:
+        topic = await _topic(broker, "chosen-id-conflict")
+        producer_id = PRODUCER_ID_CHOSEN_BIT | 2
+        first = await Producer.create(broker, topic, producer_id=producer_id, linger_ms=0)
+        second = await Producer.create(broker, topic, producer_id=producer_id, linger_ms=0)
+        try:
+            assert (await (await first.send(1, b"first"))).offset == 0
+            with pytest.raises(errors.SequenceError, match="another producer is using"):
+                await (await second.send(2, b"second"))
+            stored = await (await second.send(3, b"second again"))
+        finally:
+            await first.close()
+            await second.close()
+        events = await read_all(broker, topic, 0)
+        assert [(e.key, e.value) for e in events] == [(1, b"first"), (3, b"second again")]
+        assert stored.offset == 1
+
+    asyncio.run(scenario())

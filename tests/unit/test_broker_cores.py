@@ -18,6 +18,7 @@ from broker.config import POSITIVE_SETTINGS, ConfigError, Settings, load_setting
 from broker.errors import BrokerError
 from broker.log import codec
 from broker.log.retention import HeadRecord, plan_trim
+from broker.produce_records import same_events
 from broker.rpc import wire
 from broker.topics import topic_retention
 from broker.windows import PartitionClock, ProduceInput, ProducerTable, advance, decide
@@ -204,3 +205,19 @@ def test_a_topic_s_retention_is_its_own_the_broker_s_default_or_none(
     with pytest.raises(BrokerError, match=r"retention_bytes=-2 is invalid; allowed -1 \(no size "
                                           r"limit\), 0 \(the broker's default: none\)"):
         topic_retention("retention_bytes", -2, 0)
+
+
+def test_a_duplicate_matches_its_stored_record_only_with_the_same_events() -> None:
+    """What tells a retry (the very request again) from another producer that
+    numbered other events with the same id and sequence; a compacted (sparse)
+    record cannot tell, so the duplicate is taken as a retry."""
+    sent = pb.EventBatch(count=2, key_ints=[1, 2], values=[b"a", b"b"])
+    stored = pb.Record(base_offset=5)
+    stored.batch.CopyFrom(sent)
+    assert same_events(stored, sent) is True
+    assert same_events(stored, pb.EventBatch(count=2, key_ints=[1, 2], values=[b"a", b"c"])) \
+        is False
+    assert same_events(stored, pb.EventBatch(count=2, key_strings=["1", "2"],
+                                             values=[b"a", b"b"])) is False
+    stored.offsets.append(6)
+    assert same_events(stored, sent) is None

@@ -80,3 +80,27 @@ def test_a_retriable_refusal_keeps_the_brokers_words_until_the_stream_is_replace
     assert queue.reconnect_requested and queue.refusal == said  # the sender's warning says it
     queue.process_stream_broken()
     assert queue.refusal == ""  # a later stream's end is not blamed on it
+
+
+
+def test_a_conflict_fails_its_batch_alone_and_the_numbering_stands() -> None:
+    """The broker's producer_id_conflict (other events stored under this id and
+    sequence) is no sequence gap to re-send (that would collide again five
+    times and then shift every later sequence): the batch fails with it, the
+    next batch stays on the stream with its sequence, no new id is asked."""
+    queue = SendQueue("t", 1, idempotent=True)
+    queue.reinit((1 << 63) | 5, [0])
+    queue.add(batch(0))
+    queue.add(batch(0))
+    first, second = queue.next_to_write(16), queue.next_to_write(16)
+    assert first is not None and second is not None
+    said = ("sequence=0 of producer 9223372036854775813 on 't'/0 was stored at offset 0 with "
+            "other events: another producer is using this producer id (a chosen id must be "
+            "used by one producer at a time); this request was not stored")
+    outcomes = queue.process_response(
+        answer(first.request.request_id, 0, errors.FAILED_PRECONDITION, said))
+    assert [b for b, _ in outcomes] == [first]
+    error = outcomes[0][1]
+    assert isinstance(error, errors.SequenceError) and error.kind == "conflict"
+    assert not queue.needs_reinit and queue.pending() == [second]
+    assert second.sequence == 1 and queue.next_sequences == [2]
