@@ -231,8 +231,8 @@ class Sender:
     async def _try_reinit(self) -> bool:
         try:
             await self._init_producer()
-        except errors.KeybusError as e:
-            self._lost(str(e))
+        except errors.KeybusError as e:  # gRPC's socket text in a user's words, as a stream's
+            self._lost(errors.connection_failure(e.message) or str(e))
             return False
         self._reached()
         return True

@@ -34,6 +34,7 @@ from sdk import (
     TopicReader,
     Unavailable,
 )
+from sdk.reader import read_all
 from tests.support.broker_process import BrokerProcess, free_port
 
 
@@ -180,6 +181,37 @@ def test_without_callbacks_a_lost_broker_is_logged_and_a_timeout_names_the_cause
             [b"before", b"during"]
         for client in (short, producer, consumer):
             await client.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        broker.stop()
+
+
+def test_a_second_delivery_timeout_in_one_outage_names_the_cause_too(tmp_path: Path) -> None:
+    """The first timeout forces a new producer id, so the next attempts are
+    InitProducer calls, not streams: their failure is told in the same words
+    ("connection refused"), not gRPC's resolver and socket text; once the broker
+    is back a send is stored."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            await admin.create_topic("twice", 1)
+        producer = await Producer.create(broker.address, "twice", delivery_timeout_ms=2_000)
+        await (await producer.send(1, b"before"))
+        broker.kill()
+        for key in (2, 3):
+            with pytest.raises(DeliveryTimeout) as caught:
+                await asyncio.wait_for(await producer.send(key, b"lost"), 30)
+            assert "(last error: connection refused)" in str(caught.value) or \
+                "(last error: connection closed)" in str(caught.value), str(caught.value)
+        await asyncio.to_thread(broker.start)
+        stored = await asyncio.wait_for(await producer.send(4, b"after"), 30)
+        await producer.close()
+        assert [e.value for e in await read_all(broker.address, "twice", 0)
+                if e.offset == stored.offset] == [b"after"]
 
     try:
         asyncio.run(go())
