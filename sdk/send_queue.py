@@ -207,7 +207,8 @@ class SendQueue:
             self.reconnect_requested = True
             self.refusal = response.error_message or f"error code {response.error_code}"
             return []
-        error = errors.from_code(response.error_code, response.error_message)
+        error = _told_stale(errors.from_code(response.error_code, response.error_message),
+                            self.partitions)
         if isinstance(error, errors.SequenceError) and self.idempotent:
             return self._process_sequence_error(batch, error)
         return [(batch, error), *self._refused(batch)]
@@ -312,6 +313,19 @@ def _retriable(response: pb.ProduceResponse, redirects: bool = False) -> bool:
         return isinstance(errors.from_code(code, response.error_message), errors.NotLeader)
     return code == errors.UNAVAILABLE or (
         code == errors.RESOURCE_EXHAUSTED and "retry" in response.error_message.lower())
+
+
+def _told_stale(error: errors.KeybusError, partitions: int) -> errors.KeybusError:
+    """A partition the producer checked against the count it looked up is out of
+    range on the broker only when the topic was deleted and created again with
+    fewer partitions; say so and what to do, as the broker's words alone name a
+    partition the user may never have chosen (the key's hash chose it)."""
+    if isinstance(error, errors.InvalidArgument) and "is out of range for topic" in error.message:
+        return errors.InvalidArgument(
+            f"{error.message}: the topic has fewer partitions than the {partitions} this "
+            "producer found when it was created (deleted and created again?); create a new "
+            "producer", error.code)
+    return error
 
 
 def _by_sequence(batch: ProducerBatch) -> tuple[bool, int]:
