@@ -3,12 +3,13 @@
 A pump runs as one task per claim. In order: wait for the previous claim's
 pump of the same partition to finish (never two readers of one partition in
 one processor); register the epoch with a fencing checkpoint store; read
-that partition's checkpoint only (not the group's); call
-on_partition_initialize; then hand each batch to on_event until told to
-stop, the claim's lease runs out, or the checkpoint store says the
-ownership was lost. A stop never interrupts a callback: the pump stops
-before the next batch. on_partition_close follows on_partition_initialize
-whatever ends the pump.
+that partition's checkpoint only (not the group's); open its reader (a
+"latest" start becomes the log end now, so every event stored after
+on_partition_initialize is delivered); call on_partition_initialize; then
+hand each batch to on_event until told to stop, the claim's lease runs
+out, or the checkpoint store says the ownership was lost. A stop never
+interrupts a callback: the pump stops before the next batch.
+on_partition_close follows on_partition_initialize whatever ends the pump.
 
 A failure closes the partition ("error") and the next cycle reopens it, so
 a failure that lasts comes back every cycle: each goes to on_error, but the
@@ -122,13 +123,17 @@ class PartitionPump:
             if self._stop.is_set():
                 reason = self._stop_reason
                 return
+            self._step = "reading"
+            reader = self._open_reader(context.partition, start)
+            # the read works once the broker says it reached the log end, events or not
+            reader.on_tail = lambda _: self._worked("reading")
+            if not await self._positioned(reader):
+                reason = self._stop_reason
+                return
             self._step = "on_partition_initialize"
             await call(self._callbacks.on_partition_initialize, context)
             opened = True
             self._worked("on_partition_initialize")
-            reader = self._open_reader(context.partition, start)
-            # the read works once the broker says it reached the log end, events or not
-            reader.on_tail = lambda _: self._worked("reading")
             reason = await self._pump(reader)
         except OwnershipLost:
             reason = "ownership_lost"
@@ -178,6 +183,26 @@ class PartitionPump:
         if checkpoint is not None:
             return checkpoint.offset + 1
         return start_for(self._start_position, context.partition)
+
+    async def _positioned(self, reader: Reader) -> bool:
+        """Open the reader, so a "latest" start is the log end now, before
+        on_partition_initialize: every event stored after that callback is
+        delivered (Azure's promise for a partition's starting position). Any
+        other start names its offset already and opens nothing here. False:
+        a stop came first (the open is cancelled)."""
+        opening = asyncio.ensure_future(reader.open())
+        stop_wait = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((opening, stop_wait), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+        if opening.done():
+            opening.result()  # a failure closes the partition ("error"), as a read's does
+            return True
+        opening.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await opening
+        return False
 
     async def _fence(self) -> None:
         """Register the claim's epoch. A refusal closes the partition as lost; the same

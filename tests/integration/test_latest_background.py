@@ -1,0 +1,94 @@
+"""Event processors starting at "latest" deliver what is produced once they
+say they started.
+
+Goal: the promise each API makes for a "latest" start holds. EventProcessor
+(start="latest", or a partition's entry of a dict): every event stored after
+on_partition_initialize(context) returned is delivered to on_event (Azure
+Event Hubs: a partition without a checkpoint starts at the starting position
+when the partition is claimed and its consumer opens). Before, it opened
+its reads in background tasks after that callback, the broker resolved
+"latest" after the user's event was stored, and it was skipped.
+Method: a real broker process. The race is made deterministic: the reads go
+through a channel that starts each Read call a second late (tests/support/
+slow_read.py), far longer than producing an event takes; rounds repeat it with
+a fresh consumer group (no checkpoint) each time. A skipped event is seen as a
+partition that gets nothing within a liveness bound, or gets a later event
+first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sdk import Admin, Producer
+from sdk.processor import EventProcessor, PartitionContext
+from sdk.reader import ReadBatch
+from tests.support.broker_process import BrokerProcess
+from tests.support.processors import EXPIRATION_MS, INTERVAL_MS
+from tests.support.slow_read import slow_read_channel
+
+PARTITIONS = 2
+ROUNDS = 3  # each round's old-code outcome is fixed by the delay; rounds guard a lucky one
+WITHIN_S = 30.0  # liveness bound of one wait, not a speed claim
+
+
+async def _create(address: str, topic: str) -> None:
+    async with Admin(address) as admin:
+        await admin.create_topic(topic, PARTITIONS)
+
+
+async def _produce_one_each(producer: Producer, tag: bytes) -> None:
+    """One event on every partition, stored (acknowledged) before returning."""
+    futures = [await producer.send(p, tag, partition=p) for p in range(PARTITIONS)]
+    await asyncio.gather(*futures)
+
+
+def test_processor_at_latest_delivers_what_follows_initialize(
+        shared_broker: BrokerProcess) -> None:
+    address, topic = shared_broker.address, "latest-processor"
+
+    async def one_round(producer: Producer, n: int) -> None:
+        initialized: set[int] = set()
+        all_initialized = asyncio.Event()
+        first: dict[int, bytes] = {}
+        all_read = asyncio.Event()
+
+        def on_initialize(context: PartitionContext) -> None:
+            initialized.add(context.partition)
+            if len(initialized) == PARTITIONS:
+                all_initialized.set()
+
+        def on_event(context: PartitionContext, batch: ReadBatch) -> None:
+            first.setdefault(context.partition, batch.values[0])
+            if len(first) == PARTITIONS:
+                all_read.set()
+
+        channel = slow_read_channel(address)
+        # round 1 gives partition 1 its own "latest" through the dict form
+        start = "latest" if n % 2 == 0 else {0: "latest", 1: "latest"}
+        processor = EventProcessor(address, topic, f"round-{n}", on_event=on_event,
+                                   on_partition_initialize=on_initialize, start=start,
+                                   load_balancing_interval_ms=INTERVAL_MS,
+                                   ownership_expiration_ms=EXPIRATION_MS, channel=channel)
+        await processor.start()
+        try:
+            await asyncio.wait_for(all_initialized.wait(), WITHIN_S)
+            tag = b"new %d" % n
+            await _produce_one_each(producer, tag)
+            await _produce_one_each(producer, b"after %d" % n)  # a skip shows as this first
+            await asyncio.wait_for(all_read.wait(), WITHIN_S)
+            assert first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
+        finally:
+            await processor.stop()
+            await channel.close()
+
+    async def go() -> None:
+        await _create(address, topic)
+        producer = await Producer.create(address, topic)
+        await _produce_one_each(producer, b"old")  # "latest" is not the start of the log
+        for n in range(ROUNDS):
+            await one_round(producer, n)
+        await producer.close()
+
+    asyncio.run(go())
+
