@@ -35,7 +35,9 @@ class DatabusConsumer(Protocol):
     """What the client calls. The seed's names are in brackets."""
 
     def on_start_consumption(self) -> Result:
-        """Consumption starts. ERROR (or an exception) here counts as FATAL."""
+        """Consumption starts: the reads are open, so a "latest" start is fixed and
+        every event stored after this call is delivered. ERROR (or an exception)
+        here counts as FATAL."""
         ...
 
     def on_start_window(self, scn: Scn) -> Result:

@@ -114,7 +114,8 @@ class DatabusClient:
                 group (required with a checkpoint store; unique per client).
             start: where to begin without a checkpoint: "earliest" (default),
                 "latest", an offset, {"scn": n}, or "bootstrap" (the compacted
-                view first; needs bootstrap=True).
+                view first; needs bootstrap=True). "latest" is each partition's
+                log end when its read opens, before on_start_consumption.
             config: settings for this registration (default: the client's).
             bootstrap: allow bootstrap (Databus's bootstrap client): a
                 partition whose checkpoint is older than what the log holds
@@ -193,7 +194,9 @@ class DatabusClient:
     # ------------------------------------------------------------ running
 
     async def start(self) -> None:
-        """Start every registration (each calls on_start_consumption, then reads)."""
+        """Start every registration in the background; returns at once. Each opens
+        its reads, then calls on_start_consumption: a "latest" start is fixed by
+        then (wait for that callback, not for this, before producing)."""
         if not self.registrations:
             raise ValueError("nothing is registered; call register() first")
         self._started = True

@@ -63,10 +63,12 @@ class LogWindows(BrokerLink):
         self.bootstrap = bootstrap
         self.sources = sources
         self.starts: dict[int, Start | BootstrapStart] = {}
+        self._readers: dict[int, Reader] = {}  # opened by open(), taken by the read tasks
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
-        """Find the partitions and their checkpoints, start one reader task each.
+        """Find the partitions and their checkpoints, open a reader each (a
+        "latest" start is fixed when this returns), start one reader task each.
 
         Raises:
             TopicNotFound, ValueError (a partition the topic lacks), Unavailable
@@ -78,6 +80,11 @@ class LogWindows(BrokerLink):
         log_starts = {p.partition: p.start_offset for p in info.partitions}
         for partition in partitions:
             self.starts[partition] = await self._start_of(partition, log_starts[partition])
+        self._readers = {p: self._reader(p, start) for p, start in self.starts.items()
+                         if not isinstance(start, BootstrapStart)}
+        # "latest" becomes each partition's log end now, before the registration calls
+        # on_start_consumption: every event stored after that callback is delivered
+        await asyncio.gather(*(reader.open() for reader in self._readers.values()))
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read(p), name=f"keybus-databus-{self.name}-{p}")
                        for p in partitions]
@@ -145,12 +152,15 @@ class LogWindows(BrokerLink):
             _log.exception("reading partition %d of %s failed", partition, self.topic)
             self.inbox.put_failure(e)
 
+    def _reader(self, partition: int, start: Start) -> Reader:
+        return Reader(self.broker, self.topic, partition, start=start,
+                      key_filter=self.key_filter, follow=True,
+                      bytes_max=self.config.reader_bytes_max, channel=self._channel,
+                      on_connection_change=self.connection_changed)
+
     async def _read_log(self, partition: int, start: Start) -> None:
         """Follow the log; if retention outruns the reader, bootstrap (if allowed)."""
-        reader = Reader(self.broker, self.topic, partition, start=start,
-                        key_filter=self.key_filter, follow=True,
-                        bytes_max=self.config.reader_bytes_max, channel=self._channel,
-                        on_connection_change=self.connection_changed)
+        reader = self._readers.pop(partition, None) or self._reader(partition, start)
         put = self.inbox.put
         need_slots = self.need_slots
         try:
@@ -183,5 +193,8 @@ class LogWindows(BrokerLink):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        for reader in self._readers.values():  # opened, but open() failed before the tasks
+            await reader.close()
+        self._readers = {}
         await self._disconnect()
 

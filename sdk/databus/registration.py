@@ -26,6 +26,13 @@ Rules:
    while read-ahead windows were being worked off was told only once they
    were all done, and a second outage soon after the first went untold (the
    link was never seen up in between, so it counted as the same outage).
+4. on_start_consumption follows the source's open: a "latest" start is each
+   partition's log end by then, so every event stored after that callback is
+   delivered (Databus calls onStartConsumption once its puller reached the
+   relay). A source that cannot open gets it before on_error (rule 1); one
+   still opening when a notice is due (a broker not reached within
+   `unavailable_report_ms`) gets it before that notice, and its "latest" is
+   fixed only when the open succeeds.
 """
 
 from __future__ import annotations
@@ -84,6 +91,8 @@ class DatabusRegistration:
         self._yielded_s = 0.0  # monotonic time of the last yield (rule 2)
         self._health_ms = 0  # now_ms() of the last look at the source's health (rule 3)
         self._task: asyncio.Task[None] | None = None
+        self._begun = False  # on_start_consumption was called (rule 4)
+        self._began: Finished | None = None  # and ended consumption (FATAL/ERROR)
 
     @property
     def running(self) -> bool:
@@ -136,18 +145,24 @@ class DatabusRegistration:
             await self.source.close()
 
     async def _consume(self) -> Exception | None:
-        finished = await self._carry(self.runner.start(now_ms()))
-        if finished is None:
-            error = await self._open()
-            if error is not None:  # rule 1: reported, never silent
-                _log.warning("%s: cannot start: %s", self.name, error,
-                             exc_info=not isinstance(error, errors.KeybusError | ValueError))
-                finished = await self._carry(self.runner.process_fail(error))
+        error = await self._open()
+        finished = self._began if self._begun else await self._begin()
+        if finished is None and error is not None:  # rule 1: reported, never silent
+            _log.warning("%s: cannot start: %s", self.name, error,
+                         exc_info=not isinstance(error, errors.KeybusError | ValueError))
+            finished = await self._carry(self.runner.process_fail(error))
         while finished is None:
             finished = await self._carry(await self._next_step())
         if finished.error is not None:
             _log.info("%s: consumption stopped: %s", self.name, finished.error)
         return finished.error
+
+    async def _begin(self) -> Finished | None:
+        """on_start_consumption, once (rule 4): after the source opened, or with
+        the first notice that it cannot open yet."""
+        self._begun = True
+        self._began = await self._carry(self.runner.start(now_ms()))
+        return self._began
 
     async def _open(self) -> Exception | None:
         """Open the source: None when it is open (or a stop request cut it short),
@@ -165,6 +180,8 @@ class DatabusRegistration:
                     return None  # the loop stops cleanly; close() releases what was opened
                 await asyncio.wait({opening}, timeout=_IDLE_TICK_S)
                 notice = self.source.health(now_ms()) if not opening.done() else None
+                if notice is not None and not self._begun and await self._begin() is not None:
+                    return None  # on_start_consumption stopped consumption
                 if notice is not None:
                     await self._carry(self.runner.process_report(notice))
         finally:

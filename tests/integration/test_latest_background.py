@@ -1,13 +1,14 @@
-"""Event processors starting at "latest" deliver what is produced once they
-say they started.
+"""Event processors and Databus registrations starting at "latest" deliver what
+is produced once they say they started.
 
 Goal: the promise each API makes for a "latest" start holds. EventProcessor
 (start="latest", or a partition's entry of a dict): every event stored after
 on_partition_initialize(context) returned is delivered to on_event (Azure
 Event Hubs: a partition without a checkpoint starts at the starting position
-when the partition is claimed and its consumer opens). Before, it opened
-its reads in background tasks after that callback, the broker resolved
-"latest" after the user's event was stored, and it was skipped.
+when the partition is claimed and its consumer opens). DatabusClient.register
+(start="latest"): every event stored after on_start_consumption is delivered.
+Before, both opened their reads in background tasks after those callbacks, the
+broker resolved "latest" after the user's event was stored, and it was skipped.
 Method: a real broker process. The race is made deterministic: the reads go
 through a channel that starts each Read call a second late (tests/support/
 slow_read.py), far longer than producing an event takes; rounds repeat it with
@@ -19,13 +20,25 @@ first.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from sdk import Admin, Producer
+from sdk.consumer import ConsumerConfig
+from sdk.databus import (
+    SUCCESS,
+    DatabusClient,
+    DatabusConfig,
+    DatabusConsumerBase,
+    DbusEvent,
+    connection,
+)
 from sdk.processor import EventProcessor, PartitionContext
 from sdk.reader import ReadBatch
 from tests.support.broker_process import BrokerProcess
 from tests.support.processors import EXPIRATION_MS, INTERVAL_MS
-from tests.support.slow_read import slow_read_channel
+from tests.support.slow_read import slow_describe_channel, slow_read_channel
 
 PARTITIONS = 2
 ROUNDS = 3  # each round's old-code outcome is fixed by the delay; rounds guard a lucky one
@@ -92,3 +105,90 @@ def test_processor_at_latest_delivers_what_follows_initialize(
 
     asyncio.run(go())
 
+
+class _FirstEvents(DatabusConsumerBase):
+    """Notes on_start_consumption and the first event's value per partition."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.first: dict[int, bytes] = {}
+        self.all_read = asyncio.Event()
+
+    def on_start_consumption(self) -> Any:
+        self.started.set()
+        return SUCCESS
+
+    def on_event(self, event: DbusEvent) -> Any:
+        self.first.setdefault(event.partition, event.value)
+        if len(self.first) == PARTITIONS:
+            self.all_read.set()
+        return SUCCESS
+
+
+async def _produce_windows(producer: Producer, tag: bytes) -> None:
+    """A one-event window on every partition, stored before returning."""
+    for p in range(PARTITIONS):
+        await producer.send_window([{"key": p, "value": tag, "source": "s"}], partition=p)
+
+
+def test_databus_at_latest_delivers_what_follows_start_consumption(
+        shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    address, topic = shared_broker.address, "latest-databus"
+    # the registration opens its own channel: make its reads start a second late
+    monkeypatch.setattr(connection, "open_channel",
+                        lambda broker, security=None: slow_read_channel(broker))
+
+    async def one_round(producer: Producer, n: int) -> None:
+        consumer = _FirstEvents()
+        client = DatabusClient(address, config=DatabusConfig(checkpoint_windows_n=0))
+        client.register(consumer, topic=topic, start="latest", name=f"round-{n}")
+        async with client:
+            await asyncio.wait_for(consumer.started.wait(), WITHIN_S)
+            tag = b"new %d" % n
+            await _produce_windows(producer, tag)
+            await _produce_windows(producer, b"after %d" % n)  # a skip shows as this first
+            await asyncio.wait_for(consumer.all_read.wait(), WITHIN_S)
+            assert consumer.first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
+
+    async def go() -> None:
+        await _create(address, topic)
+        producer = await Producer.create(address, topic)
+        await _produce_windows(producer, b"old")  # "latest" is not the start of the log
+        for n in range(ROUNDS):
+            await one_round(producer, n)
+        await producer.close()
+
+    asyncio.run(go())
+
+
+def test_databus_shared_at_latest_delivers_what_follows_start_consumption(
+        shared_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """register_shared: a new subscription at "latest" is created by the consumer's
+    subscribe, which the registration makes after it looked the topic up."""
+    address, topic = shared_broker.address, "latest-databus-shared"
+    monkeypatch.setattr(connection, "open_channel",
+                        lambda broker, security=None: slow_describe_channel(broker))
+
+    async def one_round(producer: Producer, n: int) -> None:
+        consumer = _FirstEvents()
+        client = DatabusClient(address, config=DatabusConfig(checkpoint_windows_n=0))
+        client.register_shared(consumer, topic=topic, subscription=f"round-{n}",
+                               consumer_config=ConsumerConfig(type="key_shared",
+                                                              start="latest"))
+        async with client:
+            await asyncio.wait_for(consumer.started.wait(), WITHIN_S)
+            tag = b"new %d" % n
+            await _produce_windows(producer, tag)
+            await _produce_windows(producer, b"after %d" % n)  # a skip shows as this first
+            await asyncio.wait_for(consumer.all_read.wait(), WITHIN_S)
+            assert consumer.first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
+
+    async def go() -> None:
+        await _create(address, topic)
+        producer = await Producer.create(address, topic)
+        await _produce_windows(producer, b"old")
+        for n in range(ROUNDS):
+            await one_round(producer, n)
+        await producer.close()
+
+    asyncio.run(go())
