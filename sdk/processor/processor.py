@@ -82,7 +82,9 @@ class EventProcessor:
             columns, `events()` for rows); sync or async; one partition's
             batches are handed over one at a time, in offset order.
         on_partition_initialize: on_partition_initialize(context) before the
-            first batch of a claimed partition.
+            first batch of a claimed partition, once its reader is open: a
+            "latest" start is fixed by then, so every event stored after
+            this callback is delivered.
         on_partition_close: on_partition_close(context, reason), reason
             "shutdown", "ownership_lost" or "error".
         on_error: on_error(context or None, error): a failed callback
@@ -105,6 +107,8 @@ class EventProcessor:
         start: where a partition without a checkpoint starts: "earliest"
             (default), "latest", an offset, {"scn": n} (as Reader's and
             Consumer's start), or a dict partition -> one of those.
+            "latest" is the log end when the partition's reader opens (when
+            it is claimed), not when the processor was made or started.
         start_position: deprecated spelling of `start`.
         namespace: groups deployments that share stores (default "").
         owner_id: this processor's id (default: a new UUID). Unique per
@@ -194,7 +198,10 @@ class EventProcessor:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start balancing (the first cycle runs at once) and processing."""
+        """Start balancing (the first cycle runs at once) and processing.
+
+        Returns before any partition is claimed: to produce only once a
+        "latest" start is fixed, wait for the partitions' on_partition_initialize."""
         if self._balancer is not None:
             raise RuntimeError("this EventProcessor was started already; make a new one")
         if self._channel is None:

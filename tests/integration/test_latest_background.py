@@ -20,6 +20,7 @@ first.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -43,6 +44,8 @@ from tests.support.slow_read import slow_describe_channel, slow_read_channel
 PARTITIONS = 2
 ROUNDS = 3  # each round's old-code outcome is fixed by the delay; rounds guard a lucky one
 WITHIN_S = 30.0  # liveness bound of one wait, not a speed claim
+HELD_BACK_S = 300.0  # a Read held back longer than any test waits
+STOP_WITHIN_S = 20.0  # liveness bound of a stop, far below HELD_BACK_S
 
 
 async def _create(address: str, topic: str) -> None:
@@ -105,6 +108,35 @@ def test_processor_at_latest_delivers_what_follows_initialize(
 
     asyncio.run(go())
 
+
+def test_processor_stopped_while_latest_is_fixed_stops_promptly(
+        shared_broker: BrokerProcess) -> None:
+    """The pump waits for its reader to open before on_partition_initialize; a stop
+    in that wait (a broker slow to answer the read) ends it at once, with neither
+    on_partition_initialize nor on_partition_close (nothing was initialized)."""
+    address, topic = shared_broker.address, "latest-processor-stop"
+    calls: list[str] = []
+
+    async def go() -> None:
+        await _create(address, topic)
+        channel = slow_read_channel(address, HELD_BACK_S)  # the reads never open in the test
+        processor = EventProcessor(address, topic, "stopping", on_event=lambda c, b: None,
+                                   on_partition_initialize=lambda c: calls.append("init"),
+                                   on_partition_close=lambda c, r: calls.append("close"),
+                                   start="latest", load_balancing_interval_ms=INTERVAL_MS,
+                                   ownership_expiration_ms=EXPIRATION_MS, channel=channel)
+        await processor.start()
+        try:
+            deadline = time.monotonic() + WITHIN_S
+            while processor.owned_partitions != list(range(PARTITIONS)):
+                assert time.monotonic() < deadline, "the partitions were never claimed"
+                await asyncio.sleep(0.05)
+        finally:
+            await asyncio.wait_for(processor.stop(), STOP_WITHIN_S)
+            await channel.close()
+        assert calls == []
+
+    asyncio.run(go())
 
 class _FirstEvents(DatabusConsumerBase):
     """Notes on_start_consumption and the first event's value per partition."""

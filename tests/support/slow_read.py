@@ -21,10 +21,13 @@ READ_START_DELAY_S = 1.0
 class SlowReadStart(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     """Delays the start of every Read call (the window in which "latest" was unfixed)."""
 
+    def __init__(self, delay_s: float = READ_START_DELAY_S) -> None:
+        self.delay_s = delay_s
+
     async def intercept_unary_stream(self, continuation: Callable[..., Awaitable[Any]],
                                      client_call_details: Any, request: Any) -> Any:
         if client_call_details.method.endswith(b"/Read"):  # grpc.aio gives bytes
-            await asyncio.sleep(READ_START_DELAY_S)
+            await asyncio.sleep(self.delay_s)
         return await continuation(client_call_details, request)
 
 
@@ -39,9 +42,9 @@ class SlowDescribe(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         return await continuation(client_call_details, request)
 
 
-def slow_read_channel(address: str) -> grpc.aio.Channel:
-    """A plain-text channel to `address` whose Read calls start a second late."""
-    return grpc.aio.insecure_channel(address, interceptors=[SlowReadStart()])
+def slow_read_channel(address: str, delay_s: float = READ_START_DELAY_S) -> grpc.aio.Channel:
+    """A plain-text channel to `address` whose Read calls start `delay_s` late."""
+    return grpc.aio.insecure_channel(address, interceptors=[SlowReadStart(delay_s)])
 
 
 def slow_describe_channel(address: str) -> grpc.aio.Channel:
