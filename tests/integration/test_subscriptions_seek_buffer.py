@@ -7,7 +7,11 @@ from the old position were handed out after the seek: a seek to latest, made to
 skip a backlog, still delivered some 2,000 old events, and a seek back gave old
 events first.
 Method: one real broker for the module, real SDK consumers; "buffered" is
-awaited through DescribeSubscription (events sent and not acknowledged).
+awaited through DescribeSubscription (events sent and not acknowledged). The
+seek is an admin's call on another connection: it returns before the notice
+reaches the consumer (12 ms later on a loaded machine), and what the consumer
+hands out meanwhile is from before the seek, as with Pulsar's admin reset. So
+the test waits until the consumer has handled the notice before it receives.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ import pytest
 
 from sdk.admin import Admin
 from sdk.consumer import Consumer
+from sdk.core.pb import keybus_pb2 as pb
 from sdk.producer import Producer
 from tests.support.broker_process import BrokerProcess
+from tests.support.receiving import received_until_idle
 
 EVENTS = 300
+IDLE_S = 1.5  # no event for this long: the consumer was handed all it gets
+NOTICE_WITHIN_S = 10.0  # liveness bound for the notice, not a speed claim
 
 
 async def topic_with(address: str, topic: str, events: int) -> Producer:
@@ -32,6 +40,27 @@ async def topic_with(address: str, topic: str, events: int) -> Producer:
     futures = [await producer.send(i % 7, b"v%d" % i, partition=0) for i in range(events)]
     await asyncio.gather(*futures)
     return producer
+
+
+def seek_notices(consumer: Consumer) -> asyncio.Queue[int]:
+    """The offsets of the `Seeked` notices the consumer handles, in order (its
+    handling of each response wrapped; the consumer's own code runs unchanged)."""
+    notices: asyncio.Queue[int] = asyncio.Queue()
+    handle = consumer._handle
+
+    def handled(response: pb.SubscribeResponse) -> None:
+        handle(response)
+        if response.WhichOneof("body") == "seeked":
+            notices.put_nowait(response.seeked.offset)
+
+    consumer._handle = handled  # type: ignore[method-assign]
+    return notices
+
+
+async def seek(admin: Admin, topic: str, to: int | str, notices: asyncio.Queue[int]) -> None:
+    """Seek, and wait until the consumer handled the broker's notice of it."""
+    await admin.seek(topic, "s", to)
+    await asyncio.wait_for(notices.get(), NOTICE_WITHIN_S)
 
 
 async def sent_unacked(admin: Admin, topic: str, least: int, timeout_s: float = 10.0) -> None:
@@ -45,18 +74,6 @@ async def sent_unacked(admin: Admin, topic: str, least: int, timeout_s: float = 
         await asyncio.sleep(0.02)
 
 
-async def received(consumer: Consumer, idle_s: float = 1.5) -> list[int]:
-    """Offsets handed out (and acked) until idle_s passes without one."""
-    offsets = []
-    while True:
-        try:
-            message = await consumer.receive(idle_s)
-        except TimeoutError:
-            return offsets
-        offsets.append(message.offset)
-        consumer.ack(message)
-
-
 @pytest.mark.parametrize("kind", ["exclusive", "failover", "key_shared"])
 def test_after_a_seek_the_consumer_hands_out_nothing_from_before_it(
         shared_broker: BrokerProcess, kind: str) -> None:
@@ -67,21 +84,22 @@ def test_after_a_seek_the_consumer_hands_out_nothing_from_before_it(
         producer = await topic_with(address, topic, EVENTS)
         consumer = await Consumer.subscribe(address, topic, "s", type=kind, start="earliest",
                                             receiver_queue_size=100)
+        notices = seek_notices(consumer)
         async with Admin(address) as admin:
             for _ in range(5):
                 consumer.ack(await consumer.receive(10))
             await sent_unacked(admin, topic, 50)  # buffered in the SDK, from offset 5 on
-            await admin.seek(topic, "s", "latest")
-            assert await received(consumer) == [], "events from before the seek to latest"
+            await seek(admin, topic, "latest", notices)
+            assert await received_until_idle(consumer, IDLE_S) == [], "events from before the seek to latest"
             new = await (await producer.send(1, b"new", partition=0))
-            assert await received(consumer) == [new.offset]
+            assert await received_until_idle(consumer, IDLE_S) == [new.offset]
 
-            await admin.seek(topic, "s", 3)
+            await seek(admin, topic, 3, notices)
             for _ in range(5):  # take a few, so more is buffered behind them again
                 consumer.ack(await consumer.receive(10))
             await sent_unacked(admin, topic, 50)
-            await admin.seek(topic, "s", 200)
-            assert await received(consumer) == list(range(200, EVENTS + 1))
+            await seek(admin, topic, 200, notices)
+            assert await received_until_idle(consumer, IDLE_S) == list(range(200, EVENTS + 1))
         await consumer.close()
         await producer.close()
 
