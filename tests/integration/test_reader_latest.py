@@ -45,24 +45,14 @@ from sdk import (
 )
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.in_process import broker_on
+from tests.support.slow_read import READ_START_DELAY_S, SlowReadStart
 
 PARTITIONS = 3
-READ_START_DELAY_S = 1.0  # far longer than a produce's round trip, even on a loaded machine
 READ_WITHIN_S = 30.0  # liveness bound of one read, not a speed claim
 # The stream sleeps READ_START_DELAY_S; a read that waits on an append that never
 # comes fails at this bound.
 RESUME_READ_WITHIN_S = 10.0
 ROUNDS = 10
-
-
-class SlowReadStart(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    """Delays the start of every Read call (the window in which "latest" was unfixed)."""
-
-    async def intercept_unary_stream(self, continuation: Callable[..., Awaitable[Any]],
-                                     client_call_details: Any, request: Any) -> Any:
-        if client_call_details.method.endswith(b"/Read"):  # grpc.aio gives bytes
-            await asyncio.sleep(READ_START_DELAY_S)
-        return await continuation(client_call_details, request)
 
 
 async def _create(address: str, topic: str) -> None:

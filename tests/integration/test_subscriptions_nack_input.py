@@ -18,6 +18,7 @@ from sdk.admin import Admin
 from sdk.consumer import Consumer
 from sdk.producer import Producer
 from tests.support.broker_process import BrokerProcess
+from tests.support.receiving import received_until_idle
 
 
 async def topic_with(address: str, topic: str, events: int) -> None:
@@ -26,18 +27,6 @@ async def topic_with(address: str, topic: str, events: int) -> None:
     producer = await Producer.create(address, topic)
     await asyncio.gather(*[await producer.send(i, b"v", partition=0) for i in range(events)])
     await producer.close()
-
-
-async def received(consumer: Consumer, idle_s: float) -> list[int]:
-    """Offsets handed out (and acked) until idle_s passes without one."""
-    offsets = []
-    while True:
-        try:
-            message = await consumer.receive(idle_s)
-        except TimeoutError:
-            return offsets
-        offsets.append(message.offset)
-        consumer.ack(message)
 
 
 def test_a_nack_delay_the_wire_cannot_carry_is_refused_and_the_consumer_goes_on(
@@ -54,7 +43,7 @@ def test_a_nack_delay_the_wire_cannot_carry_is_refused_and_the_consumer_goes_on(
             with pytest.raises(ValueError, match=r"delay_ms=.* is invalid: need an int 0\.\."):
                 consumer.nack(first, delay_ms=bad)  # type: ignore[arg-type]
         consumer.nack(first, delay_ms=1)
-        got = await received(consumer, idle_s=3.0)
+        got = await received_until_idle(consumer, idle_s=3.0)
         assert sorted(got) == list(range(30)), "the consumer stopped after a refused nack"
         await consumer.close()
 

@@ -25,3 +25,15 @@ async def receive_values(consumer: Consumer, wanted: set[bytes], timeout_s: floa
             assert message.value in wanted, f"{message.value!r} delivered, not asked for"
         got.add(message.value)
         consumer.ack(message)
+
+
+async def received_until_idle(consumer: Consumer, idle_s: float) -> list[int]:
+    """Offsets handed out (and acked) until `idle_s` passes without one."""
+    offsets = []
+    while True:
+        try:
+            message = await consumer.receive(idle_s)
+        except TimeoutError:
+            return offsets
+        offsets.append(message.offset)
+        consumer.ack(message)
