@@ -127,10 +127,21 @@ def extras_of(ordering_key: str | None, source: Any, opcode: Any, schema: Any, h
     if headers:
         extras["headers"] = check_headers(headers)
     if event_time_ms:
-        if not isinstance(event_time_ms, int) or isinstance(event_time_ms, bool):
-            raise ValueError(f"event_time_ms must be an int (milliseconds); got {event_time_ms!r}")
-        extras["event_times_ms"] = event_time_ms
+        extras["event_times_ms"] = _check_event_time(event_time_ms, "event_time_ms")
     return extras
+
+
+def _check_event_time(value: Any, name: str) -> int:
+    """An event time as the wire carries it (int64 milliseconds). Out of that range
+    it was taken, and protobuf's "Value out of range" then failed the batch's flush
+    on the event loop: the send's future never resolved and the producer sent
+    nothing more."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an int (milliseconds); got {value!r:.60}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} is {value}: out of range; allowed {INT64_MIN}..{INT64_MAX} "
+                         "(milliseconds, a signed 64-bit int)")
+    return value
 
 
 def event_columns(n: int, sources: Sequence[Any] | None = None,
@@ -174,10 +185,7 @@ def _check_column(name: str, column: Sequence[Any]) -> list[Any]:
         return list(column)
     if name == "headers":
         return [check_headers(v, f"headers[{i}]") if v else {} for i, v in enumerate(column)]
-    for i, v in enumerate(column):
-        if type(v) is not int:
-            raise ValueError(f"event_times_ms[{i}] must be an int (milliseconds); got {v!r}")
-    return list(column)
+    return [_check_event_time(v, f"event_times_ms[{i}]") for i, v in enumerate(column)]
 
 
 def _check_text_size(text: str, name: str) -> str:
