@@ -29,7 +29,7 @@ import grpc.aio
 from sdk import errors
 from sdk.consumer_ack_timer import AckTimer
 from sdk.consumer_channel import ConsumerChannel
-from sdk.consumer_config import MODES, TYPES, ConsumerConfig, check_nack_delay
+from sdk.consumer_config import MODES, TYPES, ConsumerConfig, check_ack_offsets, check_nack_delay
 from sdk.consumer_link import RETRIABLE, ConsumerLink
 from sdk.consumer_state import ConsumerState
 from sdk.consumer_wakeups import Arrivals, FlushSignal
@@ -221,7 +221,7 @@ class Consumer:
 
     def ack(self, message: Message) -> None:
         """Acknowledge one event (sent with the next flush)."""
-        self.ack_offsets(message.partition, (message.offset,))
+        self._ack_offsets(message.partition, (message.offset,))
 
     def ack_batch(self, batch: ReceivedBatch) -> None:
         """Acknowledge every event of a received batch."""
@@ -235,11 +235,19 @@ class Consumer:
         elif batch.send:  # a part of a record: one range of its send, whatever its offsets
             self._state.acks.add_sent(batch.partition, batch.send, offsets[0], offsets[-1] + 1)
         else:
-            self.ack_offsets(batch.partition, offsets)
+            self._ack_offsets(batch.partition, offsets)
             return
         self._flush.want()
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
+        """Acknowledge these offsets of `partition`.
+
+        Raises:
+            ValueError: a partition not this consumer's, or an offset not an int >= 0.
+        """
+        self._ack_offsets(partition, check_ack_offsets(partition, offsets, self.partitions))
+
+    def _ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
         if self._ack_timer is not None:
             offsets = list(offsets)
             self._ack_timer.timeouts.forget(partition, offsets)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from sdk.core.model import HashRange
 from sdk.core.names import NAME_CHARACTERS
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.core.wire_ints import INT32_MAX, UINT32_MAX
+from sdk.core.wire_ints import INT32_MAX, INT64_MAX, UINT32_MAX
 from sdk.reader import Start, filter_to_proto, ranges_to_proto, start_to_proto
 from sdk.reconnect import RetryPolicy
 
@@ -201,3 +202,34 @@ def check_partitions(partitions: object, setting: str) -> list[int]:
             raise ValueError(f"{setting}={partitions!r} is invalid: partition {value!r} is "
                              f"not an int 0..{UINT32_MAX}")
     return values
+
+
+def check_ack_offsets(partition: object, offsets: Iterable[object],
+                      partitions: Sequence[int]) -> list[int]:
+    """An `ack_offsets` call's arguments, checked at the call. Unchecked, an offset
+    below 0 was sent and the broker ended the consumer's stream for it (so the
+    consumer failed), a float was cut to an int and acknowledged another event,
+    and one past int64 raised an OverflowError that named nothing.
+
+    Args:
+        partitions: the consumer's partitions (empty before it attached: any).
+    Raises:
+        ValueError: naming the argument and what is allowed.
+    """
+    if type(partition) is not int or partition < 0 or (partitions and
+                                                         partition not in partitions):
+        allowed = f"one of this consumer's partitions {list(partitions)}" if partitions \
+            else "an int >= 0"
+        raise ValueError(f"ack_offsets(): partition={partition!r:.60} is invalid; use {allowed}")
+    if isinstance(offsets, str | bytes):
+        raise ValueError(f"ack_offsets(): offsets={offsets!r:.60} is invalid; use an iterable "
+                         "of int offsets")
+    checked = []
+    for offset in offsets:
+        value = int(offset) if isinstance(offset, Integral) and not isinstance(offset, bool) \
+            else -1
+        if not 0 <= value <= INT64_MAX:
+            raise ValueError(f"ack_offsets(): offset {offset!r:.60} is invalid; offsets are "
+                             f"ints 0..{INT64_MAX}")
+        checked.append(value)
+    return checked

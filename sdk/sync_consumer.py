@@ -13,12 +13,11 @@ call returning as if it worked, a later flush_acks failing).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from numbers import Integral
 from types import TracebackType
 from typing import Any
 
 from sdk.consumer import ActiveCallback, Consumer, ConsumerConfig, Message, RangeCallback, ReceivedBatch
-from sdk.consumer_config import check_nack_delay
+from sdk.consumer_config import check_ack_offsets, check_nack_delay
 from sdk.core.model import HashRange
 from sdk.loop_thread import LoopThread, check_timeout_s
 from sdk.reconnect import ConnectionCallback
@@ -105,11 +104,8 @@ class SyncConsumer:
         self._thread.call_soon(self._consumer.ack_batch, batch)
 
     def ack_offsets(self, partition: int, offsets: Iterable[int]) -> None:
-        given = list(offsets)
-        _check_int("ack_offsets", "partition", partition)
-        for offset in given:
-            _check_int("ack_offsets", "offsets", offset)
-        self._thread.call_soon(self._consumer.ack_offsets, partition, given)
+        given = check_ack_offsets(partition, offsets, self._consumer.partitions)  # here, not
+        self._thread.call_soon(self._consumer.ack_offsets, partition, given)  # on the loop
 
     def ack_cumulative(self, message: Message) -> None:
         _check_type("ack_cumulative", message, Message)
@@ -155,8 +151,3 @@ def _check_type(call: str, given: object, allowed: type | tuple[type, ...]) -> N
                                                   else (allowed,)))
         raise TypeError(f"{call}() takes a {names} (as receive() returns); "
                         f"got {type(given).__name__} {given!r:.60}")
-
-
-def _check_int(call: str, name: str, given: object) -> None:
-    if isinstance(given, bool) or not isinstance(given, Integral) or int(given) < 0:
-        raise ValueError(f"{call}(): {name} takes integers >= 0; got {given!r:.60}")

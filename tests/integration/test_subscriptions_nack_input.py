@@ -67,3 +67,31 @@ def test_the_sync_consumer_refuses_it_in_the_caller_thread(shared_broker: Broker
         consumer.ack(first)
     finally:
         consumer.close()
+
+
+def test_an_ack_of_offsets_the_wire_cannot_carry_is_refused_and_the_consumer_goes_on(
+        shared_broker: BrokerProcess) -> None:
+    # Before: -1 was sent and the broker ended the stream for it (the consumer failed
+    # with InvalidArgument), 1.5 acknowledged offset 1, 2**64 said "Python int too
+    # large to convert to C long", and a partition not the consumer's was sent too.
+    address = shared_broker.address
+    topic = "ack-bad-offsets"
+
+    async def go() -> None:
+        await topic_with(address, topic, 20)
+        consumer = await Consumer.subscribe(address, topic, "s", type="shared", start="earliest",
+                                            receiver_queue_size=4)
+        first = await consumer.receive(10)
+        for bad in (-1, 1.5, 2**64, "3", True):
+            with pytest.raises(ValueError, match=r"offset .* is invalid; offsets are ints 0\.\."):
+                consumer.ack_offsets(0, [bad])  # type: ignore[list-item]
+        for partition in (1, -1, "0"):
+            with pytest.raises(ValueError, match=r"partition=.* is invalid; use one of this "
+                                                 r"consumer's partitions \[0\]"):
+                consumer.ack_offsets(partition, [0])  # type: ignore[arg-type]
+        consumer.ack(first)
+        got = await received_until_idle(consumer, idle_s=3.0)
+        assert sorted([first.offset, *got]) == list(range(20)), "the consumer stopped"
+        await consumer.close()
+
+    asyncio.run(go())

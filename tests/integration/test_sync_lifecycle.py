@@ -236,8 +236,11 @@ def test_wrong_arguments_are_refused_in_the_callers_thread(
             consumer.ack(None)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"nack\(\) takes a Message or ReceivedBatch"):
             consumer.nack("x")  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match=r"partition takes integers >= 0; got 'p'"):
+        with pytest.raises(ValueError, match=r"partition='p' is invalid; use one of this "
+                                             r"consumer's partitions \[0\]"):
             consumer.ack_offsets("p", [0])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"offset -1 is invalid; offsets are ints 0\.\."):
+            consumer.ack_offsets(0, [-1])
         with pytest.raises(ValueError, match=r"timeout_s=-1 is invalid"):
             consumer.receive(-1)
         message = consumer.receive(30)
