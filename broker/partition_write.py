@@ -10,6 +10,7 @@ else to do, in the step of the `submit` call itself.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -122,10 +123,12 @@ def _check_duplicate(partition: Partition, request: pb.ProduceRequest,
 
 
 def _record_at(partition: Partition, base_offset: int) -> pb.Record | None:
-    """The stored record starting at `base_offset`, None when there is none."""
-    for base, value in partition.store.records_from(partition.meta.topic_id, partition.index,
-                                                    base_offset):
-        if base != base_offset:
-            return None
-        return pb.Record.FromString(codec.record_bytes(value))
-    return None
+    """The stored record starting at `base_offset`, None when there is none. The
+    scan is closed at once: only its first record is wanted, and a scan left
+    suspended keeps its RocksDB iterator (and what it pins) until collected."""
+    with contextlib.closing(partition.store.records_from(
+            partition.meta.topic_id, partition.index, base_offset)) as records:
+        first = next(records, None)
+    if first is None or first[0] != base_offset:
+        return None
+    return pb.Record.FromString(codec.record_bytes(first[1]))

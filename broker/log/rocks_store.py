@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,7 +226,8 @@ class RocksStore(StateFamilies):
             self.write(batch, sync=self.durable)
         return expired
 
-    def records_from(self, topic_id: int, partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
+    def records_from(self, topic_id: int, partition: int,
+                     offset: int) -> Generator[tuple[int, bytes], None, None]:
         """Yield (base_offset, value) of the record holding `offset`, then the next
         ones, in offset order. Opens a fresh iterator per call, so a reader sees
         what was written before the call. A damaged block raises `store_unreadable`
