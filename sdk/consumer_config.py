@@ -137,7 +137,10 @@ class ConsumerConfig:
             topic=topic, subscription=subscription, consumer_name=name, type=TYPES[self.type],
             sticky_ranges=ranges_to_proto(self.ranges),
             initial_position=start_to_proto(self.start), priority=self.priority,
-            ack_timeout_ms=self.ack_timeout_ms, ack_timeout_by_client=True,  # sdk/ack_timeouts.py
+            # set only with a timeout (the SDK times it: sdk/ack_timeouts.py), so a broker
+            # from before the field, which refuses unknown fields, still takes the rest
+            ack_timeout_ms=self.ack_timeout_ms,
+            ack_timeout_by_client=self.ack_timeout_ms > 0,
             max_redeliveries=self.max_redeliveries,
             dead_letter_topic=self.dead_letter_topic, partitions=list(self.partitions),
             look_ahead_max=self.look_ahead_max)
