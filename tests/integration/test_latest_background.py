@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from sdk import Admin, Producer
+from sdk import Producer
 from sdk.consumer import ConsumerConfig
 from sdk.databus import (
     SUCCESS,
@@ -38,6 +38,7 @@ from sdk.databus import (
 from sdk.processor import EventProcessor, PartitionContext
 from sdk.reader import ReadBatch
 from tests.support.broker_process import BrokerProcess
+from tests.support.one_each import create_topic, produce_one_each
 from tests.support.processors import EXPIRATION_MS, INTERVAL_MS
 from tests.support.slow_read import slow_describe_channel, slow_read_channel
 
@@ -46,17 +47,6 @@ ROUNDS = 3  # each round's old-code outcome is fixed by the delay; rounds guard 
 WITHIN_S = 30.0  # liveness bound of one wait, not a speed claim
 HELD_BACK_S = 300.0  # a Read held back longer than any test waits
 STOP_WITHIN_S = 20.0  # liveness bound of a stop, far below HELD_BACK_S
-
-
-async def _create(address: str, topic: str) -> None:
-    async with Admin(address) as admin:
-        await admin.create_topic(topic, PARTITIONS)
-
-
-async def _produce_one_each(producer: Producer, tag: bytes) -> None:
-    """One event on every partition, stored (acknowledged) before returning."""
-    futures = [await producer.send(p, tag, partition=p) for p in range(PARTITIONS)]
-    await asyncio.gather(*futures)
 
 
 def test_processor_at_latest_delivers_what_follows_initialize(
@@ -90,8 +80,8 @@ def test_processor_at_latest_delivers_what_follows_initialize(
         try:
             await asyncio.wait_for(all_initialized.wait(), WITHIN_S)
             tag = b"new %d" % n
-            await _produce_one_each(producer, tag)
-            await _produce_one_each(producer, b"after %d" % n)  # a skip shows as this first
+            await produce_one_each(producer, tag, PARTITIONS)
+            await produce_one_each(producer, b"after %d" % n, PARTITIONS)  # a skip shows as this first
             await asyncio.wait_for(all_read.wait(), WITHIN_S)
             assert first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
         finally:
@@ -99,9 +89,9 @@ def test_processor_at_latest_delivers_what_follows_initialize(
             await channel.close()
 
     async def go() -> None:
-        await _create(address, topic)
+        await create_topic(address, topic, PARTITIONS)
         producer = await Producer.create(address, topic)
-        await _produce_one_each(producer, b"old")  # "latest" is not the start of the log
+        await produce_one_each(producer, b"old", PARTITIONS)  # "latest" is not the start of the log
         for n in range(ROUNDS):
             await one_round(producer, n)
         await producer.close()
@@ -118,7 +108,7 @@ def test_processor_stopped_while_latest_is_fixed_stops_promptly(
     calls: list[str] = []
 
     async def go() -> None:
-        await _create(address, topic)
+        await create_topic(address, topic, PARTITIONS)
         channel = slow_read_channel(address, HELD_BACK_S)  # the reads never open in the test
         processor = EventProcessor(address, topic, "stopping", on_event=lambda c, b: None,
                                    on_partition_initialize=lambda c: calls.append("init"),
@@ -183,7 +173,7 @@ def test_databus_at_latest_delivers_what_follows_start_consumption(
             assert consumer.first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
 
     async def go() -> None:
-        await _create(address, topic)
+        await create_topic(address, topic, PARTITIONS)
         producer = await Producer.create(address, topic)
         await _produce_windows(producer, b"old")  # "latest" is not the start of the log
         for n in range(ROUNDS):
@@ -216,7 +206,7 @@ def test_databus_shared_at_latest_delivers_what_follows_start_consumption(
             assert consumer.first == dict.fromkeys(range(PARTITIONS), tag), f"round {n}"
 
     async def go() -> None:
-        await _create(address, topic)
+        await create_topic(address, topic, PARTITIONS)
         producer = await Producer.create(address, topic)
         await _produce_windows(producer, b"old")
         for n in range(ROUNDS):

@@ -34,7 +34,6 @@ import pytest
 from broker.log.rocks_store import RocksStore
 from broker.rpc.read_servicer import ReadServicer
 from sdk import (
-    Admin,
     Producer,
     Reader,
     SyncProducer,
@@ -45,6 +44,7 @@ from sdk import (
 )
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.in_process import broker_on
+from tests.support.one_each import create_topic, produce_one_each
 from tests.support.slow_read import READ_START_DELAY_S, SlowReadStart
 
 PARTITIONS = 3
@@ -53,17 +53,6 @@ READ_WITHIN_S = 30.0  # liveness bound of one read, not a speed claim
 # comes fails at this bound.
 RESUME_READ_WITHIN_S = 10.0
 ROUNDS = 10
-
-
-async def _create(address: str, topic: str) -> None:
-    async with Admin(address) as admin:
-        await admin.create_topic(topic, PARTITIONS)
-
-
-async def _produce_one_each(producer: Producer, tag: bytes) -> None:
-    """One event on every partition, acknowledged (stored) before returning."""
-    futures = [await producer.send(p, tag, partition=p) for p in range(PARTITIONS)]
-    await asyncio.gather(*futures)
 
 
 async def _values(reader: AsyncIterator[Any], within_s: float = READ_WITHIN_S) -> list[bytes]:
@@ -76,14 +65,14 @@ def test_topic_reader_open_fixes_latest_before_returning(shared_broker: BrokerPr
     address = shared_broker.address
 
     async def go() -> None:
-        await _create(address, "latest-open")
+        await create_topic(address, "latest-open", PARTITIONS)
         producer = await Producer.create(address, "latest-open")
-        await _produce_one_each(producer, b"old")  # the end is offset 1 on every partition
+        await produce_one_each(producer, b"old", PARTITIONS)  # the end is offset 1 on every partition
         channel = grpc.aio.insecure_channel(address, interceptors=[SlowReadStart()])
         reader = TopicReader(address, "latest-open", start="latest", follow=True,
                              stop_offset=2, channel=channel)
         await reader.open()
-        await _produce_one_each(producer, b"new")
+        await produce_one_each(producer, b"new", PARTITIONS)
         assert await _values(reader) == [b"new"] * PARTITIONS
         assert reader.next_offsets == dict.fromkeys(range(PARTITIONS), 2)
         await reader.close()
@@ -97,14 +86,14 @@ def test_reader_open_fixes_latest_before_returning(shared_broker: BrokerProcess)
     address = shared_broker.address
 
     async def go() -> None:
-        await _create(address, "latest-one")
+        await create_topic(address, "latest-one", PARTITIONS)
         producer = await Producer.create(address, "latest-one")
         channel = grpc.aio.insecure_channel(address, interceptors=[SlowReadStart()])
         reader = Reader(address, "latest-one", 1, start="latest", follow=True, stop_offset=1,
                         channel=channel)
         await reader.open()
         assert reader.next_offset == 0  # the broker's word, before anything is produced
-        await _produce_one_each(producer, b"new")
+        await produce_one_each(producer, b"new", PARTITIONS)
         assert await _values(reader) == [b"new"]
         await channel.close()
         await producer.close()
@@ -116,17 +105,17 @@ def test_async_with_fixes_latest_round_after_round(shared_broker: BrokerProcess)
     address = shared_broker.address
 
     async def go() -> None:
-        await _create(address, "latest-rounds")
+        await create_topic(address, "latest-rounds", PARTITIONS)
         producer = await Producer.create(address, "latest-rounds")
         for n in range(ROUNDS):  # round n: every partition ends at offset 2n
             tag = b"round %d" % n
             async with TopicReader(address, "latest-rounds", start="latest", follow=True,
                                    stop_offset=2 * n + 1) as topic_reader:
-                await _produce_one_each(producer, tag)
+                await produce_one_each(producer, tag, PARTITIONS)
                 assert await _values(topic_reader) == [tag] * PARTITIONS, f"round {n}"
             async with Reader(address, "latest-rounds", n % PARTITIONS, start="latest",
                               follow=True, stop_offset=2 * n + 2) as reader:
-                await _produce_one_each(producer, tag)
+                await produce_one_each(producer, tag, PARTITIONS)
                 assert await _values(reader) == [tag], f"round {n}"
         await producer.close()
 
@@ -135,7 +124,7 @@ def test_async_with_fixes_latest_round_after_round(shared_broker: BrokerProcess)
 
 def test_sync_readers_fix_latest_in_their_constructor(shared_broker: BrokerProcess) -> None:
     address = shared_broker.address
-    asyncio.run(_create(address, "latest-sync"))
+    asyncio.run(create_topic(address, "latest-sync", PARTITIONS))
     with SyncProducer.create(address, "latest-sync") as producer:
         for n in range(ROUNDS):  # round n: every partition ends at offset 2n
             tag = b"round %d" % n
@@ -172,7 +161,7 @@ def test_an_event_stored_while_the_position_is_sent_is_read(
             producer = await Producer.create(address, "resume")
             async with Reader(address, "resume", 0, start="latest", follow=True,
                               stop_offset=1) as reader:
-                await _produce_one_each(producer, b"new")  # while the stream sleeps
+                await produce_one_each(producer, b"new", PARTITIONS)  # while the stream sleeps
                 assert await _values(reader, RESUME_READ_WITHIN_S) == [b"new"]
             await producer.close()
 
