@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from broker import gc_pauses
+from broker import gc_pauses, task_dump
 from broker.config import PORT_UNBOUND, Settings
 from broker.keepalive import server_options as keepalive_options
 from broker.log import data_format
@@ -359,6 +359,7 @@ async def serve(settings: Settings, ready_file: str | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    task_dump.install(loop)
 
     def store_failed(_: str) -> None:  # on the failing thread: the WAL syncer's, or the loop
         loop.call_soon_threadsafe(stop.set)
