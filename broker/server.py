@@ -381,7 +381,8 @@ async def stop_after_store_failure(broker: Broker) -> None:
     view's last pass) are refused with the store's failure, which is already
     logged, so they are noted as one line each and the stop goes on."""
     try:
-        await asyncio.wait_for(broker.stop(), STOP_AFTER_FAILURE_S)
+        async with asyncio.timeout(STOP_AFTER_FAILURE_S):
+            await broker.stop()
     except Exception as e:  # TimeoutError included: the process exits all the same
         log.warning("stopping after the store failed: %s", describe_cause(e))
     log.info("stopped: the store failed")

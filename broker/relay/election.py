@@ -194,7 +194,8 @@ class ZkElection:
                 log.exception("topic %s: election step failed unexpectedly; retrying", topic)
                 await asyncio.sleep(1.0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), RECHECK_S)
+                async with asyncio.timeout(RECHECK_S):
+                    await wake.wait()
 
     async def _step(self, topic: str, session: ZkSession, session_id: int,
                     wake: asyncio.Event) -> None:
@@ -338,7 +339,8 @@ class ZkElection:
             return
         timeout_s = self.relay.session_timeout_ms / 1000
         try:
-            results = await asyncio.wait_for(self._record_resignation(topic, ends), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                results = await self._record_resignation(topic, ends)
         except TimeoutError:
             log.warning("topic %s: resignation not recorded: ZooKeeper did not answer within "
                         "zookeeper_session_timeout_ms=%d (session %s); the leader node goes when "
@@ -387,7 +389,8 @@ class ZkElection:
                 except Exception:
                     log.exception("listing elected topics failed unexpectedly; retrying")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._topics_wake.wait(), 5 * RECHECK_S)
+                async with asyncio.timeout(5 * RECHECK_S):
+                    await self._topics_wake.wait()
 
     async def _join_listed(self, session: ZkSession) -> None:
         await session.call(session.client.ensure_path, f"{self.root}/topics")

@@ -232,7 +232,8 @@ class RelayNode:
         # Nobody may await it after a timeout: never log its exception as unretrieved.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(future)
         except TimeoutError:
             have = sum(1 for end in tracker.positions.values() if end >= end_offset)
             raise BrokerError("acks_timeout", have=have, copies=tracker.copies, topic=role.topic,
@@ -465,7 +466,8 @@ class RelayNode:
         for follower in followers:
             follower.start()
         try:
-            await asyncio.wait_for(asyncio.gather(*(f.wait_done() for f in followers)), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*(f.wait_done() for f in followers))
         finally:
             for follower in followers:
                 await follower.stop()

@@ -211,7 +211,8 @@ class PartitionView:
                 if self.state.load_from:
                     if self.source is None:
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._sourced.wait(), interval_s)
+                            async with asyncio.timeout(interval_s):
+                                await self._sourced.wait()
                         continue
                     async with self._loads:  # the source may be gone after the wait
                         if self.source is not None and self.state.load_from:
@@ -229,9 +230,11 @@ class PartitionView:
                     continue
                 if self._sweep_due():
                     await self._sweep()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that lands
+                # as the wait ends (CPython gh-86296), and `stop` then waits for us forever
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.partition.wait_for_data(self.state.offset_next),
-                                           interval_s)
+                    async with asyncio.timeout(interval_s):
+                        await self.partition.wait_for_data(self.state.offset_next)
             except asyncio.CancelledError:
                 raise
             except BrokerError as e:
@@ -309,8 +312,8 @@ class PartitionView:
         full = self.state.offset_next + self.settings.view_pass_events_max
         if self.partition.end_offset < full and self.settings.view_linger_ms:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.partition.wait_for_data(full - 1),
-                                       self.settings.view_linger_ms / 1000)
+                async with asyncio.timeout(self.settings.view_linger_ms / 1000):
+                    await self.partition.wait_for_data(full - 1)
 
     def _sweep_due(self) -> bool:
         return now_ms() - self._swept_ms >= self.settings.view_sweep_interval_ms
@@ -346,7 +349,8 @@ class PartitionView:
             if left <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
         return True
 
     def fill(self, info: pb.PartitionInfo) -> None:
