@@ -55,6 +55,7 @@ POSITIVE_SETTINGS = frozenset({
     "bootstrap_streams_max", "view_loads_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
     "gil_switch_interval_us", "client_keepalive_timeout_ms", "wal_bytes_max",
+    "topic_delete_wait_ms",
 })
 
 
@@ -286,6 +287,10 @@ class Settings:
         256, "Event processor store: commands written in one WriteBatch.")
     processor_name_bytes_max: int = setting(
         255, "Event processor store: longest namespace, consumer group or owner id.")
+    topic_delete_wait_ms: int = setting(
+        20_000, "DeleteTopic answers within this long: a delete still waiting for the topic's "
+        "tasks to end is answered UNAVAILABLE (topic_delete_slow) and goes on in the broker. "
+        "Below the SDK's 30 s request timeout, so the client gets the broker's answer.")
     # Supervision (broker/supervision.py).
     task_restart_backoff_ms: int = setting(
         100, "A partition or store task that stops on an unexpected error is restarted after "

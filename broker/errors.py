@@ -51,6 +51,13 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "(keybus topics list shows the topics)"),
         ErrorKind("topic_exists", grpc.StatusCode.ALREADY_EXISTS,
                   "topic {topic!r} already exists"),
+        ErrorKind("topic_delete_slow", grpc.StatusCode.UNAVAILABLE,
+                  "deleting topic {topic!r} takes longer than {waited_ms} ms (it waits for "
+                  "{step}); the delete goes on in the broker: the topic is refused as not "
+                  "existing already, and asking to delete it again waits for the same delete"),
+        ErrorKind("topic_being_deleted", grpc.StatusCode.UNAVAILABLE,
+                  "topic {topic!r} is still being deleted (it waits for {step}); create it "
+                  "again once the delete is done"),
         ErrorKind("topic_name_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "topic name {topic!r} is invalid: use 1..{max} characters from "
                   "[A-Za-z0-9._-]"),

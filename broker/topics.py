@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
@@ -16,11 +18,25 @@ from broker.config import Settings
 from broker.errors import BrokerError
 from broker.log.rocks_store import RocksStore
 from broker.partition import Partition, TopicMeta, now_ms
+from broker.supervision import describe_cause
 from broker.view.config import check_view_config, describe_view_config
 from broker.view.service import ViewService
 from sdk.core.hashing import SlotCache
 from sdk.core.names import is_name
 from sdk.core.pb import keybus_pb2 as pb
+
+log = logging.getLogger("keybus.topics")
+
+
+@dataclasses.dataclass(slots=True)
+class TopicDelete:
+    """A delete in progress: its task and the step it waits for (what a slow delete
+    is reported waiting for)."""
+
+    meta: TopicMeta
+    task: asyncio.Task[None] | None = None
+    step: str = "the topic's views to stop"
+    started_s: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class TopicRegistry:
@@ -31,6 +47,8 @@ class TopicRegistry:
         self.settings = settings
         self._topics: dict[str, tuple[TopicMeta, list[Partition]]] = {}
         self._lock = asyncio.Lock()  # serializes create/delete against each other
+        # Deletes in progress by name: the topic has left `_topics`, its keys not the store.
+        self._deleting: dict[str, TopicDelete] = {}
         self.slot_cache = SlotCache()  # one for every partition: bounded once (derived.py)
         # Called with a topic's name once it is deleted (e.g. its subscriptions go),
         # before its keys are: each returns once it writes nothing more of the topic.
@@ -58,11 +76,28 @@ class TopicRegistry:
         self.views.start(meta, partitions)
 
     async def close(self) -> None:
+        await self._finish_deletes()
         await self.views.close()
         for _, partitions in list(self._topics.values()):
             for partition in partitions:
                 await partition.stop()
         self._topics.clear()
+
+    async def _finish_deletes(self) -> None:
+        """Let deletes in progress finish before the store closes, within
+        `topic_delete_wait_ms`; one still waiting then is cancelled and said so:
+        its keys are still in the store, so the topic is back after a restart."""
+        deleting = {d.meta.name: d for d in self._deleting.values() if d.task is not None}
+        if not deleting:
+            return
+        await asyncio.wait([d.task for d in deleting.values() if d.task is not None],
+                           timeout=self.settings.topic_delete_wait_ms / 1000)
+        for topic, delete in deleting.items():
+            if delete.task is not None and not delete.task.done():
+                log.warning("stopping before the delete of topic %s finished (it waits for "
+                            "%s): the topic is back after a restart; delete it again then",
+                            topic, delete.step)
+                delete.task.cancel()
 
     # ------------------------------------------------------------ lookups
 
@@ -107,6 +142,9 @@ class TopicRegistry:
         async with self._lock:
             if topic in self._topics:
                 raise BrokerError("topic_exists", topic=topic)
+            deleting = self._deleting.get(topic)
+            if deleting is not None:  # its key under the name is not deleted yet
+                raise BrokerError("topic_being_deleted", topic=topic, step=deleting.step)
             topic_id = self.store.next_id("next_topic_id")
             meta = dataclasses.replace(draft, topic_id=topic_id)
             self.store.save_topic(asdict(meta))
@@ -114,22 +152,75 @@ class TopicRegistry:
         return self.describe(topic)
 
     async def delete(self, topic: str) -> None:
+        """Take the topic out of the registry and delete it (`_delete`) in a task of
+        its own, then wait for that task at most `topic_delete_wait_ms`. Why a task:
+        a client that gives up (its deadline, a closed channel) cancels this call,
+        and a delete cancelled half way would leave the topic out of the registry
+        with its keys in the store. A delete asked for again while one runs waits
+        for that one.
+
+        Raises:
+            BrokerError: topic_not_found_to_delete; topic_delete_slow (UNAVAILABLE)
+                when the delete goes on past the wait, naming the step it waits for;
+                what the delete itself raised (a store failure).
+        """
+        deleting = self._deleting.get(topic)
+        if deleting is None:
+            async with self._lock:
+                deleting = self._deleting.get(topic)
+                if deleting is None:
+                    deleting = self._begin_delete(topic)
+        assert deleting.task is not None
+        wait_ms = self.settings.topic_delete_wait_ms
+        done, _ = await asyncio.wait([deleting.task], timeout=wait_ms / 1000)
+        if not done:
+            log.warning("deleting topic %s takes longer than %d ms: it waits for %s; it goes "
+                        "on", topic, wait_ms, deleting.step)
+            raise BrokerError("topic_delete_slow", topic=topic, waited_ms=wait_ms,
+                              step=deleting.step)
+        deleting.task.result()
+
+    def _begin_delete(self, topic: str) -> TopicDelete:
+        """Under the lock: out of the registry at once (every later call naming the
+        topic is refused "does not exist"), the rest in the delete's task."""
+        if topic not in self._topics:
+            raise BrokerError("topic_not_found_to_delete", topic=topic)
+        meta, partitions = self._topics.pop(topic)
+        deleting = TopicDelete(meta)
+        deleting.task = asyncio.get_running_loop().create_task(
+            self._delete(deleting, partitions), name=f"delete topic {topic}")
+        self._deleting[topic] = deleting
+
+        def ended(task: asyncio.Task[None]) -> None:
+            del self._deleting[topic]
+            error = None if task.cancelled() else task.exception()  # a waiter raises it too
+            took_ms = (time.monotonic() - deleting.started_s) * 1000
+            if took_ms <= self.settings.topic_delete_wait_ms:
+                return  # the DeleteTopic got the outcome
+            if error is None:
+                log.info("deleted topic %s after %d ms", topic, took_ms)
+            else:
+                log.warning("deleting topic %s failed after %d ms: %s", topic, took_ms,
+                            describe_cause(error))
+        deleting.task.add_done_callback(ended)
+        return deleting
+
+    async def _delete(self, deleting: TopicDelete, partitions: list[Partition]) -> None:
         """Stop the topic's views and partitions, let every listener end its use of
         the topic (subscriptions, processor stores) and wait for the store writes
         they had in flight, then delete every key of the topic in one batch: a
         write landing after that batch would outlive the topic under its id."""
-        async with self._lock:
-            if topic not in self._topics:
-                raise BrokerError("topic_not_found_to_delete", topic=topic)
-            meta = self.meta(topic)
-            _, partitions = self._topics.pop(topic)
-            await self.views.stop(topic)
-            for partition in partitions:
-                await partition.stop(deleted=True)
-            for listener in self.delete_listeners:  # before the delete: their writes settle
-                await listener(topic)
-            await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
-                                    meta.partitions)
+        meta = deleting.meta
+        await self.views.stop(meta.name)
+        deleting.step = "the topic's partitions to stop"
+        for partition in partitions:
+            await partition.stop(deleted=True)
+        for listener in self.delete_listeners:  # before the delete: their writes settle
+            deleting.step = describe_listener(listener)
+            await listener(meta.name)
+        deleting.step = "the store to delete its keys"
+        await asyncio.to_thread(self.store.delete_topic, meta.name, meta.topic_id,
+                                meta.partitions)
 
     def describe(self, topic: str) -> pb.TopicInfo:
         meta = self.meta(topic)
@@ -148,6 +239,14 @@ class TopicRegistry:
             for partition in partitions:
                 removed += await partition.enforce_retention(now_ms())
         return removed
+
+
+def describe_listener(listener: Callable[[str], Awaitable[None]]) -> str:
+    """A delete listener as a slow delete names the step it waits for: "the delete
+    listener SubscriptionManager.drop_topic" (its owner's class and its method)."""
+    owner = getattr(listener, "__self__", None)
+    name = getattr(listener, "__name__", repr(listener))
+    return f"the delete listener {type(owner).__name__ + '.' if owner is not None else ''}{name}"
 
 
 def topic_retention(name: str, asked: int, default: int) -> int:
