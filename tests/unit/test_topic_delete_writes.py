@@ -121,9 +121,14 @@ def test_queued_produce_requests_are_answered_topic_deleted(tmp_path: Path) -> N
         await registry.open()
         await registry.create("t", pb.TopicConfig(partitions=1))
         partition = registry.partition("t", 0)
+        gate = Gate(store, "sync_wal")  # the WAL's fsync held: nothing is answered stored
         futures = [partition.submit(pb.ProduceRequest(topic="t", batch=int_batch([k])))
                    for k in range(5)]
-        await registry.delete("t")
+        await gate.wait_entered()  # the first commit waits for its fsync, the rest queue
+        deleting = asyncio.create_task(registry.delete("t"))
+        await asyncio.sleep(0.1)
+        gate.release()
+        await asyncio.wait_for(deleting, WAIT_S)
         kinds = []
         for future in futures:
             with pytest.raises(BrokerError) as caught:
