@@ -7,6 +7,9 @@ reporter and a cursor sync loop, on one channel to the upstream. A copy task
 1. Handshake: ask the upstream where its log stops agreeing with ours
    (`EpochEnd` for the epoch of our last record) and drop what lies past it
    (events the leader never had, so never acknowledged); it is logged.
+   Then compare the last record kept with the upstream's at that offset
+   (divergence.py): when they differ the upstream holds another log (the
+   topic was deleted and created again there) and the whole copy is dropped.
 2. Read the upstream through the SDK `Reader` from our log end (from the
    beginning of its retained log when ours is empty), following its tail,
    and store each response's whole records in one write
@@ -49,7 +52,7 @@ import grpc.aio
 from broker.errors import BrokerError
 from broker.log.codec import CorruptRecord
 from broker.partition import Partition
-from broker.relay import replica_log, view_load, watermark
+from broker.relay import divergence, replica_log, view_load, watermark
 from broker.relay.backoff import Backoff
 from broker.relay.cursor_sync import SubscriptionCarrier, sync_once
 from broker.relay.metrics import COPIED_EVENTS, FOLLOWER_RESETS, TRUNCATED_EVENTS
@@ -278,6 +281,8 @@ class TopicFollower:
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
         self.auth.accepted()
+        if await self._drop_another_log(partition, min(answer.end_offset, partition.log_end)):
+            return
         if answer.end_offset >= partition.log_end:
             return
         callback = self._truncated_callback(partition.index)
@@ -291,6 +296,37 @@ class TopicFollower:
                         dropped.end_before - 1, dropped.events, dropped.records,
                         dropped.scn_first, dropped.scn_last, self.upstream, epoch,
                         answer.end_offset)
+
+    async def _drop_another_log(self, partition: Partition, keep_end: int) -> bool:
+        """Step 1b (divergence.py): when the upstream's record holding offset
+        keep_end - 1 is not ours, its log is another one (the topic was deleted and
+        created again there): drop the whole copy, so it is copied again from the
+        upstream's start. True when it did."""
+        if keep_end <= partition.start_offset:
+            return False
+        store, topic_id = partition.store, partition.meta.topic_id
+        ours = await asyncio.to_thread(divergence.our_mark, store, topic_id, partition.index,
+                                       keep_end - 1)
+        if ours is None:
+            return False
+        assert self._channel is not None
+        theirs = await divergence.upstream_mark(self._channel, self.topic, partition.index,
+                                                ours.base_offset)
+        reason = divergence.diverged(ours, theirs)
+        if reason is None:
+            return False
+        callback = self._truncated_callback(partition.index)
+        dropped = await partition.run_on_task(
+            lambda p: replica_log.truncate(p, p.start_offset, callback))
+        if dropped is not None:
+            TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
+            log.warning("topic %s/%d: upstream %s holds another log of this partition than the "
+                        "one copied here (%s): the topic was deleted and created again there, or "
+                        "its data replaced; dropped offsets %d..%d (%d events in %d records) and "
+                        "copying the upstream's log from its start", self.topic,
+                        partition.index, self.upstream, reason, dropped.offset,
+                        dropped.end_before - 1, dropped.events, dropped.records)
+        return True
 
     def _truncated_callback(self, index: int) -> Callable[[int], Awaitable[None]] | None:
         on_truncated = self.on_truncated
