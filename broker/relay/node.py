@@ -284,7 +284,9 @@ class RelayNode:
 
     def describe(self, topic: str) -> pb.ClusterInfo:
         session = self.election.session_state if self.election is not None else "NONE"
-        names = [topic] if topic else self.registry.names()
+        # every topic: those held here, and those it is set to copy but could not create
+        # yet (an upstream away: its role's detail says why)
+        names = [topic] if topic else sorted({*self.registry.names(), *self.roles})
         return cluster_info(self, names, session)
 
     # ------------------------------------------------------------ transitions

@@ -77,11 +77,12 @@ def _partition_row(p: pb.PartitionRelayInfo, lag_unknown: bool) -> dict[str, Any
 
 
 def _sum_or_dash(values: list[int | None]) -> str:
-    return "-" if None in values else str(sum(v for v in values if v is not None))
+    """The sum; "-" when one is unknown or there is none (a topic not created yet)."""
+    return "-" if None in values or not values else str(sum(v for v in values if v is not None))
 
 
 def _max_or_dash(values: list[float | None]) -> str:
-    if None in values:
+    if None in values or not values:
         return "-"
     return f"{max((v for v in values if v is not None), default=0):.1f}"
 

@@ -289,3 +289,30 @@ def _create_and_produce_three(setup: SecureSetup, address: str) -> pb.ProduceRes
                           values=[b"a", b"b", b"c"])
     (answer,) = root.Produce(iter([pb.ProduceRequest(topic="s", batch=batch)]), timeout=30)
     return answer
+
+
+def test_a_relay_whose_upstream_port_is_closed_says_so_in_cluster_status(tmp_path: Path) -> None:
+    """A new relay against a closed port on 127.0.0.1: it serves, retries, and `keybus
+    cluster status` (every topic, no --topic) lists the topic it cannot create yet with
+    the copy's failure and unknown lag, not an empty table (exit 0: the broker answered)."""
+    closed = f"127.0.0.1:{free_port()}"
+    follower = broker(tmp_path, "follower", 'relay_retry_backoff_max_ms = 200\n'
+                      f'[replication.t]\nupstream = "{closed}"\n')
+    try:
+        follower.start()
+        wait_for(lambda: "cannot set up the copy" in follower.log_path.read_text(), 15,
+                 "the follower tried its upstream")
+        command = [sys.executable, "-m", "keybus", "cluster", "status", "--broker",
+                   follower.address]
+        done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60,
+                              check=True)
+        (topic,) = json.loads(done.stdout)["topics"]
+        (row,) = topic["brokers"]
+        assert topic["topic"] == "t" and row["role"] == "follower", topic
+        assert f"cannot set up the copy from {closed}" in row["detail"], row
+        table = subprocess.run([*command, "--wide"], capture_output=True, text=True, timeout=60,
+                               check=True).stdout
+        (line,) = [line for line in table.splitlines() if line.split()[:2] == ["t", follower.address]]
+        assert line.split()[-5:] == ["-", "-", "-", "-", "-"], line  # no end, lag unknown
+    finally:
+        follower.stop()
