@@ -25,6 +25,7 @@ from keybus.cli import render_cluster as render
 from keybus.cli.common import (
     Connection,
     Group,
+    checked_name,
     connection_options,
     fail,
     json_option,
@@ -85,18 +86,46 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = PRO
     """Every broker's DescribeCluster answer (or why there is none), concurrently."""
     async def ask(address: str) -> render.Answer:
         channel = open_channel(address)
+        stub = stub_of(channel)
         try:
-            return address, await stub_of(channel).DescribeCluster(
+            return address, await stub.DescribeCluster(
                 pb.DescribeClusterRequest(topic=topic), timeout=timeout_s)
+        except grpc.RpcError as e:
+            error = errors.from_rpc_error(e, address)
+            if not (topic and error.code == errors.NOT_FOUND):
+                return address, str(error)
+        finally:
+            await channel.close()
+        # It answered that it lacks the topic: a broker without it, not one that did not
+        # answer (its ZooKeeper state still counts); `lacking` names it.
+        channel = open_channel(address)
+        try:
+            info: pb.ClusterInfo = await stub_of(channel).DescribeCluster(
+                pb.DescribeClusterRequest(topic=""), timeout=timeout_s)
         except grpc.RpcError as e:
             return address, str(errors.from_rpc_error(e, address))
         finally:
             await channel.close()
+        return address, pb.ClusterInfo(broker_id=info.broker_id, address=info.address,
+                                       zookeeper=info.zookeeper,
+                                       zookeeper_state=info.zookeeper_state)
     return list(await asyncio.gather(*(ask(a) for a in addresses)))
 
 
+def lacking(answers: list[render.Answer], topic: str) -> list[str]:
+    """The brokers that answered without `topic` (none when every topic was asked)."""
+    return [address for address, info in answers if topic and not isinstance(info, str)
+            and all(t.topic != topic for t in info.topics)]
+
+
+def _topic_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`--topic`: a topic name, '' for every topic."""
+    return value if value == "" else checked_name(ctx, param, value) or ""
+
+
 @cluster.command("status")
-@click.option("--topic", default="", help="One topic (default every topic).")
+@click.option("--topic", default="", callback=_topic_option,
+              help="One topic (default every topic).")
 @connection_options
 @wide_option
 @json_option
@@ -115,6 +144,13 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
         console.print(render.cluster_table(answers, console.width, wide))
     if all(isinstance(info, str) for _, info in answers):
         fail("no broker answered: " + "; ".join(f"{a}: {info}" for a, info in answers))
+    without = lacking(answers, topic)
+    answered = [address for address, info in answers if not isinstance(info, str)]
+    if without == answered:
+        fail(f"topic {topic!r} is on none of the brokers that answered ({', '.join(without)}); "
+             "keybus topics list --broker ADDRESS shows what one holds")
+    for address in without:
+        note(f"{address} holds no topic {topic!r}")
 
 
 @cluster.command("dev")
@@ -124,7 +160,8 @@ def status(topic: str, conn: Connection, wide: bool, as_json: bool) -> None:
               help="Everything goes under this directory (data, configs, logs).")
 @click.option("--acks", default=None, help="leader or a number of followers, at most "
               "--brokers - 1  [default: 1; leader with --brokers 1]")
-@click.option("--topic", default="demo", show_default=True, help="A topic to create at start.")
+@click.option("--topic", default="demo", show_default=True, callback=checked_name,
+              help="A topic to create at start.")
 @click.option("--base-port", default=6650, show_default=True, type=click.IntRange(1, 65000),
               help="Brokers listen on this port and the next ones (a restart keeps its ids).")
 @click.option("--zookeeper-port", default=DEFAULT_ZOOKEEPER_PORT, show_default=True,

@@ -316,3 +316,39 @@ def test_a_relay_whose_upstream_port_is_closed_says_so_in_cluster_status(tmp_pat
         assert line.split()[-5:] == ["-", "-", "-", "-", "-"], line  # no end, lag unknown
     finally:
         follower.stop()
+
+
+def test_cluster_status_of_a_topic_a_broker_lacks_says_so_not_that_it_did_not_answer(
+        tmp_path: Path) -> None:
+    """`--topic T` where a broker answers that it has no T: named as such (it answered,
+    its ZooKeeper state stays in --json), exit 1 only when no broker has T; a name
+    the broker would refuse is bad usage (exit 2, one line) before any connection."""
+    first, second = broker(tmp_path, "first", ""), broker(tmp_path, "second", "")
+    try:
+        first.start()
+        second.start()
+        create_topic(stub(first.address), "only")
+        command = [sys.executable, "-m", "keybus", "cluster", "status", "--broker",
+                   f"{first.address},{second.address}"]
+
+        def status(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
+
+        done = status("--topic", "only", "--json")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip() == f"keybus: {second.address} holds no topic 'only'"
+        answered = json.loads(done.stdout)
+        assert all("error" not in b for b in answered["brokers"]), answered["brokers"]
+        assert [b["address"] for b in answered["topics"][0]["brokers"]] == [first.address]
+        done = status("--topic", "nosuch")
+        assert done.returncode == 1 and done.stderr.strip() == (
+            "keybus: error: topic 'nosuch' is on none of the brokers that answered "
+            f"({first.address}, {second.address}); keybus topics list --broker ADDRESS shows "
+            "what one holds"), done.stderr
+        assert "unreachable" not in done.stdout, done.stdout
+        done = status("--topic", "bad topic")
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "'bad topic' is not a name" in done.stderr and not done.stdout, done
+    finally:
+        second.stop()
+        first.stop()
