@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import shutil
 import signal
 import socket
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 import click
 import grpc
@@ -176,12 +179,13 @@ def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
     acks = acks or ("1" if count > 1 else "leader")  # one broker has no follower to copy
     check_acks(acks, count)
     _ensure_zookeeper()
+    base = Path(root).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    claim = _claim_dir(base)  # held until this process ends: another dev sees it
     if not port_free(zookeeper_port):
         fail(f"cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: the port is in use "
              f"(another ZooKeeper? {DEFAULT_ZOOKEEPER_PORT} is its default); choose another "
              "with --zookeeper-port N")
-    base = Path(root).resolve()
-    base.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base / "zookeeper", zookeeper_port)
     runners: list[BrokerRunner] = []
     failure = ""
@@ -203,10 +207,56 @@ def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
             with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
                 (note if as_json else click.echo)(
                     "stopped ZooKeeper and the brokers; data stays in " + str(base))
+    claim.close()
     if failure:
         fail(failure)
     if stopped_by:
         sys.exit(128 + stopped_by)
+
+
+def _claim_dir(base: Path) -> IO[str]:
+    """Lock `base` for this `cluster dev` (flock on base/cluster-dev.lock, holding its
+    pid), or exit 1 naming who uses it. Why: a second `cluster dev` on the directory
+    of a running cluster (another --base-port, say) rewrote its brokers' configs and
+    ZooKeeper's before its own brokers failed on the data directories' locks, and
+    started a ZooKeeper on the running one's data; the documented restart command of
+    a killed broker then pointed at a ZooKeeper that never ran. The brokers' RocksDB
+    locks are checked too: they outlive a `cluster dev` killed with SIGKILL."""
+    lock = (base / "cluster-dev.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        pid = lock.read().strip() or "?"
+        lock.close()
+        fail(f"{base} is in use by another keybus cluster dev (pid {pid}); stop it (Ctrl-C "
+             "there) or choose another --dir")
+    held = [path.parent.parent.name for path in sorted(base.glob("broker-*/log.rocksdb/LOCK"))
+            if _locked(path)]
+    if held:
+        lock.close()
+        fail(f"{base} is in use: the data of {', '.join(held)} is held by a running broker "
+             "(left by a keybus cluster dev that was killed?); stop it (kill PID, see "
+             f"{base}/broker-N.log) or choose another --dir")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def _locked(path: Path) -> bool:
+    """Another process holds RocksDB's lock on `path` (a POSIX record lock)."""
+    try:
+        file = path.open("r+")
+    except OSError:
+        return False  # gone meanwhile, or not ours to lock: the broker's start says more
+    with file:
+        try:
+            fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+    return False
 
 
 def _start_and_serve(zookeeper: ZooKeeperServer, runners: list[BrokerRunner], base: Path,

@@ -120,3 +120,50 @@ def test_cluster_dev_refuses_more_acks_than_followers(tmp_path: Path, acks: str,
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip() == f"keybus: error: {said} (see keybus cluster dev --help)"
     assert not (tmp_path / "cluster").exists()  # refused before anything started
+
+
+def test_cluster_dev_on_the_directory_of_a_running_cluster_leaves_it_alone(
+        tmp_path: Path) -> None:
+    """A second `cluster dev --dir D` (other ports) while one runs there: one line naming
+    the other's pid, exit 1, nothing rewritten or started; the same once that one was
+    killed with SIGKILL and left its broker running. Before, it rewrote the running
+    cluster's configs (the restart command it printed then named a ZooKeeper that
+    never ran) and started a second ZooKeeper on the first one's data."""
+    reason = ensure_zookeeper()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper is not available and could not be installed: {reason}")
+    root = tmp_path / "cluster"
+    dev = subprocess.Popen([sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1",
+                            "--dir", str(root), "--base-port", str(free_port()),
+                            "--zookeeper-port", str(free_port()), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: list[int] = []
+    again = [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir",
+             str(root), "--base-port", str(free_port()), "--zookeeper-port", str(free_port()),
+             "--exit"]
+    try:
+        assert dev.stdout is not None
+        info = json.loads(dev.stdout.readline())  # printed once the leader is elected
+        children = [info["zookeeper_pid"], *(p["pid"] for p in info["processes"])]
+        configs = {path: path.read_text() for path in root.glob("*.*") if path.suffix in
+                   (".toml", ".cfg")}
+        done = subprocess.run(again, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert done.stderr.strip() == (f"keybus: error: {root} is in use by another keybus "
+                                       f"cluster dev (pid {dev.pid}); stop it (Ctrl-C there) "
+                                       "or choose another --dir"), done.stderr
+        assert {path: path.read_text() for path in configs} == configs
+        dev.kill()  # SIGKILL: ZooKeeper and the broker are left running
+        dev.wait(10)
+        done = subprocess.run(again, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert done.stderr.strip().startswith(
+            f"keybus: error: {root} is in use: the data of broker-1 is held by a running "
+            "broker"), done.stderr
+        assert {path: path.read_text() for path in configs} == configs
+    finally:
+        dev.kill()
+        dev.wait(10)
+        for pid in children:  # by PID, only what this test started
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
