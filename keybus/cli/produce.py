@@ -34,6 +34,7 @@ from keybus.cli.produce_lines import (
     events_from_lines,
     failure_summary,
 )
+from keybus.cli.producer_outage import producer_outages_said
 from keybus.cli.progress import progress
 from sdk.core.columns import EVENT_BYTES_MAX_DEFAULT, SCN_SUPPLIED_MAX
 from sdk.errors import KeybusError
@@ -167,11 +168,12 @@ def produce(topic: str, key: str | None, value: str | None, partition: int | Non
     elif sys.stdin.isatty() and not window:  # typed by hand: send each line as it comes
         from keybus.cli.produce_typed import produce_typed
 
-        run(produce_typed(conn, topic, partition, as_json, event_bytes_max))
+        with producer_outages_said():
+            run(produce_typed(conn, topic, partition, as_json, event_bytes_max))
         return
     else:
         events = events_from_lines(sys.stdin, event_bytes_max)
-    with progress(f"producing to {topic}", len(events)) as advance:
+    with progress(f"producing to {topic}", len(events)) as advance, producer_outages_said():
         outcomes = run(produce_events(conn, topic, events, partition, window, scn, advance))
     for outcome in outcomes:
         if not isinstance(outcome, Exception):

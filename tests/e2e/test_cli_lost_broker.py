@@ -16,8 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
+
+from sdk.core.pb import keybus_pb2 as pb
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.lines import Lines
+from tests.support.wire import stub
 
 
 class Running:
@@ -130,3 +134,54 @@ def test_bootstrap_says_a_lost_broker_once_and_its_return_before_any_new_event(
     finally:
         command.stop()
         broker.stop()
+
+
+def test_produce_says_a_lost_broker_and_its_return_and_stores_every_line_once(
+        tmp_path: Path) -> None:
+    """`keybus produce` of many lines whose broker is killed mid-way and restarted: it
+    says on stderr that it lost the broker and, in the same words as the other
+    commands' lines, that the broker answers again; every line is stored once. Before,
+    only the loss was printed (bare, by Python's last-resort handler), never the return."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    env = dict(os.environ, PYTHONPATH=str(REPO), KEYBUS_BROKER=broker.address)
+    subprocess.run([sys.executable, "-m", "keybus", "topics", "create", "many"], env=env,
+                   cwd=REPO, check=True, timeout=60, capture_output=True)
+    count = 150_000
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text("".join(f'{{"key": {i}, "value": "v{i}"}}\n' for i in range(count)))
+    with lines.open() as stdin:
+        process = subprocess.Popen([sys.executable, "-m", "keybus", "produce", "many",
+                                    "--timeout", "60"], env=env, cwd=REPO, stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    out, err = Lines(process.stdout), Lines(process.stderr)
+    try:
+        began = time.monotonic()
+        while end_offset(broker.address, "many") < 1_000:
+            assert time.monotonic() - began < 60, "the produce stored nothing within 60 s"
+            assert process.poll() is None, f"produce ended early: {process.returncode}"
+            time.sleep(0.05)
+        broker.kill()
+        lost = err.expect("lost the broker", 20)
+        assert lost.startswith("keybus: producer of topic 'many' lost the broker ("), lost
+        broker.start()
+        back = err.expect("answers again", 30)
+        assert back.startswith("keybus: producer of topic 'many': the broker answers again "
+                               "after "), back
+        assert process.wait(120) == 0, err.expect("error", 1)
+        out.expect(f"many/0 offset {count - 1} ", 30)
+        assert end_offset(broker.address, "many") == count  # once each: none stored twice
+    finally:
+        process.kill()
+        process.wait(10)
+        broker.stop()
+
+
+def end_offset(address: str, topic: str) -> int:
+    """The broker's end of partition 0 (-1 when it does not answer)."""
+    try:
+        info = stub(address).DescribeTopic(pb.DescribeTopicRequest(topic=topic), timeout=2)
+    except grpc.RpcError:
+        return -1
+    return int(info.partitions[0].end_offset)
