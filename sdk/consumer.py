@@ -397,7 +397,9 @@ class Consumer:
         body = response.WhichOneof("body")
         if body == "delivery":
             delivery = response.delivery
-            stale = self._holds.seen(delivery.nacks_seen)
+            records = delivery.records  # one partition's: its dispatcher's send
+            stale = bool(records) and self._holds.seen(delivery.nacks_seen,
+                                                       records[0].partition)
             put = self._state.buffer.put
             for batch in delivered_batches(delivery, self._marks_share_ends):
                 kept = self._drop_stale(batch) if stale else batch

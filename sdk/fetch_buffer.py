@@ -205,8 +205,14 @@ class NackHolds:
     1. Nacks are numbered as they are queued (1, 2, ...), not as they are sent.
     2. `nacked` holds each slot from its lowest nacked offset, under the
        number of the nack being queued (`queued + 1`).
-    3. A hold ends once a delivery shows the broker saw its nack: it never
-       waits for later nacks (nor creates any), so it always ends.
+    3. A hold ends once a delivery of its partition shows the broker saw its
+       nack: it never waits for later nacks (nor creates any), so it always
+       ends (every later delivery of that partition ends it, the retry too).
+    4. Only a delivery of the hold's own partition ends it. Each partition's
+       dispatcher queues its own deliveries, in the order it decided them, but
+       not in step with the others: one whose records it had to read from the
+       store first is queued after the read, so a delivery of another partition
+       decided after the nack may arrive before it, and says nothing about it.
     """
 
     def __init__(self) -> None:
@@ -233,12 +239,17 @@ class NackHolds:
         """A nack was queued."""
         self.queued += 1
 
-    def seen(self, nacks_seen: int) -> bool:
-        """A delivery planned after `nacks_seen` nacks: end the holds it covers; True
-        when some remain (its events of those slots may be stale)."""
-        if self._holds:
-            self._holds = {k: v for k, v in self._holds.items() if v[1] > nacks_seen}
-        return bool(self._holds)
+    def seen(self, nacks_seen: int, partition: int) -> bool:
+        """A delivery of `partition` planned after `nacks_seen` nacks: end the holds of
+        that partition it covers (rule 4); True when some of that partition remain
+        (its events of those slots may be stale)."""
+        holds = self._holds
+        if not holds:
+            return False
+        ended = [k for k, v in holds.items() if k[0] == partition and v[1] <= nacks_seen]
+        for key in ended:
+            del holds[key]
+        return any(k[0] == partition for k in holds)
 
     def stale_positions(self, partition: int, offsets: Sequence[int],
                         slots: Sequence[int]) -> list[int]:

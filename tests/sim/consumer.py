@@ -61,7 +61,7 @@ class SimConsumer:
     def receive(self, model: Model) -> None:
         """Take one delivery off the wire, as `Consumer._handle` does."""
         offsets, _, nacks_seen, send = self.wire_in.popleft()
-        stale = self.holds.seen(nacks_seen)
+        stale = self.holds.seen(nacks_seen, 0)
         drop = set(self.holds.stale_positions(0, offsets, [model.events[o].slot for o in offsets])
                    ) if stale else set()
         self.taken_since_grant += len(drop)  # the broker took them back: permits return

@@ -58,8 +58,8 @@ def test_nack_holds_end_on_their_own_nack() -> None:
     holds.queue()  # nack 1
     assert holds.stale_positions(0, [9, 11, 13], [5, 5, 6]) == [1, 2]
     holds.queue()  # nack 2: a give-back; it does not extend the hold of nack 1
-    assert holds.seen(0)  # a delivery planned before nack 1: stale
-    assert not holds.seen(1)  # the broker saw nack 1: the holds end
+    assert holds.seen(0, 0)  # a delivery planned before nack 1: stale
+    assert not holds.seen(1, 0)  # the broker saw nack 1: the holds end
     assert not holds and holds.stale_positions(0, [11], [5]) == []
     holds.nacked(0, [20], [5])
     holds.queue()
