@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdk.core.columns import Event, record_events
+from sdk.core.columns import Event, batch_slots, record_events
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.fetch_buffer import FetchBuffer
 from sdk.reader import ReadBatch
@@ -69,7 +69,12 @@ class ReceivedBatch(ReadBatch):
 
     @property
     def slots(self) -> Sequence[int]:
-        return self.record.batch.slots
+        """One slot per event, in order. A broadcast column (one entry for every event,
+        as the wire contract allows; the broker stores it as sent) is expanded, so the
+        slots line up with `offsets`: nack, its rest of the slot and the stale check zip
+        the two, and raised ValueError on such a record."""
+        slots = self.record.batch.slots
+        return slots if len(slots) == self.count else batch_slots(self.record.batch)
 
     def messages(self) -> list[Message]:
         """Row views (a Python object per event)."""

@@ -1,6 +1,7 @@
-"""A nack's hold on its slot survives deliveries of the consumer's other partitions.
+"""A nack's hold on its slot survives deliveries of the consumer's other partitions;
+records with a broadcast slots column can be nacked.
 
-Goal: after the application nacks an event of partition 1, a later event of the
+Goal (1): after the application nacks an event of partition 1, a later event of the
 same slot that the broker sent before it saw the nack never reaches the
 application ahead of the retry, even when a delivery of partition 0 that the
 broker decided after the nack arrives first. Each partition's dispatcher queues
@@ -13,6 +14,13 @@ application saw key k80's offset 1730 before the retry of its offset 594 (a
 Key_Shared probe with two partitions, consumers nacking whole batches and a
 broker restart; the broker had taken 1730 back with the nack and sent it again
 later, to another consumer).
+
+Goal (2): a record whose slots column is broadcast (one entry for all its events,
+as the wire contract allows for any column, stored as sent: a raw or other-language
+producer may send it) is nacked like any other. Before, `nack(message)` raised
+ValueError (zip of offsets with the one-entry column) once such a record was
+buffered, `nack(batch)` of one did, and so did the stale check in the receive
+loop, which ended it: the consumer then received nothing more.
 
 Method: a Consumer that is never attached, fed SubscribeResponses as its
 receive loop would hand them over (`_handle`), its buffer read directly.
@@ -63,3 +71,23 @@ def test_a_hold_ends_only_with_a_delivery_of_its_own_partition() -> None:
     consumer._handle(delivery(1, [594, 1730], [SLOT, SLOT], nacks_seen=1))
 
     assert buffered(consumer) == [(0, [77]), (1, [1731]), (1, [594, 1730])]
+
+
+def test_records_with_a_broadcast_slots_column_are_nacked_like_any_other() -> None:
+    consumer = Consumer("127.0.0.1:1", "t", "s", type="key_shared")
+    consumer._state.buffer.initial_grants([0])
+    consumer._handle(delivery(0, [0, 1, 2], [SLOT], nacks_seen=0))  # one entry, 3 events
+    consumer._handle(delivery(0, [3, 4, 5], [SLOT], nacks_seen=0))
+    first = consumer._state.buffer.take()
+    assert isinstance(first, ReceivedBatch)
+    message = first.messages()[0]
+    consumer.nack(message, delay_ms=50)  # nack 1: the rest of the slot goes back with it
+    assert buffered(consumer) == []
+    # a delivery decided before nack 1 (stale: dropped), then the retry
+    consumer._handle(delivery(0, [1, 2], [SLOT], nacks_seen=0))
+    consumer._handle(delivery(0, [0, 1, 2, 3, 4, 5], [SLOT], nacks_seen=1))
+    retry = consumer._state.buffer.take()
+    assert isinstance(retry, ReceivedBatch) and list(retry.offsets) == [0, 1, 2, 3, 4, 5]
+    consumer.nack(retry, delay_ms=50)  # a whole broadcast batch
+    nacks = consumer._state.nacks
+    assert [(p, list(o)) for p, o, _, _ in nacks] == [(0, [0]), (0, [0, 1, 2, 3, 4, 5])]
