@@ -22,11 +22,14 @@ ValueError (zip of offsets with the one-entry column) once such a record was
 buffered, `nack(batch)` of one did, and so did the stale check in the receive
 loop, which ended it: the consumer then received nothing more.
 
-Method: a Consumer that is never attached, fed SubscribeResponses as its
-receive loop would hand them over (`_handle`), its buffer read directly.
+Method: a Consumer that is never attached (made on an event loop, as its channel
+needs one), fed SubscribeResponses as its receive loop would hand them over
+(`_handle`), its buffer read directly.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from sdk.consumer import Consumer
 from sdk.core.pb import keybus_pb2 as pb
@@ -46,6 +49,16 @@ def delivery(partition: int, offsets: list[int], slots: list[int],
                                                      window_last_offsets=[offsets[-1]]))
 
 
+def unattached_consumer(partitions: list[int]) -> Consumer:
+    """A Consumer never attached, its permits granted for `partitions`."""
+    async def make() -> Consumer:
+        return Consumer("127.0.0.1:1", "t", "s", type="key_shared")
+
+    consumer = asyncio.run(make())
+    consumer._state.buffer.initial_grants(partitions)
+    return consumer
+
+
 def buffered(consumer: Consumer) -> list[tuple[int, list[int]]]:
     out = []
     while (batch := consumer._state.buffer.take()) is not None:
@@ -55,8 +68,7 @@ def buffered(consumer: Consumer) -> list[tuple[int, list[int]]]:
 
 
 def test_a_hold_ends_only_with_a_delivery_of_its_own_partition() -> None:
-    consumer = Consumer("127.0.0.1:1", "t", "s", type="key_shared")
-    consumer._state.buffer.initial_grants([0, 1])
+    consumer = unattached_consumer([0, 1])
     consumer._handle(delivery(1, [594], [SLOT], nacks_seen=0))
     taken = consumer._state.buffer.take()
     assert taken is not None
@@ -74,8 +86,7 @@ def test_a_hold_ends_only_with_a_delivery_of_its_own_partition() -> None:
 
 
 def test_records_with_a_broadcast_slots_column_are_nacked_like_any_other() -> None:
-    consumer = Consumer("127.0.0.1:1", "t", "s", type="key_shared")
-    consumer._state.buffer.initial_grants([0])
+    consumer = unattached_consumer([0])
     consumer._handle(delivery(0, [0, 1, 2], [SLOT], nacks_seen=0))  # one entry, 3 events
     consumer._handle(delivery(0, [3, 4, 5], [SLOT], nacks_seen=0))
     first = consumer._state.buffer.take()
