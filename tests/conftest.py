@@ -6,9 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.redis_server import REDIS_PASSWORD, RedisServer, redis_unavailable
+
+# No per-example deadline: Hypothesis's default (200 ms) times the machine, and a
+# loaded 2-core run failed property tests on it (no property took long, the CPU
+# was shared). Every test stays bounded by its example count.
+settings.register_profile("keybus", deadline=None)
+settings.load_profile("keybus")
 
 
 @pytest.fixture
