@@ -18,6 +18,7 @@ know about topics' real partitions or offsets (that is `partitioning.py`).
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,11 +132,32 @@ def check_names(options: Mapping[str, str], use: Use) -> dict[str, str]:
         if name is None:
             if key.lower() in spark_owned:
                 continue
-            raise OptionError(
-                f"option {key!r} is not known for a keybus {use.value}; allowed: "
-                f"{', '.join(allowed)} (see docs/spark.md)")
+            raise OptionError(unknown_option_message(key, use))
         out[name] = value
     return out
+
+
+def unknown_option_message(key: str, use: Use) -> str:
+    """Why `key` is refused for `use`, in the option's documented spelling.
+
+    Spark lower-cases option names before the connector sees them, so the
+    message names the canonical spelling when the option exists for another
+    use (`endingOffsets` on a stream), and the closest allowed name when it
+    looks like a misspelling (`startingOffset`).
+    """
+    allowed = _ALLOWED[use]
+    every = {name.lower(): name for names in _ALLOWED.values() for name in names}
+    known = every.get(key.lower())
+    if known is not None:
+        uses = [u.value for u in (Use.BATCH_READ, Use.STREAM_READ, Use.WRITE)
+                if known in _ALLOWED[u]]
+        return (f"option {known!r} applies to a keybus {' or '.join(uses)} only, not to a "
+                f"{use.value}; a {use.value} takes: {', '.join(allowed)} (see docs/spark.md)")
+    by_lower = {name.lower(): name for name in allowed}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
+    hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
+    return (f"option {key!r} is not known for a keybus {use.value}; {hint}allowed: "
+            f"{', '.join(allowed)} (see docs/spark.md)")
 
 
 def parse_read_options(options: Mapping[str, str], use: Use) -> ReadOptions:
