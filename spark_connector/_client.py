@@ -13,10 +13,11 @@ opened and closed by the call that needs it: nothing here is pickled.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from sdk import errors
 from sdk.cluster import describe_role
+from sdk.core.columns import record_events
 from sdk.core.model import HashRange, TopicPartition
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.loop_thread import LoopThread
@@ -113,6 +114,31 @@ def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None
     return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
             for topic, info in topic_infos(broker, topics, security, missing_ok).items()
             for p in info.partitions}
+
+
+def offsets_for_scns(broker: str, scns: Sequence[tuple[TopicPartition, int]],
+                     bounds: Mapping[TopicPartition, PartitionBounds],
+                     security: ClientSecurity | None = None) -> dict[TopicPartition, int]:
+    """The offset of each partition's first stored event whose SCN is >= the given
+    one (its end offset when none is), as the broker resolves StartPosition.scn.
+
+    One bounded read per partition, up to its end offset in `bounds`, that stops
+    at the first event it gets: Spark's offsets are log offsets, so an SCN start
+    is turned into one on the driver, once, when the read is planned.
+    """
+    out: dict[TopicPartition, int] = {}
+    for tp, scn in scns:
+        end = bounds[tp].end_offset
+        out[tp] = end
+        try:
+            with SyncReader(broker, tp.topic, tp.partition, start={"scn": scn}, stop_offset=end,
+                            events_max=1, security=security) as reader:
+                out[tp] = next((e.offset for batch in reader for e in record_events(batch.record)
+                                if e.scn >= scn), end)
+        except errors.KeybusError as e:
+            raise call_failure(f"Read({tp.topic!r}/{tp.partition}, scn {scn})", broker,
+                               e) from None
+    return out
 
 
 def topic_infos(broker: str, topics: Sequence[str], security: ClientSecurity | None = None,

@@ -131,11 +131,14 @@ class OffsetsSpec:
 
     `default` (EARLIEST or LATEST) applies to every topic partition that
     `per_partition` does not name; per_partition values are offsets >= 0 or
-    EARLIEST/LATEST.
+    EARLIEST/LATEST. `scns` (startingOffsets only) names partitions that start
+    at their first event whose SCN is at least the value: the driver asks the
+    broker for that offset (the broker's StartPosition.scn) before it plans.
     """
 
     default: int
     per_partition: tuple[tuple[TopicPartition, int], ...] = ()
+    scns: tuple[tuple[TopicPartition, int], ...] = ()
 
     def offset_of(self, tp: TopicPartition) -> int:
         for named, offset in self.per_partition:
@@ -167,9 +170,10 @@ def parse_offsets(text: str, option: str, topics: Sequence[str], *, allow_latest
         raise PartitioningError(
             f"option {option!r}={text!r}: allowed {' or '.join(allowed)}, or JSON per topic "
             'partition such as {"orders":{"0":23,"1":-2}} (-2 = earliest, -1 = latest)')
-    entries = _json_entries(parsed, option, topics, allow_latest, allow_earliest)
-    default = EARLIEST if option == "startingOffsets" else LATEST
-    return OffsetsSpec(default, tuple(sorted(entries.items())))
+    starting = option == "startingOffsets"
+    entries, scns = _json_entries(parsed, option, topics, allow_latest, allow_earliest, starting)
+    default = EARLIEST if starting else LATEST
+    return OffsetsSpec(default, tuple(sorted(entries.items())), tuple(sorted(scns.items())))
 
 
 def _allowed_words(allow_latest: bool, allow_earliest: bool) -> list[str]:
@@ -177,8 +181,11 @@ def _allowed_words(allow_latest: bool, allow_earliest: bool) -> list[str]:
 
 
 def _json_entries(parsed: dict[str, object], option: str, topics: Sequence[str],
-                  allow_latest: bool, allow_earliest: bool) -> dict[TopicPartition, int]:
+                  allow_latest: bool, allow_earliest: bool, allow_scn: bool
+                  ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Offsets, and SCNs ({"scn": n} entries, when allow_scn), per topic partition."""
     entries: dict[TopicPartition, int] = {}
+    scns: dict[TopicPartition, int] = {}
     for topic, partitions in parsed.items():
         if topic not in topics:
             raise PartitioningError(f"option {option!r} names topic {topic!r}, which is not "
@@ -187,17 +194,29 @@ def _json_entries(parsed: dict[str, object], option: str, topics: Sequence[str],
             raise PartitioningError(f"option {option!r} topic {topic!r}: need an object of "
                                     'partition to offset, e.g. {"0":23}')
         for key, offset in partitions.items():
+            if allow_scn and str(key).isdigit() and isinstance(offset, dict):
+                scns[TopicPartition(topic, int(key))] = _scn_entry(option, topic, key, offset)
+                continue
             if not str(key).isdigit() or type(offset) is not int or offset < EARLIEST:
+                scn = ', or {"scn": N} (the first event whose SCN is >= N)' if allow_scn else ""
                 raise PartitioningError(
                     f"option {option!r} entry {topic}/{key}={offset!r}: need a partition "
-                    "number and an offset >= 0, or -2 (earliest) or -1 (latest)")
+                    f"number and an offset >= 0, or -2 (earliest) or -1 (latest){scn}")
             if (offset == LATEST and not allow_latest) or (offset == EARLIEST
                                                            and not allow_earliest):
                 word = "latest (-1)" if offset == LATEST else "earliest (-2)"
                 raise PartitioningError(f"option {option!r} entry {topic}/{key}: {word} is "
                                         "not allowed here (as in Spark's Kafka connector)")
             entries[TopicPartition(topic, int(key))] = offset
-    return entries
+    return entries, scns
+
+
+def _scn_entry(option: str, topic: str, key: str, value: dict[str, object]) -> int:
+    scn = value.get("scn")
+    if set(value) != {"scn"} or type(scn) is not int or not 0 <= scn < 1 << 64:
+        raise PartitioningError(f"option {option!r} entry {topic}/{key}={value!r}: an SCN "
+                                'start is {"scn": N} with N an integer 0..2**64-1')
+    return scn
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,13 +228,16 @@ class PartitionBounds:
 
 
 def resolve_offsets(spec: OffsetsSpec, bounds: Mapping[TopicPartition, PartitionBounds],
-                    option: str) -> dict[TopicPartition, int]:
+                    option: str, scn_offsets: Mapping[TopicPartition, int] | None = None
+                    ) -> dict[TopicPartition, int]:
     """Concrete offsets for every topic partition in `bounds`.
 
+    Args:
+        scn_offsets: the offset the broker gave for each of `spec.scns`.
     Raises:
         PartitioningError: the spec names a partition the topic does not have.
     """
-    for tp, _ in spec.per_partition:
+    for tp, _ in spec.per_partition + spec.scns:
         if tp not in bounds:
             raise PartitioningError(f"option {option!r} names partition {tp.partition} of "
                                     f"topic {tp.topic!r}, which does not exist")
@@ -227,6 +249,8 @@ def resolve_offsets(spec: OffsetsSpec, bounds: Mapping[TopicPartition, Partition
         elif offset == LATEST:
             offset = b.end_offset
         out[tp] = offset
+    for tp, _ in spec.scns:
+        out[tp] = (scn_offsets or {})[tp]
     return out
 
 

@@ -137,6 +137,16 @@ def _range_groups(options: ReadOptions, partitions: list[TopicPartition]
     return range_groups(spec, partitions, live)
 
 
+def _scn_offsets(options: ReadOptions, bounds: dict[TopicPartition, PartitionBounds]
+                 ) -> dict[TopicPartition, int]:
+    """The offsets of startingOffsets' {"scn": N} entries (the broker resolves them);
+    asks nothing when there are none, or for a partition `bounds` lacks (refused next)."""
+    scns = [(tp, scn) for tp, scn in options.starting.scns if tp in bounds]
+    if not scns:
+        return {}
+    return _client.offsets_for_scns(options.broker, scns, bounds, options.security)
+
+
 def _refuse_overwrite(overwrite: bool) -> None:
     if overwrite:
         raise OptionError("a keybus topic is an append-only log: use mode 'append' "
@@ -217,7 +227,8 @@ class KeybusBatchReader(DataSourceReader):
             return list(_snapshot_partitions(options, view_offsets(
                 options.broker, options.topics, options.security), None))
         bounds = _client.describe(options.broker, options.topics, options.security)
-        starts = resolve_offsets(options.starting, bounds, "startingOffsets")
+        starts = resolve_offsets(options.starting, bounds, "startingOffsets",
+                                 _scn_offsets(options, bounds))
         stops = resolve_offsets(options.ending, bounds, "endingOffsets")
         for tp, stop in stops.items():
             if starts[tp] > stop:
@@ -290,8 +301,9 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.snapshot:  # the first batch reads the view as of these offsets
             return mark_snapshot(offsets_to_json(view_offsets(
                 self.options.broker, self.options.topics, self.options.security)))
-        starts = resolve_offsets(self.options.starting, self._bounds(missing_ok=False),
-                                 "startingOffsets")
+        bounds = self._bounds(missing_ok=False)
+        starts = resolve_offsets(self.options.starting, bounds, "startingOffsets",
+                                 _scn_offsets(self.options, bounds))
         return offsets_to_json(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
