@@ -13,6 +13,9 @@ opened and closed by the call that needs it: nothing here is pickled.
 
 from __future__ import annotations
 
+import itertools
+import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from sdk import errors
@@ -26,7 +29,14 @@ from sdk.subscription_admin import SubscriptionAdmin
 from sdk.sync import SyncAdmin, SyncReader
 from spark_connector.partitioning import PartitionBounds
 
+_log = logging.getLogger("keybus.spark")
+
 CALL_TIMEOUT_S = 30.0
+# How long a running stream's driver keeps asking a broker it cannot reach
+# (a broker restart takes seconds), as Kafka's source waits for its brokers
+# (default.api.timeout.ms 60 s) before the query fails.
+STREAM_UNREACHABLE_WAIT_S = 60.0
+_RETRY_PAUSE_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 class Failure:
@@ -80,9 +90,11 @@ class BrokerCallError(RuntimeError):
             that went back and a deleted topic differently).
     """
 
-    def __init__(self, message: str, failure: str = Failure.OTHER) -> None:
+    def __init__(self, message: str, failure: str = Failure.OTHER, *,
+                 unreachable: bool = False) -> None:
         super().__init__(message)
         self.failure = failure
+        self.unreachable = unreachable  # the broker could not be reached (UNAVAILABLE)
 
     @property
     def out_of_range(self) -> bool:
@@ -96,24 +108,44 @@ def call_failure(call: str, broker: str, error: errors.KeybusError) -> BrokerCal
     if isinstance(error, errors.Unavailable):
         hint = " (is the broker running, and is option 'broker' its address?)"
     return BrokerCallError(f"keybus {call} on broker {broker} failed: {error.message}{hint}",
-                           failure_of(error))
+                           failure_of(error), unreachable=isinstance(error, errors.Unavailable))
 
 
 def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None = None,
-             *, missing_ok: bool = False) -> dict[TopicPartition, PartitionBounds]:
+             *, missing_ok: bool = False, unreachable_wait_s: float = 0.0
+             ) -> dict[TopicPartition, PartitionBounds]:
     """Stored offsets of every partition of `topics` (DescribeTopic).
 
     Args:
         missing_ok: a topic that does not exist has no partitions here (a
             running streaming query whose topic was deleted: data loss, which
             the caller judges) instead of failing the call.
+        unreachable_wait_s: how long to keep asking while the broker cannot be
+            reached (a running stream: its broker may be restarting); 0 = fail
+            at once (a read being defined: the address may be wrong).
     Raises:
         BrokerCallError: a topic does not exist (unless missing_ok), or the
-            broker cannot be reached.
+            broker cannot be reached (for unreachable_wait_s).
     """
+    began = time.monotonic()
+    for attempt in itertools.count():
+        try:
+            infos = topic_infos(broker, topics, security, missing_ok)
+            break
+        except BrokerCallError as e:
+            waited_s = time.monotonic() - began
+            if not e.unreachable or waited_s >= unreachable_wait_s:
+                if e.unreachable and unreachable_wait_s > 0:
+                    raise BrokerCallError(f"{e} (unreachable for {waited_s:.0f} s, the most a "
+                                          "running stream waits)", e.failure,
+                                          unreachable=True) from None
+                raise
+            if attempt == 0:
+                _log.warning("%s; asking again for up to %.0f s", e, unreachable_wait_s)
+            pause_s = _RETRY_PAUSE_S[min(attempt, len(_RETRY_PAUSE_S) - 1)]
+            time.sleep(min(pause_s, max(unreachable_wait_s - waited_s, 0.0)))
     return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
-            for topic, info in topic_infos(broker, topics, security, missing_ok).items()
-            for p in info.partitions}
+            for topic, info in infos.items() for p in info.partitions}
 
 
 def offsets_for_scns(broker: str, scns: Sequence[tuple[TopicPartition, int]],

@@ -285,7 +285,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (data loss, judged by the caller), as for Kafka's source; only the query's
         first offsets (initialOffset) need every topic to exist."""
         return _client.describe(self.options.broker, self.options.topics, self.options.security,
-                                missing_ok=missing_ok)
+                                missing_ok=missing_ok, unreachable_wait_s=(
+                                    _client.STREAM_UNREACHABLE_WAIT_S if missing_ok else 0.0))
 
     def _durable_ends(self, reached: dict[TopicPartition, int],
                       bounds: dict[TopicPartition, PartitionBounds]) -> dict[TopicPartition, int]:
