@@ -23,6 +23,11 @@ Rules:
 4. Each batch the task hands over becomes exactly one produce request as long
    as it stays under the producer's batch_bytes_max, so sequences follow the
    task's batches; a larger batch is split the same way by every attempt.
+5. A broker that cannot be reached when a topic's producer opens (it is
+   restarting) is asked again for up to `OPEN_UNREACHABLE_WAIT_S`, as Kafka's
+   producer blocks up to max.block.ms for its metadata; once open, the SDK
+   producer reconnects by itself. The driver checked the broker when the
+   write was planned (writer.py), so a wrong address fails there at once.
 
 Runs inside a Spark task (a plain thread): the SDK's async producers run on
 a loop thread this object owns; the task's thread only hands columns over
@@ -32,6 +37,8 @@ and waits for answers.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +53,8 @@ from spark_connector import _client
 # Requests are cut at this size as well as at writeBatchEvents (the broker
 # takes up to 32 MiB per request).
 BATCH_BYTES_MAX = 16 << 20
+OPEN_UNREACHABLE_WAIT_S = 60.0  # rule 5
+OPEN_RETRY_PAUSE_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 def task_producer_id(write_id: str, task_partition: int) -> int:
@@ -140,6 +149,7 @@ class TaskProducer:
         self._producers: dict[str, Producer] = {}  # rule 1: under the task's id
         self._fresh: dict[str, Producer] = {}  # rule 2: under an InitProducer id
         self._sent: deque[_Sent] = deque()
+        self.open_unreachable_wait_s = OPEN_UNREACHABLE_WAIT_S
 
     def partitions(self, topic: str) -> int:
         """The topic's partition count (opens the topic's producer).
@@ -187,14 +197,29 @@ class TaskProducer:
                   producer_id: int | None) -> Producer:
         producer = producers.get(topic)
         if producer is None:
+            producer = producers[topic] = self._open(topic, producer_id)
+        return producer
+
+    def _open(self, topic: str, producer_id: int | None) -> Producer:
+        """A producer of `topic`; rule 5 while the broker cannot be reached."""
+        began = time.monotonic()
+        for attempt in itertools.count():
             try:
-                producer = self._loop.run(Producer.create(
+                return self._loop.run(Producer.create(
                     self.broker, topic, config=self._config, producer_id=producer_id,
                     security=self.security))
+            except errors.Unavailable as e:
+                waited_s = time.monotonic() - began
+                if waited_s >= self.open_unreachable_wait_s:
+                    failure = _client.call_failure(f"Produce to {topic!r}", self.broker, e)
+                    raise _client.BrokerCallError(
+                        f"{failure} (unreachable for {waited_s:.0f} s, the most a write task "
+                        "waits)", failure.failure, unreachable=True) from None
+                pause_s = OPEN_RETRY_PAUSE_S[min(attempt, len(OPEN_RETRY_PAUSE_S) - 1)]
+                time.sleep(min(pause_s, self.open_unreachable_wait_s - waited_s))
             except errors.KeybusError as e:
                 raise _client.call_failure(f"Produce to {topic!r}", self.broker, e) from None
-            producers[topic] = producer
-        return producer
+        raise AssertionError("unreachable")
 
     def _send(self, topic: str, partition: int, columns: EventColumns, resend: bool) -> None:
         while len(self._sent) > self.in_flight_max:

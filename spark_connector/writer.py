@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 
 from sdk.core.hashing import partition_of, slots_of
 from sdk.core.pb import keybus_pb2 as pb
+from spark_connector import _client
 from spark_connector.options import OptionError, WriteIdempotence, WriteOptions
 from spark_connector.task_producer import (
     EventColumns,
@@ -118,6 +119,11 @@ def _inner_types_fit(kind: DataType) -> bool:
 class _WriterBase:
     def __init__(self, options: WriteOptions, schema: StructType, write_id: str | None) -> None:
         check_input_schema(schema, options)
+        if options.topic is not None:
+            # On the driver, once: a wrong address or a missing topic fails the
+            # write here, at once, rather than in every task (which waits for a
+            # broker it cannot reach: task_producer.py, rule 5).
+            _client.describe(options.broker, [options.topic], options.security)
         self.options = options
         self.write_id = write_id
 
