@@ -180,8 +180,13 @@ def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
     check_acks(acks, count)
     _ensure_zookeeper()
     base = Path(root).resolve()
-    base.mkdir(parents=True, exist_ok=True)
-    claim = _claim_dir(base)  # held until this process ends: another dev sees it
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        claim = _claim_dir(base)  # held until this process ends: another dev sees it
+    except OSError as e:  # not a directory, or one this user cannot create or write
+        raise click.UsageError(f"cannot use --dir {root}: {e.strerror or e} "
+                               f"({e.filename or base}); give a directory this user can "
+                               "create and write") from None
     if not port_free(zookeeper_port):
         fail(f"cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: the port is in use "
              f"(another ZooKeeper? {DEFAULT_ZOOKEEPER_PORT} is its default); choose another "

@@ -122,6 +122,21 @@ def test_cluster_dev_refuses_more_acks_than_followers(tmp_path: Path, acks: str,
     assert not (tmp_path / "cluster").exists()  # refused before anything started
 
 
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_cluster_dev_with_a_dir_it_cannot_use_is_one_line(tmp_path: Path, kind: str) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    root = a_file if kind == "a file" else a_file / "cluster"
+    done = subprocess.run(
+        [sys.executable, "-m", "keybus", "cluster", "dev", "--brokers", "1", "--dir", str(root),
+         "--exit"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    said = done.stderr.strip()
+    assert said.startswith(f"keybus: error: cannot use --dir {root}: "), said
+    assert "give a directory this user can create and write" in said and "\n" not in said
+    assert a_file.read_text() == ""  # nothing written there
+
+
 def test_cluster_dev_on_the_directory_of_a_running_cluster_leaves_it_alone(
         tmp_path: Path) -> None:
     """A second `cluster dev --dir D` (other ports) while one runs there: one line naming
