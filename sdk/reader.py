@@ -130,7 +130,8 @@ class Reader:
         self._channel: grpc.aio.Channel | None = channel
         link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
                 "on_connection_change": on_connection_change,
-                "channel": lambda: self._channel, "reauthenticate": self._renew_channel}
+                "channel": lambda: self._channel, "reauthenticate": self._renew_channel,
+                "topic": topic}
         self._bootstrap: BootstrapStream | None = None
         if start == "bootstrap" or isinstance(start, BootstrapPosition):
             self._start = pb.StartPosition()

@@ -72,8 +72,10 @@ class RetryingCall:
                  on_connection_change: ConnectionCallback | None = None,
                  prepare: Callable[[], Awaitable[None]] | None = None,
                  channel: Callable[[], grpc.aio.Channel | None] | None = None,
-                 reauthenticate: Callable[[], Awaitable[None]] | None = None) -> None:
+                 reauthenticate: Callable[[], Awaitable[None]] | None = None,
+                 topic: str = "") -> None:
         self._open = open_call
+        self._topic = topic
         self._reauthenticate = reauthenticate
         self._channel = channel or (lambda: None)
         self._prepare = prepare
@@ -84,6 +86,7 @@ class RetryingCall:
         self._on_connection_change = on_connection_change or log_connection_change
         self._call: Any = None
         self._answered = False  # the open call sent a message (so it was authenticated)
+        self._ever_answered = False  # some call sent a message: the topic existed then
         self.reconnects = 0  # calls opened again after a failure
 
     async def read(self) -> Any:
@@ -120,6 +123,7 @@ class RetryingCall:
                 if note is not None:
                     await self._report(True, note)
             self._answered = True  # the call was open: its credentials were accepted
+            self._ever_answered = True
             if message is grpc.aio.EOF:
                 self._call = None
                 return None
@@ -145,7 +149,10 @@ class RetryingCall:
                 raise error
             return str(error), not self._link.ever_connected
         if error.code() not in RETRIABLE_CODES:
-            raise errors.from_rpc_error(error, self._link.broker) from None
+            mapped = errors.from_rpc_error(error, self._link.broker)
+            if self._ever_answered and self._topic:  # it was read: a topic gone since was deleted
+                mapped = errors.deleted_if_gone(mapped, self._topic)
+            raise mapped from None
         return failure_of(error)
 
     async def _report(self, connected: bool, message: str) -> None:

@@ -1,0 +1,105 @@
+"""A client that was attached to a topic and finds it gone on a reopen is told it was deleted.
+
+Goal: a reader (log or bootstrap: both read through RetryingCall) whose stream
+broke (a lost broker, retried) and whose reopen the broker refuses with "topic
+'T' does not exist; create it first" ends with "topic 'T' was deleted", as a
+consumer reconnecting after the delete does (sdk/consumer_link.py): the user
+had been reading the topic, so "create it first" would be wrong advice. A
+first open of a topic that is not there keeps the broker's words.
+Method: fake calls that fail as grpc.aio does (AioRpcError), the real
+RetryingCall and ConsumerLink; bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from sdk import errors
+from sdk.consumer_link import ConsumerLink
+from sdk.reconnect import RetryPolicy
+from sdk.retrying_call import RetryingCall
+
+MISSING = "topic 't' does not exist; create it first (keybus topics create t)"
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class Answers:
+    """Each read answers the next item: an AioRpcError to raise, or a message."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.opened = 0
+
+    def open(self) -> Answers:
+        self.opened += 1
+        return self
+
+    async def read(self) -> Any:
+        answer = self.answers.pop(0)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            raise answer
+        return answer
+
+    def cancel(self) -> bool:
+        return True
+
+
+def read_all(answers: Answers, topic: str) -> list[Any]:
+    async def go() -> list[Any]:
+        stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",
+                              on_connection_change=lambda up, text: None, topic=topic)
+        got = []
+        async with asyncio.timeout(5):
+            while (message := await stream.read()) is not None:
+                got.append(message)
+        return got
+    return asyncio.run(go())
+
+
+def test_a_reader_whose_reopen_finds_no_topic_is_told_it_was_deleted() -> None:
+    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+                       rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
+    with pytest.raises(errors.TopicNotFound) as raised:
+        read_all(answers, "t")
+    assert answers.opened == 2
+    assert str(raised.value) == "topic 't' was deleted"
+
+
+def test_a_first_read_of_a_missing_topic_keeps_the_brokers_words() -> None:
+    answers = Answers([rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
+    with pytest.raises(errors.TopicNotFound) as raised:
+        read_all(answers, "t")
+    assert str(raised.value) == MISSING
+
+
+def test_another_topics_absence_is_not_taken_for_this_ones_delete() -> None:
+    other = "topic 'u' does not exist; create it first (keybus topics create u)"
+    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+                       rpc_error(grpc.StatusCode.NOT_FOUND, other)])
+    with pytest.raises(errors.TopicNotFound) as raised:
+        read_all(answers, "t")
+    assert str(raised.value) == other
+
+
+@pytest.mark.parametrize(("reconnecting", "said"), [(True, "topic 't' was deleted"),
+                                                    (False, MISSING)])
+def test_a_consumer_reopen_that_finds_no_topic_says_it_was_deleted(
+        reconnecting: bool, said: str) -> None:
+    """The consumer's path (also taken at once, unreported, after grpcio failed an
+    ack's write on the stream the delete ended)."""
+    link = ConsumerLink("127.0.0.1:7", "t", RetryPolicy(5_000, 0, 1, 2), True, None,
+                        lambda up, text: None)
+
+    async def go() -> None:
+        await link.open_failed(rpc_error(grpc.StatusCode.NOT_FOUND, MISSING), reconnecting)
+    with pytest.raises(errors.TopicNotFound) as raised:
+        asyncio.run(go())
+    assert str(raised.value) == said
