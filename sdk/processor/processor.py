@@ -44,6 +44,7 @@ from typing import Any
 
 import grpc.aio
 
+from sdk import errors
 from sdk.admin import Admin
 from sdk.channel import open_channel
 from sdk.processor import arguments
@@ -189,6 +190,7 @@ class EventProcessor:
         self._leases_changed = asyncio.Event()
         self._own_writes = OwnWrites(self.owner_id)
         self._duplicate: DuplicateOwnerId | None = None
+        self._described = False  # a cycle found the topic: its absence now is its delete
         self._outage = OutageLog(f"event processor {topic}/{consumer_group}: balancing")
         self._broker_outage = BrokerOutage(f"event processor {topic}/{consumer_group}", broker,
                                            ownership_expiration_ms)
@@ -339,7 +341,11 @@ class EventProcessor:
         if self._duplicate is not None:
             raise self._duplicate
         self._calling_broker = True
-        info = await self._admin.describe_topic(self.topic)
+        try:
+            info = await self._admin.describe_topic(self.topic)
+        except errors.KeybusError as e:
+            raise errors.deleted_if_gone(e, self.topic) if self._described else e from None
+        self._described = True
         self._broker_answered()
         self._calling_broker = self._ownership in self._owned_stores  # the broker's own store
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
@@ -470,6 +476,8 @@ class EventProcessor:
             if isinstance(e, TimeoutError):
                 e = TimeoutError(f"the ownership store did not answer within "
                                  f"{STOP_STORE_WAIT_S:g} s")
+            elif isinstance(e, errors.KeybusError):  # it held claims: the topic was there
+                e = errors.deleted_if_gone(e, self.topic)
             message = (f"event processor {self.topic}/{self.consumer_group}: stopped without "
                        f"releasing partitions {sorted(r.partition for r in releases)} ({e}); "
                        "other processors take them once the claims expire "
