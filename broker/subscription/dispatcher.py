@@ -84,7 +84,8 @@ class PartitionDispatcher(DispatcherConsumers, DispatcherUpkeep):
         self._redelivered = REDELIVERED_EVENTS.labels(spec.topic, spec.name)
         self._sent_counts = [0, 0]  # (dispatched, redelivered) not yet in the metrics
         self._idle_clean = False  # the round idles with a clean cursor (see `_idle`)
-        self._timer: asyncio.TimerHandle | None = None  # wakes an idle round (see `_arm`)
+        self._timer: asyncio.Handle | None = None  # wakes an idle round (see `_arm`)
+        self._timer_due = 0.0  # when it fires (loop time)
         self._parked = False  # the task waits in `_idle` (see `_round_now`)
         self._unsent: list[tuple[Send, int]] = []  # decided sends, their records not cached
         self._deferred_read: ReadRequest | None = None  # taken by `_round_now` for the task
@@ -265,17 +266,19 @@ class PartitionDispatcher(DispatcherConsumers, DispatcherUpkeep):
         tail, round after round idles until the same persist time, and a timeout per wait
         would schedule and cancel a timer each round. A timer firing early costs a round
         that finds nothing to do. Deadlines are whole milliseconds (`now_ms`), so one
-        that comes back a fraction of a millisecond sooner keeps the timer."""
+        that comes back a fraction of a millisecond sooner keeps the timer. Its due
+        time is kept here, not asked of the handle: uvloop runs a call_at due within
+        half a millisecond as call_soon, whose Handle has no when()."""
         if timeout_s is None:
             return
         loop = asyncio.get_running_loop()
         due = loop.time() + timeout_s
         timer = self._timer
         if timer is not None:
-            if timer.when() <= due + 0.001:
+            if self._timer_due <= due + 0.001:
                 return
             timer.cancel()
-        self._timer = loop.call_at(due, self._on_timer)
+        self._timer, self._timer_due = loop.call_at(due, self._on_timer), due
 
     def _on_timer(self) -> None:
         self._timer = None
