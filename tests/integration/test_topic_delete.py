@@ -13,8 +13,16 @@ starts from scratch: offsets from 0, no subscription, cursor, view entry,
 checkpoint or ownership record of the old one. Once the broker stops, every
 column family holds keys of live topics only.
 
+The event processor may close and reopen its partitions before the delete
+(under load its read falls behind the 20 kB retention, or a call misses its
+deadline: docs/event-processor.md, "Not done"); what is checked of it is that
+the delete closes every partition it has open, that it is told the topic is
+gone, and that it was told of nothing but that and those failures of load.
+
 Method: one broker process (retention every 50 ms, 20 kB per partition, view
 passes of 500 events), the SDK parts in this process, the CLI as children;
+every user attached (the CLI's subscription listed) before the delete, as a
+CLI that subscribes after it is rightly told the topic "does not exist";
 every wait bounded.
 """
 
@@ -35,6 +43,7 @@ import pytest
 
 from broker.log.rocks_store import COLUMN_FAMILIES, RocksStore
 from sdk import Admin, Consumer, Producer, Reader, SubscriptionAdmin, TopicNotFound
+from sdk.errors import DEADLINE_EXCEEDED, KeybusError, OffsetOutOfRange
 from sdk.processor import CloseReason, EventProcessor, PartitionContext
 from sdk.reader import ReadBatch
 from sdk.stores import BrokerCheckpointStore, BrokerOwnershipStore
@@ -68,8 +77,9 @@ class Users:
         self.ended: dict[str, BaseException | str] = {}
         self.sends: list[asyncio.Future[Any]] = []
         self.processed = 0
-        self.closes: list[CloseReason] = []
-        self.processor_errors: list[BaseException] = []
+        self.opens: list[int] = []  # partitions, as the processor opened them
+        self.closes: list[tuple[int, CloseReason]] = []
+        self.processor_errors: list[tuple[int | None, BaseException]] = []  # (partition, error)
         self.tasks: list[asyncio.Task[None]] = []
 
     def note(self, who: str, what: BaseException | str) -> None:
@@ -113,13 +123,32 @@ class Users:
             await context.update_checkpoint(batch)
 
         async def on_error(context: PartitionContext | None, error: BaseException) -> None:
-            self.processor_errors.append(error)
+            self.processor_errors.append((context.partition if context else None, error))
+
+        async def on_open(context: PartitionContext) -> None:
+            self.opens.append(context.partition)
 
         async def on_close(context: PartitionContext, reason: CloseReason) -> None:
-            self.closes.append(reason)
+            self.closes.append((context.partition, reason))
         return EventProcessor(self.broker, TOPIC, "billing", on_event=on_event,
-                              on_error=on_error, on_partition_close=on_close,
+                              on_error=on_error, on_partition_initialize=on_open,
+                              on_partition_close=on_close,
                               load_balancing_interval_ms=500, ownership_expiration_ms=2_000)
+
+    def open_partitions(self) -> set[int]:
+        """Partitions the processor opened and has not closed."""
+        return {p for p in (0, 1) if self.opens.count(p) > [c[0] for c in self.closes].count(p)}
+
+
+def gone(error: BaseException) -> bool:
+    return isinstance(error, TopicNotFound) and f"topic {TOPIC!r} " in str(error)
+
+
+def under_load(error: BaseException) -> bool:
+    """A processor's failure before the delete that load explains: its read fell
+    behind the 20 kB retention, or a call to the broker missed its deadline."""
+    return isinstance(error, OffsetOutOfRange) or \
+        (isinstance(error, KeybusError) and error.code == DEADLINE_EXCEEDED)
 
 
 def live_keys_only(data_dir: Path) -> dict[str, int]:
@@ -158,6 +187,18 @@ def test_deleting_a_topic_in_use_ends_every_user_and_leaves_nothing(
                 return all(p.start_offset > 0 for p in info.partitions) and users.processed > 0
             await wait_for(retention_ran, 20, "retention trimmed both partitions while "
                            "the processor processed")
+
+            async def all_attached() -> bool:  # a CLI started late would rightly be told
+                async with SubscriptionAdmin(address) as subscriptions:  # "does not exist"
+                    listed = await subscriptions.list_subscriptions(TOPIC)
+                return {"key_shared", "shared", "cli"} <= {s.subscription for s in listed}
+            await wait_for(all_attached, 30, "the consumers and `keybus consume` attached")
+            # Under load the processor's read may fall behind the 20 kB retention, or a
+            # checkpoint miss its deadline: the partition closes ("error") and reopens
+            # next cycle (docs/event-processor.md). What the delete must do: close every
+            # partition open then (or opened since), and tell the processor the topic is gone.
+            open_at_delete = users.open_partitions()
+            closes_before, errors_before = len(users.closes), len(users.processor_errors)
             deleting = await asyncio.to_thread(subprocess.run, [
                 sys.executable, "-m", "keybus", "topics", "delete", TOPIC, "--broker", address],
                 capture_output=True, text=True, timeout=30, env=dict(os.environ,
@@ -169,10 +210,14 @@ def test_deleting_a_topic_in_use_ends_every_user_and_leaves_nothing(
             users_ended = ("key_shared consumer", "shared consumer", "earliest reader",
                            "bootstrap reader")
             await wait_for(lambda: all(u in users.ended for u in users_ended)
-                           and all(f.done() for f in users.sends) and len(users.closes) == 2
+                           and all(f.done() for f in users.sends) and not users.open_partitions()
+                           and any(gone(e) for _, e in users.processor_errors[errors_before:])
                            and cli.poll() is not None, FAIL_WITHIN_S,
-                           f"every user ends: {users.ended}, {len(users.closes)} processor "
-                           f"partitions closed, cli {cli.poll()}")
+                           f"every user ends: {users.ended}, processor partitions still open "
+                           f"{users.open_partitions()}, processor told "
+                           f"{[repr(e) for _, e in users.processor_errors[errors_before:]]}, "
+                           f"{sum(not f.done() for f in users.sends)} sends unanswered, "
+                           f"cli {cli.poll()}")
             took_s = time.monotonic() - deleted_at
             for who in users_ended:
                 error = users.ended[who]
@@ -182,9 +227,13 @@ def test_deleting_a_topic_in_use_ends_every_user_and_leaves_nothing(
             assert failed, "no send was pending at the delete"
             assert all(isinstance(e, TopicNotFound) and repr(TOPIC) in str(e)
                        for e in failed), {f"{type(e).__name__}: {e}" for e in failed}
-            assert users.closes == ["error", "error"]
-            assert users.processor_errors and all(
-                isinstance(e, TopicNotFound) for e in users.processor_errors)
+            since = users.closes[closes_before:]
+            assert {p for p, _ in since} >= open_at_delete, (open_at_delete, users.closes)
+            # "error": its read was ended by the delete; "ownership_lost": its claim lapsed
+            # first (renewals that missed their deadline under load)
+            assert all(reason in ("error", "ownership_lost") for _, reason in since), users.closes
+            said = [(p, f"{type(e).__name__}: {e}") for p, e in users.processor_errors]
+            assert all(gone(e) or under_load(e) for _, e in users.processor_errors), said
             _, stderr = cli.communicate(timeout=5)
             assert cli.returncode == 1 and "Traceback" not in stderr, stderr
             # "was deleted" also when grpcio failed an ack's write on the ended stream
