@@ -8,8 +8,12 @@ reporter and a cursor sync loop, on one channel to the upstream. A copy task
    (`EpochEnd` for the epoch of our last record) and drop what lies past it
    (events the leader never had, so never acknowledged); it is logged.
    Then compare the last record kept with the upstream's at that offset
-   (divergence.py): when they differ the upstream holds another log (the
-   topic was deleted and created again there) and the whole copy is dropped.
+   (divergence.py): when they differ, or when the upstream, leading in the
+   epoch of our last record, ends at or below our start, the upstream holds
+   another log (the topic was deleted and created again there): the whole
+   copy is dropped and the log starts over at offset 0, as a new topic's
+   (replica_log.py rule 6, whatever our start was), so the copy takes the
+   upstream's log from its start.
 2. Read the upstream through the SDK `Reader` from our log end (from the
    beginning of its retained log when ours is empty), following its tail,
    and store each response's whole records in one write
@@ -281,7 +285,7 @@ class TopicFollower:
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
         self.auth.accepted()
-        if await self._drop_another_log(partition, min(answer.end_offset, partition.log_end)):
+        if await self._drop_another_log(partition, answer.end_offset, epoch):
             return
         if answer.end_offset >= partition.log_end:
             return
@@ -297,22 +301,15 @@ class TopicFollower:
                         dropped.scn_first, dropped.scn_last, self.upstream, epoch,
                         answer.end_offset)
 
-    async def _drop_another_log(self, partition: Partition, keep_end: int) -> bool:
-        """Step 1b (divergence.py): when the upstream's record holding offset
-        keep_end - 1 is not ours, its log is another one (the topic was deleted and
-        created again there): drop the whole copy, so it is copied again from the
-        upstream's start. True when it did."""
-        if keep_end <= partition.start_offset:
-            return False
-        store, topic_id = partition.store, partition.meta.topic_id
-        ours = await asyncio.to_thread(divergence.our_mark, store, topic_id, partition.index,
-                                       keep_end - 1)
-        if ours is None:
-            return False
-        assert self._channel is not None
-        theirs = await divergence.upstream_mark(self._channel, self.topic, partition.index,
-                                                ours.base_offset)
-        reason = divergence.diverged(ours, theirs)
+    async def _drop_another_log(self, partition: Partition, epoch_end: int, epoch: int) -> bool:
+        """Step 1b (divergence.py): when the upstream's record holding the last offset
+        both logs may share is not ours, or the upstream, leading in the epoch of our
+        last record, holds nothing of this copy (`epoch_end`, its answer, is at or
+        below our start), its log is another one (the topic was deleted and created
+        again there): drop the whole copy, so the log starts over at 0 and the
+        upstream's is copied from its start (rule 6 of replica_log.py). True when
+        it did."""
+        reason = await self._another_log(partition, min(epoch_end, partition.log_end), epoch)
         if reason is None:
             return False
         callback = self._truncated_callback(partition.index)
@@ -322,11 +319,30 @@ class TopicFollower:
             TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
             log.warning("topic %s/%d: upstream %s holds another log of this partition than the "
                         "one copied here (%s): the topic was deleted and created again there, or "
-                        "its data replaced; dropped offsets %d..%d (%d events in %d records) and "
-                        "copying the upstream's log from its start", self.topic,
-                        partition.index, self.upstream, reason, dropped.offset,
+                        "its data replaced; dropped offsets %d..%d (%d events in %d records), "
+                        "this log starts over at 0 and copies the upstream's log from its start",
+                        self.topic, partition.index, self.upstream, reason, dropped.offset,
                         dropped.end_before - 1, dropped.events, dropped.records)
         return True
+
+    async def _another_log(self, partition: Partition, keep_end: int, epoch: int) -> str | None:
+        """Why the upstream's log is another one than this copy, in words; None when
+        it is the same (as far as it can tell) or the upstream has a later leader."""
+        if keep_end <= partition.start_offset:  # no record of ours the upstream may hold
+            if epoch != self.leader_epoch:  # a later leader lacks our tail: truncation
+                return None
+            return (f"its log ends at offset {keep_end} in leader epoch {epoch}, the epoch of "
+                    f"this copy's last record, and this copy holds offsets "
+                    f"{partition.start_offset}..{partition.log_end - 1}")
+        store, topic_id = partition.store, partition.meta.topic_id
+        ours = await asyncio.to_thread(divergence.our_mark, store, topic_id, partition.index,
+                                       keep_end - 1)
+        if ours is None:
+            return None
+        assert self._channel is not None
+        theirs = await divergence.upstream_mark(self._channel, self.topic, partition.index,
+                                                ours.base_offset)
+        return divergence.diverged(ours, theirs)
 
     def _truncated_callback(self, index: int) -> Callable[[int], Awaitable[None]] | None:
         on_truncated = self.on_truncated

@@ -24,6 +24,13 @@ Rules:
    (`removing_below`), so this broker's readers get OUT_OF_RANGE for them, as
    the upstream's do, never a silent gap; so does a log empty at an earlier
    offset whose first record comes later (rule 2).
+6. A truncation at or below the log's start drops the whole log, and the log
+   starts over as a new partition's: empty at offset 0, no SCN, producer
+   state or removed offsets, its high watermark at 0 (Kafka's
+   truncateFullyAndStartAt; a topic deleted and created again upstream is a
+   new topic). The copy then takes the upstream's log from its start, as a
+   new follower's does (rules 2 and 5), whatever this log's start was: kept
+   at it, an upstream log starting below it could never continue it.
 
 `plan_replica` is the pure part; `replicate`, `truncate` and `restart_at` run on the
 partition task (`Partition.run_on_task`); `last_epoch` and `epoch_end` are
@@ -182,10 +189,13 @@ async def truncate(partition: Partition, offset: int,
 
     Runs on the partition task. `before_publish(new_end)` runs after the
     write and before readers are woken (subscriptions move their cursors
-    back there first). Returns None when nothing is past `offset`.
+    back there first). Returns None when nothing is past `offset`. At or
+    below the log's start, the log starts over at 0 (rule 6).
     """
     if offset >= partition.clock.next_offset:
         return None
+    if offset <= partition.start_offset:
+        return await _start_over(partition, before_publish)
     store, topic_id, index = partition.store, partition.meta.topic_id, partition.index
     found = await asyncio.to_thread(_tail_from, store, topic_id, index, offset)
     cut, previous_scn, dropped, events, size, scn_first, scn_last = found
@@ -208,6 +218,30 @@ async def truncate(partition: Partition, offset: int,
         await before_publish(cut)
     partition.publish()
     return Truncation(cut, end_before, dropped, events, scn_first, scn_last)
+
+
+async def _start_over(partition: Partition,
+                      before_publish: Callable[[int], Awaitable[None]] | None) -> Truncation:
+    """Drop the whole log and start it again empty at offset 0 (rule 6), written
+    synced; what was dropped, for the log line (no records: an empty log at a
+    later offset)."""
+    store, topic_id, index = partition.store, partition.meta.topic_id, partition.index
+    start, end_before = partition.start_offset, partition.clock.next_offset
+    found = (await asyncio.to_thread(_tail_from, store, topic_id, index, start)
+             if end_before > start else (start, None, 0, 0, 0, 0, 0))
+    _, _, dropped, events, _, scn_first, scn_last = found
+    states = await asyncio.to_thread(store.producer_states, topic_id, index)
+    await partition.threads.run(store.truncate, topic_id, index, 0, 0,
+                                dict.fromkeys(states), 0, 0)
+    partition.producers.forget(list(states))
+    partition.clock = PartitionClock(0, 0)
+    partition.start_offset = partition.bytes = partition.removing_below = 0
+    if partition.limit.high_watermark is not None:  # the old log's; the upstream sends anew
+        partition.limit.process_high_watermark(0)  # readers see it at the publish below
+    if before_publish is not None:
+        await before_publish(0)
+    partition.publish()
+    return Truncation(start, end_before, dropped, events, scn_first, scn_last)
 
 
 async def restart_at(partition: Partition, start: int) -> Restart | None:

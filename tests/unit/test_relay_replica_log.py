@@ -217,3 +217,43 @@ def test_a_record_whose_slots_do_not_match_its_keys_is_refused(tmp_path: Path) -
         assert stored(partition) == [] and partition.end_offset == 0
         await registry.close()
     run(body, tmp_path)
+
+
+def test_a_truncation_below_the_start_starts_the_log_over_at_zero(tmp_path: Path) -> None:
+    """Rule 6: a follower whose log starts at 4 (the offsets before announced removed)
+    drops it whole for another log (its upstream's topic created again) that begins
+    at 0 with lower SCNs: the log is a new partition's, whose first record at 0 is
+    taken; readers and subscriptions are sent to 0. Before, it stayed empty at 4 with
+    the old SCN clock, and offset 0 was refused for ever."""
+    async def body(path: Path) -> None:
+        old_registry, old = await open_partition(path / "old")
+        new_registry, new = await open_partition(path / "new")
+        registry, follower = await open_partition(path / "follower")
+        for first in range(0, 8, 2):
+            await old.submit(request([first, first + 1], producer_id=7, sequence=first // 2))
+        await new.submit(request([100, 101]))
+        await follower.run_on_task(lambda p: replica_log.replicate(p, records(old)[2:]))
+        follower.set_high_watermark(8)
+        assert (follower.start_offset, follower.removing_below, follower.log_end) == (4, 4, 8)
+        seen: list[int] = []
+
+        async def before_publish(end: int) -> None:
+            seen.append(end)
+        dropped = await follower.run_on_task(
+            lambda p: replica_log.truncate(p, 0, before_publish))
+        assert dropped is not None and (dropped.offset, dropped.end_before, dropped.records,
+                                        dropped.events) == (4, 8, 2, 4)
+        assert seen == [0] and stored(follower) == []
+        assert (follower.start_offset, follower.removing_below, follower.log_end,
+                follower.end_offset, follower.clock.last_scn, follower.bytes) == (0, 0, 0, 0, 0, 0)
+        assert follower.limit.high_watermark == 0 and follower.truncations[-1] == 0
+        assert follower.store.producer_states(follower.meta.topic_id, 0) == {}
+        tail = follower.store.recover_tail(follower.meta.topic_id, 0)  # as after a restart
+        assert (tail.start_offset, tail.next_offset, tail.bytes) == (0, 0, 0)
+        await follower.run_on_task(lambda p: replica_log.replicate(p, records(new)))
+        assert stored(follower) == stored(new)
+        spec = ReadSpec(follower.meta.topic_id, 0, None, 100, 1 << 20, None, None)
+        assert (await follower.read(spec, 0)).removed is None
+        for closing in (registry, new_registry, old_registry):
+            await closing.close()
+    run(body, tmp_path)
