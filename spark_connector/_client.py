@@ -16,7 +16,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from sdk import errors
 from sdk.cluster import describe_role
@@ -30,6 +31,7 @@ from sdk.sync import SyncAdmin, SyncReader
 from spark_connector.partitioning import PartitionBounds
 
 _log = logging.getLogger("keybus.spark")
+T = TypeVar("T")
 
 CALL_TIMEOUT_S = 30.0
 # How long a running stream's driver keeps asking a broker it cannot reach
@@ -127,25 +129,40 @@ def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None
         BrokerCallError: a topic does not exist (unless missing_ok), or the
             broker cannot be reached (for unreachable_wait_s).
     """
+    infos = retry_while_unreachable(
+        lambda: topic_infos(broker, topics, security, missing_ok), unreachable_wait_s,
+        "a running stream", warn=True)
+    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
+            for topic, info in infos.items() for p in info.partitions}
+
+
+def retry_while_unreachable(call: Callable[[], T], wait_s: float, waiter: str, *,
+                            warn: bool = False) -> T:
+    """`call()`, asked again with growing pauses while it fails because the broker
+    cannot be reached (a BrokerCallError with `unreachable`), for up to `wait_s`:
+    a broker restart takes seconds. Then the last failure is raised, saying how
+    long `waiter` waited; any other failure at once (`wait_s` 0: the first too).
+
+    Args:
+        warn: log the first failure as a WARNING that says it is asked again.
+    """
     began = time.monotonic()
     for attempt in itertools.count():
         try:
-            infos = topic_infos(broker, topics, security, missing_ok)
-            break
+            return call()
         except BrokerCallError as e:
             waited_s = time.monotonic() - began
-            if not e.unreachable or waited_s >= unreachable_wait_s:
-                if e.unreachable and unreachable_wait_s > 0:
-                    raise BrokerCallError(f"{e} (unreachable for {waited_s:.0f} s, the most a "
-                                          "running stream waits)", e.failure,
+            if not e.unreachable or waited_s >= wait_s:
+                if e.unreachable and wait_s > 0:
+                    raise BrokerCallError(f"{e} (unreachable for {waited_s:.0f} s, the most "
+                                          f"{waiter} waits)", e.failure,
                                           unreachable=True) from None
                 raise
-            if attempt == 0:
-                _log.warning("%s; asking again for up to %.0f s", e, unreachable_wait_s)
+            if warn and attempt == 0:
+                _log.warning("%s; asking again for up to %.0f s", e, wait_s)
             pause_s = _RETRY_PAUSE_S[min(attempt, len(_RETRY_PAUSE_S) - 1)]
-            time.sleep(min(pause_s, max(unreachable_wait_s - waited_s, 0.0)))
-    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
-            for topic, info in infos.items() for p in info.partitions}
+            time.sleep(min(pause_s, max(wait_s - waited_s, 0.0)))
+    raise AssertionError("unreachable")
 
 
 def offsets_for_scns(broker: str, scns: Sequence[tuple[TopicPartition, int]],

@@ -37,8 +37,6 @@ and waits for answers.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +52,6 @@ from spark_connector import _client
 # takes up to 32 MiB per request).
 BATCH_BYTES_MAX = 16 << 20
 OPEN_UNREACHABLE_WAIT_S = 60.0  # rule 5
-OPEN_RETRY_PAUSE_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 def task_producer_id(write_id: str, task_partition: int) -> int:
@@ -202,24 +199,15 @@ class TaskProducer:
 
     def _open(self, topic: str, producer_id: int | None) -> Producer:
         """A producer of `topic`; rule 5 while the broker cannot be reached."""
-        began = time.monotonic()
-        for attempt in itertools.count():
+        def create() -> Producer:
             try:
                 return self._loop.run(Producer.create(
                     self.broker, topic, config=self._config, producer_id=producer_id,
                     security=self.security))
-            except errors.Unavailable as e:
-                waited_s = time.monotonic() - began
-                if waited_s >= self.open_unreachable_wait_s:
-                    failure = _client.call_failure(f"Produce to {topic!r}", self.broker, e)
-                    raise _client.BrokerCallError(
-                        f"{failure} (unreachable for {waited_s:.0f} s, the most a write task "
-                        "waits)", failure.failure, unreachable=True) from None
-                pause_s = OPEN_RETRY_PAUSE_S[min(attempt, len(OPEN_RETRY_PAUSE_S) - 1)]
-                time.sleep(min(pause_s, self.open_unreachable_wait_s - waited_s))
             except errors.KeybusError as e:
                 raise _client.call_failure(f"Produce to {topic!r}", self.broker, e) from None
-        raise AssertionError("unreachable")
+        return _client.retry_while_unreachable(create, self.open_unreachable_wait_s,
+                                               "a write task")
 
     def _send(self, topic: str, partition: int, columns: EventColumns, resend: bool) -> None:
         while len(self._sent) > self.in_flight_max:

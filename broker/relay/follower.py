@@ -289,11 +289,8 @@ class TopicFollower:
             return
         if answer.end_offset >= partition.log_end:
             return
-        callback = self._truncated_callback(partition.index)
-        dropped = await partition.run_on_task(
-            lambda p: replica_log.truncate(p, answer.end_offset, callback))
+        dropped = await self._truncate(partition, answer.end_offset)
         if dropped is not None:
-            TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
             log.warning("topic %s/%d: dropped offsets %d..%d (%d events in %d records, scn %d..%d) "
                         "that upstream %s does not have (leader epoch %d ended at %d); they were "
                         "never acknowledged", self.topic, partition.index, dropped.offset,
@@ -312,11 +309,8 @@ class TopicFollower:
         reason = await self._another_log(partition, min(epoch_end, partition.log_end), epoch)
         if reason is None:
             return False
-        callback = self._truncated_callback(partition.index)
-        dropped = await partition.run_on_task(
-            lambda p: replica_log.truncate(p, p.start_offset, callback))
+        dropped = await self._truncate(partition, partition.start_offset)
         if dropped is not None:
-            TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
             log.warning("topic %s/%d: upstream %s holds another log of this partition than the "
                         "one copied here (%s): the topic was deleted and created again there, or "
                         "its data replaced; dropped offsets %d..%d (%d events in %d records), "
@@ -324,6 +318,17 @@ class TopicFollower:
                         self.topic, partition.index, self.upstream, reason, dropped.offset,
                         dropped.end_before - 1, dropped.events, dropped.records)
         return True
+
+    async def _truncate(self, partition: Partition, offset: int
+                        ) -> replica_log.Truncation | None:
+        """Drop the log from `offset` on (replica_log.truncate, on the partition's
+        task), counted in the metrics; what was dropped, for the caller's log line."""
+        callback = self._truncated_callback(partition.index)
+        dropped: replica_log.Truncation | None = await partition.run_on_task(
+            lambda p: replica_log.truncate(p, offset, callback))
+        if dropped is not None:
+            TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
+        return dropped
 
     async def _another_log(self, partition: Partition, keep_end: int, epoch: int) -> str | None:
         """Why the upstream's log is another one than this copy, in words; None when

@@ -70,6 +70,15 @@ def test_cluster_dev_with_a_port_taken_is_one_line_naming_it(tmp_path: Path, whi
             socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
+def stop_all(dev: subprocess.Popen[str], children: list[int]) -> None:
+    """The cluster dev process and what it started, by PID: only what this test started."""
+    dev.kill()
+    dev.wait(10)
+    for pid in children:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -100,11 +109,7 @@ def test_cluster_dev_stopped_by_a_signal_stops_what_it_started(tmp_path: Path,
         left = [pid for pid in children if alive(pid)]
         assert not left, f"still running after cluster dev exited: {left}"
     finally:
-        dev.kill()
-        dev.wait(10)
-        for pid in children:  # by PID, only what this test started
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_all(dev, children)
 
 
 @pytest.mark.parametrize(("acks", "said"), [
@@ -177,8 +182,4 @@ def test_cluster_dev_on_the_directory_of_a_running_cluster_leaves_it_alone(
             "broker"), done.stderr
         assert {path: path.read_text() for path in configs} == configs
     finally:
-        dev.kill()
-        dev.wait(10)
-        for pid in children:  # by PID, only what this test started
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        stop_all(dev, children)

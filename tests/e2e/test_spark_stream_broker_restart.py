@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ import pytest
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data")
-    process.start()
-    yield process
-    process.stop()
 
 
 def _produce(broker: BrokerProcess, keys: list[int]) -> None:
