@@ -12,7 +12,7 @@ import pytest
 
 from spark_connector.options import OptionError, Use, parse_read_options, parse_write_options
 
-BASE = {"broker": "localhost:6650", "topic": "orders"}
+BASE = {"broker": "127.0.0.1:6650", "topic": "orders"}
 
 
 @pytest.mark.parametrize("key, use, words", [

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from spark_connector.options import OptionError, parse_write_options
 from spark_connector.writer import check_input_schema
 
-OPTIONS = parse_write_options({"broker": "localhost:6650", "topic": "orders"})
+OPTIONS = parse_write_options({"broker": "127.0.0.1:6650", "topic": "orders"})
 
 
 def _schema(headers: MapType) -> StructType:
