@@ -91,27 +91,24 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = PRO
         channel = open_channel(address)
         stub = stub_of(channel)
         try:
-            return address, await stub.DescribeCluster(
-                pb.DescribeClusterRequest(topic=topic), timeout=timeout_s)
-        except grpc.RpcError as e:
-            error = errors.from_rpc_error(e, address)
-            if not (topic and error.code == errors.NOT_FOUND):
-                return address, str(error)
-        finally:
-            await channel.close()
-        # It answered that it lacks the topic: a broker without it, not one that did not
-        # answer (its ZooKeeper state still counts); `lacking` names it.
-        channel = open_channel(address)
-        try:
-            info: pb.ClusterInfo = await stub_of(channel).DescribeCluster(
+            try:
+                return address, await stub.DescribeCluster(
+                    pb.DescribeClusterRequest(topic=topic), timeout=timeout_s)
+            except grpc.RpcError as e:
+                error = errors.from_rpc_error(e, address)
+                if not (topic and error.code == errors.NOT_FOUND):
+                    return address, str(error)
+            # It answered that it lacks the topic: a broker without it, not one that did
+            # not answer (its ZooKeeper state still counts); `lacking` names it.
+            info: pb.ClusterInfo = await stub.DescribeCluster(
                 pb.DescribeClusterRequest(topic=""), timeout=timeout_s)
+            return address, pb.ClusterInfo(broker_id=info.broker_id, address=info.address,
+                                           zookeeper=info.zookeeper,
+                                           zookeeper_state=info.zookeeper_state)
         except grpc.RpcError as e:
             return address, str(errors.from_rpc_error(e, address))
         finally:
             await channel.close()
-        return address, pb.ClusterInfo(broker_id=info.broker_id, address=info.address,
-                                       zookeeper=info.zookeeper,
-                                       zookeeper_state=info.zookeeper_state)
     return list(await asyncio.gather(*(ask(a) for a in addresses)))
 
 
