@@ -28,6 +28,27 @@ PORT_FLOOR = 10_000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
+def port_range() -> tuple[int, int]:
+    """Where `free_port` picks: `KEYBUS_PORT_RANGE` ("LOW-HIGH"), or from
+    `PORT_FLOOR` up to the start of the kernel's ephemeral range."""
+    given = os.environ.get("KEYBUS_PORT_RANGE", "").strip()
+    if given:
+        low_text, _, high_text = given.partition("-")
+        try:
+            low, high = int(low_text), int(high_text)
+        except ValueError:
+            low = high = 0
+        if not 1_024 <= low < high <= 65_536:
+            raise ValueError(f"KEYBUS_PORT_RANGE={given!r} is not a port range; "
+                             "give LOW-HIGH with 1024 <= LOW < HIGH <= 65536, e.g. 20000-21000")
+        return low, high
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768
+    return PORT_FLOOR, max(ephemeral_low, PORT_FLOOR + 1_000)
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on, for a server started next.
 
@@ -37,13 +58,15 @@ def free_port() -> int:
     this check and the server's bind (seen as "the port is in use" in a parallel
     test run). A random port below that range is never given to a connection;
     it is bound once here to check that nothing holds it.
+
+    `KEYBUS_PORT_RANGE=LOW-HIGH` narrows the pick to LOW..HIGH-1. Parallel test
+    workers each get a range of their own (tests/conftest.py), so one worker
+    never picks a port another worker's broker is about to bind, or has left
+    for a moment while it restarts on it.
     """
-    try:
-        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32_768
+    low, high = port_range()
     for _ in range(100):
-        port = random.randrange(PORT_FLOOR, max(ephemeral_low, PORT_FLOOR + 1_000))
+        port = random.randrange(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

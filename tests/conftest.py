@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from keybus.dev_cluster import port_range
 from tests.support.broker_process import BrokerProcess
 from tests.support.redis_server import REDIS_PASSWORD, RedisServer, redis_unavailable
 
@@ -16,6 +18,27 @@ from tests.support.redis_server import REDIS_PASSWORD, RedisServer, redis_unavai
 # was shared). Every test stays bounded by its example count.
 settings.register_profile("keybus", deadline=None)
 settings.load_profile("keybus")
+
+
+def _own_port_range() -> None:
+    """Give this xdist worker a slice of the free-port range of its own.
+
+    Why: a worker's broker restarted on its port leaves it free for a moment,
+    and two workers can check the same port free before either binds it; a
+    broker then failed to start with "the port is in use" (1 test in 2,176 on
+    CI). Child processes (brokers, cluster dev, Redis) inherit the slice.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return
+    index = int(worker[2:])
+    low, high = port_range()
+    width = (high - low) // count
+    os.environ["KEYBUS_PORT_RANGE"] = f"{low + index * width}-{low + (index + 1) * width}"
+
+
+_own_port_range()
 
 
 @pytest.fixture

@@ -18,6 +18,10 @@ from keybus.dev_cluster import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+class PortTaken(RuntimeError):
+    """The broker could not bind its port: something else holds it."""
+
+
 class BrokerProcess:
     """One broker subprocess; `address` is "127.0.0.1:PORT"."""
 
@@ -27,6 +31,7 @@ class BrokerProcess:
         self.extra_args = list(extra_args)
         self.prefix = list(prefix)  # e.g. strace and its options: the broker runs under it
         self.port = port or free_port()
+        self._port_is_ours = port is None  # picked here: another may be picked if taken
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.broker.log"
         self.started_s = 0.0
@@ -36,7 +41,23 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> float:
-        """Start and wait until serving; returns seconds from spawn to ready."""
+        """Start and wait until serving; returns seconds from spawn to ready.
+
+        A first start on a port picked here moves to another free port when
+        something took this one between the check and the broker's bind (up to
+        3 times); a restart keeps its port, as the tests that restart expect.
+        """
+        for _ in range(3):
+            try:
+                return self._start_once(timeout_s)
+            except PortTaken:
+                if not self._port_is_ours:
+                    raise
+                self.port = free_port()
+        return self._start_once(timeout_s)
+
+    def _start_once(self, timeout_s: float) -> float:
+        self._port_is_ours = self._port_is_ours and self.process is None
         ready = self.data_dir.parent / f"{self.data_dir.name}.ready"
         ready.unlink(missing_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -48,8 +69,12 @@ class BrokerProcess:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         while not ready.exists():
             if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.process.returncode}: "
-                                   f"{self.log_path.read_text()[-2000:]}")
+                told = self.log_path.read_text()[-2000:]
+                failure = f"broker exited with {self.process.returncode}: {told}"
+                if f"cannot listen on 127.0.0.1:{self.port}: the port is in use" in told:
+                    self.process = None
+                    raise PortTaken(failure)
+                raise RuntimeError(failure)
             if time.monotonic() - began > timeout_s:
                 self.kill()
                 raise TimeoutError(f"broker not ready in {timeout_s}s")
