@@ -190,4 +190,5 @@ async def retry_wait(channel: grpc.aio.Channel | None, delay_ms: int) -> None:
         await asyncio.sleep(delay_s)
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(channel.channel_ready(), delay_s)
+        async with asyncio.timeout(delay_s):
+            await channel.channel_ready()

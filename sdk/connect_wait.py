@@ -38,7 +38,8 @@ async def wait_connected(channel: grpc.aio.Channel, broker: str, timeout_s: floa
         if remaining <= 0:
             raise await _silent(broker, timeout_s)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
+            async with asyncio.timeout(remaining):
+                await channel.wait_for_state_change(state)
         state = channel.get_state(try_to_connect=True)
     return state is grpc.ChannelConnectivity.READY
 
@@ -48,7 +49,8 @@ async def _silent(broker: str, timeout_s: float) -> errors.Unavailable:
     waited = f"within {timeout_s:g} s"
     host, port = parse_broker(broker)
     try:  # bounded: only tells a port that takes connections from one that does not
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return errors.unreachable(broker, f"no answer (connect timed out {waited})")
     writer.close()

@@ -475,7 +475,8 @@ class Consumer:
             self._stream.half_close()  # the broker ends the stream once the acks are in
             if self._tasks:
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(asyncio.shield(self._tasks[0]), 2.0)
+                    async with asyncio.timeout(2.0):
+                        await asyncio.shield(self._tasks[0])
             self._stream.cancel()
         for task in self._tasks:
             task.cancel()

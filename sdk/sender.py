@@ -150,7 +150,8 @@ class Sender:
         self._closing = True
         timeout = (self.delivery_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.flush()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

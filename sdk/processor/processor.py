@@ -293,7 +293,8 @@ class EventProcessor:
                 self._cycle_worked()
             delay_s = self.interval_ms / 1000 * (1 + JITTER * random.random())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay_s)
+                async with asyncio.timeout(delay_s):
+                    await self._stopping.wait()
 
     async def _cycle_failed(self, error: BaseException) -> None:
         """Every failure to on_error; without one, the log once per outage: the broker's
@@ -406,7 +407,8 @@ class EventProcessor:
             lapse_ms = next_lapse_ms(self._renewals(), self.expiration_ms)
             wait_ms = self.interval_ms if lapse_ms is None else max(1, lapse_ms - now_ms)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._leases_changed.wait(), wait_ms / 1000)
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._leases_changed.wait()
 
     def _renewals(self) -> dict[int, int]:
         """partition -> when its claim was last sent, for the pumps not closing."""
@@ -471,7 +473,8 @@ class EventProcessor:
         releases = [replace(record, owner_id="") for record in self._held.values()]
         self._held = {}
         try:
-            await asyncio.wait_for(self._ownership.claim_ownership(releases), STOP_STORE_WAIT_S)
+            async with asyncio.timeout(STOP_STORE_WAIT_S):
+                await self._ownership.claim_ownership(releases)
         except Exception as e:
             if isinstance(e, TimeoutError):
                 e = TimeoutError(f"the ownership store did not answer within "
