@@ -12,6 +12,7 @@ and what is allowed. Pure: no I/O.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from sdk.core.wire_ints import UINT32_MAX
 from sdk.processor.balancer import STRATEGIES
 from sdk.processor.pump import StartPositions, start_for
 from sdk.reader import start_to_proto
+from sdk.stores.fencing import fences
 
 EVENTS_MAX = UINT32_MAX  # ReadRequest.events_max is a uint32
 TOPIC_NAME_BYTES_MAX = 249  # the broker's default topic_name_bytes_max
@@ -114,3 +116,28 @@ def check_options(events_max: Any, fencing: Any) -> None:
     if fencing is not None and type(fencing) is not bool:
         raise ValueError(f"fencing={fencing!r} is invalid: True, False or None (on when the "
                          "checkpoint store can fence)")
+
+
+def renamed_start(start: StartPositions, start_position: StartPositions | None
+                  ) -> StartPositions:
+    """`start_position` is the deprecated spelling of `start` (warned at the caller's caller)."""
+    if start_position is None:
+        return start
+    warnings.warn("EventProcessor(start_position=...) is now start=... (the same name as "
+                  "Reader's and Consumer's)", DeprecationWarning, stacklevel=3)
+    return start_position
+
+
+def check_processor(topic: Any, consumer_group: Any, namespace: Any, owner_id: Any,
+                    callbacks: Mapping[str, Any], strategy: Any, interval_ms: Any,
+                    expiration_ms: Any, ownership_store: Any, checkpoint_store: Any,
+                    start: StartPositions, events_max: Any, fencing: Any) -> None:
+    """Every check of EventProcessor's arguments, in the order of its signature."""
+    check_names(topic, consumer_group, namespace, owner_id)
+    check_callbacks(callbacks, blocking=False)
+    check_balancing(strategy, interval_ms, expiration_ms, ownership_store)
+    check_start(start)
+    check_options(events_max, fencing)
+    if fencing and checkpoint_store is not None and not fences(checkpoint_store):
+        raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
+                         "(supports_fencing is false); pass fencing=False")

@@ -36,7 +36,6 @@ import logging
 import random
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
@@ -145,22 +144,13 @@ class EventProcessor:
                  events_max: int = 0, channel: grpc.aio.Channel | None = None,
                  security: ClientSecurity | None = None,
                  start_position: StartPositions | None = None) -> None:
-        if start_position is not None:
-            warnings.warn("EventProcessor(start_position=...) is now start=... (the same name "
-                          "as Reader's and Consumer's)", DeprecationWarning, stacklevel=2)
-            start = start_position
-        arguments.check_names(topic, consumer_group, namespace, owner_id)
-        arguments.check_callbacks({"on_event": on_event,
-                                   "on_partition_initialize": on_partition_initialize,
-                                   "on_partition_close": on_partition_close,
-                                   "on_error": on_error}, blocking=False)
-        arguments.check_balancing(strategy, load_balancing_interval_ms, ownership_expiration_ms,
-                                  ownership_store)
-        arguments.check_start(start)
-        arguments.check_options(events_max, fencing)
-        if fencing and checkpoint_store is not None and not fences(checkpoint_store):
-            raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
-                             "(supports_fencing is false); pass fencing=False")
+        start = arguments.renamed_start(start, start_position)
+        arguments.check_processor(
+            topic, consumer_group, namespace, owner_id,
+            {"on_event": on_event, "on_partition_initialize": on_partition_initialize,
+             "on_partition_close": on_partition_close, "on_error": on_error},
+            strategy, load_balancing_interval_ms, ownership_expiration_ms, ownership_store,
+            checkpoint_store, start, events_max, fencing)
         self.broker = broker
         self.topic = topic
         self.consumer_group = consumer_group
