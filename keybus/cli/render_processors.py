@@ -47,8 +47,9 @@ def checkpoint_rows(info: pb.TopicInfo, checkpoints: list[Checkpoint]) -> list[d
                          "behind_retention": False})
             continue
         # Lag counts what is still stored after the checkpoint: a checkpoint behind
-        # retention cannot be resumed from (the processor reports OffsetOutOfRange), so
-        # the events retention removed are not "to process" and are said apart.
+        # retention cannot be resumed from (the processor fails the partition with
+        # CheckpointExpired, or skips past it with offset_reset), so the events
+        # retention removed are not "to process" and are said apart.
         next_offset = checkpoint.offset + 1
         behind = next_offset < partition.start_offset
         rows.append({"partition": checkpoint.partition, "offset": checkpoint.offset,

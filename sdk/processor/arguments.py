@@ -19,6 +19,7 @@ from typing import Any
 from sdk.core.names import NAME_CHARACTERS, PROCESSOR_NAME_BYTES_MAX, is_name, is_text
 from sdk.core.wire_ints import UINT32_MAX
 from sdk.processor.balancer import STRATEGIES
+from sdk.processor.offset_reset import check_offset_reset
 from sdk.processor.pump import StartPositions, start_for
 from sdk.reader import start_to_proto
 from sdk.stores.fencing import fences
@@ -131,13 +132,15 @@ def renamed_start(start: StartPositions, start_position: StartPositions | None
 def check_processor(topic: Any, consumer_group: Any, namespace: Any, owner_id: Any,
                     callbacks: Mapping[str, Any], strategy: Any, interval_ms: Any,
                     expiration_ms: Any, ownership_store: Any, checkpoint_store: Any,
-                    start: StartPositions, events_max: Any, fencing: Any) -> None:
+                    start: StartPositions, events_max: Any, fencing: Any,
+                    offset_reset: Any) -> None:
     """Every check of EventProcessor's arguments, in the order of its signature."""
     check_names(topic, consumer_group, namespace, owner_id)
     check_callbacks(callbacks, blocking=False)
     check_balancing(strategy, interval_ms, expiration_ms, ownership_store)
     check_start(start)
     check_options(events_max, fencing)
+    check_offset_reset(offset_reset)
     if fencing and checkpoint_store is not None and not fences(checkpoint_store):
         raise ValueError(f"fencing=True but {type(checkpoint_store).__name__} cannot fence "
                          "(supports_fencing is false); pass fencing=False")

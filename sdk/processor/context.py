@@ -13,6 +13,7 @@ from typing import Literal
 from sdk.core.columns import Event
 from sdk.processor.leases import lease_lapsed
 from sdk.processor.metrics import ProcessorMetrics
+from sdk.processor.offset_reset import CheckpointReset
 from sdk.reader import ReadBatch
 from sdk.stores.fencing import OwnershipLost
 from sdk.stores.protocols import CheckpointStore
@@ -35,6 +36,11 @@ class PartitionContext:
         epoch: the ownership epoch of this claim (written into checkpoints
             when fencing is on).
         checkpoint: the last checkpoint read or written (None: none yet).
+        checkpoint_reset: set before on_partition_initialize when the
+            checkpoint read was behind the log's start and `offset_reset`
+            moved the partition on ("earliest" or "latest": where it
+            resumed, how many events were skipped); None otherwise. The
+            stored checkpoint stays until the application checkpoints again.
         end_offset: the log's end when the last batch was read (for lag).
         close_reason: None while open; then "shutdown", "ownership_lost" or "error".
         renewed_at_ms: when the claim was last sent (monotonic_ms()); the
@@ -51,6 +57,7 @@ class PartitionContext:
         self.owner_id = ownership.owner_id
         self.ownership = ownership
         self.checkpoint: Checkpoint | None = None
+        self.checkpoint_reset: CheckpointReset | None = None
         self.end_offset: int | None = None
         self.close_reason: CloseReason | None = None
         self.last_batch: ReadBatch | None = None

@@ -52,6 +52,7 @@ from sdk.processor.broker_outage import BrokerOutage, unreachable
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.leases import lapsed_partitions, lease_lapsed, next_lapse_ms
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
+from sdk.processor.offset_reset import OffsetReset
 from sdk.processor.outages import Line, OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
@@ -110,6 +111,15 @@ class EventProcessor:
             "latest" is the log end when the partition's reader opens (when
             it is claimed), not when the processor was made or started.
         start_position: deprecated spelling of `start`.
+        offset_reset: what a partition whose checkpoint is behind the log's
+            start (retention removed the events after it) does: "fail"
+            (default: it does not start; CheckpointExpired to on_error every
+            cycle until the checkpoint moves), "earliest" (resume at the
+            log's start) or "latest" (at its end). A reset is logged once at
+            WARNING and shown as context.checkpoint_reset. "fail" because a
+            skip cannot be undone: it must be asked for (Kafka's
+            auto.offset.reset for an out-of-range offset; a partition
+            without a checkpoint follows `start`). See offset_reset.py.
         namespace: groups deployments that share stores (default "").
         owner_id: this processor's id (default: a new UUID). Unique per
             running processor: one that finds records under its id written
@@ -127,7 +137,8 @@ class EventProcessor:
     Raises:
         ValueError: a bad argument, naming what is allowed: names by the
             broker's rules, an ownership store whose records live shorter
-            (`ttl_ms`) than ownership_expiration_ms, a start out of range.
+            (`ttl_ms`) than ownership_expiration_ms, a start out of range,
+            an offset_reset other than "fail", "earliest" or "latest".
         TypeError: on_event missing or a callback that is not callable.
     """
 
@@ -142,7 +153,7 @@ class EventProcessor:
                  ownership_expiration_ms: int = 60_000, start: StartPositions = "earliest",
                  namespace: str = "", owner_id: str | None = None, fencing: bool | None = None,
                  events_max: int = 0, channel: grpc.aio.Channel | None = None,
-                 security: ClientSecurity | None = None,
+                 security: ClientSecurity | None = None, offset_reset: OffsetReset = "fail",
                  start_position: StartPositions | None = None) -> None:
         start = arguments.renamed_start(start, start_position)
         arguments.check_processor(
@@ -150,7 +161,7 @@ class EventProcessor:
             {"on_event": on_event, "on_partition_initialize": on_partition_initialize,
              "on_partition_close": on_partition_close, "on_error": on_error},
             strategy, load_balancing_interval_ms, ownership_expiration_ms, ownership_store,
-            checkpoint_store, start, events_max, fencing)
+            checkpoint_store, start, events_max, fencing, offset_reset)
         self.broker = broker
         self.topic = topic
         self.consumer_group = consumer_group
@@ -160,6 +171,8 @@ class EventProcessor:
         self.interval_ms = load_balancing_interval_ms
         self.expiration_ms = ownership_expiration_ms
         self._start_position = start
+        self._offset_reset: OffsetReset = offset_reset
+        self._log_starts: dict[int, int] = {}  # partition -> log start, at the last cycle
         self._callbacks = Callbacks(on_event, on_partition_initialize, on_partition_close,
                                     on_error)
         self._ownership = ownership_store
@@ -337,6 +350,7 @@ class EventProcessor:
         except errors.KeybusError as e:
             raise errors.deleted_if_gone(e, self.topic) if self._described else e from None
         self._described = True
+        self._log_starts = {p.partition: p.start_offset for p in info.partitions}
         self._broker_answered()
         self._calling_broker = self._ownership in self._owned_stores  # the broker's own store
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
@@ -442,7 +456,8 @@ class EventProcessor:
         pump = PartitionPump(context, self._checkpoints, bool(self._fencing),
                              self._start_position, self._callbacks, self._open_reader,
                              self._metrics.events, self._partition_outages,
-                             previous.task if previous else None)
+                             previous.task if previous else None, offset_reset=self._offset_reset,
+                             log_start_offset=self._log_starts.get(record.partition))
         self._pumps[record.partition] = pump
         pump.task.add_done_callback(lambda _: self._forget(pump))
 

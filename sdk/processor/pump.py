@@ -3,9 +3,12 @@
 A pump runs as one task per claim. In order: wait for the previous claim's
 pump of the same partition to finish (never two readers of one partition in
 one processor); register the epoch with a fencing checkpoint store; read
-that partition's checkpoint only (not the group's); open its reader (a
-"latest" start becomes the log end now, so every event stored after
-on_partition_initialize is delivered); call on_partition_initialize; then
+that partition's checkpoint only (not the group's); decide where to resume
+(after the checkpoint; one behind the log's start by `offset_reset`:
+offset_reset.py); open its reader (a "latest" start becomes the log end
+now, so every event stored after on_partition_initialize is delivered); say
+a reset once (WARNING, `context.checkpoint_reset`); call
+on_partition_initialize; then
 hand each batch to on_event until told to stop, the claim's lease runs
 out, or the checkpoint store says the ownership was lost. A stop never
 interrupts a callback: the pump stops before the next batch.
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
+from sdk.processor.offset_reset import CheckpointReset, OffsetReset, reset_message, resume_at
 from sdk.processor.outages import Line, PartitionOutages
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
@@ -80,11 +84,15 @@ class PartitionPump:
                  fencing: bool, start_position: StartPositions, callbacks: Callbacks,
                  open_reader: Callable[[int, Start], Reader],
                  on_events: Callable[[int], None], outages: PartitionOutages,
-                 previous: asyncio.Task[None] | None = None) -> None:
+                 previous: asyncio.Task[None] | None = None, *,
+                 offset_reset: OffsetReset = "fail", log_start_offset: int | None = None
+                 ) -> None:
         self.context = context
         self._store = checkpoint_store
         self._fencing = fencing
         self._start_position = start_position
+        self._offset_reset = offset_reset
+        self._log_start_offset = log_start_offset  # from the cycle that claimed it (or None)
         self._callbacks = callbacks
         self._open_reader = open_reader
         self._on_events = on_events
@@ -130,6 +138,7 @@ class PartitionPump:
             if not await self._positioned(reader):
                 reason = self._stop_reason
                 return
+            self._note_reset(start, reader)
             self._step = "on_partition_initialize"
             await call(self._callbacks.on_partition_initialize, context)
             opened = True
@@ -181,8 +190,27 @@ class PartitionPump:
                                                       context.consumer_group, context.partition)
         context.checkpoint = checkpoint
         if checkpoint is not None:
-            return checkpoint.offset + 1
+            where = f"{context.topic}/{context.partition} of group {context.consumer_group!r}"
+            return resume_at(where, checkpoint.offset, self._log_start_offset,
+                             self._offset_reset)
         return start_for(self._start_position, context.partition)
+
+    def _note_reset(self, start: Start, reader: Reader) -> None:
+        """A checkpoint behind the log's start was reset (offset_reset.py): one
+        WARNING, and `context.checkpoint_reset` for the callbacks. Runs once the
+        reader is open, so a "latest" reset knows the offset it resumes at."""
+        context, checkpoint = self.context, self.context.checkpoint
+        if checkpoint is None or start == checkpoint.offset + 1 or self._log_start_offset is None:
+            return
+        resumed = start if isinstance(start, int) else reader.next_offset
+        if resumed is None:  # no first answer yet (a "latest" open always has one)
+            resumed = reader.end_offset or self._log_start_offset
+        reset = CheckpointReset(self._offset_reset, checkpoint.offset, self._log_start_offset,
+                                resumed)
+        context.checkpoint_reset = reset
+        log.warning("%s", reset_message(f"event processor {context.topic}/"
+                                        f"{context.consumer_group} partition "
+                                        f"{context.partition}", reset))
 
     async def _positioned(self, reader: Reader) -> bool:
         """Open the reader, so a "latest" start is the log end now, before

@@ -6,8 +6,9 @@ allowed; what used to be taken and fail later (or silently) is in the list:
 a None or non-callable on_event, an async callback for the blocking
 processor (never awaited: every event skipped), a bad events_max, namespace
 or consumer group, a Redis ttl shorter than the expiration (partitions
-reopened every cycle), start='bootstrap' (refused by a message offering it)
-and an offset past the wire's uint64.
+reopened every cycle), start='bootstrap' (refused by a message offering it),
+an offset past the wire's uint64 and an offset_reset that is not 'fail',
+'earliest' or 'latest' (Kafka's 'none' included).
 Method: construct against an unreachable address (nothing connects in the
 constructor); a RedisOwnershipStore is built but never used.
 """
@@ -58,6 +59,10 @@ def build(**options: Any) -> EventProcessor:
                                          r"'latest', an offset 0\.\.2\*\*64-1, or "),
     ({"start": 1 << 64}, ValueError, r"start 18446744073709551616 is invalid"),
     ({"start": {0: "latest", 1: -5}}, ValueError, r"start\[1\] -5 is invalid"),
+    ({"offset_reset": "none"}, ValueError, r"offset_reset='none' is invalid; allowed: 'fail', "
+                                           r"'earliest', 'latest' \(what a partition whose "
+                                           r"checkpoint is behind the log's start does\)"),
+    ({"offset_reset": None}, ValueError, "offset_reset=None is invalid; allowed: 'fail'"),
 ], ids=lambda value: repr(value)[:40])
 def test_a_bad_argument_is_refused_naming_it(options: dict[str, Any], error: type[Exception],
                                               message: str) -> None:
