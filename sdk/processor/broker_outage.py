@@ -11,12 +11,14 @@ what the outage means for the partitions.
 
 `BrokerOutage` folds them into one account:
 
-1. The first sign (a reader's loss, or a cycle that cannot reach the broker)
-   is a WARNING naming the broker, the partitions held and what becomes of
-   them: they run on until their claims lapse, then close, and are balanced
-   again once the broker is back.
+1. The first sign (a reader's loss, a cycle that cannot reach the broker, or
+   a partition's start whose checkpoint read or reader open cannot) is a
+   WARNING naming the broker, the partitions held and what becomes of them:
+   they run on until their claims lapse, then close, and are balanced again
+   once the broker is back (a partition that failed to start closes at once).
 2. Every later sign of the same outage (other readers, failed cycles,
-   the claims lapsing) is DEBUG; the lapsed partitions are remembered.
+   partitions that failed to start, the claims lapsing) is DEBUG; the lapsed
+   and the failed partitions are remembered.
 3. The first answer from the broker after it (a reader reconnects, or a
    cycle's describe works) is an INFO: how long it was away, how many cycles
    failed, and which partitions lapsed meanwhile.
@@ -61,6 +63,7 @@ class BrokerOutage:
         self._since_s: float | None = None  # None: the broker answers
         self._cycles = 0  # cycles failed in this outage
         self._lapsed: set[int] = set()  # partitions whose claims lapsed in this outage
+        self._failed: set[int] = set()  # partitions that closed failing to reach it
 
     @property
     def down(self) -> bool:
@@ -77,6 +80,21 @@ class BrokerOutage:
         self._cycles += 1
         return self._lost(f"lost the broker at {self.broker} ({describe(error)}); retrying",
                           held, now_s)
+
+    def process_partition_failed(self, partition: int, step: str, error: BaseException,
+                                 checkpoints_on_broker: bool, held: Iterable[int],
+                                 now_s: float) -> Line | None:
+        """A partition's step failed: the line to say when the failure is the broker
+        being away (the reader's open, or the checkpoint read of a partition that
+        starts when the checkpoint store is the broker's), else None (the
+        partition's own outage). The partition closes; the next cycle reopens it."""
+        calls_broker = step == "reading" or (step == "starting" and checkpoints_on_broker)
+        if not (calls_broker and unreachable(error)):
+            return None
+        self._failed.add(partition)
+        others = [p for p in held if p != partition]
+        return self._lost(f"partition {partition} ({step}) lost the broker at {self.broker} "
+                          f"({describe(error)}) and closes", others, now_s)
 
     def process_lapsed(self, partitions: Iterable[int]) -> Line:
         """The claims of these partitions lapsed while the broker is away (said
@@ -99,9 +117,12 @@ class BrokerOutage:
                          "they closed; they are balanced again now")
         else:
             parts.append("no claim lapsed")
+        if self._failed - self._lapsed:
+            parts.append(f"partitions {sorted(self._failed - self._lapsed)} closed when they "
+                         "could not reach it; they are balanced again now")
         line = Line(logging.INFO, f"{self.what}: the broker at {self.broker} is back after "
                                   f"{now_s - self._since_s:.1f} s ({'; '.join(parts)})")
-        self._since_s, self._cycles, self._lapsed = None, 0, set()
+        self._since_s, self._cycles, self._lapsed, self._failed = None, 0, set(), set()
         return line
 
     def _lost(self, seen: str, held: Iterable[int], now_s: float) -> Line:

@@ -457,7 +457,10 @@ class EventProcessor:
                              self._start_position, self._callbacks, self._open_reader,
                              self._metrics.events, self._partition_outages,
                              previous.task if previous else None, offset_reset=self._offset_reset,
-                             log_start_offset=self._log_starts.get(record.partition))
+                             log_start_offset=self._log_starts.get(record.partition),
+                             broker_away=lambda p, step, e: self._broker_outage.process_partition_failed(
+                                 p, step, e, self._checkpoints in self._owned_stores,
+                                 self.owned_partitions, time.monotonic()))
         self._pumps[record.partition] = pump
         pump.task.add_done_callback(lambda _: self._forget(pump))
 

@@ -41,6 +41,8 @@ from sdk.stores.protocols import CheckpointStore
 
 log = logging.getLogger("keybus.processor")
 StartPositions = Start | Mapping[int, Start]
+# (partition, step, error) -> the line of the broker's outage, or None: not the broker's
+BrokerAway = Callable[[int, str, BaseException], Line | None]
 
 
 async def call(callback: Callable[..., Any] | None, *args: Any) -> None:
@@ -85,14 +87,15 @@ class PartitionPump:
                  open_reader: Callable[[int, Start], Reader],
                  on_events: Callable[[int], None], outages: PartitionOutages,
                  previous: asyncio.Task[None] | None = None, *,
-                 offset_reset: OffsetReset = "fail", log_start_offset: int | None = None
-                 ) -> None:
+                 offset_reset: OffsetReset = "fail", log_start_offset: int | None = None,
+                 broker_away: BrokerAway | None = None) -> None:
         self.context = context
         self._store = checkpoint_store
         self._fencing = fencing
         self._start_position = start_position
         self._offset_reset = offset_reset
         self._log_start_offset = log_start_offset  # from the cycle that claimed it (or None)
+        self._broker_away = broker_away
         self._callbacks = callbacks
         self._open_reader = open_reader
         self._on_events = on_events
@@ -167,9 +170,18 @@ class PartitionPump:
                     context, reason)
 
     async def _failed(self, error: BaseException) -> None:
-        """Every failure to on_error; without one, the log once per outage of this step."""
-        line = self._outages.failed(self.context.partition, self._step, error, time.monotonic())
-        self._repeating = line.level < logging.INFO
+        """Every failure to on_error; without one, the log once per outage: the
+        broker's when the step could not reach it (said once for the processor),
+        else this step's own."""
+        line = None
+        if self._broker_away is not None:
+            line = self._broker_away(self.context.partition, self._step, error)
+        if line is None:
+            line = self._outages.failed(self.context.partition, self._step, error,
+                                        time.monotonic())
+            self._repeating = line.level < logging.INFO
+        else:
+            self._quiet_close = True  # its close is part of the broker's outage
         await self._callbacks.error(self.context, error, line)
 
     def _worked(self, step: str) -> None:
