@@ -60,6 +60,17 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
 
 
 @pytest.fixture(scope="module")
+def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for a module that applies retention every 50 ms (not every few
+    seconds), so a test sees a trim soon after it fills a topic past its limit."""
+    process = BrokerProcess(tmp_path_factory.mktemp("retention") / "data",
+                            "--retention-check-interval-ms", "50")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
 def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A real redis-server that asks for `REDIS_PASSWORD`; skipped loudly when
     redis-server cannot be installed."""

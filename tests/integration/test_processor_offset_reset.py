@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,14 +51,6 @@ RETENTION_BYTES = 50_000  # holds two records
 CHECKPOINT = 4
 GROUP = "g"
 
-
-@pytest.fixture(scope="module")
-def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("offset-reset") / "data",
-                           "--retention-check-interval-ms", "50")
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def _produce_records(address: str, topic: str, first: int, records: int) -> None:

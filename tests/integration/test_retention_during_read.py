@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import grpc
 import grpc.aio
@@ -38,14 +37,6 @@ LAST = (RECORDS - 1) * EVENTS  # the newest record's base: retention keeps it
 # A client's receive window stays at HTTP/2's initial 64 KB: the broker's stream waits.
 SMALL_WINDOW = [("grpc.http2.bdp_probe", 0)]
 
-
-@pytest.fixture(scope="module")
-def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("retention-during-read") / "data",
-                           "--retention-check-interval-ms", "50")
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def _fill(address: str, topic: str) -> pb_grpc.KeybusStub:
