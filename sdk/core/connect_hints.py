@@ -6,8 +6,10 @@ does not start with a TLS hello; an mTLS broker does the same to a TLS client
 without a certificate); a TLS client that reaches a plain-text broker gets
 "Tls handshake failed ... WRONG_VERSION_NUMBER"; a CA that does not verify the
 broker's certificate gives a handshake failure naming a certificate or
-signature, and a certificate not issued for the name connected to "Custom
-verification check failed ... Hostname Verification Check failed".
+signature, a certificate out of its validity period "CERTIFICATE_VERIFY_FAILED:
+certificate has expired" (or "... is not yet valid"), and a certificate not
+issued for the name connected to "Custom verification check failed ...
+Hostname Verification Check failed".
 `connection_hint` turns such a status detail into one line naming the
 address, the likely cause and the setting that fixes it.
 
@@ -41,9 +43,9 @@ def connection_hint(details: str) -> str | None:
     match = _PEER.search(details)
     address = match.group(1) if match else "the address given"
     detail = (match.group(2) if match else details).strip().replace("\n", " ")
+    hint = _hint_for(detail, address)  # from the whole detail: the reason may come last
     if len(detail) > DETAIL_CHARS_MAX:
         detail = detail[:DETAIL_CHARS_MAX - 3] + "..."
-    hint = _hint_for(detail, address)
     return None if hint is None else f"{hint} (gRPC: {detail})"
 
 
@@ -53,6 +55,11 @@ def _hint_for(detail: str, address: str) -> str | None:
         return (f"the broker at {address} answered the TLS handshake in plain text: it does not "
                 "use TLS; connect without a CA (drop security= / --tls-ca), or use the port "
                 "its TLS listener is on")
+    validity = _validity(lowered)
+    if validity is not None:
+        return (f"the broker at {address} presented a certificate that {validity}: its CA and "
+                "name check out, but no client accepts it now; the broker's operator renews it "
+                "(keybus certs, or your CA), or if it should be valid, check both clocks")
     if "handshake failed" in lowered and ("certificate" in lowered or "signature" in lowered):
         return (f"the broker at {address} presented a certificate that the CA bundle given does "
                 "not verify (another CA, or a name it is not issued for): pass the CA that "
@@ -67,4 +74,14 @@ def _hint_for(detail: str, address: str) -> str | None:
         return (f"the broker at {address} closed the connection during the handshake: is it "
                 f"TLS? pass its CA ({CA_SETTING}); if you already do, it probably requires a "
                 f"client certificate (mTLS: {CLIENT_CERT_SETTING})")
+    return None
+
+
+def _validity(lowered: str) -> str | None:
+    """How the broker's certificate is out of its validity period, from OpenSSL's
+    verify reason (BoringSSL words it as OpenSSL does), or None when it is not."""
+    if "certificate has expired" in lowered:
+        return "has expired (its notAfter has passed)"
+    if "certificate is not yet valid" in lowered:
+        return "is not valid yet (its notBefore is in the future)"
     return None

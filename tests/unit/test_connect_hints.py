@@ -80,3 +80,22 @@ def test_certificate_not_issued_for_the_name_connected_to() -> None:
         "for the host connected to (or the server_name= / --tls-server-name given); connect by "
         "a name it is issued for, or give one as server_name= / --tls-server-name")
     assert hint.endswith("Hostname Verification Check failed.)")
+
+
+def test_expired_broker_certificate_says_expired_not_another_ca() -> None:
+    # Detail captured from a CLI at a broker serving a certificate past its notAfter.
+    hint = connection_hint(PREFIX + "UNKNOWN: ipv4:127.0.0.1:32204: Tls handshake failed "
+                           "(TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:"
+                           "OPENSSL_internal:CERTIFICATE_VERIFY_FAILED: certificate has expired: OK")
+    assert hint is not None and hint.startswith(
+        "the broker at 127.0.0.1:32204 presented a certificate that has expired (its notAfter "
+        "has passed)")
+    assert "another CA" not in hint and "renews it" in hint
+
+
+def test_not_yet_valid_broker_certificate() -> None:
+    hint = connection_hint(PREFIX + "UNKNOWN: ipv4:127.0.0.1:1: Tls handshake failed "
+                           "(TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:"
+                           "OPENSSL_internal:CERTIFICATE_VERIFY_FAILED: certificate is not yet "
+                           "valid: OK")
+    assert hint is not None and "is not valid yet" in hint and "clocks" in hint
