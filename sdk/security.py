@@ -21,12 +21,13 @@ import contextvars
 import ipaddress
 import os
 import ssl
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
-from sdk.core.certificates import usable_pair
+from sdk.core.certificates import pair_problem, usable_pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class ClientSecurity:
     ca_file: str = ""
     cert_file: str = ""
     key_file: str = ""
-    token: str = ""
+    token: str = field(default="", repr=False)  # a secret: never in a log line or a traceback
     token_file: str = ""
     server_name: str = ""
     tls: bool = False
@@ -93,15 +94,15 @@ class ClientSecurity:
         """The channel's credentials (None: plain text without a token).
 
         Raises:
-            ValueError: a file cannot be read, or a token would travel in
-                plain text to a host that is not a loopback address.
+            ValueError: a file cannot be read, the client certificate cannot be
+                used now (expired, not valid yet, not the key's), or a token would
+                travel in plain text to a host that is not a loopback address.
         """
         token = self.bearer_token()
         if self.uses_tls:
+            key, cert = self._client_pair()
             transport = grpc.ssl_channel_credentials(
-                read_ca_file(self.ca_file) if self.ca_file else None,
-                _read(self.key_file, "key_file") if self.key_file else None,
-                _read(self.cert_file, "cert_file") if self.cert_file else None)
+                read_ca_file(self.ca_file) if self.ca_file else None, key, cert)
         elif token:
             if not is_loopback(host):
                 raise ValueError(f"refusing to send a token in plain text to {host}: give a CA "
@@ -115,6 +116,12 @@ class ClientSecurity:
                 if self.token_file or self.token_provider is not None
                 else grpc.access_token_call_credentials(token))
         return grpc.composite_channel_credentials(transport, call)
+
+    def _client_pair(self) -> tuple[bytes | None, bytes | None]:
+        """The client key and certificate (None, None without one), checked."""
+        if not self.cert_file:
+            return None, None
+        return read_client_pair(self.cert_file, self.key_file)
 
     def holds_usable_certificate(self, now_s: float) -> bool:
         """Whether cert_file and key_file, read now, hold a certificate valid at now_s
@@ -197,6 +204,26 @@ def read_ca_file(path: str, name: str = "ca_file") -> bytes:
                          "does not parse; give the CA's certificate (or a bundle of them) "
                          "in PEM") from None
     return data
+
+
+def read_client_pair(cert_file: str, key_file: str,
+                     names: tuple[str, str] = ("cert_file", "key_file")) -> tuple[bytes, bytes]:
+    """The key and the certificate at these paths, checked to be usable now.
+
+    Why: gRPC takes any pair and fails the handshake later in words that blame
+    the broker: a key of another certificate logs C-core errors and reads as a
+    broker that closed the connection, an expired certificate as a broker that
+    wants TLS (sdk/core/certificates.py says which).
+
+    Raises:
+        ValueError: naming both files (as `names`) and what is wrong with them.
+    """
+    cert, key = _read(cert_file, names[0]), _read(key_file, names[1])
+    problem = pair_problem(cert, key, time.time(), names)
+    if problem is not None:
+        raise ValueError(f"client certificate {names[0]} {cert_file} with {names[1]} "
+                         f"{key_file}: {problem}")
+    return key, cert
 
 
 def is_loopback(host: str) -> bool:

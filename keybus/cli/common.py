@@ -37,7 +37,7 @@ from sdk.core.filters import FilterError, KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, parse_ranges
 from sdk.core.names import NAME, NAME_CHARACTERS
 from sdk.core.wire_ints import UINT32_MAX
-from sdk.security import ClientSecurity, read_ca_file, use
+from sdk.security import ClientSecurity, read_ca_file, read_client_pair, use
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -177,7 +177,15 @@ def security_options(command: Callable[..., T]) -> Callable[..., T]:
                 read_ca_file(values["tls_ca"], "--tls-ca")
             except ValueError as e:
                 raise click.UsageError(str(e)) from None
+        if bool(values["tls_cert"]) != bool(values["tls_key"]):
+            raise click.UsageError("a client certificate needs its key: give --tls-cert and "
+                                   "--tls-key together (env KEYBUS_TLS_CERT, KEYBUS_TLS_KEY)")
+        if values["token"] and values["token_file"]:
+            raise click.UsageError("give --token or --token-file (env KEYBUS_TOKEN or "
+                                   "KEYBUS_TOKEN_FILE), not both")
         try:
+            if values["tls_cert"] and values["tls_key"]:  # unusable: say so now, as for the CA
+                read_client_pair(values["tls_cert"], values["tls_key"], ("--tls-cert", "--tls-key"))
             security = ClientSecurity(
                 ca_file=values["tls_ca"], cert_file=values["tls_cert"],
                 key_file=values["tls_key"], server_name=values["tls_server_name"],
