@@ -103,6 +103,7 @@ def write_pair(directory: Path, stem: str, issued: Issued) -> tuple[Path, Path]:
     cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}.key"
     cert_path.write_bytes(issued.cert_pem)
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode applies to a new file only: a key rewritten in place
     with os.fdopen(fd, "wb") as f:
         f.write(issued.key_pem)
     return cert_path, key_path

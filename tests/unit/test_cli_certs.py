@@ -64,3 +64,14 @@ def test_a_first_run_without_server_name_uses_the_local_names(tmp_path: Path) ->
     assert made["server"]["names"] == ["localhost", "127.0.0.1", "::1"]
     assert certs.server_names((tmp_path / "server.pem").read_bytes()) == (
         "localhost", "127.0.0.1", "::1")
+
+
+def test_a_key_written_again_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    # A client issued again got its new private key in the old file with the old file's
+    # mode: os.open's 0o600 applies only when it creates the file.
+    run(tmp_path, "--client", "alice")
+    key = tmp_path / "client-alice.key"
+    key.chmod(0o644)
+    before = key.read_bytes()
+    run(tmp_path, "--client", "alice")
+    assert key.read_bytes() != before and key.stat().st_mode & 0o777 == 0o600
