@@ -80,6 +80,10 @@ class Settings:
         WAL_RECYCLE_FILES, "Obsolete write-ahead log files kept for reuse: an fsync into a "
         "reused file need not record its size, so it takes less time (0 = none).")
     metrics_port: int = setting(0, "Port of the Prometheus /metrics endpoint (0 = none).")
+    metrics_host: str = setting(
+        "", "Address of the /metrics endpoint ('' = host). It is plain HTTP without "
+        "authentication and names every topic and subscription: on a broker whose host is "
+        "public, bind it to 127.0.0.1 or a private address.")
     # Limits on what clients send.
     event_bytes_max: int = setting(EVENT_BYTES_MAX_DEFAULT, "Largest value of one event, in bytes.")
     batch_events_max: int = setting(100_000, "Most events in one produce batch or window.")

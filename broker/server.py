@@ -205,7 +205,7 @@ async def _start_on(settings: Settings, store: RocksStore,
     reflection.enable_server_reflection(names, server, pool=pb.DESCRIPTOR.pool)
     metrics = None
     if settings.metrics_port:
-        metrics = MetricsEndpoint(settings.host, settings.metrics_port)
+        metrics = MetricsEndpoint(security.metrics_address(settings), settings.metrics_port)
         undo.callback(_quietly, "stopping the metrics endpoint", metrics.close)
     port = _bind(server, settings)
     if port == 0:  # taken since check_port: gRPC's own bind failed

@@ -256,6 +256,9 @@ def rule_for(method: str) -> Rule:
     return RULES.get(method, SUPERUSER)
 
 
+SUPERUSER_NEEDED = "superuser"
+
+
 @dataclass(frozen=True, slots=True)
 class Denial:
     """Why a call is refused: PERMISSION_DENIED naming principal, topic and permission."""
@@ -265,9 +268,19 @@ class Denial:
     needed: str
 
     def message(self, method: str) -> str:
-        where = f" on topic {self.topic!r}" if self.topic else ""
-        return (f"principal {self.principal!r} lacks the {self.needed} permission{where} "
-                f"needed for {method}; a superuser grants it (keybus acl grant)")
+        """What is missing and how to get it: superusers are named in the broker's
+        settings (no grant makes one); a request without a topic (DescribeCluster,
+        ListSubscriptions of every topic) needs the permission on every topic."""
+        if self.needed == SUPERUSER_NEEDED:
+            return (f"principal {self.principal!r} is not a superuser, and {method} is for "
+                    "superusers only; they are named in the broker's auth_superusers setting "
+                    "(no grant makes one)")
+        if not self.topic:
+            return (f"principal {self.principal!r} lacks the {self.needed} permission on every "
+                    f"topic, needed for {method} without a topic; name a topic, or a superuser "
+                    f"grants it on '*' (keybus acl grant)")
+        return (f"principal {self.principal!r} lacks the {self.needed} permission on topic "
+                f"{self.topic!r} needed for {method}; a superuser grants it (keybus acl grant)")
 
 
 def decide(table: AccessTable, principal: str, rule: Rule, request: Any) -> Denial | None:
@@ -275,7 +288,7 @@ def decide(table: AccessTable, principal: str, rule: Rule, request: Any) -> Deni
     if table.is_superuser(principal):
         return None
     if rule.superuser:
-        return Denial(principal, "", "superuser")
+        return Denial(principal, "", SUPERUSER_NEEDED)
     if rule.topics is None:
         return None
     checks = [(topic, rule.permissions) for topic in rule.topics(request)]

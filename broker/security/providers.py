@@ -32,6 +32,10 @@ TOKEN_EXPIRED = "token expired; get a new one"
 CERTIFICATE_EXPIRED = "client certificate expired (notAfter passed); get a new one"
 
 
+# The latest expiry kept for a JWT (9999-12-31 23:59:59 UTC): later ones mean "never".
+EXP_S_MAX = 253_402_300_799
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who a call is, and until when (epoch seconds; None: no expiry)."""
@@ -132,8 +136,11 @@ class JwtTokens:
         subject = claims["sub"]
         if not isinstance(subject, str) or not subject:
             raise AuthenticationError("token has an empty sub claim")
-        # Valid while jwt.decode accepts it: up to exp plus the leeway.
-        return Identity(subject, float(claims["exp"]) + self.leeway_s)
+        # Valid while jwt.decode accepts it: up to exp plus the leeway. An exp past
+        # year 9999 (an integer beyond a float, from an issuer that meant "never")
+        # counts as then: float() of it would fail the call with a traceback.
+        return Identity(subject, min(float(min(claims["exp"], EXP_S_MAX)) + self.leeway_s,
+                                     EXP_S_MAX))
 
 
 @dataclass(frozen=True, slots=True)

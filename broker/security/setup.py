@@ -108,10 +108,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def metrics_address(settings: Settings) -> str:
+    """Where the /metrics endpoint listens: metrics_host, else the gRPC host."""
+    return settings.metrics_host or settings.host
+
+
 def warn_if_open(settings: Settings) -> None:
     """Log loudly when the broker serves a non-loopback address without TLS or
     without authentication: anyone who can reach the port can read, write and
-    delete every topic."""
+    delete every topic. Warn too when /metrics (never authenticated) is on one."""
     missing = [what for what, on in (("TLS", bool(settings.tls_cert_file)),
                                      ("authentication", auth_enabled(settings))) if not on]
     if missing and not is_loopback(settings.host):
@@ -120,6 +125,12 @@ def warn_if_open(settings: Settings) -> None:
                     "this port can produce, read and delete every topic.\n  See docs/security.md "
                     "for the production set-up.\n%s", banner, settings.host, settings.port,
                     " AND ".join(missing), banner)
+    metrics_host = metrics_address(settings)
+    if settings.metrics_port and not is_loopback(metrics_host):
+        log.warning("the /metrics endpoint on %s:%d is plain HTTP without authentication: "
+                    "anyone who reaches it reads every topic's and subscription's name and "
+                    "rates; set metrics_host = \"127.0.0.1\" (or a private address) to keep it "
+                    "in", metrics_host, settings.metrics_port)
     if auth_enabled(settings) and not superusers(settings):
         log.warning("authentication is on but auth_superusers is empty: nobody can change grants "
                     "(grants come from acl_file only)")

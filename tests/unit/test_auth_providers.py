@@ -19,6 +19,7 @@ import pytest
 
 from broker.config import ConfigError, Settings
 from broker.security.providers import (
+    EXP_S_MAX,
     AuthenticationError,
     Authenticator,
     Credentials,
@@ -26,7 +27,7 @@ from broker.security.providers import (
     StaticTokens,
     bearer_token,
 )
-from broker.security.setup import is_loopback, warn_if_open
+from broker.security.setup import is_loopback, metrics_address, warn_if_open
 
 SECRET = b"a-secret-of-more-than-32-bytes-0123456789"
 
@@ -72,6 +73,18 @@ def test_jwt_rules() -> None:
         provider.principal_of(no_exp, now)
 
 
+def test_jwt_exp_beyond_a_float_counts_as_year_9999() -> None:
+    # An issuer meaning "never" may write any integer: float() of 10**400 overflows,
+    # which failed the call UNKNOWN with a traceback in the broker's log.
+    tokens = JwtTokens({"HS256": SECRET})
+    now = time.time()
+    for exp in (10**400, 10**30):
+        token = jwt.encode({"sub": "alice", "exp": exp}, SECRET, algorithm="HS256")
+        identity = tokens.identify(token, now)
+        assert identity is not None and identity.principal == "alice"
+        assert identity.expires_s == EXP_S_MAX
+
+
 def test_a_bad_token_is_not_passed_over_for_the_certificate(tmp_path: Path) -> None:
     provider = StaticTokens.from_file(tokens_file(tmp_path, '[tokens]\nalice = "alice-secret-012345"\n'))
     authenticator = Authenticator((provider,), certificate_principal=True)
@@ -109,3 +122,17 @@ def test_open_broker_on_a_public_address_warns_loudly(caplog: pytest.LogCaptureF
         warn_if_open(Settings(host="0.0.0.0"))
     assert "WITHOUT TLS AND authentication" in caplog.text
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("10.1.2.3")
+
+
+def test_metrics_endpoint_on_a_public_address_warns_and_can_be_kept_in(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # /metrics is plain HTTP without authentication and names every topic: with the
+    # gRPC port public, metrics_host keeps it on loopback (no warning), else a warning.
+    with caplog.at_level(logging.WARNING, "keybus.security"):
+        warn_if_open(Settings(host="0.0.0.0", metrics_port=9100, metrics_host="127.0.0.1"))
+        assert "/metrics" not in caplog.text
+        warn_if_open(Settings(host="0.0.0.0", metrics_port=9100))
+    assert "the /metrics endpoint on 0.0.0.0:9100 is plain HTTP without authentication" \
+        in caplog.text and 'metrics_host = "127.0.0.1"' in caplog.text
+    assert metrics_address(Settings(host="0.0.0.0", metrics_host="127.0.0.1")) == "127.0.0.1"
+    assert metrics_address(Settings(host="10.1.2.3")) == "10.1.2.3"

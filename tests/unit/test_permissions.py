@@ -127,3 +127,23 @@ def test_a_replica_read_needs_admin_besides_consume() -> None:
     assert denial is not None and (denial.topic, denial.needed) == ("orders", "admin")
     table.add(Grant("relay", "orders", Permission.ADMIN))
     assert decide(table, "relay", rule_for("Read"), replica) is None
+
+
+def test_denial_says_how_the_missing_right_is_had() -> None:
+    # A superuser-only call used to say "lacks the superuser permission ...; a superuser
+    # grants it (keybus acl grant)": no grant makes a superuser. A call without a topic
+    # (keybus cluster status: DescribeCluster of every topic) named no topic at all.
+    table = AccessTable(frozenset({"root"}))
+    table.add(Grant("alice", "orders.*", Permission.CONSUME))
+    grant = decide(table, "alice", rule_for("GrantPermissions"), pb.GrantPermissionsRequest())
+    assert grant is not None
+    message = grant.message("GrantPermissions")
+    assert message.startswith("principal 'alice' is not a superuser, and GrantPermissions is "
+                              "for superusers only")
+    assert "auth_superusers" in message and "keybus acl grant" not in message
+    everything = decide(table, "alice", rule_for("DescribeCluster"), pb.DescribeClusterRequest())
+    assert everything is not None
+    assert everything.message("DescribeCluster") == (
+        "principal 'alice' lacks the produce or consume or admin permission on every topic, "
+        "needed for DescribeCluster without a topic; name a topic, or a superuser grants it on "
+        "'*' (keybus acl grant)")
