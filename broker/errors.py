@@ -46,6 +46,9 @@ CATALOGUE: dict[str, ErrorKind] = {
     for k in [
         ErrorKind("topic_not_found", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} does not exist; create it first (keybus topics create {topic})"),
+        ErrorKind("topic_name_missing", grpc.StatusCode.INVALID_ARGUMENT,
+                  "the request names no topic (its topic field is empty); give a topic "
+                  "name (keybus topics list shows the topics)"),
         ErrorKind("topic_not_found_to_delete", grpc.StatusCode.NOT_FOUND,
                   "topic {topic!r} does not exist, so there is nothing to delete "
                   "(keybus topics list shows the topics)"),

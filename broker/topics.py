@@ -105,7 +105,9 @@ class TopicRegistry:
         try:
             return self._topics[topic][0]
         except KeyError:
-            raise BrokerError("topic_not_found", topic=topic) from None
+            # no topic is named "": a field left empty, not a topic to create
+            raise BrokerError("topic_name_missing" if not topic else "topic_not_found",
+                              topic=topic) from None
 
     def partition(self, topic: str, index: int) -> Partition:
         meta = self.meta(topic)
