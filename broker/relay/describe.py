@@ -48,7 +48,10 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             upstream=role.follower.upstream if role.follower else "",
             acks=role.replication.acks, leader_changes=role.leader_changes,
             detail="" if writable else _detail(role))
-    copies = role.follower.states if role is not None and role.follower else {}
+    follower = role.follower if role is not None else None
+    copies = follower.states if follower is not None else {}
+    # the copy's setup fails (no partition copies yet): each partition's upstream is away
+    setup_lost_ms = follower.unreachable_since_ms if follower is not None else 0
     counted = role is not None and role.role == "leader" and role.replication.acks > 0
     trackers = role.trackers if role is not None and counted else {}
     now_monotonic_ms = time.monotonic() * 1000  # the trackers' clock
@@ -62,6 +65,9 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             entry.lag_ms = 0 if not entry.lag_events or not state.caught_up_ms else \
                 now - state.caught_up_ms
             entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
+        lost_ms = state.unreachable_since_ms if state is not None else setup_lost_ms
+        if lost_ms:  # the lag above is as last heard: unknown now (CopyState)
+            entry.upstream_unreachable_ms = max(now - lost_ms, 0)
         tracker = trackers.get(partition.index)
         if tracker is not None:  # what refuses produce (acks.py rule 5), seen before it does
             entry.followers_following = tracker.following(now_monotonic_ms)  # grace included

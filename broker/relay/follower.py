@@ -64,31 +64,18 @@ from broker.relay.replica_log import ReplicaError
 from broker.relay.reporter import PositionReporter
 from broker.relay.settings import RelaySettings
 from broker.relay.upstream_auth import UpstreamAuth
+from broker.relay.upstream_failure import in_relay_words
 from broker.topics import TopicRegistry
 from broker.view.load import ViewSource
 from sdk import errors
 from sdk.channel import open_channel, stub_of
-from sdk.core.connect_hints import CA_SETTING, CLIENT_CERT_SETTING
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Reader
+from sdk.reconnect import log_connection_change
 from sdk.subscription_admin import SubscriptionAdmin
 
 log = logging.getLogger("keybus.relay")
 # What a copy attempt may fail with; anything else is a bug and is logged with its trace.
-# The SDK's connection hints name a client's settings; a follower's are in its config.
-_RELAY_SETTINGS = ((CA_SETTING, "relay_tls_ca_file in this broker's config"),
-                   (CLIENT_CERT_SETTING, "relay_tls_cert_file / relay_tls_key_file"))
-
-
-def in_relay_words(error: BaseException) -> str:
-    """An upstream failure as a follower's operator acts on it: with the relay_tls_*
-    settings where the SDK's hint names --tls-ca and the like."""
-    text = str(error)
-    for client, relay in _RELAY_SETTINGS:
-        text = text.replace(client, relay)
-    return text
-
-
 _RETRIED = (errors.KeybusError, BrokerError, ReplicaError, CorruptRecord, grpc.RpcError, OSError)
 OnTruncated = Callable[[str, int, int], Awaitable[None]]  # (topic, partition, new end)
 
@@ -103,13 +90,39 @@ def wall_ms() -> int:
 
 @dataclass(slots=True)
 class CopyState:
-    """One partition's copy, as describe and metrics show it."""
+    """One partition's copy, as describe and metrics show it.
+
+    The lag is counted from the upstream end last heard, so it is known only
+    while the upstream answers: from a failed attempt or a lost stream until
+    the next answer (`unreachable_since_ms`), describe and metrics show it as
+    unknown, not as the last value (a 0 would say "caught up" of a copy that
+    cannot see what its upstream holds now).
+    """
 
     upstream_end: int = 0
-    last_read_ms: int = 0  # wall clock of the last upstream response; 0 = never
+    # wall clock of the upstream's last answer for this partition: records, or the
+    # answer an idle upstream sends every second (read_servicer.replica_read); 0 = never
+    last_read_ms: int = 0
     caught_up_ms: int = 0  # wall clock when this copy last held all the upstream had
+    unreachable_since_ms: int = 0  # wall clock when it lost its upstream; 0 = reaching it
     error: str = ""
     done: bool = False  # a catch-up copy reached its stop offset
+
+    def process_answer(self, upstream_end: int, log_end: int, now_ms: int) -> None:
+        """The upstream answered (records or an idle answer) with its log end."""
+        self.last_read_ms = now_ms
+        self.upstream_end = upstream_end
+        if log_end >= upstream_end:
+            self.caught_up_ms = now_ms
+        self.unreachable_since_ms = 0
+        self.error = ""
+
+    def process_lost(self, reason: str, now_ms: int) -> None:
+        """An attempt failed or the stream broke: the upstream is not reached since
+        the first such failure (later ones keep that time)."""
+        self.error = reason
+        if not self.unreachable_since_ms:
+            self.unreachable_since_ms = now_ms
 
 
 class TopicFollower:
@@ -129,6 +142,7 @@ class TopicFollower:
         self.stop_offsets = dict(stop_offsets or {})
         self.states: dict[int, CopyState] = {}
         self.error = ""  # why setting up the copy failed last ("" once it is set up)
+        self.unreachable_since_ms = 0  # wall clock of the setup's first failure; 0 = set up
         self._channel: grpc.aio.Channel | None = None
         self._reporter: PositionReporter | None = None
         self._task: asyncio.Task[None] | None = None
@@ -193,11 +207,13 @@ class TopicFollower:
             try:
                 partitions = await self._ensure_topic()
                 self.error = ""
+                self.unreachable_since_ms = 0
                 self.auth.accepted()
                 break
             except _RETRIED as e:
                 delay_ms = backoff.next_ms()
                 self.error = f"cannot set up the copy from {self.upstream} ({in_relay_words(e)})"
+                self.unreachable_since_ms = self.unreachable_since_ms or wall_ms()
                 if self.auth.refused(e):
                     self.error += f"; {self.auth.fix()}"
                 else:
@@ -259,14 +275,14 @@ class TopicFollower:
                 self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
                 await self._copy(partition, state, backoff)
             except Exception as e:  # never stops; a bug is logged with its trace
-                state.error = in_relay_words(e)
+                state.process_lost(in_relay_words(e), wall_ms())
                 delay_ms = backoff.next_ms()
                 if self.auth.refused(e):  # said once for the topic, not per partition and try
                     state.error += f"; {self.auth.fix()}"
                     await self.auth.pause(delay_ms / 1000)
                     continue
                 log.log(logging.WARNING if isinstance(e, _RETRIED) else logging.ERROR,
-                        "topic %s/%d: copy from %s failed (%s); retry in %d ms", self.topic,
+                        "topic %s/%d: copy from upstream %s failed (%s); retry in %d ms", self.topic,
                         partition.index, self.upstream, state.error, delay_ms,
                         exc_info=not isinstance(e, _RETRIED))
                 await asyncio.sleep(delay_ms / 1000)
@@ -367,9 +383,14 @@ class TopicFollower:
         reader = Reader(self.upstream, self.topic, partition.index, start=start, follow=True,
                         stop_offset=stop, retry_backoff_ms=self.relay.backoff_first_ms,
                         retry_backoff_max_ms=self.relay.backoff_max_ms, channel=self._channel,
-                        replica=True)
+                        replica=True,
+                        on_connection_change=functools.partial(self._stream_changed, state))
         # The upstream's high watermark, sent with the records and when only it moves.
         reader.on_high_watermark = functools.partial(watermark.advance, partition)
+        # An answer without records (the tail reached, an idle upstream's each second):
+        # the upstream is heard, and its log end known.
+        reader.on_tail = lambda _: state.process_answer(reader.end_offset or 0,
+                                                        partition.log_end, wall_ms())
         try:
             await self._follow(partition, state, backoff, reader)
         except errors.KeybusError as e:  # offsets retention removed upstream: restart there
@@ -387,19 +408,22 @@ class TopicFollower:
                 first = records[0].base_offset
                 if partition.log_end == partition.start_offset < first:  # an empty log's
                     await view_load.hold(self.registry, partition, first)  # start moves on
-                now = wall_ms()
-                state.last_read_ms = now
-                state.upstream_end = reader.end_offset or 0
                 plan = await partition.run_on_task(
                     lambda p, records=records: replica_log.replicate(p, records))  # type: ignore[misc]
                 COPIED_EVENTS.labels(self.topic).inc(plan.events)
-                if partition.log_end >= state.upstream_end:
-                    state.caught_up_ms = now
-                state.error = ""
+                state.process_answer(reader.end_offset or 0, partition.log_end, wall_ms())
                 self.auth.accepted()
                 backoff.reset()
                 assert self._reporter is not None
                 self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
+
+    def _stream_changed(self, state: CopyState, connected: bool, message: str) -> None:
+        """The Reader lost its stream to the upstream (it retries by itself, forever:
+        the copy loop sees no failure) or has it back: logged as the SDK does, and a
+        loss marks the partition's upstream unreachable until its next answer."""
+        log_connection_change(connected, message)
+        if not connected:
+            state.process_lost(message, wall_ms())
 
     async def _restart_behind(self, partition: Partition) -> bool:
         """After an OUT_OF_RANGE read: when the upstream's start is past our log end,

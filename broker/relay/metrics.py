@@ -18,8 +18,14 @@ if TYPE_CHECKING:
     from broker.relay.follower import CopyState
 
 UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
-                          "Seconds since a follower last heard from its upstream (-1 = never)",
+                          "Seconds since a follower last heard from its upstream for the "
+                          "partition: records, or the answer an idle upstream sends each "
+                          "second (-1 = never)",
                           ["topic", "partition"])
+UPSTREAM_REACHABLE = Gauge("keybus_relay_upstream_reachable",
+                           "1 while a follower's copy of the partition reaches its upstream, "
+                           "0 from a failed attempt or a lost stream until its next answer",
+                           ["topic", "partition"])
 FOLLOWER_LAG_EVENTS = Gauge("keybus_relay_follower_lag_events",
                             "Events the upstream holds that this follower does not yet",
                             ["topic", "partition"])
@@ -63,12 +69,23 @@ def export_acks(topic: str, trackers: Mapping[int, AckTracker[Any]], leading: bo
 
 def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_ms: int) -> None:
     """One partition's copy as gauges. Its lag is counted from the upstream end it last
-    read: before its first read it knows none, so the lag series are left out (a 0
-    would say "caught up"), as `keybus cluster status` shows "-" there."""
+    heard: before its first answer it knows none, and while its upstream is unreachable
+    the end it knew is stale, so the lag series are left out then (a 0 would say
+    "caught up"), as `keybus cluster status` shows "-" there.
+
+    Why left out rather than the last value or NaN: the last value is most often 0
+    (a follower is caught up when its upstream dies), the very lie; NaN makes every
+    `lag > N` alert false as silently as an absent series, and this module already
+    leaves the lag out before the first read. What an alert should watch instead is
+    `keybus_relay_upstream_reachable == 0`, as Pulsar's operators watch
+    `pulsar_replication_connected_count` (and Kafka's, a follower's failed fetches),
+    or `keybus_relay_seconds_since_upstream_read`, which an idle but healthy upstream
+    keeps near 1 s and which grows while nothing is heard."""
     labels = (topic, str(partition))
     UPSTREAM_READ_AGE.labels(*labels).set(
         (now_ms - state.last_read_ms) / 1000 if state.last_read_ms else -1)
-    if not state.last_read_ms:
+    UPSTREAM_REACHABLE.labels(*labels).set(0 if state.unreachable_since_ms else 1)
+    if not state.last_read_ms or state.unreachable_since_ms:
         FOLLOWER_LAG_EVENTS.remove(*labels)  # a new copy of the topic: its last lag is gone
         FOLLOWER_LAG_SECONDS.remove(*labels)
         return
@@ -83,5 +100,6 @@ def forget_copy(topic: str, partition: int) -> None:
     no one): its copy's series go, so a failed-over leader does not show the lag its
     last copy had, for ever."""
     labels = (topic, str(partition))
-    for gauge in (UPSTREAM_READ_AGE, FOLLOWER_LAG_EVENTS, FOLLOWER_LAG_SECONDS):
+    for gauge in (UPSTREAM_READ_AGE, UPSTREAM_REACHABLE, FOLLOWER_LAG_EVENTS,
+                  FOLLOWER_LAG_SECONDS):
         gauge.remove(*labels)

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
-from broker.relay.follower import wall_ms
+from broker.relay.follower import CopyState, wall_ms
 from broker.relay.following_log import log_changes
 from broker.relay.metrics import export_acks, export_copy, forget_copy
 
@@ -43,3 +43,9 @@ def sweep(node: RelayNode) -> None:
             with contextlib.suppress(BrokerError):
                 end = node.registry.partition(topic, index).log_end
                 export_copy(topic, index, state, end, now)
+        if follower.unreachable_since_ms and not follower.states:  # its setup fails
+            with contextlib.suppress(BrokerError):
+                for partition in node.registry.partitions(topic):
+                    export_copy(topic, partition.index, CopyState(
+                        unreachable_since_ms=follower.unreachable_since_ms), partition.log_end,
+                        now)

@@ -14,6 +14,7 @@ that starts below the partition's start does.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 
 import grpc
@@ -30,6 +31,11 @@ from broker.topics import TopicRegistry
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
 from sdk.core.pb import keybus_pb2 as pb
+
+# How often an idle replica read answers without records (see `replica_read`): one
+# small message per followed partition and second; a follower shows its upstream
+# silent once no answer came for several of these.
+REPLICA_IDLE_ANSWER_MS = 1_000
 
 
 def read_limit(field: str, value: int, limit: int) -> int:
@@ -109,7 +115,13 @@ async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
     """A follower's copy: records to the durable log end, each response with the
     high watermark (what this broker's readers may see), and a response with
     no records whenever only the high watermark moved, so the follower learns
-    it without new data. Ends with `log_truncated` when this broker's log is
+    it without new data. Idle at the tail, it sends a response without records
+    every `REPLICA_IDLE_ANSWER_MS` (Kafka's follower fetch returns empty after
+    replica.fetch.wait.max.ms the same way): the follower's "heard from its
+    upstream" (keybus_relay_seconds_since_upstream_read) then measures its
+    upstream, not how long ago a producer wrote; HTTP/2 keepalive pings alone
+    find a dead connection, but the follower cannot see when one was last
+    answered. Ends with `log_truncated` when this broker's log is
     cut below `offset` (the follower's next offset) since the stream opened,
     and with `offset_before_start` when retention removed offsets it reached
     (a copy never skips them: the follower resets its copy, broker/relay/follower.py)."""
@@ -119,7 +131,12 @@ async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
         if offset >= partition.log_end and partition.end_offset == sent_high_watermark:
             if not follow:
                 return
-            await partition.wait_for_change()
+            try:
+                async with asyncio.timeout(REPLICA_IDLE_ANSWER_MS / 1000):
+                    await partition.wait_for_change()
+            except TimeoutError:  # idle: say so (the same position, no records)
+                yield wire.read_response([], offset, partition.log_end, sent_high_watermark)
+                continue
             partition.check_truncation(mark, offset)
             continue
         partition.check_truncation(mark, offset)

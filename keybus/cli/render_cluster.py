@@ -41,15 +41,17 @@ def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
 
 
 def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]:
-    # A follower's lag is measured against the upstream end it last read: before its
+    # A follower's lag is measured against the upstream end it last heard: before its
     # first read it knows none, and 0 would say "caught up" of a copy that never ran.
+    # While its upstream is unreachable that end is stale: unknown too.
     unknown = topic.role == "follower"
     return {
         "address": info.address, "role": topic.role, "writable": topic.writable,
         "leader": topic.leader, "leader_epoch": topic.leader_epoch, "election": topic.election,
         "acks": topic.acks, "upstream": topic.upstream, "detail": topic.detail,
         "leader_changes": topic.leader_changes, "zookeeper_state": info.zookeeper_state,
-        "partitions": [_partition_row(p, unknown and p.upstream_read_ms_ago < 0)
+        "partitions": [_partition_row(p, unknown and (p.upstream_read_ms_ago < 0
+                                                      or p.HasField("upstream_unreachable_ms")))
                        for p in topic.partitions],
         "followers": [{"broker_id": f.broker_id, "address": f.address, "partition": f.partition,
                        "end_offset": f.end_offset, "lag_events": f.lag_events,
@@ -66,14 +68,17 @@ def _broker_row(info: pb.ClusterInfo, topic: pb.TopicRoleInfo) -> dict[str, Any]
 
 def _partition_row(p: pb.PartitionRelayInfo, lag_unknown: bool) -> dict[str, Any]:
     """One partition; lag_events and lag_s are None while the lag is unknown;
-    followers_following is None but on a leader with acks = n."""
+    followers_following is None but on a leader with acks = n; upstream_unreachable_s
+    is None but on a follower whose copy cannot reach its upstream (for how long)."""
     return {"partition": p.partition, "end_offset": p.end_offset,
             "followers_following": p.followers_following
             if p.HasField("followers_following") else None,
             "lag_events": None if lag_unknown else p.lag_events,
             "lag_s": None if lag_unknown else p.lag_ms / 1000,
             "upstream_read_s_ago": p.upstream_read_ms_ago / 1000
-            if p.upstream_read_ms_ago >= 0 else None}
+            if p.upstream_read_ms_ago >= 0 else None,
+            "upstream_unreachable_s": p.upstream_unreachable_ms / 1000
+            if p.HasField("upstream_unreachable_ms") else None}
 
 
 def _sum_or_dash(values: list[int | None]) -> str:
@@ -126,6 +131,20 @@ def _stopped_notes(topic: str, row: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _unreachable_note(topic: str, row: dict[str, Any]) -> list[str]:
+    """One note when the follower cannot reach its upstream for some partitions,
+    naming them and since when (the longest): its lag shows "-" there, and without
+    the note "read s ago" alone would not say why."""
+    lost = [(p["partition"], p["upstream_unreachable_s"]) for p in row["partitions"]
+            if p["upstream_unreachable_s"] is not None]
+    if not lost:
+        return []
+    partitions = ",".join(str(index) for index, _ in lost)
+    since = max(seconds for _, seconds in lost)
+    return [f"{topic} on {row['address']}: upstream {row['upstream'] or '?'} unreachable "
+            f"since {since:.1f} s ago for partition(s) {partitions}; lag unknown"]
+
+
 def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[str]]:
     """(table rows: leader first per topic, then followers, then unreachable brokers;
     notes: each broker's detail and why a broker did not answer)."""
@@ -145,6 +164,7 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
                          f"{max(read_ago):.1f}" if read_ago else "-"))
             if row["detail"]:
                 notes.append(f"{topic['topic']} on {row['address']}: {row['detail']}")
+            notes.extend(_unreachable_note(topic["topic"], row))
             notes.extend(_stopped_notes(topic["topic"], row))
     for broker in status["brokers"]:
         if "error" in broker:

@@ -119,16 +119,20 @@ def test_follower_holds_the_leaders_records_window_by_window(pair) -> None:  # t
     assert 'keybus_relay_copied_events_total{topic="t"}' in metrics_text(port)
 
 
-def test_a_follower_that_never_read_exports_no_lag(pair) -> None:  # type: ignore[no-untyped-def]
-    """Before its first read a follower knows no upstream end: its lag series are absent
-    (a 0 would say "caught up"; `keybus cluster status` shows "-"), until it reads."""
+def test_a_follower_of_an_empty_topic_knows_its_lag_once_its_upstream_answered(
+        pair) -> None:  # type: ignore[no-untyped-def]
+    """An empty upstream topic answers the copy at once (its end, 0): the follower heard
+    it, so its lag is known, 0, and it is heard again each second while nothing comes;
+    a follower that never heard its upstream has no lag series (test_relay_metrics.py,
+    and `-` in cluster status: test_a_follower_that_never_copied_shows_no_lag_...)."""
     leader, follower = pair
     create_topic(stub(leader.address), "t")  # nothing in it: the copy reads nothing
     port = int(re.findall(r"metrics_port = (\d+)", follower.config.read_text())[0])
-    never = 'keybus_relay_seconds_since_upstream_read{partition="0",topic="t"} -1.0'
-    wait_for(lambda: never in metrics_text(port), 15, "the copy's metrics")
-    assert "keybus_relay_follower_lag_events{" not in metrics_text(port)
-    assert "keybus_relay_follower_lag_seconds{" not in metrics_text(port)
+    wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
+             metrics_text(port), 15, "the lag heard from the empty upstream")
+    age = re.search(r'keybus_relay_seconds_since_upstream_read\{partition="0",topic="t"\} (\S+)',
+                    metrics_text(port))
+    assert age is not None and 0 <= float(age[1]) < 60, age
     asyncio.run(fill_one(leader.address))
     wait_for(lambda: 'keybus_relay_follower_lag_events{partition="0",topic="t"} 0.0' in
              metrics_text(port), 15, "the lag once read")
@@ -272,9 +276,11 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
         assert row["role"] == "follower" and said in row["detail"], row
         assert "pass its CA (relay_tls_ca_file in this broker's config)" in row["detail"], row
         assert "--tls-ca" not in follower.log_path.read_text()  # a client's setting, not its
-        assert row["partitions"] == [{"partition": 0, "end_offset": 0, "lag_events": None,
-                                      "lag_s": None, "upstream_read_s_ago": None,
-                                      "followers_following": None}], row
+        (partition,) = row["partitions"]
+        assert partition.pop("upstream_unreachable_s") >= 0, row  # its setup fails since
+        assert partition == {"partition": 0, "end_offset": 0, "lag_events": None,
+                             "lag_s": None, "upstream_read_s_ago": None,
+                             "followers_following": None}, row
     finally:
         follower.stop()
         leader.stop()

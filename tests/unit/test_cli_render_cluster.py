@@ -36,7 +36,8 @@ def test_json_names_the_leader_and_each_brokers_lag() -> None:
     follower = next(b for b in topic["brokers"] if b["role"] == "follower")
     assert follower["partitions"][0] == {"partition": 0, "end_offset": 90, "lag_events": 10,
                                          "lag_s": 1.5, "upstream_read_s_ago": 0.25,
-                                         "followers_following": None}
+                                         "followers_following": None,
+                                         "upstream_unreachable_s": None}
     assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable"}
 
 
@@ -130,3 +131,27 @@ def test_table_shows_the_following_column() -> None:
     assert "following" in next(line for line in lines if "epoch" in line)
     (row,) = [line for line in lines if " a:1 " in line]
     assert row.split()[5] == "1/2", row  # topic broker role zookeeper epoch following
+
+
+def test_a_follower_whose_upstream_is_unreachable_shows_its_lag_unknown_and_since_when() -> None:
+    """Its copy held all the upstream had when the upstream went away (lag 0 as last
+    heard): while it cannot reach it, the lag is unknown ("-", null), not "caught up",
+    and a note names the upstream, the partitions and since when."""
+    lost = pb.ClusterInfo(broker_id="b:1", address="b:1", zookeeper_state="CONNECTED")
+    lost.topics.add(topic="t", role="follower", leader="a:1", upstream="a:1", partitions=[
+        pb.PartitionRelayInfo(partition=0, end_offset=90, upstream_end_offset=90,
+                              upstream_read_ms_ago=12_400, upstream_unreachable_ms=12_300),
+        pb.PartitionRelayInfo(partition=1, end_offset=7, upstream_end_offset=7,
+                              upstream_read_ms_ago=300)])
+    (row,) = cluster_dict([("b:1", lost)])["topics"][0]["brokers"]
+    assert row["partitions"][0] | {"partition": 0} == {
+        "partition": 0, "end_offset": 90, "lag_events": None, "lag_s": None,
+        "upstream_read_s_ago": 12.4, "upstream_unreachable_s": 12.3, "followers_following": None}
+    assert row["partitions"][1]["lag_events"] == 0  # that one still hears its upstream
+    assert row["partitions"][1]["upstream_unreachable_s"] is None
+    rows, notes = cluster_rows(cluster_dict([("b:1", lost)]))
+    (cells,) = rows
+    assert cells[HEADERS.index("lag")] == "-" and cells[HEADERS.index("lag s")] == "-", cells
+    assert cells[HEADERS.index("read s ago")] == "12.4", cells
+    assert ("t on b:1: upstream a:1 unreachable since 12.3 s ago for partition(s) 0; "
+            "lag unknown") in notes, notes

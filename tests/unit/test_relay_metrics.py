@@ -1,5 +1,5 @@
-"""The copy's gauges: a follower that never read has no lag series (not 0, "caught up"),
-and a broker that copies a partition no more (it leads now) drops them. The leader's
+"""The copy's gauges: a follower that never read, or cannot reach its upstream now, has
+no lag series (not 0, "caught up") and says whether it reaches its upstream; a broker that copies a partition no more (it leads now) drops them. The leader's
 followers-following gauge exists only where it refuses produce (acks = n, leading).
 
 Method: `export_copy` on copy states and `export_acks` on ack trackers, read back
@@ -72,3 +72,25 @@ def test_a_leader_with_acks_n_exports_how_many_follow_and_drops_it_when_it_leads
 def test_acks_leader_exports_no_following_count() -> None:
     export_acks("metrics-t", {3: AckTracker(0)}, leading=True, now_ms=0)  # refuses nothing
     assert sample("keybus_relay_followers_following", 3) is None
+
+
+def test_a_copy_whose_upstream_is_unreachable_exports_no_lag_and_says_so() -> None:
+    state = CopyState()
+    state.process_answer(upstream_end=40, log_end=40, now_ms=9_000)
+    export_copy("metrics-t", 4, state, log_end=40, now_ms=9_500)
+    assert sample("keybus_relay_follower_lag_events", 4) == 0
+    assert sample("keybus_relay_upstream_reachable", 4) == 1
+    state.process_lost("UNAVAILABLE: connection refused", now_ms=10_000)
+    state.process_lost("UNAVAILABLE: connection refused", now_ms=11_000)  # keeps the first
+    assert state.unreachable_since_ms == 10_000
+    export_copy("metrics-t", 4, state, log_end=40, now_ms=12_000)
+    assert sample("keybus_relay_follower_lag_events", 4) is None  # 0 was "caught up"
+    assert sample("keybus_relay_follower_lag_seconds", 4) is None
+    assert sample("keybus_relay_upstream_reachable", 4) == 0
+    assert sample("keybus_relay_seconds_since_upstream_read", 4) == 3  # since last heard
+    state.process_answer(upstream_end=45, log_end=40, now_ms=13_000)  # back, behind
+    export_copy("metrics-t", 4, state, log_end=40, now_ms=13_000)
+    assert sample("keybus_relay_upstream_reachable", 4) == 1
+    assert sample("keybus_relay_follower_lag_events", 4) == 5
+    forget_copy("metrics-t", 4)
+    assert sample("keybus_relay_upstream_reachable", 4) is None

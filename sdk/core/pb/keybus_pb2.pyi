@@ -2022,6 +2022,7 @@ class PartitionRelayInfo(_message.Message):
     LAST_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     FOLLOWERS_FOLLOWING_FIELD_NUMBER: _builtins.int
+    UPSTREAM_UNREACHABLE_MS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     end_offset: _builtins.int
     upstream_end_offset: _builtins.int
@@ -2042,6 +2043,11 @@ class PartitionRelayInfo(_message.Message):
     Fewer than acks refuse produce (followers_missing). Absent on a follower, a
     candidate, a standalone broker and with acks = leader.
     """
+    upstream_unreachable_ms: _builtins.int
+    """Followers: set while this partition's copy cannot reach its upstream (an attempt
+    failed or its stream broke, and no answer came since): for how long, in ms. Its
+    lag_events and lag_ms are then as last heard, and unknown now.
+    """
     def __init__(
         self,
         *,
@@ -2054,14 +2060,20 @@ class PartitionRelayInfo(_message.Message):
         last_leader_epoch: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         followers_following: _builtins.int | None = ...,
+        upstream_unreachable_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "followers_following", b"followers_following"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "_upstream_unreachable_ms", b"_upstream_unreachable_ms", "followers_following", b"followers_following", "upstream_unreachable_ms", b"upstream_unreachable_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "end_offset", b"end_offset", "followers_following", b"followers_following", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following", "_upstream_unreachable_ms", b"_upstream_unreachable_ms", "end_offset", b"end_offset", "followers_following", b"followers_following", "lag_events", b"lag_events", "lag_ms", b"lag_ms", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "upstream_end_offset", b"upstream_end_offset", "upstream_read_ms_ago", b"upstream_read_ms_ago", "upstream_unreachable_ms", b"upstream_unreachable_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__followers_following: _TypeAlias = _typing.Literal["followers_following"]  # noqa: Y015
     _WhichOneofArgType__followers_following: _TypeAlias = _typing.Literal["_followers_following", b"_followers_following"]  # noqa: Y015
+    _WhichOneofReturnType__upstream_unreachable_ms: _TypeAlias = _typing.Literal["upstream_unreachable_ms"]  # noqa: Y015
+    _WhichOneofArgType__upstream_unreachable_ms: _TypeAlias = _typing.Literal["_upstream_unreachable_ms", b"_upstream_unreachable_ms"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__followers_following) -> _WhichOneofReturnType__followers_following | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__upstream_unreachable_ms) -> _WhichOneofReturnType__upstream_unreachable_ms | None: ...
 
 Global___PartitionRelayInfo: _TypeAlias = PartitionRelayInfo  # noqa: Y015
 
