@@ -50,7 +50,8 @@ POSITIVE_SETTINGS = frozenset({
     "key_shared_points_per_consumer", "nack_delay_ms_max", "ack_timeout_ms_max",
     "cursor_persist_interval_ms", "cursor_ranges_persisted_max",
     "zookeeper_session_timeout_ms", "relay_retry_backoff_ms", "relay_retry_backoff_max_ms",
-    "relay_sync_interval_ms", "acks_timeout_ms", "view_pass_events_max", "view_pass_bytes_max",
+    "relay_sync_interval_ms", "relay_idle_answer_ms", "acks_timeout_ms", "view_pass_events_max",
+    "view_pass_bytes_max",
     "view_sweep_interval_ms", "view_sweep_entries_max", "compaction_records_max",
     "bootstrap_streams_max", "view_loads_max", "processor_store_queue_max", "processor_commit_commands_max",
     "processor_name_bytes_max", "task_restart_backoff_ms", "task_restart_backoff_max_ms",
@@ -200,6 +201,11 @@ class Settings:
                                               "seed's one minute).")
     relay_sync_interval_ms: int = setting(1_000, "How often a follower copies subscription "
                                           "cursors and topic lists from its upstream.")
+    relay_idle_answer_ms: int = setting(1_000, "As an upstream: how often a follower's idle "
+                                        "copy stream gets an answer without records, so the "
+                                        "follower hears a healthy upstream of a quiet topic "
+                                        "(keybus_relay_seconds_since_upstream_read stays below "
+                                        "it); one small message per followed partition each time.")
     acks_timeout_ms: int = setting(30_000, "A produce waiting for its copies on followers "
                                    "(acks = N) fails with UNAVAILABLE after this long.")
     relay_follower_grace_ms: int = setting(5_000, "A follower whose position-report stream "

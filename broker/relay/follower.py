@@ -101,7 +101,7 @@ class CopyState:
 
     upstream_end: int = 0
     # wall clock of the upstream's last answer for this partition: records, or the
-    # answer an idle upstream sends every second (read_servicer.replica_read); 0 = never
+    # answer an idle upstream sends each relay_idle_answer_ms (replica_read); 0 = never
     last_read_ms: int = 0
     caught_up_ms: int = 0  # wall clock when this copy last held all the upstream had
     unreachable_since_ms: int = 0  # wall clock when it lost its upstream; 0 = reaching it
@@ -387,7 +387,7 @@ class TopicFollower:
                         on_connection_change=functools.partial(self._stream_changed, state))
         # The upstream's high watermark, sent with the records and when only it moves.
         reader.on_high_watermark = functools.partial(watermark.advance, partition)
-        # An answer without records (the tail reached, an idle upstream's each second):
+        # An answer without records (the tail reached, or an idle upstream's):
         # the upstream is heard, and its log end known.
         reader.on_tail = lambda _: state.process_answer(reader.end_offset or 0,
                                                         partition.log_end, wall_ms())

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
                           "Seconds since a follower last heard from its upstream for the "
                           "partition: records, or the answer an idle upstream sends each "
-                          "second (-1 = never)",
+                          "relay_idle_answer_ms, 1 s (-1 = never)",
                           ["topic", "partition"])
 UPSTREAM_REACHABLE = Gauge("keybus_relay_upstream_reachable",
                            "1 while a follower's copy of the partition reaches its upstream, "

@@ -32,11 +32,6 @@ from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
 from sdk.core.pb import keybus_pb2 as pb
 
-# How often an idle replica read answers without records (see `replica_read`): one
-# small message per followed partition and second; a follower shows its upstream
-# silent once no answer came for several of these.
-REPLICA_IDLE_ANSWER_MS = 1_000
-
 
 def read_limit(field: str, value: int, limit: int) -> int:
     if value > limit:
@@ -78,7 +73,8 @@ class ReadServicer:
         )
         offset = partition.resolve_start(request.start)
         if request.replica:
-            async for response in replica_read(partition, spec, offset, request.follow):
+            async for response in replica_read(partition, spec, offset, request.follow,
+                                               self.settings.relay_idle_answer_ms):
                 yield response
             return
         mark = len(partition.truncations)
@@ -111,12 +107,12 @@ class ReadServicer:
 
 
 async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
-                       follow: bool) -> AsyncIterator[bytes]:
+                       follow: bool, idle_answer_ms: int = 1_000) -> AsyncIterator[bytes]:
     """A follower's copy: records to the durable log end, each response with the
     high watermark (what this broker's readers may see), and a response with
     no records whenever only the high watermark moved, so the follower learns
     it without new data. Idle at the tail, it sends a response without records
-    every `REPLICA_IDLE_ANSWER_MS` (Kafka's follower fetch returns empty after
+    every `idle_answer_ms` (`relay_idle_answer_ms`, 1 s; Kafka's follower fetch returns empty after
     replica.fetch.wait.max.ms the same way): the follower's "heard from its
     upstream" (keybus_relay_seconds_since_upstream_read) then measures its
     upstream, not how long ago a producer wrote; HTTP/2 keepalive pings alone
@@ -132,7 +128,7 @@ async def replica_read(partition: Partition, spec: ReadSpec, offset: int,
             if not follow:
                 return
             try:
-                async with asyncio.timeout(REPLICA_IDLE_ANSWER_MS / 1000):
+                async with asyncio.timeout(idle_answer_ms / 1000):
                     await partition.wait_for_change()
             except TimeoutError:  # idle: say so (the same position, no records)
                 yield wire.read_response([], offset, partition.log_end, sent_high_watermark)
