@@ -97,7 +97,7 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = PRO
             except grpc.RpcError as e:
                 error = errors.from_rpc_error(e, address)
                 if not (topic and error.code == errors.NOT_FOUND):
-                    return address, str(error)
+                    return address, _no_answer(error)
             # It answered that it lacks the topic: a broker without it, not one that did
             # not answer (its ZooKeeper state still counts); `lacking` names it.
             info: pb.ClusterInfo = await stub.DescribeCluster(
@@ -106,10 +106,17 @@ async def gather_status(addresses: list[str], topic: str, timeout_s: float = PRO
                                            zookeeper=info.zookeeper,
                                            zookeeper_state=info.zookeeper_state)
         except grpc.RpcError as e:
-            return address, str(errors.from_rpc_error(e, address))
+            return address, _no_answer(errors.from_rpc_error(e, address))
         finally:
             await channel.close()
     return list(await asyncio.gather(*(ask(a) for a in addresses)))
+
+
+def _no_answer(error: errors.KeybusError) -> str:
+    """Why a broker gave no state: it did not answer (unreachable), or it said no."""
+    if error.code in (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED):
+        return str(error)
+    return render.Refused(str(error))
 
 
 def lacking(answers: list[render.Answer], topic: str) -> list[str]:

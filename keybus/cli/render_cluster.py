@@ -16,6 +16,12 @@ from rich.text import Text
 from keybus.cli.render import fit_table
 from sdk.core.pb import keybus_pb2 as pb
 
+
+class Refused(str):
+    """Why a broker gave no cluster state when it answered, but no (a permission it
+    lacks, a bad request): the role column says "refused", not "unreachable"."""
+
+
 Answer = tuple[str, pb.ClusterInfo | str]  # (address asked, its answer or why none)
 HEADERS = ("topic", "broker", "role", "zookeeper", "epoch", "following", "end offsets", "lag",
            "lag s", "read s ago")
@@ -27,7 +33,8 @@ def cluster_dict(answers: list[Answer]) -> dict[str, Any]:
     brokers = []
     for address, info in answers:
         if isinstance(info, str):
-            brokers.append({"address": address, "error": info})
+            brokers.append({"address": address, "error": str(info),
+                            "refused": isinstance(info, Refused)})
             continue
         brokers.append({"address": address, "broker_id": info.broker_id,
                         "zookeeper": info.zookeeper, "zookeeper_state": info.zookeeper_state})
@@ -168,7 +175,8 @@ def cluster_rows(status: dict[str, Any]) -> tuple[list[tuple[str, ...]], list[st
             notes.extend(_stopped_notes(topic["topic"], row))
     for broker in status["brokers"]:
         if "error" in broker:
-            rows.append(("-", broker["address"], "unreachable", *["-"] * 7))
+            role = "refused" if broker["refused"] else "unreachable"
+            rows.append(("-", broker["address"], role, *["-"] * 7))
             notes.append(f"{broker['address']}: {broker['error']}")
     return rows, notes
 

@@ -277,3 +277,16 @@ def test_databus_client_log_and_shared_registrations_over_tls_with_a_token(
         assert sorted(shared.keys) == list(range(EVENTS))
 
     asyncio.run(asyncio.wait_for(go(), WAIT_S * 3))
+
+
+def test_cluster_status_says_refused_not_unreachable(secure_broker: BrokerProcess,
+                                                     setup: SecureSetup) -> None:
+    """A broker that answered no (bob may not see every topic's cluster state) is
+    "refused" with its reason; only one that did not answer is "unreachable"."""
+    tls = ["--broker", secure_broker.address, "--tls-ca", setup.path("ca.pem")]
+    shown = keybus("cluster", "status", "--json", *tls, "--token", TOKENS["bob"])
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    (broker,) = json.loads(shown.stdout)["brokers"]
+    assert broker["refused"] is True and "lacks" in broker["error"], broker
+    table = keybus("cluster", "status", "--wide", *tls, "--token", TOKENS["bob"])
+    assert "refused" in table.stdout and "unreachable" not in table.stdout, table.stdout

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from keybus.cli.render_cluster import HEADERS, cluster_dict, cluster_rows, cluster_table
+from keybus.cli.render_cluster import (
+    HEADERS,
+    Refused,
+    cluster_dict,
+    cluster_rows,
+    cluster_table,
+)
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -38,7 +44,8 @@ def test_json_names_the_leader_and_each_brokers_lag() -> None:
                                          "lag_s": 1.5, "upstream_read_s_ago": 0.25,
                                          "followers_following": None,
                                          "upstream_unreachable_s": None}
-    assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable"}
+    assert status["brokers"][2] == {"address": "c:1", "error": "broker unavailable",
+                                    "refused": False}
 
 
 def rendered(width: int, wide: bool = False) -> list[str]:
@@ -155,3 +162,12 @@ def test_a_follower_whose_upstream_is_unreachable_shows_its_lag_unknown_and_sinc
     assert cells[HEADERS.index("read s ago")] == "12.4", cells
     assert ("t on b:1: upstream a:1 unreachable since 12.3 s ago for partition(s) 0; "
             "lag unknown") in notes, notes
+
+
+def test_a_broker_that_answered_no_is_refused_not_unreachable() -> None:
+    said = Refused("'bob' lacks the admin permission on every topic")
+    status = cluster_dict([("d:1", said)])
+    assert status["brokers"] == [{"address": "d:1", "error": str(said), "refused": True}]
+    rows, notes = cluster_rows(status)
+    assert rows == [("-", "d:1", "refused", *["-"] * 7)]
+    assert notes == [f"d:1: {said}"]
