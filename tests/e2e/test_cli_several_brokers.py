@@ -69,13 +69,14 @@ def test_produce_read_consume_follow_the_leader(pair: tuple[str, str]) -> None:
 
 def test_cluster_status_fits_80_columns(pair: tuple[str, str]) -> None:
     leader, follower = pair
-    text = ok(keybus(None, "cluster", "status", "--broker", f"{leader},{follower}"))
+    text = ok(keybus(None, "cluster", "status", "--broker", f"{leader},{follower}",
+                     "--timeout", "20"))
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines) and "…" not in text, text
     assert any(leader in line and "leader" in line for line in lines), text
     assert any(follower in line and "follower" in line for line in lines), text
     status = json.loads(ok(keybus(None, "cluster", "status", "--json", "--broker",
-                                  f"{leader},{follower}")))
+                                  f"{leader},{follower}", "--timeout", "20")))
     (topic,) = [t for t in status["topics"] if t["topic"] == TOPIC]
     assert topic["leader"] == leader
 

@@ -270,7 +270,7 @@ def test_a_follower_that_never_copied_shows_no_lag_and_says_why(tmp_path: Path) 
         wait_for(lambda: said in (role(follower.address, "s") or pb.TopicRoleInfo()).detail, 15,
                  "the follower's detail names the copy's failure")
         done = subprocess.run([sys.executable, "-m", "keybus", "cluster", "status", "--broker",
-                               follower.address, "--topic", "s", "--json"],
+                               follower.address, "--topic", "s", "--json", "--timeout", "20"],
                               capture_output=True, text=True, timeout=60, check=True)
         (row,) = json.loads(done.stdout)["topics"][0]["brokers"]
         assert row["role"] == "follower" and said in row["detail"], row
@@ -309,7 +309,7 @@ def test_a_relay_whose_upstream_port_is_closed_says_so_in_cluster_status(tmp_pat
         wait_for(lambda: "cannot set up the copy" in follower.log_path.read_text(), 15,
                  "the follower tried its upstream")
         command = [sys.executable, "-m", "keybus", "cluster", "status", "--broker",
-                   follower.address]
+                   follower.address, "--timeout", "20"]
         done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60,
                               check=True)
         (topic,) = json.loads(done.stdout)["topics"]
@@ -335,7 +335,7 @@ def test_cluster_status_of_a_topic_a_broker_lacks_says_so_not_that_it_did_not_an
         second.start()
         create_topic(stub(first.address), "only")
         command = [sys.executable, "-m", "keybus", "cluster", "status", "--broker",
-                   f"{first.address},{second.address}"]
+                   f"{first.address},{second.address}", "--timeout", "20"]
 
         def status(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)

@@ -128,7 +128,7 @@ def test_cluster_of_three_followers_hold_the_same_records(zookeeper: ZooKeeperSe
         assert_same_logs(brokers, "t", partitions=2)
         status = json.loads(subprocess.run(
             [sys.executable, "-m", "keybus", "cluster", "status", "--broker", addresses(brokers),
-             "--topic", "t", "--json"], capture_output=True, text=True, timeout=60,
+             "--topic", "t", "--json", "--timeout", "20"], capture_output=True, text=True, timeout=60,
             check=True).stdout)
         (topic,) = status["topics"]
         assert topic["leader"] == brokers[leader].address and topic["leader_epoch"] == 1

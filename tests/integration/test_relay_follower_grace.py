@@ -159,7 +159,7 @@ def log_lines(broker: BrokerRunner, words: str) -> list[str]:
 def status(leader: BrokerRunner, *options: str) -> str:
     """`keybus cluster status` of topic t on the leader (its gRPC calls are real)."""
     result = CliRunner().invoke(cli, ["cluster", "status", "--broker", leader.address,
-                                      "--topic", "t", "--wide", *options])
+                                      "--topic", "t", "--wide", "--timeout", "20", *options])
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -46,7 +46,7 @@ def pair(root: Path) -> tuple[BrokerRunner, BrokerRunner, int]:
 
 def status(address: str, *extra: str) -> str:
     done = subprocess.run([sys.executable, "-m", "keybus", "cluster", "status", "--broker",
-                           address, "--topic", "t", *extra],
+                           address, "--topic", "t", "--timeout", "20", *extra],
                           capture_output=True, text=True, timeout=60, check=True)
     return done.stdout
 
