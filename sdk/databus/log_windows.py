@@ -29,6 +29,7 @@ import grpc.aio
 from sdk import errors
 from sdk.bootstrap import BootstrapPosition
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.databus.checkpoint_values import ahead_of_log, checked_position
 from sdk.databus.config import DatabusConfig
 from sdk.databus.connection import BrokerLink
 from sdk.databus.inbox import PieceItem
@@ -77,9 +78,10 @@ class LogWindows(BrokerLink):
         self._connect()
         info = await self.describe_topic()
         partitions = self._partitions(partition_count(info))
-        log_starts = {p.partition: p.start_offset for p in info.partitions}
+        logs = {p.partition: p for p in info.partitions}
         for partition in partitions:
-            self.starts[partition] = await self._start_of(partition, log_starts[partition])
+            self.starts[partition] = await self._start_of(partition, logs[partition].start_offset,
+                                                          logs[partition].end_offset)
         self._readers = {p: self._reader(p, start) for p, start in self.starts.items()
                          if not isinstance(start, BootstrapStart)}
         # "latest" becomes each partition's log end now, before the registration calls
@@ -102,7 +104,8 @@ class LogWindows(BrokerLink):
     def channel(self) -> grpc.aio.Channel | None:
         return self._channel
 
-    async def _start_of(self, partition: int, log_start: int) -> Start | BootstrapStart:
+    async def _start_of(self, partition: int, log_start: int,
+                        log_end: int) -> Start | BootstrapStart:
         """Where a partition begins: after its checkpoint, else the registration's start.
 
         Raises:
@@ -110,6 +113,8 @@ class LogWindows(BrokerLink):
                 registration does not allow bootstrap.
             FailedPrecondition: the checkpoint was saved during a bootstrap and
                 the registration does not allow bootstrap.
+            ValueError: the checkpoint holds values no registration writes
+                (checkpoint_values.py).
         """
         checkpoint = None
         if self.checkpoints is not None:
@@ -117,8 +122,8 @@ class LogWindows(BrokerLink):
                                                                self.name, partition)
         if checkpoint is None:
             return BootstrapStart() if self.start == "bootstrap" else self.start
-        if checkpoint.bootstrap:  # a bootstrap was under way: go on with it
-            position = BootstrapPosition.from_dict(json.loads(checkpoint.bootstrap))
+        position = checked_position(checkpoint)
+        if position is not None:  # a bootstrap was under way: go on with it
             if not self.bootstrap:
                 raise errors.FailedPrecondition(
                     f"the checkpoint of {self.name} on {self.topic}/{partition} was saved "
@@ -127,6 +132,13 @@ class LogWindows(BrokerLink):
                     "(DatabusCombinedConsumerBase) to finish it, or remove that checkpoint "
                     f"(consumer group {self.name!r}) to start over")
             return BootstrapStart(position, checkpoint.scn)
+        if ahead_of_log(checkpoint, log_end):
+            _log.warning("%s: partition %d's checkpoint (offset %d, scn %d) is past the end of "
+                         "%s/%d (offset %d): waiting for the log to pass it; if the topic was "
+                         "deleted and created again, remove the checkpoint (consumer group "
+                         "%r) to read it from the start", self.name, partition,
+                         checkpoint.offset, checkpoint.scn, self.topic, partition, log_end,
+                         self.name)
         if checkpoint.offset + 1 >= log_start:
             return {"scn": checkpoint.scn + 1}
         if self.bootstrap:
