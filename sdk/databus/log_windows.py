@@ -65,6 +65,7 @@ class LogWindows(BrokerLink):
         self.sources = sources
         self.starts: dict[int, Start | BootstrapStart] = {}
         self._readers: dict[int, Reader] = {}  # opened by open(), taken by the read tasks
+        self._resumed_after: dict[int, int] = {}  # partition -> its checkpoint's offset
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
@@ -87,6 +88,7 @@ class LogWindows(BrokerLink):
         # "latest" becomes each partition's log end now, before the registration calls
         # on_start_consumption: every event stored after that callback is delivered
         await asyncio.gather(*(reader.open() for reader in self._readers.values()))
+        await self._check_resumed()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read(p), name=f"keybus-databus-{self.name}-{p}")
                        for p in partitions]
@@ -140,14 +142,42 @@ class LogWindows(BrokerLink):
                          checkpoint.offset, checkpoint.scn, self.topic, partition, log_end,
                          self.name)
         if checkpoint.offset + 1 >= log_start:
+            self._resumed_after[partition] = checkpoint.offset
             return {"scn": checkpoint.scn + 1}
+        return self._behind(partition, checkpoint.offset, log_start)
+
+    async def _check_resumed(self) -> None:
+        """Look at where the logs start again, now that the reads are open.
+
+        A read from `{"scn": n}` below the log's start begins at the start,
+        without an error: retention that passed a checkpoint after `open` looked
+        at the log (a slow checkpoint store) would otherwise be a gap nobody
+        hears of. Once open, a read goes on by offset and gets OUT_OF_RANGE
+        itself, so one more look closes the window.
+        """
+        if not self._resumed_after:
+            return
+        info = await self.describe_topic()
+        for log in info.partitions:
+            offset = self._resumed_after.get(log.partition)
+            if offset is None or offset + 1 >= log.start_offset:
+                continue
+            self.starts[log.partition] = self._behind(log.partition, offset, log.start_offset)
+            await self._readers.pop(log.partition).close()
+
+    def _behind(self, partition: int, offset: int, log_start: int) -> BootstrapStart:
+        """A partition whose checkpoint (`offset`) is older than the log: bootstrap.
+
+        Raises:
+            OffsetOutOfRange: the registration does not allow bootstrap.
+        """
         if self.bootstrap:
             _log.info("%s: partition %d's checkpoint (offset %d) is older than the log (from "
-                      "%d): bootstrapping", self.name, partition, checkpoint.offset, log_start)
+                      "%d): bootstrapping", self.name, partition, offset, log_start)
             return BootstrapStart()
         raise errors.OffsetOutOfRange(
             f"the checkpoint of {self.name} on {self.topic}/{partition} is at offset "
-            f"{checkpoint.offset}, but retention removed the log below offset {log_start}: "
+            f"{offset}, but retention removed the log below offset {log_start}: "
             "events are missing. Register with bootstrap=True to start from the compacted "
             "view, or start over", grpc.StatusCode.OUT_OF_RANGE)
 
