@@ -175,7 +175,9 @@ def register(cli: click.Group) -> None:
                      from_scn: int | None, windows_max: int | None, conn: Connection,
                      as_json: bool) -> None:
         """Print TOPIC's windows as the callback sequence a consumer sees."""
-        names = [s.strip() for s in sources.split(",")] if sources else None
+        # `--sources ''` is a list with an empty name, refused as in a,,b: it used to
+        # count as no --sources at all and print every source
+        names = [s.strip() for s in sources.split(",")] if sources is not None else None
         if names is not None and not all(names):
             raise click.UsageError(f"--sources {sources!r} has an empty name; give names "
                                    "like a,b")

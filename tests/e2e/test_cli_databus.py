@@ -55,6 +55,8 @@ def test_tail_bad_input_is_one_line(shared_broker: BrokerProcess) -> None:
     for args, code, says in ((["no-such-topic"], 1, "does not exist"),  # a failed call
                              (["cli-databus", "--filter", "mod:x"], 2, "filter"),  # usage
                              (["cli-databus", "--sources", "a,,b"], 2, "empty name"),
+                             (["cli-databus", "--sources", ""], 2, "empty name"),
+                             (["cli-databus", "--sources", " "], 2, "empty name"),
                              (["cli-databus", "--sources", "a,a"], 2, "twice")):
         result = keybus(shared_broker, "databus", "tail", *args, "--windows", "1")
         assert result.returncode == code and says in result.stderr, result.stderr
