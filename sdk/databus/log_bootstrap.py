@@ -17,12 +17,17 @@ with start="bootstrap" (sdk/bootstrap.py) brings:
 on_start_bootstrap comes first (also when a saved bootstrap is resumed),
 on_end_bootstrap at the ONLINE marker. Retention that outruns the read later
 starts a new snapshot (`read_bootstrap`), announced again once the partition
-was online. Databus's checkpoint modes are the
+was online. A broker whose bootstrap slots are all taken
+(`bootstrap_streams_max`: RESOURCE_EXHAUSTED, "retry later") is asked again
+after a backoff, from where the read stood; before, the registration stopped
+with that error, so a topic with more partitions than the broker's slots could
+not bootstrap at all. Databus's checkpoint modes are the
 three phases of `BootstrapPosition`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -94,6 +99,15 @@ class _Progress:
 
     pieces: int = 0
     online: bool = False  # the ONLINE marker passed: on_end_bootstrap was put
+    position: BootstrapPosition | None = None  # after the last piece put
+    snapshot_scn: int = 0  # of the snapshot those pieces came from
+
+
+def slots_taken(error: errors.KeybusError) -> bool:
+    """The broker refused the stream because its bootstrap slots are all in use
+    (its error `too_many_bootstraps` says "retry later"); other refusals are final."""
+    return isinstance(error, errors.ResourceExhausted) and \
+        "bootstrap_streams_max" in error.message
 
 
 async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
@@ -111,11 +125,24 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
     put = source.inbox.put
     await put(MarkerItem("on_start_bootstrap"))
     position, snapshot_scn = start.position, start.snapshot_scn
+    waits = 0  # refusals in a row for want of a bootstrap slot
     while True:
         progress = _Progress()
         try:
             await _follow(source, partition, position, snapshot_scn, progress)
             return
+        except errors.ResourceExhausted as e:
+            if not slots_taken(e) or progress.online:
+                raise
+            if progress.position is not None:  # go on after the last piece put
+                position, snapshot_scn = progress.position, progress.snapshot_scn
+                waits = 0
+            waits += 1
+            if waits == 1:
+                _log.warning("%s: partition %d waits for a bootstrap slot of the broker "
+                             "(%s); asking again every %d ms at most", source.name,
+                             partition, e.message, source.config.retry_backoff_max_ms)
+            await asyncio.sleep(source.config.backoff_ms(waits) / 1000)
         except errors.OffsetOutOfRange as e:
             if position is None and not progress.pieces and not progress.online:
                 raise
@@ -149,5 +176,6 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
             for piece in pieces_of(batch, source.need_slots, snapshot_scn, reader.position):
                 await put(PieceItem(piece, True))
                 progress.pieces += 1
+            progress.position, progress.snapshot_scn = reader.position, snapshot_scn
     finally:
         await reader.close()
