@@ -27,10 +27,12 @@ from keybus.cli.common import (
     run,
 )
 from keybus.cli.read import event_line
-from sdk.bootstrap import PhaseMarker
+from sdk import errors
+from sdk.bootstrap import BootstrapPosition, PhaseMarker
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange
-from sdk.reader import Reader
+from sdk.databus.log_bootstrap import slots_taken
+from sdk.reader import Reader, Start
 
 
 def marker_line(topic: str, partition: int, marker: PhaseMarker) -> str:
@@ -81,9 +83,43 @@ class _Printed:
 
 async def print_partition(conn: Connection, topic: str, partition: int, options: dict[str, Any],
                           printed: _Printed, as_json: bool) -> None:
-    """One partition's bootstrap; with --follow and --timeout, ends after that long idle."""
+    """One partition's bootstrap; with --follow and --timeout, ends after that long idle.
+
+    A broker whose bootstrap slots are all taken (bootstrap_streams_max, "retry
+    later") is asked again after a backoff, from where the read stood, and the
+    wait is said once: every partition is bootstrapped side by side, so a topic
+    with more partitions than the broker's slots failed at once before.
+    """
+    start: Start = "bootstrap"
+    waits = 0
+    while True:
+        read = _Read(start)
+        try:
+            await _print_read(conn, topic, partition, options, printed, as_json, read)
+            return
+        except errors.ResourceExhausted as e:
+            if not slots_taken(e):
+                raise
+            if read.position is not None:
+                start, waits = read.position, 0
+            waits += 1
+            if waits == 1:
+                note(f"{topic}/{partition} waits for a bootstrap slot: {e.message}")
+            await asyncio.sleep(min(0.1 * 2 ** (waits - 1), 2.0))
+
+
+class _Read:
+    """One Bootstrap stream of a partition: where it starts, where it stands."""
+
+    def __init__(self, start: Start) -> None:
+        self.start = start
+        self.position: BootstrapPosition | None = None  # after the last batch printed
+
+
+async def _print_read(conn: Connection, topic: str, partition: int, options: dict[str, Any],
+                      printed: _Printed, as_json: bool, read: _Read) -> None:
     idle_s = conn.timeout_s if options["follow"] else None
-    async with Reader(conn.broker, topic, partition, start="bootstrap",
+    async with Reader(conn.broker, topic, partition, start=read.start,
                       on_connection_change=printed.outage.report,
                       **options) as reader:
         while not printed.enough.is_set():
@@ -92,16 +128,17 @@ async def print_partition(conn: Connection, topic: str, partition: int, options:
                     batch = await reader.__anext__()
             except (StopAsyncIteration, TimeoutError):
                 return
-            if batch.marker is not None:
+            if batch.marker is None:
+                for event in batch.events():
+                    click.echo(json.dumps({"phase": batch.phase, **event.to_dict()}) if as_json
+                               else event_line(topic, event))
+                    printed.add()
+                    if printed.enough.is_set():
+                        return
+            else:
                 click.echo(json.dumps(marker_dict(partition, batch.marker)) if as_json
                            else marker_line(topic, partition, batch.marker))
-                continue
-            for event in batch.events():
-                click.echo(json.dumps({"phase": batch.phase, **event.to_dict()}) if as_json
-                           else event_line(topic, event))
-                printed.add()
-                if printed.enough.is_set():
-                    return
+            read.position = reader.position
 
 
 async def print_bootstrap(conn: Connection, topic: str, partitions: Sequence[int],

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
+from sdk import Admin
 from tests.e2e.test_cli import keybus, ok
 from tests.support.bootstrap_model import wait_for_partition
 from tests.support.broker_process import BrokerProcess
@@ -89,3 +91,36 @@ def _wait_view_of(broker: BrokerProcess, topic: str, partition: int, end: int) -
             return
         assert time.monotonic() < deadline, f"the view of {topic}/{partition}: {info}"
         time.sleep(0.1)
+
+
+async def _views_folded(broker: BrokerProcess, topic: str, end: int) -> None:
+    """Wait (bounded) until every partition's view folded its log up to `end`."""
+    deadline = time.monotonic() + 60
+    async with Admin(broker.address) as admin:
+        while not all(p.view_offset == end for p in (await admin.describe_topic(topic)).partitions):
+            assert time.monotonic() < deadline, "the views did not fold the log"
+            await asyncio.sleep(0.1)
+
+
+def test_bootstrap_waits_for_a_slot_of_a_busy_broker(tmp_path: Path) -> None:
+    """Every partition is bootstrapped side by side; with more partitions than the
+    broker's bootstrap slots (here one) the command failed at once with "retry
+    later" (exit 1, nothing printed). It now waits for a slot, says so once, and
+    prints every partition's state."""
+    broker = BrokerProcess(tmp_path / "data", "--bootstrap-streams-max", "1")
+    broker.start()
+    try:
+        ok(keybus(broker, "topics", "create", "cli-slots", "--partitions", "3"))
+        for partition in range(3):
+            events = [{"key": k, "value": f"{partition}-{k}".ljust(100, "."),
+                       "partition": partition} for k in range(2_000)]
+            ok(keybus(broker, "produce", "cli-slots",
+                      stdin="\n".join(json.dumps(e) for e in events)))
+        asyncio.run(_views_folded(broker, "cli-slots", 2_000))
+        result = keybus(broker, "bootstrap", "cli-slots", "--no-follow", "--json")
+    finally:
+        broker.stop()
+    printed = [line for line in _lines(ok(result)) if "marker" not in line]
+    assert sorted((e["partition"], e["key"]) for e in printed) == \
+        [(p, k) for p in range(3) for k in range(2_000)]
+    assert "Traceback" not in result.stderr
