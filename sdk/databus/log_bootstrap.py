@@ -106,8 +106,11 @@ class _Progress:
 def slots_taken(error: errors.KeybusError) -> bool:
     """The broker refused the stream because its bootstrap slots are all in use
     (its error `too_many_bootstraps` says "retry later"); other refusals are final."""
-    return isinstance(error, errors.ResourceExhausted) and \
-        "bootstrap_streams_max" in error.message
+    if not isinstance(error, errors.ResourceExhausted):
+        return False
+    if error.broker_error:  # the error's name (sdk/core/error_names.py): not its wording
+        return error.broker_error == "too_many_bootstraps"
+    return "bootstrap_streams_max" in error.message  # a broker that sends no names
 
 
 async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
