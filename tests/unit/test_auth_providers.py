@@ -121,7 +121,7 @@ def test_open_broker_on_a_public_address_warns_loudly(caplog: pytest.LogCaptureF
         assert not caplog.records
         warn_if_open(Settings(host="0.0.0.0"))
     assert "WITHOUT TLS AND authentication" in caplog.text
-    assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("10.1.2.3")
+    assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
 
 
 def test_metrics_endpoint_on_a_public_address_warns_and_can_be_kept_in(
@@ -135,4 +135,4 @@ def test_metrics_endpoint_on_a_public_address_warns_and_can_be_kept_in(
     assert "the /metrics endpoint on 0.0.0.0:9100 is plain HTTP without authentication" \
         in caplog.text and 'metrics_host = "127.0.0.1"' in caplog.text
     assert metrics_address(Settings(host="0.0.0.0", metrics_host="127.0.0.1")) == "127.0.0.1"
-    assert metrics_address(Settings(host="10.1.2.3")) == "10.1.2.3"
+    assert metrics_address(Settings(host="0.0.0.0")) == "0.0.0.0"
