@@ -2046,7 +2046,8 @@ class PartitionRelayInfo(_message.Message):
     upstream_unreachable_ms: _builtins.int
     """Followers: set while this partition's copy cannot reach its upstream (an attempt
     failed or its stream broke, and no answer came since): for how long, in ms. Its
-    lag_events and lag_ms are then as last heard, and unknown now.
+    lag_events and lag_ms are then as last heard, and unknown now. A client that
+    predates this field ignores it and shows that last lag, as it did before.
     """
     def __init__(
         self,
