@@ -87,17 +87,17 @@ class TopicRegistry:
         """Let deletes in progress finish before the store closes, within
         `topic_delete_wait_ms`; one still waiting then is cancelled and said so:
         its keys are still in the store, so the topic is back after a restart."""
-        deleting = {d.meta.name: d for d in self._deleting.values() if d.task is not None}
-        if not deleting:
+        tasks = [(d, d.task) for d in self._deleting.values() if d.task is not None]
+        if not tasks:
             return
-        await asyncio.wait([d.task for d in deleting.values() if d.task is not None],
+        await asyncio.wait([task for _, task in tasks],
                            timeout=self.settings.topic_delete_wait_ms / 1000)
-        for topic, delete in deleting.items():
-            if delete.task is not None and not delete.task.done():
+        for delete, task in tasks:
+            if not task.done():
                 log.warning("stopping before the delete of topic %s finished (it waits for "
                             "%s): the topic is back after a restart; delete it again then",
-                            topic, delete.step)
-                delete.task.cancel()
+                            delete.meta.name, delete.step)
+                task.cancel()
 
     # ------------------------------------------------------------ lookups
 

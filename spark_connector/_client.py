@@ -13,7 +13,6 @@ opened and closed by the call that needs it: nothing here is pickled.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -147,7 +146,8 @@ def retry_while_unreachable(call: Callable[[], T], wait_s: float, waiter: str, *
         warn: log the first failure as a WARNING that says it is asked again.
     """
     began = time.monotonic()
-    for attempt in itertools.count():
+    attempt = 0
+    while True:
         try:
             return call()
         except BrokerCallError as e:
@@ -162,7 +162,7 @@ def retry_while_unreachable(call: Callable[[], T], wait_s: float, waiter: str, *
                 _log.warning("%s; asking again for up to %.0f s", e, wait_s)
             pause_s = _RETRY_PAUSE_S[min(attempt, len(_RETRY_PAUSE_S) - 1)]
             time.sleep(min(pause_s, max(wait_s - waited_s, 0.0)))
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def offsets_for_scns(broker: str, scns: Sequence[tuple[TopicPartition, int]],

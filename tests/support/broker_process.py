@@ -31,7 +31,7 @@ class BrokerProcess:
         self.extra_args = list(extra_args)
         self.prefix = list(prefix)  # e.g. strace and its options: the broker runs under it
         self.port = port or free_port()
-        self._port_is_ours = port is None  # picked here: another may be picked if taken
+        self._port_is_ours = port is None  # picked here: a first start may move off it
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.broker.log"
         self.started_s = 0.0
@@ -47,17 +47,15 @@ class BrokerProcess:
         something took this one between the check and the broker's bind (up to
         3 times); a restart keeps its port, as the tests that restart expect.
         """
-        for _ in range(3):
+        movable = self._port_is_ours and self.process is None  # a first start, port ours
+        for _ in range(3 if movable else 0):
             try:
                 return self._start_once(timeout_s)
             except PortTaken:
-                if not self._port_is_ours:
-                    raise
                 self.port = free_port()
         return self._start_once(timeout_s)
 
     def _start_once(self, timeout_s: float) -> float:
-        self._port_is_ours = self._port_is_ours and self.process is None
         ready = self.data_dir.parent / f"{self.data_dir.name}.ready"
         ready.unlink(missing_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

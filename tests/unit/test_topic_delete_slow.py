@@ -122,3 +122,24 @@ def test_a_caller_that_gives_up_does_not_stop_the_delete_half_way(tmp_path: Path
         await registry.close()
         store.close()
     asyncio.run(body())
+
+
+def test_a_stop_waits_for_a_delete_then_cancels_it_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A registry closing while a delete is held lets it run for the bound, then
+    cancels it and says the topic is back after a restart (its keys are kept)."""
+    async def body() -> None:
+        store, registry, topic_id = await registry_with_topic(tmp_path / "db")
+        held = HeldListener()
+        registry.delete_listeners.append(held.topic_deleted)
+        await refused(asyncio.create_task(registry.delete("t")))
+        async with asyncio.timeout(BOUND_S):
+            await registry.close()
+        assert log_keys(store, topic_id) > 0  # cancelled before its keys went
+        store.close()
+
+    with caplog.at_level("WARNING", logger="keybus.topics"):
+        asyncio.run(body())
+    assert "stopping before the delete of topic t finished (it waits for the delete " \
+           "listener HeldListener.topic_deleted): the topic is back after a restart" \
+           in caplog.text, caplog.text
