@@ -176,19 +176,24 @@ async def retry_wait(channel: grpc.aio.Channel | None, delay_ms: int) -> None:
     backoff, and an attempt after a fixed sleep came up to a whole backoff (1-2 s
     at its cap) after that. gRPC keeps trying to connect meanwhile (paced by its
     reconnect backoff above), and the next attempt starts the moment it succeeds.
-    A channel that was connected when the attempt failed (the broker answered:
-    not the leader, busy, a stream it ended) has nothing to wait for and sleeps
-    the whole delay, so a broker that refuses is not asked again at once.
+    A channel that is connected when the attempt failed (the broker answered: not
+    the leader, busy, a stream it ended) waits for its connection to drop and come
+    back, or the whole delay, so a broker that refuses is not asked again at once.
+    That READY may also be stale: a call fails on a lost connection a moment before
+    the channel's state says so, and sleeping the delay then (20 s in a test with
+    long backoffs) kept a client away from a broker serving again.
 
     Args:
         channel: the client's channel; None sleeps the delay.
         delay_ms: the retry delay of the client's backoff.
     """
     delay_s = delay_ms / 1000
-    if channel is None or channel.get_state(try_to_connect=True) in (
-            grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.SHUTDOWN):
+    state = None if channel is None else channel.get_state(try_to_connect=True)
+    if channel is None or state is grpc.ChannelConnectivity.SHUTDOWN:
         await asyncio.sleep(delay_s)
         return
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(delay_s):
+            if state is grpc.ChannelConnectivity.READY:
+                await channel.wait_for_state_change(state)
             await channel.channel_ready()

@@ -75,3 +75,31 @@ def test_no_channel_sleeps_the_delay() -> None:
         return time.monotonic() - began
 
     assert asyncio.run(go()) >= 0.19
+
+
+def test_a_channel_connected_when_the_wait_began_ends_it_when_it_connects_again() -> None:
+    """A call fails on a lost connection a moment before the channel's state leaves
+    READY: the wait sees READY, and must still end once the broker serves again."""
+    async def go() -> float:
+        port = free_port()
+        first = await _server(port)
+        channel = open_channel(f"127.0.0.1:{port}")
+        await asyncio.wait_for(channel.channel_ready(), 10)
+        servers: list[grpc.aio.Server] = []
+
+        async def restart_soon() -> None:
+            await first.stop(None)  # the connection drops after the wait began
+            await asyncio.sleep(0.3)
+            servers.append(await _server(port))
+
+        began = time.monotonic()
+        restarting = asyncio.create_task(restart_soon())
+        await retry_wait(channel, 30_000)
+        waited = time.monotonic() - began
+        await restarting
+        assert channel.get_state() is grpc.ChannelConnectivity.READY
+        await channel.close()
+        await servers[0].stop(None)
+        return waited
+
+    assert asyncio.run(go()) < 15
