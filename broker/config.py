@@ -205,7 +205,9 @@ class Settings:
                                         "copy stream gets an answer without records, so the "
                                         "follower hears a healthy upstream of a quiet topic "
                                         "(keybus_relay_seconds_since_upstream_read stays below "
-                                        "it); one small message per followed partition each time.")
+                                        "it); one small message per followed partition each time. "
+                                        "As a follower: an upstream silent for three of these "
+                                        "(at least 3 s) shows as unreachable.")
     acks_timeout_ms: int = setting(30_000, "A produce waiting for its copies on followers "
                                    "(acks = N) fails with UNAVAILABLE after this long.")
     relay_follower_grace_ms: int = setting(5_000, "A follower whose position-report stream "

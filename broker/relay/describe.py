@@ -30,12 +30,15 @@ def cluster_info(node: RelayNode, topics: list[str], session_state: str) -> pb.C
             if role is None:
                 raise
             partitions = []
-        info.topics.append(topic_info(topic, role, partitions, relay.address))
+        info.topics.append(topic_info(topic, role, partitions, relay.address,
+                                      relay.upstream_silence_ms))
     return info
 
 
-def topic_info(topic: str, role: TopicRole | None, partitions: list, address: str  # type: ignore[type-arg]
-               ) -> pb.TopicRoleInfo:
+def topic_info(topic: str, role: TopicRole | None, partitions: list, address: str,  # type: ignore[type-arg]
+               silence_ms: int) -> pb.TopicRoleInfo:
+    """One topic's role and copies; silence_ms: how long an upstream may be silent
+    before its lag counts as unknown (RelaySettings.upstream_silence_ms)."""
     now = wall_ms()
     if role is None:
         result = pb.TopicRoleInfo(topic=topic, role="standalone", writable=True, leader=address,
@@ -65,7 +68,7 @@ def topic_info(topic: str, role: TopicRole | None, partitions: list, address: st
             entry.lag_ms = 0 if not entry.lag_events or not state.caught_up_ms else \
                 now - state.caught_up_ms
             entry.upstream_read_ms_ago = now - state.last_read_ms if state.last_read_ms else -1
-        lost_ms = state.unreachable_since_ms if state is not None else setup_lost_ms
+        lost_ms = state.unheard_since_ms(now, silence_ms) if state is not None else setup_lost_ms
         if lost_ms:  # the lag above is as last heard: unknown now (CopyState)
             entry.upstream_unreachable_ms = max(now - lost_ms, 0)
         tracker = trackers.get(partition.index)

@@ -94,9 +94,10 @@ class CopyState:
 
     The lag is counted from the upstream end last heard, so it is known only
     while the upstream answers: from a failed attempt or a lost stream until
-    the next answer (`unreachable_since_ms`), describe and metrics show it as
-    unknown, not as the last value (a 0 would say "caught up" of a copy that
-    cannot see what its upstream holds now).
+    the next answer (`unreachable_since_ms`), or while it is silent
+    (`unheard_since_ms`), describe and metrics show it as unknown, not as the
+    last value (a 0 would say "caught up" of a copy that cannot see what its
+    upstream holds now).
     """
 
     upstream_end: int = 0
@@ -116,6 +117,17 @@ class CopyState:
             self.caught_up_ms = now_ms
         self.unreachable_since_ms = 0
         self.error = ""
+
+    def unheard_since_ms(self, now_ms: int, silence_ms: int) -> int:
+        """Wall clock since when the upstream is not reached, 0 = reached: from a
+        failed attempt or a lost stream, or from its last answer once it has been
+        silent longer than silence_ms (frozen with its connection open, so no
+        stream breaks yet; RelaySettings.upstream_silence_ms)."""
+        if self.unreachable_since_ms or self.done:  # a finished catch-up reads no more
+            return self.unreachable_since_ms
+        if self.last_read_ms and now_ms - self.last_read_ms > silence_ms:
+            return self.last_read_ms
+        return 0
 
     def process_lost(self, reason: str, now_ms: int) -> None:
         """An attempt failed or the stream broke: the upstream is not reached since

@@ -67,7 +67,8 @@ def export_acks(topic: str, trackers: Mapping[int, AckTracker[Any]], leading: bo
             FOLLOWERS_FOLLOWING.remove(topic, str(index))
 
 
-def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_ms: int) -> None:
+def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_ms: int,
+                silence_ms: int = 3_000) -> None:
     """One partition's copy as gauges. Its lag is counted from the upstream end it last
     heard: before its first answer it knows none, and while its upstream is unreachable
     the end it knew is stale, so the lag series are left out then (a 0 would say
@@ -80,12 +81,15 @@ def export_copy(topic: str, partition: int, state: CopyState, log_end: int, now_
     `keybus_relay_upstream_reachable == 0`, as Pulsar's operators watch
     `pulsar_replication_connected_count` (and Kafka's, a follower's failed fetches),
     or `keybus_relay_seconds_since_upstream_read`, which an idle but healthy upstream
-    keeps near 1 s and which grows while nothing is heard."""
+    keeps near 1 s and which grows while nothing is heard. An upstream silent for
+    longer than silence_ms (RelaySettings.upstream_silence_ms: frozen, its
+    connection still open) counts as unreachable too."""
     labels = (topic, str(partition))
     UPSTREAM_READ_AGE.labels(*labels).set(
         (now_ms - state.last_read_ms) / 1000 if state.last_read_ms else -1)
-    UPSTREAM_REACHABLE.labels(*labels).set(0 if state.unreachable_since_ms else 1)
-    if not state.last_read_ms or state.unreachable_since_ms:
+    unheard = state.unheard_since_ms(now_ms, silence_ms)
+    UPSTREAM_REACHABLE.labels(*labels).set(0 if unheard else 1)
+    if not state.last_read_ms or unheard:
         FOLLOWER_LAG_EVENTS.remove(*labels)  # a new copy of the topic: its last lag is gone
         FOLLOWER_LAG_SECONDS.remove(*labels)
         return

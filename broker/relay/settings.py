@@ -67,6 +67,9 @@ class RelaySettings:
     topics: Mapping[str, TopicReplication] = field(default_factory=dict)
     client_security: ClientSecurity | None = None  # how followers reach upstreams
     follower_grace_ms: int = 5_000  # a follower whose report stream closed counts this long
+    # an upstream not heard this long (records or its idle answer, each
+    # relay_idle_answer_ms) counts as unreachable: frozen with its connection open
+    upstream_silence_ms: int = 3_000
 
     def for_topic(self, topic: str) -> TopicReplication | None:
         """The topic's replication, its "*" default, or None (leads alone)."""
@@ -75,6 +78,19 @@ class RelaySettings:
     @property
     def elects(self) -> bool:
         return any(t.election == "zookeeper" for t in self.topics.values())
+
+
+def upstream_silence(idle_answer_ms: int) -> int:
+    """How long a follower may hear nothing from its upstream before it counts it
+    as unreachable: three of the upstream's idle answers missed (this broker's own
+    relay_idle_answer_ms, which brokers of one cluster share), and at least 3 s,
+    so one slow loop turn of a busy upstream is not taken for an outage.
+
+    Why: a frozen upstream (SIGSTOP, a hung process, a paused VM) keeps its TCP
+    connection open, and the stream breaks only when the keepalive gives up,
+    about 15 s on; until then the follower showed its last lag, most often 0,
+    "caught up"."""
+    return max(3 * idle_answer_ms, 3_000)
 
 
 def relay_settings(settings: Settings, port: int | None = None) -> RelaySettings:
@@ -105,7 +121,8 @@ def relay_settings(settings: Settings, port: int | None = None) -> RelaySettings
         settings.zookeeper_session_timeout_ms, settings.relay_retry_backoff_ms,
         settings.relay_retry_backoff_max_ms, settings.relay_sync_interval_ms,
         settings.acks_timeout_ms, settings.leader_handover_timeout_ms, topics,
-        _client_security(settings), settings.relay_follower_grace_ms)
+        _client_security(settings), settings.relay_follower_grace_ms,
+        upstream_silence(settings.relay_idle_answer_ms))
     if "/" in relay.broker_id:
         raise ReplicationError(f"broker_id={relay.broker_id!r} may not contain '/'")
     if relay.elects and not settings.zookeeper:

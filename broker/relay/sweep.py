@@ -42,7 +42,7 @@ def sweep(node: RelayNode) -> None:
         for index, state in follower.states.items():
             with contextlib.suppress(BrokerError):
                 end = node.registry.partition(topic, index).log_end
-                export_copy(topic, index, state, end, now)
+                export_copy(topic, index, state, end, now, node.relay.upstream_silence_ms)
         if follower.unreachable_since_ms and not follower.states:  # its setup fails
             with contextlib.suppress(BrokerError):
                 for partition in node.registry.partitions(topic):

@@ -17,7 +17,9 @@ metrics over HTTP and its log file. Bounded waits only.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -114,6 +116,39 @@ def test_an_upstream_gone_shows_the_lag_unknown_and_since_when_until_it_is_back(
         wait_for(lambda: sample(port, "keybus_relay_upstream_reachable") == 1, 10,
                  "the reachable gauge back to 1")
     finally:
+        follower.stop()
+        leader.stop()
+
+
+def test_a_frozen_upstream_shows_the_lag_unknown_before_its_stream_breaks(
+        tmp_path: Path) -> None:
+    """SIGSTOP keeps the upstream's connection open: its stream breaks only when the
+    keepalive gives up, 14-15 s on (sdk/core/keepalive.py). Its idle answers stop
+    at once, and silence past upstream_silence_ms (3 s) is what the follower shows."""
+    leader, follower, port = pair(tmp_path)
+    try:
+        leader.start()
+        follower.start()
+        create_topic(stub(leader.address), "t")
+        produce_records(leader.address, 0, 2, 10)
+        wait_for(lambda: partition_row(follower.address)["lag_events"] == 0
+                 and events(follower.address, "t") == 20, 15, "caught up, lag 0")
+        os.kill(leader.pid, signal.SIGSTOP)
+        # well before the keepalive's 14 s, with room for a loaded machine
+        took = wait_for(lambda: sample(port, "keybus_relay_upstream_reachable") == 0, 10,
+                        "the reachable gauge says 0 before the keepalive ends the stream")
+        print(f"a frozen upstream counted unreachable after {took:.1f} s")
+        row = partition_row(follower.address)
+        assert row["lag_events"] is None and row["upstream_unreachable_s"] is not None, row
+        assert sample(port, "keybus_relay_follower_lag_events") is None  # no claim of 0
+        os.kill(leader.pid, signal.SIGCONT)
+        wait_for(lambda: partition_row(follower.address)["lag_events"] == 0, 30,
+                 "the lag known again once the upstream answers")
+        wait_for(lambda: sample(port, "keybus_relay_upstream_reachable") == 1, 10,
+                 "the reachable gauge back to 1")
+    finally:
+        if leader.running():
+            os.kill(leader.pid, signal.SIGCONT)
         follower.stop()
         leader.stop()
 

@@ -94,3 +94,31 @@ def test_a_copy_whose_upstream_is_unreachable_exports_no_lag_and_says_so() -> No
     assert sample("keybus_relay_follower_lag_events", 4) == 5
     forget_copy("metrics-t", 4)
     assert sample("keybus_relay_upstream_reachable", 4) is None
+
+
+def test_an_upstream_silent_past_the_limit_counts_as_unreachable_until_it_answers() -> None:
+    """Frozen with its connection open, an upstream's stream does not break for
+    about 15 s (the keepalive); its idle answers stop at once."""
+    state = CopyState()
+    state.process_answer(upstream_end=40, log_end=40, now_ms=10_000)
+    export_copy("metrics-t", 5, state, log_end=40, now_ms=13_000, silence_ms=3_000)
+    assert sample("keybus_relay_upstream_reachable", 5) == 1  # silent 3 s: at the limit
+    assert sample("keybus_relay_follower_lag_events", 5) == 0
+    assert state.unheard_since_ms(13_001, 3_000) == 10_000  # since its last answer
+    export_copy("metrics-t", 5, state, log_end=40, now_ms=13_001, silence_ms=3_000)
+    assert sample("keybus_relay_upstream_reachable", 5) == 0
+    assert sample("keybus_relay_follower_lag_events", 5) is None  # the last 0 is stale
+    state.process_answer(upstream_end=41, log_end=40, now_ms=14_000)
+    export_copy("metrics-t", 5, state, log_end=40, now_ms=14_000, silence_ms=3_000)
+    assert sample("keybus_relay_upstream_reachable", 5) == 1
+    assert sample("keybus_relay_follower_lag_events", 5) == 1
+    state.done = True  # a catch-up copy that reached its stop reads no more: not an outage
+    assert state.unheard_since_ms(60_000, 3_000) == 0
+    forget_copy("metrics-t", 5)
+
+
+def test_the_silence_limit_is_three_idle_answers_and_at_least_3_s() -> None:
+    from broker.relay.settings import upstream_silence
+    assert upstream_silence(1_000) == 3_000
+    assert upstream_silence(200) == 3_000
+    assert upstream_silence(5_000) == 15_000
