@@ -32,8 +32,15 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture
 def late_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker that is not running yet: the test starts it."""
+    """A broker that is not running now, whose data holds the topic "late": the
+    test starts it. The topic is made beforehand, not after the start, or a task
+    that reached the broker in between was told, rightly, that it does not exist."""
+    from tests.support import wire
+
     process = BrokerProcess(tmp_path / "data", port=free_port())
+    process.start()
+    wire.create_topic(wire.stub(process.address), "late")
+    process.stop()
     yield process
     process.stop()
 
@@ -44,7 +51,6 @@ def test_a_task_waits_for_a_broker_that_is_starting(late_broker: BrokerProcess) 
     def start_late() -> None:
         time.sleep(2)
         late_broker.start()
-        wire.create_topic(wire.stub(late_broker.address), "late")
 
     starter = threading.Thread(target=start_late)
     starter.start()
