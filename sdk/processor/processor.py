@@ -37,7 +37,6 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -56,6 +55,7 @@ from sdk.processor.offset_reset import OffsetReset
 from sdk.processor.outages import Line, OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
+from sdk.processor.release import STOP_STORE_WAIT_S, release
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.security import ClientSecurity
 from sdk.stores.broker_stores import BrokerCheckpointStore, BrokerOwnershipStore
@@ -65,10 +65,6 @@ from sdk.stores.records import PartitionOwnership
 
 log = logging.getLogger("keybus.processor")
 JITTER = 0.2
-# stop() waits at most this long for the ownership store, twice: for a cycle under way
-# (then cancels it) and for the release. A store that does not answer (a frozen Redis
-# waits out its socket timeout) must not hold a shutdown; the claims then expire.
-STOP_STORE_WAIT_S = 2.0
 
 
 class EventProcessor:
@@ -475,23 +471,9 @@ class EventProcessor:
                       on_connection_change=self._stream_changed)
 
     async def _release(self) -> None:
-        """Give back what this processor held (owner ""): others take it at once."""
-        if not self._held or self._ownership is None:
-            return
-        releases = [replace(record, owner_id="") for record in self._held.values()]
-        self._held = {}
-        try:
-            async with asyncio.timeout(STOP_STORE_WAIT_S):
-                await self._ownership.claim_ownership(releases)
-        except Exception as e:
-            if isinstance(e, TimeoutError):
-                e = TimeoutError(f"the ownership store did not answer within "
-                                 f"{STOP_STORE_WAIT_S:g} s")
-            elif isinstance(e, errors.KeybusError):  # it held claims: the topic was there
-                e = errors.deleted_if_gone(e, self.topic)
-            message = (f"event processor {self.topic}/{self.consumer_group}: stopped without "
-                       f"releasing partitions {sorted(r.partition for r in releases)} ({e}); "
-                       "other processors take them once the claims expire "
-                       f"(ownership_expiration_ms={self.expiration_ms})")
-            await self._callbacks.error(None, e, Line(logging.WARNING, message))
-
+        """Give back what this processor held (release.py)."""
+        held, self._held = self._held, {}
+        if self._ownership is not None:
+            await release(self._ownership, held,
+                          f"event processor {self.topic}/{self.consumer_group}",
+                          self.expiration_ms, self._callbacks)

@@ -23,7 +23,7 @@ import pytest
 
 from sdk import Admin
 from sdk.processor import EventProcessor
-from sdk.processor.processor import STOP_STORE_WAIT_S
+from sdk.processor.release import STOP_STORE_WAIT_S
 from sdk.stores import RedisOwnershipStore
 from tests.support.broker_process import BrokerProcess
 from tests.support.processors import EXPIRATION_MS, INTERVAL_MS, wait_for
