@@ -201,7 +201,7 @@ class Reader:
             self._channel = open_channel(self.broker, self._security)
         return stub_of(self._channel).Bootstrap
 
-    async def open(self) -> Reader:
+    async def open(self, first_answer: bool = False) -> Reader:
         """Fix the start position; returns the reader. `async with` calls it.
 
         "latest" is the log end when the broker opens the read, not when this
@@ -210,8 +210,12 @@ class Reader:
         stored after open returns is read, and a reconnect resumes from that
         position, not from a new latest (docs/architecture.md). Pulsar's
         createReader returns so positioned. Every other start names its position
-        already: open does nothing, the stream opens at the first iteration.
-        Idempotent.
+        already: open does nothing, the stream opens at the first iteration,
+        unless `first_answer`: then open waits for the first response whatever
+        the start, so a start the broker refuses (OffsetOutOfRange: removed, or
+        past the log end) fails here rather than at the first batch (the event
+        processor so learns of a checkpoint past the end before it calls
+        on_partition_initialize). Idempotent.
 
         Raises:
             As iterating: Unavailable (a broker never reached, within
@@ -219,8 +223,8 @@ class Reader:
         """
         if self._opened:
             return self
-        if self._bootstrap is None and self._start.WhichOneof("position") == "latest" \
-                and self._next_offset is None and not self._done:
+        waits = first_answer or self._start.WhichOneof("position") == "latest"
+        if self._bootstrap is None and waits and self._next_offset is None and not self._done:
             await self._receive()
         self._opened = True
         return self
