@@ -37,8 +37,8 @@ class PartitionContext:
             when fencing is on).
         checkpoint: the last checkpoint read or written (None: none yet).
         checkpoint_reset: set before on_partition_initialize when the
-            checkpoint read was behind the log's start and `offset_reset`
-            moved the partition on ("earliest" or "latest": where it
+            checkpoint read was behind the log's start or past its end and
+            `offset_reset` moved the partition on ("earliest" or "latest": where it
             resumed, how many events were skipped); None otherwise. The
             stored checkpoint stays until the application checkpoints again.
         end_offset: the log's end when the last batch was read (for lag).

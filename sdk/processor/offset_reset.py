@@ -1,4 +1,4 @@
-"""Where a partition resumes when retention removed what follows its checkpoint.
+"""Where a partition resumes when its checkpoint is outside the log.
 
 A checkpoint at offset c resumes at c + 1. When retention has removed c + 1
 (the log now starts past it), those events are gone: the group never
@@ -20,11 +20,22 @@ service). The processor's `offset_reset` does it here:
   is still stored is skipped too, as a `start="latest"`).
 
 Rules: a checkpoint is expired only when c + 1 < the log's start. A checkpoint
-at or past the start resumes as always (past the end is no retention's doing:
-the read reports it). Without a known log start (None) nothing is decided
-here and the read says what it finds. Pure: the log's start is an argument
-(the processor's cycle reads it with the topic's description just before it
-claims); no I/O, no clock.
+at or past the start resumes as always. Without a known log start (None)
+nothing is decided here and the read says what it finds.
+
+A checkpoint past the log's end (c + 1 > the end: the broker refuses the read
+with `offset_past_end`) is no retention's doing: a leader failover dropped
+events never replicated, the topic was deleted and created again, or the
+checkpoint was edited. Resuming there would wait for the log to reach c + 1
+and skip unseen every event stored at the offsets below it, as Kafka treats
+a fetch past the log end as OffsetOutOfRange and applies auto.offset.reset.
+`resume_past_end` applies the same policy: "fail" raises `CheckpointPastEnd`,
+"earliest" resumes at the log's start (the new log's events are all
+processed, some perhaps again), "latest" at its end.
+
+Pure: the log's start and end are arguments (the processor's cycle reads them
+with the topic's description just before it claims; the broker's refusal is
+what says a checkpoint is past the end); no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -45,6 +56,13 @@ class CheckpointExpired(OffsetOutOfRange):
     fault that retrying mends)."""
 
 
+class CheckpointPastEnd(CheckpointExpired):
+    """A partition's checkpoint is past the log's end (the log was cut after
+    it, or the topic made again) and `offset_reset` is "fail": the partition
+    does not start. A `CheckpointExpired`, so code that handles one handles
+    both: the checkpoint cannot be resumed from and `offset_reset` decides."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointReset:
     """A partition resumed elsewhere than after its checkpoint
@@ -56,22 +74,34 @@ class CheckpointReset:
             checkpoint until the application checkpoints again).
         log_start_offset: the first offset the log held.
         resumed_offset: the first offset read now.
+        log_end_offset: None when the checkpoint was behind the log's start;
+            the log's end (its next offset) when the checkpoint was past it.
     """
 
     offset_reset: OffsetReset
     checkpoint_offset: int
     log_start_offset: int
     resumed_offset: int
+    log_end_offset: int | None = None
+
+    @property
+    def past_end(self) -> bool:
+        """The checkpoint was past the log's end (not behind its start)."""
+        return self.log_end_offset is not None
 
     @property
     def removed(self) -> int:
-        """Events after the checkpoint that retention removed."""
-        return self.log_start_offset - self.checkpoint_offset - 1
+        """Events after the checkpoint that retention removed (none when the
+        checkpoint was past the end: those offsets are not in this log)."""
+        return 0 if self.past_end else self.log_start_offset - self.checkpoint_offset - 1
 
     @property
     def skipped(self) -> int:
-        """Events after the checkpoint that will not be processed: the removed
-        ones, and for "latest" also those still stored before the log end."""
+        """Events that will not be processed: after an expired checkpoint, the
+        removed ones, and for "latest" also those still stored before the log
+        end; after one past the end, those stored that "latest" passes over."""
+        if self.past_end:
+            return self.resumed_offset - self.log_start_offset
         return self.resumed_offset - self.checkpoint_offset - 1
 
 
@@ -80,7 +110,7 @@ def check_offset_reset(value: Any) -> None:
     if not isinstance(value, str) or value not in OFFSET_RESETS:
         raise ValueError(f"offset_reset={value!r} is invalid; allowed: "
                          f"{', '.join(repr(v) for v in OFFSET_RESETS)} (what a partition whose "
-                         "checkpoint is behind the log's start does)")
+                         "checkpoint is behind the log's start or past its end does)")
 
 
 def resume_at(where: str, checkpoint_offset: int, log_start_offset: int | None,
@@ -115,8 +145,68 @@ def resume_at(where: str, checkpoint_offset: int, log_start_offset: int | None,
         "at the log end), or move the checkpoint")
 
 
+def is_past_end(broker_error: str | None, start: object, checkpoint_offset: int,
+                log_start_offset: int | None, log_end_offset: int | None) -> bool:
+    """Whether a read the broker refused is a checkpoint past the log's end,
+    for `resume_past_end` to decide: the broker named it `offset_past_end`,
+    the read started right after the checkpoint, and the log as the cycle
+    described it is known and ends at or before the checkpoint. A description
+    read before the log was cut does not show it: the refusal is then raised
+    as it came, and the next cycle describes the log again."""
+    return (broker_error == "offset_past_end" and start == checkpoint_offset + 1
+            and log_start_offset is not None and log_end_offset is not None
+            and log_end_offset <= checkpoint_offset)
+
+
+def resume_past_end(where: str, checkpoint_offset: int, log_start_offset: int,
+                    log_end_offset: int, offset_reset: OffsetReset) -> ResumeAt:
+    """Where a partition resumes whose checkpoint the broker found past the
+    log's end (its read from checkpoint_offset + 1 was refused).
+
+    Args:
+        where: "topic/partition of group 'g'", for the message.
+        checkpoint_offset: the stored checkpoint's offset (>= log_end_offset).
+        log_start_offset, log_end_offset: the log's first offset and its end
+            (the offset its next event gets).
+        offset_reset: "fail", "earliest" or "latest".
+    Returns:
+        the log's start ("earliest") or "latest".
+    Raises:
+        CheckpointPastEnd: offset_reset is "fail".
+    """
+    assert checkpoint_offset >= log_end_offset, (checkpoint_offset, log_end_offset)
+    if offset_reset == "earliest":
+        return log_start_offset
+    if offset_reset == "latest":
+        return "latest"
+    assert offset_reset == "fail", offset_reset
+    raise CheckpointPastEnd(
+        f"{where}: checkpoint offset {checkpoint_offset} is past the log's end "
+        f"{log_end_offset} ({held(log_start_offset, log_end_offset)}): the log was cut after "
+        "the checkpoint (a leader failover dropped events never replicated, the topic was "
+        "deleted and created again, or the checkpoint was edited), and resuming at "
+        f"{checkpoint_offset + 1} would skip unseen the next "
+        f"{checkpoint_offset - log_end_offset + 1} events it stores (offsets "
+        f"{log_end_offset}..{checkpoint_offset}). With offset_reset='fail' the partition "
+        "does not start; pass offset_reset='earliest' (resume at "
+        f"{log_start_offset}) or 'latest' (resume at the log end), or move the checkpoint")
+
+
+def held(log_start_offset: int, log_end_offset: int) -> str:
+    """What the log holds, in words."""
+    if log_start_offset >= log_end_offset:
+        return f"it is empty and its next event gets offset {log_end_offset}"
+    return f"it holds offsets {log_start_offset}..{log_end_offset - 1}"
+
+
 def reset_message(where: str, reset: CheckpointReset) -> str:
     """The one WARNING line a reset is said with."""
+    if reset.log_end_offset is not None:
+        return (f"{where}: checkpoint offset {reset.checkpoint_offset} is past the log's end "
+                f"{reset.log_end_offset} ({held(reset.log_start_offset, reset.log_end_offset)}; "
+                "the log was cut after the checkpoint, or the topic made again); "
+                f"offset_reset={reset.offset_reset!r}: resuming at offset "
+                f"{reset.resumed_offset}, skipping {reset.skipped} events still stored")
     passed = reset.skipped - reset.removed
     also = f", {passed} still stored passed over" if passed > 0 else ""
     return (f"{where}: checkpoint offset {reset.checkpoint_offset} is behind the log's start "

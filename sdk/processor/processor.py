@@ -108,8 +108,9 @@ class EventProcessor:
             it is claimed), not when the processor was made or started.
         start_position: deprecated spelling of `start`.
         offset_reset: what a partition whose checkpoint is behind the log's
-            start (retention removed the events after it) does: "fail"
-            (default: it does not start; CheckpointExpired to on_error every
+            start (retention removed the events after it) or past its end
+            (the log was cut after it) does: "fail" (default: it does not
+            start; CheckpointExpired, or CheckpointPastEnd, to on_error every
             cycle until the checkpoint moves), "earliest" (resume at the
             log's start) or "latest" (at its end). A reset is logged once at
             WARNING and shown as context.checkpoint_reset. "fail" because a
@@ -169,6 +170,7 @@ class EventProcessor:
         self._start_position = start
         self._offset_reset: OffsetReset = offset_reset
         self._log_starts: dict[int, int] = {}  # partition -> log start, at the last cycle
+        self._log_ends: dict[int, int] = {}  # partition -> log end, as well
         self._callbacks = Callbacks(on_event, on_partition_initialize, on_partition_close,
                                     on_error)
         self._ownership = ownership_store
@@ -347,6 +349,7 @@ class EventProcessor:
             raise errors.deleted_if_gone(e, self.topic) if self._described else e from None
         self._described = True
         self._log_starts = {p.partition: p.start_offset for p in info.partitions}
+        self._log_ends = {p.partition: p.end_offset for p in info.partitions}
         self._broker_answered()
         self._calling_broker = self._ownership in self._owned_stores  # the broker's own store
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
@@ -454,6 +457,7 @@ class EventProcessor:
                              self._metrics.events, self._partition_outages,
                              previous.task if previous else None, offset_reset=self._offset_reset,
                              log_start_offset=self._log_starts.get(record.partition),
+                             log_end_offset=self._log_ends.get(record.partition),
                              broker_away=lambda p, step, e: self._broker_outage.process_partition_failed(
                                  p, step, e, self._checkpoints in self._owned_stores,
                                  self.owned_partitions, time.monotonic()))

@@ -5,8 +5,10 @@ pump of the same partition to finish (never two readers of one partition in
 one processor); register the epoch with a fencing checkpoint store; read
 that partition's checkpoint only (not the group's); decide where to resume
 (after the checkpoint; one behind the log's start by `offset_reset`:
-offset_reset.py); open its reader (a "latest" start becomes the log end
-now, so every event stored after on_partition_initialize is delivered); say
+offset_reset.py); open its reader and wait for the broker's first answer (a
+"latest" start becomes the log end now, so every event stored after
+on_partition_initialize is delivered; a checkpoint past the log's end is
+refused now, and `offset_reset` decides where to open it instead); say
 a reset once (WARNING, `context.checkpoint_reset`); call
 on_partition_initialize; then
 hand each batch to on_event until told to stop, the claim's lease runs
@@ -32,8 +34,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sdk import errors
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
-from sdk.processor.offset_reset import CheckpointReset, OffsetReset, reset_message, resume_at
+from sdk.processor.offset_reset import (
+    CheckpointReset,
+    OffsetReset,
+    is_past_end,
+    reset_message,
+    resume_at,
+    resume_past_end,
+)
 from sdk.processor.outages import Line, PartitionOutages
 from sdk.reader import ReadBatch, Reader, Start
 from sdk.stores.fencing import FencingCheckpointStore, OwnershipLost
@@ -88,6 +98,7 @@ class PartitionPump:
                  on_events: Callable[[int], None], outages: PartitionOutages,
                  previous: asyncio.Task[None] | None = None, *,
                  offset_reset: OffsetReset = "fail", log_start_offset: int | None = None,
+                 log_end_offset: int | None = None,
                  broker_away: BrokerAway | None = None) -> None:
         self.context = context
         self._store = checkpoint_store
@@ -95,6 +106,9 @@ class PartitionPump:
         self._start_position = start_position
         self._offset_reset = offset_reset
         self._log_start_offset = log_start_offset  # from the cycle that claimed it (or None)
+        self._log_end_offset = log_end_offset  # as well
+        self._past_end = False  # the checkpoint was past the log's end (offset_reset applied)
+        self._reader: Reader | None = None  # the partition's reader, once opened
         self._broker_away = broker_away
         self._callbacks = callbacks
         self._open_reader = open_reader
@@ -126,7 +140,7 @@ class PartitionPump:
         if self._previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._previous
-        context, opened, reader = self.context, False, None
+        context, opened = self.context, False
         reason: CloseReason = "shutdown"
         try:
             start = await self._resume_position()
@@ -135,13 +149,12 @@ class PartitionPump:
                 reason = self._stop_reason
                 return
             self._step = "reading"
-            reader = self._open_reader(context.partition, start)
-            # the read works once the broker says it reached the log end, events or not
-            reader.on_tail = lambda _: self._worked("reading")
-            if not await self._positioned(reader):
+            opened_at = await self._open(start)
+            reader = self._reader
+            if opened_at is None or reader is None:
                 reason = self._stop_reason
                 return
-            self._note_reset(start, reader)
+            self._note_reset(opened_at, reader)
             self._step = "on_partition_initialize"
             await call(self._callbacks.on_partition_initialize, context)
             opened = True
@@ -154,8 +167,8 @@ class PartitionPump:
             await self._failed(e)
         finally:
             context.close_reason = reason
-            if reader is not None:
-                await reader.close()
+            if self._reader is not None:
+                await self._reader.close()
             if opened:
                 self._step = "on_partition_close"
                 try:
@@ -207,6 +220,43 @@ class PartitionPump:
                              self._offset_reset)
         return start_for(self._start_position, context.partition)
 
+    async def _open(self, start: Start) -> Start | None:
+        """Open the partition's reader (`self._reader`) at `start`; where it
+        opened, or None if a stop came first. When the broker refuses a start
+        after the checkpoint as past the log's end, `offset_reset` says where
+        to open instead (CheckpointPastEnd for "fail")."""
+        try:
+            return start if await self._positioned(self._reader_at(start)) else None
+        except errors.OffsetOutOfRange as e:
+            start = self._past_end_start(start, e)
+        assert self._reader is not None
+        await self._reader.close()  # the refused one: one reader at a time
+        return start if await self._positioned(self._reader_at(start)) else None
+
+    def _reader_at(self, start: Start) -> Reader:
+        """A new reader at `start` (`self._reader`, which the pump closes)."""
+        self._reader = reader = self._open_reader(self.context.partition, start)
+        # the read works once the broker says it reached the log end, events or not
+        reader.on_tail = lambda _: self._worked("reading")
+        return reader
+
+    def _past_end_start(self, start: Start, refused: errors.OffsetOutOfRange) -> Start:
+        """Where to open instead of after a checkpoint the broker found past the
+        log's end (offset_reset.py). Any other refusal, or a description of the
+        log that does not show it (read before the log was cut: the next cycle
+        reads it again), is raised as it came."""
+        context, checkpoint = self.context, self.context.checkpoint
+        log_start, log_end = self._log_start_offset, self._log_end_offset
+        if checkpoint is None or not is_past_end(refused.broker_error, start, checkpoint.offset,
+                                                 log_start, log_end):
+            raise refused
+        assert log_start is not None and log_end is not None
+        where = f"{context.topic}/{context.partition} of group {context.consumer_group!r}"
+        resumed = resume_past_end(where, checkpoint.offset, log_start, log_end,
+                                  self._offset_reset)
+        self._past_end = True
+        return resumed
+
     def _note_reset(self, start: Start, reader: Reader) -> None:
         """A checkpoint behind the log's start was reset (offset_reset.py): one
         WARNING, and `context.checkpoint_reset` for the callbacks. Runs once the
@@ -218,19 +268,20 @@ class PartitionPump:
         if resumed is None:  # no first answer yet (a "latest" open always has one)
             resumed = reader.end_offset or self._log_start_offset
         reset = CheckpointReset(self._offset_reset, checkpoint.offset, self._log_start_offset,
-                                resumed)
+                                resumed, self._log_end_offset if self._past_end else None)
         context.checkpoint_reset = reset
         log.warning("%s", reset_message(f"event processor {context.topic}/"
                                         f"{context.consumer_group} partition "
                                         f"{context.partition}", reset))
 
     async def _positioned(self, reader: Reader) -> bool:
-        """Open the reader, so a "latest" start is the log end now, before
-        on_partition_initialize: every event stored after that callback is
-        delivered (Azure's promise for a partition's starting position). Any
-        other start names its offset already and opens nothing here. False:
-        a stop came first (the open is cancelled)."""
-        opening = asyncio.ensure_future(reader.open())
+        """Open the reader and wait for the broker's first answer (a following
+        read gets one at once), before on_partition_initialize: a "latest"
+        start is the log end now, so every event stored after that callback is
+        delivered (Azure's promise for a partition's starting position), and a
+        start the broker refuses (a checkpoint past the log's end) fails now,
+        before the callback. False: a stop came first (the open is cancelled)."""
+        opening = asyncio.ensure_future(reader.open(first_answer=True))
         stop_wait = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait((opening, stop_wait), return_when=asyncio.FIRST_COMPLETED)
