@@ -27,6 +27,7 @@ from keybus.cli.common import (
     note,
     run,
 )
+from keybus.cli.scn_start import note_gone
 from sdk import Unavailable
 from sdk.core.filters import KeyFilterSpec
 from sdk.databus import DatabusClient, DatabusConfig, DatabusConsumerBase, DbusEvent, Scn
@@ -185,5 +186,10 @@ def register(cli: click.Group) -> None:
             raise click.UsageError(f"--sources {sources!r} names a source twice; give "
                                    "distinct names like a,b")
         start: Start = {"scn": from_scn} if from_scn is not None else "earliest"
-        run(tail(conn.broker, topic, names, key_filter, start, windows_max, as_json,
-                 conn.timeout_s))
+
+        async def noted_tail() -> None:
+            if from_scn is not None:  # events from it that retention removed: say so first
+                await note_gone(conn, topic, from_scn)
+            await tail(conn.broker, topic, names, key_filter, start, windows_max, as_json,
+                       conn.timeout_s)
+        run(noted_tail())
