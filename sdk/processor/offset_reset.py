@@ -24,9 +24,10 @@ at or past the start resumes as always. Without a known log start (None)
 nothing is decided here and the read says what it finds.
 
 A checkpoint past the log's end (c + 1 > the end: the broker refuses the read
-with `offset_past_end`) is no retention's doing: a leader failover dropped
-events never replicated, the topic was deleted and created again, or the
-checkpoint was edited. Resuming there would wait for the log to reach c + 1
+with `offset_past_end`) is no retention's doing: the topic was deleted and
+created again (a checkpoint store other than the broker's keeps the old
+checkpoints), the checkpoint was edited or restored, or the log lost events
+after it (a truncation). Resuming there would wait for the log to reach c + 1
 and skip unseen every event stored at the offsets below it, as Kafka treats
 a fetch past the log end as OffsetOutOfRange and applies auto.offset.reset.
 `resume_past_end` applies the same policy: "fail" raises `CheckpointPastEnd`,
@@ -182,9 +183,9 @@ def resume_past_end(where: str, checkpoint_offset: int, log_start_offset: int,
     assert offset_reset == "fail", offset_reset
     raise CheckpointPastEnd(
         f"{where}: checkpoint offset {checkpoint_offset} is past the log's end "
-        f"{log_end_offset} ({held(log_start_offset, log_end_offset)}): the log was cut after "
-        "the checkpoint (a leader failover dropped events never replicated, the topic was "
-        "deleted and created again, or the checkpoint was edited), and resuming at "
+        f"{log_end_offset} ({held(log_start_offset, log_end_offset)}): the topic was deleted "
+        "and created again, the checkpoint was edited or restored, or the log was truncated "
+        "after it; resuming at "
         f"{checkpoint_offset + 1} would skip unseen the next "
         f"{checkpoint_offset - log_end_offset + 1} events it stores (offsets "
         f"{log_end_offset}..{checkpoint_offset}). With offset_reset='fail' the partition "
@@ -204,7 +205,7 @@ def reset_message(where: str, reset: CheckpointReset) -> str:
     if reset.log_end_offset is not None:
         return (f"{where}: checkpoint offset {reset.checkpoint_offset} is past the log's end "
                 f"{reset.log_end_offset} ({held(reset.log_start_offset, reset.log_end_offset)}; "
-                "the log was cut after the checkpoint, or the topic made again); "
+                "the topic made again, or the log cut after the checkpoint); "
                 f"offset_reset={reset.offset_reset!r}: resuming at offset "
                 f"{reset.resumed_offset}, skipping {reset.skipped} events still stored")
     passed = reset.skipped - reset.removed

@@ -1,8 +1,8 @@
 """A partition whose checkpoint is past the log's end: offset_reset decides.
 
 Goal: partition 0's checkpoint is offset 100 and its log ends at 10 (the log
-was cut after the checkpoint: a failover that dropped events never
-replicated, the topic deleted and made again, an edited checkpoint). The
+was cut after the checkpoint, the topic deleted and made again, or the
+checkpoint edited or restored). The
 broker refuses a read from 101 (offset_past_end); before, the processor
 called on_partition_initialize, then failed the read with a bare
 OffsetOutOfRange every cycle whatever `offset_reset` said, and once the log
@@ -152,8 +152,8 @@ def test_earliest_resumes_at_the_log_start_and_processes_every_event(
     said = [r.getMessage() for r in caplog.records if "past the log's end" in r.getMessage()]
     assert said == [
         f"event processor {topic}/g partition 0: checkpoint offset {CHECKPOINT} is past the "
-        f"log's end {LOG_END} (it holds offsets 0..{LOG_END - 1}; the log was cut after the "
-        "checkpoint, or the topic made again); offset_reset='earliest': resuming at offset "
+        f"log's end {LOG_END} (it holds offsets 0..{LOG_END - 1}; the topic made again, or the "
+        "log cut after the checkpoint); offset_reset='earliest': resuming at offset "
         "0, skipping 0 events still stored"]
     assert _stored(checkpoints, topic) == LOG_END + 9
 

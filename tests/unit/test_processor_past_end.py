@@ -40,10 +40,9 @@ def test_fail_refuses_naming_the_checkpoint_the_end_and_the_ways_on() -> None:
     assert isinstance(caught.value, OffsetOutOfRange)
     assert str(caught.value) == (
         "orders/3 of group 'billing': checkpoint offset 100 is past the log's end 10 (it "
-        "holds offsets 0..9): the log was cut after the checkpoint (a leader failover "
-        "dropped events never replicated, the topic was deleted and created again, or the "
-        "checkpoint was edited), and resuming at 101 would skip unseen the next 91 events "
-        "it stores (offsets 10..100). With offset_reset='fail' the partition does not "
+        "holds offsets 0..9): the topic was deleted and created again, the checkpoint was "
+        "edited or restored, or the log was truncated after it; resuming at 101 would skip "
+        "unseen the next 91 events it stores (offsets 10..100). With offset_reset='fail' the partition does not "
         "start; pass offset_reset='earliest' (resume at 0) or 'latest' (resume at the log "
         "end), or move the checkpoint")
 
@@ -99,8 +98,8 @@ def test_a_reset_past_the_end_counts_the_stored_events_it_passes_over() -> None:
     assert (earliest.past_end, earliest.removed, earliest.skipped) == (True, 0, 0)
     assert reset_message("event processor orders/billing partition 3", earliest) == (
         "event processor orders/billing partition 3: checkpoint offset 100 is past the log's "
-        "end 10 (it holds offsets 0..9; the log was cut after the checkpoint, or the topic "
-        "made again); offset_reset='earliest': resuming at offset 0, skipping 0 events "
+        "end 10 (it holds offsets 0..9; the topic made again, or the log cut after the "
+        "checkpoint); offset_reset='earliest': resuming at offset 0, skipping 0 events "
         "still stored")
     latest = CheckpointReset("latest", 100, 2, 10, 10)
     assert (latest.past_end, latest.removed, latest.skipped) == (True, 0, 8)
