@@ -291,7 +291,8 @@ class Settings:
         "against the grants: a revoked right ends its streams within this time. A token's "
         "expiry ends them at once, by a timer.")
     acl_file: str = setting("", "TOML file of grants added to the store at start ([[grant]] "
-                            "principal, topic, permissions).")
+                            "principal, topic, permissions; [[restriction]] topic, "
+                            "subscription, principals).")
     # Event processor stores (ownership and checkpoints of consumer groups).
     processor_store_queue_max: int = setting(
         4_096, "Event processor store: claims and checkpoints waiting for the store's task.")

@@ -46,7 +46,7 @@ from broker.rpc.stream_writes import StreamWriteInterceptor
 from broker.rpc.subscribe_servicer import SubscribeServicer
 from broker.rpc.subscription_admin_servicer import SubscriptionAdminServicer
 from broker.security import setup as security
-from broker.security.acl_store import AclStore, load_acl_file
+from broker.security.acl_store import AclStore, load_acl_file, load_acl_restrictions
 from broker.security.permissions import AccessTable
 from broker.subscription.manager import SubscriptionManager
 from broker.supervision import describe_cause
@@ -174,7 +174,10 @@ async def _start_on(settings: Settings, store: RocksStore,
     registry.delete_listeners.append(subscriptions.drop_topic)
     access = AccessTable(security.superusers(settings))
     acls = AclStore(store, access)
-    acls.open(load_acl_file(settings.acl_file) if settings.acl_file else ())
+    if settings.acl_file:
+        acls.open(load_acl_file(settings.acl_file), load_acl_restrictions(settings.acl_file))
+    else:
+        acls.open()
     message_max = settings.request_bytes_max + MESSAGE_BYTES_MAX_SLACK
     server = grpc.aio.server(interceptors=interceptors(settings, access), options=[
         ("grpc.max_receive_message_length", settings.request_bytes_max * RECEIVE_LIMIT_FACTOR),

@@ -1,6 +1,7 @@
-"""Access control on one broker: grant, revoke and list permissions; who am I.
+"""Access control on one broker: grant, revoke and list permissions; restrict
+subscriptions to named principals; who am I.
 
-Changing or listing grants needs a superuser; `whoami` works for anyone the
+Changing or listing grants and restrictions needs a superuser; `whoami` works for anyone the
 broker authenticates. Built on `AdminClient` (channel, deadline, errors).
 """
 
@@ -34,6 +35,15 @@ def entries(principal: str, topic: str, permissions: Iterable[str]) -> list[pb.A
     return out
 
 
+def _restrictions(topic: str, subscription: str, principals: Iterable[str], required: bool
+                  ) -> list[pb.SubscriptionRestriction]:
+    names = list(principals) or ([] if required else [""])
+    if not names:
+        raise ValueError("name at least one principal who may use the subscription")
+    return [pb.SubscriptionRestriction(topic=topic, subscription=subscription, principal=name)
+            for name in names]
+
+
 class AccessAdmin(AdminClient):
     """Permissions on one broker (arguments as AdminClient)."""
 
@@ -56,8 +66,45 @@ class AccessAdmin(AdminClient):
         response: pb.RevokePermissionsResponse = await self._call("RevokePermissions", request)
         return response.removed
 
+    async def restrict(self, topic: str, subscription: str, principals: Iterable[str]) -> int:
+        """Restrict a subscription (or event processor group) name on a topic to
+        these principals (and superusers); others with the topic's grant are then
+        refused it, and their open streams on it are ended.
+
+        Args:
+            topic: a topic name, a prefix ending in `*`, or `*`.
+            subscription: a subscription name, a prefix ending in `*`, or `*`.
+            principals: at least one.
+        Returns:
+            How many restrictions were new.
+        Raises:
+            ValueError: no principal. PermissionDenied: not a superuser.
+            InvalidArgument: a bad pattern or principal. Unimplemented: a broker
+            older than restrictions.
+        """
+        request = pb.RestrictSubscriptionRequest(entries=_restrictions(
+            topic, subscription, principals, required=True))
+        response: pb.RestrictSubscriptionResponse = await self._call(
+            "RestrictSubscription", request)
+        return response.added
+
+    async def unrestrict(self, topic: str, subscription: str, principals: Iterable[str] = ()
+                         ) -> pb.UnrestrictSubscriptionResponse:
+        """Remove restrictions (exactly as made); no principal: every principal's.
+
+        Returns:
+            `removed` (how many there were) and `reopened` (the patterns left with
+            none: open again to every principal with the topic's grant).
+        """
+        request = pb.UnrestrictSubscriptionRequest(entries=_restrictions(
+            topic, subscription, principals, required=False))
+        response: pb.UnrestrictSubscriptionResponse = await self._call(
+            "UnrestrictSubscription", request)
+        return response
+
     async def list(self, principal: str = "", topic: str = "") -> pb.ListPermissionsResponse:
-        """Grants of a principal (all when empty) that cover a topic (all when empty)."""
+        """Grants of a principal (all when empty) that cover a topic (all when empty),
+        and the subscription restrictions so filtered (`restrictions`)."""
         request = pb.ListPermissionsRequest(principal=principal, topic=topic)
         response: pb.ListPermissionsResponse = await self._call("ListPermissions", request)
         return response

@@ -127,10 +127,23 @@ class CallCheck:
                 raise error
 
     def filtered(self, response: Any) -> Any:
-        """ListTopics shows only the topics the caller holds a permission on."""
-        if self.name == "ListTopics" and not self.table.is_superuser(self.principal):
+        """ListTopics shows only the topics the caller holds a permission on;
+        ListSubscriptions only the subscriptions it may use (a restricted one's
+        backlog and cursors are its users', as DescribeSubscription's)."""
+        if self.table.is_superuser(self.principal):
+            return response
+        if self.name == "ListTopics":
             visible = [t for t in response.topics if self.table.visible(self.principal, t.topic)]
             return pb.ListTopicsResponse(topics=visible)
+        if self.name == "ListSubscriptions":
+            usable = [s for s in response.subscriptions
+                      if self.table.may_use(self.principal, s.topic, s.subscription)]
+            if len(usable) < len(response.subscriptions):
+                shown = pb.ListSubscriptionsResponse()
+                shown.CopyFrom(response)
+                del shown.subscriptions[:]
+                shown.subscriptions.extend(usable)
+                return shown
         return response
 
 

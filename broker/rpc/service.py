@@ -64,7 +64,11 @@ def generic_handler(produce: Any, read: Any, admin: Any, subscribe: Any | None =
                 ("GrantPermissions", pb.GrantPermissionsRequest, pb.GrantPermissionsResponse),
                 ("RevokePermissions", pb.RevokePermissionsRequest, pb.RevokePermissionsResponse),
                 ("ListPermissions", pb.ListPermissionsRequest, pb.ListPermissionsResponse),
-                ("WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse))
+                ("WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse),
+                ("RestrictSubscription", pb.RestrictSubscriptionRequest,
+                 pb.RestrictSubscriptionResponse),
+                ("UnrestrictSubscription", pb.UnrestrictSubscriptionRequest,
+                 pb.UnrestrictSubscriptionResponse))
         for name, request_type, response_type in access_methods:
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 getattr(access, name), request_type.FromString, response_type.SerializeToString)

@@ -12,6 +12,10 @@ Rules:
    Kafka's Read and Write imply Describe): a producer must learn the
    partition count, a Spark reader the offsets.
 4. A decision names the principal, the topic and the permission missing.
+5. An RPC that acts on a subscription or an event processor group names
+   it in its rule (`subscription`): a restricted name (restrictions.py) is
+   refused to a principal its restrictions do not list, even one holding
+   the topic's grant.
 
 It knows nothing about gRPC, storage or how a principal was authenticated.
 """
@@ -19,11 +23,23 @@ It knows nothing about gRPC, storage or how a principal was authenticated.
 from __future__ import annotations
 
 import enum
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-TOPIC_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+from broker.security.patterns import (
+    PRINCIPAL_CHARACTERS_MAX,
+    TOPIC_PATTERN_CHARS,
+    GrantError,
+    check_pattern,
+    check_principal,
+    pattern_covers,
+)
+from broker.security.restrictions import SubscriptionRestrictions
+
+__all__ = ["PRINCIPAL_CHARACTERS_MAX", "TOPIC_PATTERN_CHARS", "GrantError", "check_pattern",
+           "check_principal", "pattern_covers"]  # re-exported: where they lived before
 
 
 class Permission(enum.IntEnum):
@@ -38,42 +54,11 @@ class Permission(enum.IntEnum):
         return self.name.lower()
 
 
-class GrantError(ValueError):
-    """A grant that cannot be stored; the message says what is allowed."""
-
-
-def check_pattern(pattern: str, name_bytes_max: int = 249) -> str:
-    """Return a valid topic pattern or raise GrantError naming what is allowed."""
-    body = pattern[:-1] if pattern.endswith("*") else pattern
-    if not pattern or len(pattern) > name_bytes_max or not set(body) <= TOPIC_PATTERN_CHARS:
-        raise GrantError(f"topic pattern {pattern!r} is invalid; allowed: a topic name, a prefix "
-                         "ending in * (e.g. orders.*), or * for every topic")
-    return pattern
-
-
-def pattern_covers(pattern: str, topic: str) -> bool:
-    """Whether a grant's topic pattern covers `topic` (rule 1)."""
-    if pattern.endswith("*"):
-        return topic.startswith(pattern[:-1])
-    return pattern == topic
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class Grant:
     principal: str
     topic: str  # pattern
     permission: Permission
-
-
-PRINCIPAL_CHARACTERS_MAX = 1024
-
-
-def check_principal(principal: str) -> str:
-    """Return a principal a grant can name or raise GrantError saying what is allowed."""
-    if not principal or len(principal) > PRINCIPAL_CHARACTERS_MAX:
-        raise GrantError(f"principal is empty or over {PRINCIPAL_CHARACTERS_MAX} characters; "
-                         "name who the grant is for")
-    return principal
 
 
 def check_grant(grant: Grant) -> Grant:
@@ -100,6 +85,7 @@ class AccessTable:
     _by_principal: dict[str, set[Grant]] = field(default_factory=dict)
     _decisions: dict[tuple[str, str, Permission], bool] = field(default_factory=dict)
     revoke_listeners: list[Callable[[], object]] = field(default_factory=list)
+    restrictions: SubscriptionRestrictions = field(default_factory=SubscriptionRestrictions)
 
     def revoked(self) -> None:
         """Grants were removed: let the listeners re-check what they hold."""
@@ -152,6 +138,13 @@ class AccessTable:
     def allows_any(self, principal: str, topic: str, permissions: Iterable[Permission]) -> bool:
         return any(self.allows(principal, topic, p) for p in permissions)
 
+    def may_use(self, principal: str, topic: str, subscription: str) -> bool:
+        """Whether the principal may use this subscription (or processor group)
+        name on the topic: superusers always; others unless it is restricted to
+        other principals (restrictions.py rule 2)."""
+        return principal in self.superusers or self.restrictions.allows(
+            principal, topic, subscription)
+
     def visible(self, principal: str, topic: str) -> bool:
         """Whether the principal holds any permission on the topic (ListTopics shows it)."""
         return self.allows_any(principal, topic, Permission)
@@ -195,22 +188,58 @@ def replica_read(request: Any) -> list[tuple[str, frozenset[Permission]]]:
     return [(request.topic, frozenset({Permission.ADMIN}))] if request.replica else []
 
 
+# What a request acts on: (topic, subscription or processor group name) pairs.
+NamesOf = Callable[[Any], list[tuple[str, str]]]
+
+
+def field_names(path: str, name_field: str) -> NamesOf:
+    """The (topic, name) a request names at a dotted path ("" = the request itself),
+    e.g. ("", "subscription") or ("checkpoint", "consumer_group")."""
+    steps = [step for step in path.split(".") if step]
+
+    def names(request: Any) -> list[tuple[str, str]]:
+        value = request
+        for step in steps:
+            value = getattr(value, step)
+        return [(value.topic, getattr(value, name_field))]
+    return names
+
+
+def subscribe_names(request: Any) -> list[tuple[str, str]]:
+    """Subscribe: the `open` names the subscription; permits, acks and nacks act
+    on the stream opened with it, so they are never checked apart from it (a
+    stream that loses the right is ended: rpc/stream_rights.py)."""
+    if request.WhichOneof("body") == "open":
+        return [(request.open.topic, request.open.subscription)]
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """What an RPC needs. permissions: any of them, on every topic the request
     names; none = only authentication (e.g. WhoAmI, ListTopics, whose answer
-    is filtered to what the caller may see). superuser: superusers only."""
+    is filtered to what the caller may see). superuser: superusers only.
+    subscription: the subscription or processor group names it acts on, each
+    checked against the restrictions (rule 5); `noun` says which in a denial."""
 
     permissions: frozenset[Permission] = frozenset()
     topics: TopicsOf | None = None
     superuser: bool = False
     # Other topics a request names that need a permission of their own.
     also: Callable[[Any], list[tuple[str, frozenset[Permission]]]] | None = None
+    subscription: NamesOf | None = None
+    noun: str = "subscription"
 
 
-def _needs(*permissions: Permission, topic: str | TopicsOf = "topic") -> Rule:
+def _needs(*permissions: Permission, topic: str | TopicsOf = "topic",
+           subscription: NamesOf | None = None, noun: str = "subscription") -> Rule:
     topics = field_topic(topic) if isinstance(topic, str) else topic
-    return Rule(frozenset(permissions), topics)
+    return Rule(frozenset(permissions), topics, subscription=subscription, noun=noun)
+
+
+_SUBSCRIPTION = field_names("", "subscription")
+_GROUP = field_names("", "consumer_group")
+GROUP = "event processor group"
 
 
 ANY = tuple(Permission)
@@ -222,25 +251,34 @@ RULES: dict[str, Rule] = {
     "Produce": _needs(Permission.PRODUCE),
     "InitProducer": _needs(Permission.PRODUCE),
     "Read": Rule(frozenset({Permission.CONSUME}), field_topic("topic"), also=replica_read),
-    "Subscribe": Rule(frozenset({Permission.CONSUME}), subscribe_topics, also=dead_letter_topic),
+    "Subscribe": Rule(frozenset({Permission.CONSUME}), subscribe_topics, also=dead_letter_topic,
+                      subscription=subscribe_names),
     "CreateTopic": _needs(Permission.ADMIN),
     "ListTopics": AUTHENTICATED,
     "DescribeTopic": _needs(*ANY),
     "DeleteTopic": _needs(Permission.ADMIN),
     "ListSubscriptions": _needs(Permission.CONSUME, Permission.ADMIN),
-    "DescribeSubscription": _needs(Permission.CONSUME, Permission.ADMIN),
-    "SeekSubscription": _needs(Permission.ADMIN),
-    "DeleteSubscription": _needs(Permission.ADMIN),
+    # A subscription's backlog and cursors are its users' (ListSubscriptions
+    # leaves out the ones the caller may not use: rpc/auth.py).
+    "DescribeSubscription": _needs(Permission.CONSUME, Permission.ADMIN,
+                                   subscription=_SUBSCRIPTION),
+    "SeekSubscription": _needs(Permission.ADMIN, subscription=_SUBSCRIPTION),
+    "DeleteSubscription": _needs(Permission.ADMIN, subscription=_SUBSCRIPTION),
     "GrantPermissions": SUPERUSER,
     "RevokePermissions": SUPERUSER,
     "ListPermissions": SUPERUSER,
+    "RestrictSubscription": SUPERUSER,
+    "UnrestrictSubscription": SUPERUSER,
     "WhoAmI": AUTHENTICATED,
-    # Event processor stores: a processor is a consumer of the topic.
-    "ListOwnership": _needs(Permission.CONSUME),
-    "ClaimOwnership": _needs(Permission.CONSUME),
-    "ListCheckpoints": _needs(Permission.CONSUME),
-    "UpdateCheckpoint": _needs(Permission.CONSUME, topic="checkpoint.topic"),
-    "FenceCheckpoints": _needs(Permission.CONSUME),
+    # Event processor stores: a processor is a consumer of the topic, and its
+    # consumer group a subscription name (restrictions.py rule 4).
+    "ListOwnership": _needs(Permission.CONSUME, subscription=_GROUP, noun=GROUP),
+    "ClaimOwnership": _needs(Permission.CONSUME, subscription=_GROUP, noun=GROUP),
+    "ListCheckpoints": _needs(Permission.CONSUME, subscription=_GROUP, noun=GROUP),
+    "UpdateCheckpoint": _needs(Permission.CONSUME, topic="checkpoint.topic",
+                               subscription=field_names("checkpoint", "consumer_group"),
+                               noun=GROUP),
+    "FenceCheckpoints": _needs(Permission.CONSUME, subscription=_GROUP, noun=GROUP),
     # Relay chaining: who leads a topic (any right on it); a follower's handshake reads
     # the log (consume); its position reports release acknowledgements (admin).
     "DescribeCluster": _needs(*ANY),
@@ -266,11 +304,22 @@ class Denial:
     principal: str
     topic: str
     needed: str
+    subscription: str = ""  # set: the topic's right is held, this name is restricted
+    noun: str = "subscription"
 
     def message(self, method: str) -> str:
         """What is missing and how to get it: superusers are named in the broker's
         settings (no grant makes one); a request without a topic (DescribeCluster,
-        ListSubscriptions of every topic) needs the permission on every topic."""
+        ListSubscriptions of every topic) needs the permission on every topic; a
+        restricted subscription names neither who it is restricted to nor how."""
+        if self.subscription:
+            own = "subscription" if self.noun == "subscription" else "group"
+            command = " ".join(shlex.quote(part) for part in (
+                "keybus", "acl", "restrict", self.topic, self.subscription, self.principal))
+            return (f"principal {self.principal!r} may not use {self.noun} "
+                    f"{self.subscription!r} on topic {self.topic!r}, needed for {method}: a "
+                    f"superuser restricted it to other principals; use a {own} name of your "
+                    f"own, or a superuser adds you ({command})")
         if self.needed == SUPERUSER_NEEDED:
             return (f"principal {self.principal!r} is not a superuser, and {method} is for "
                     "superusers only; they are named in the broker's auth_superusers setting "
@@ -297,4 +346,7 @@ def decide(table: AccessTable, principal: str, rule: Rule, request: Any) -> Deni
         if not table.allows_any(principal, topic, permissions):
             needed = " or ".join(p.label for p in sorted(permissions))
             return Denial(principal, topic, needed)
+    for topic, name in rule.subscription(request) if rule.subscription is not None else ():
+        if not table.may_use(principal, topic, name):
+            return Denial(principal, topic, "", subscription=name, noun=rule.noun)
     return None

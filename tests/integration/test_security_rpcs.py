@@ -86,19 +86,25 @@ def state(root: pb_grpc.KeybusStub) -> tuple[Any, ...]:
     """Everything a call could change, as the superuser sees it."""
     topics = root.ListTopics(pb.ListTopicsRequest(), timeout=10).topics
     subscriptions = root.ListSubscriptions(pb.ListSubscriptionsRequest(topic=TOPIC), timeout=10)
-    grants = root.ListPermissions(pb.ListPermissionsRequest(), timeout=10).entries
+    permissions = root.ListPermissions(pb.ListPermissionsRequest(), timeout=10)
+    grants, restrictions = permissions.entries, permissions.restrictions
     ownership = root.ListOwnership(pb.ListOwnershipRequest(**GROUP), timeout=10).ownership
     checkpoints = root.ListCheckpoints(pb.ListCheckpointsRequest(**GROUP), timeout=10).checkpoints
     return (sorted((t.topic, tuple(p.end_offset for p in t.partitions)) for t in topics),
             sorted((s.subscription, tuple(p.mark_delete for p in s.partitions))
                    for s in subscriptions.subscriptions),
             sorted((g.principal, g.topic, g.permission) for g in grants),
+            sorted((r.topic, r.subscription, r.principal) for r in restrictions),
             [o.SerializeToString() for o in ownership],
             [c.SerializeToString() for c in checkpoints])
 
 
 def grant_entry(principal: str = "dave") -> list[pb.AclEntry]:
     return [pb.AclEntry(principal=principal, topic="sec.x", permission=pb.PERMISSION_CONSUME)]
+
+
+def restriction(principal: str = "dave") -> list[pb.SubscriptionRestriction]:
+    return [pb.SubscriptionRestriction(topic="sec.x", subscription="s", principal=principal)]
 
 
 # Each RPC: the call, and who holds the right to make it. Calls that change
@@ -109,6 +115,8 @@ def _prepare_victims(root: pb_grpc.KeybusStub) -> None:
         root.CreateTopic(pb.CreateTopicRequest(topic="sec.victim"), timeout=10)
     subscribe_once(root, "sub-del")
     root.GrantPermissions(pb.GrantPermissionsRequest(entries=grant_entry("erin")), timeout=10)
+    root.RestrictSubscription(pb.RestrictSubscriptionRequest(entries=restriction("erin")),
+                              timeout=10)
 
 
 Call = Callable[[pb_grpc.KeybusStub, pb_grpc.KeybusStub], Any]
@@ -143,6 +151,10 @@ RPCS: dict[str, tuple[Call, str]] = {
     "ListPermissions": (lambda s, r: s.ListPermissions(pb.ListPermissionsRequest(), timeout=10),
                         SUPERUSER),
     "WhoAmI": (lambda s, r: s.WhoAmI(pb.WhoAmIRequest(), timeout=10), "bob"),
+    "RestrictSubscription": (lambda s, r: s.RestrictSubscription(pb.RestrictSubscriptionRequest(
+        entries=restriction()), timeout=10), SUPERUSER),
+    "UnrestrictSubscription": (lambda s, r: s.UnrestrictSubscription(
+        pb.UnrestrictSubscriptionRequest(entries=restriction("erin")), timeout=10), SUPERUSER),
     "ListOwnership": (lambda s, r: s.ListOwnership(pb.ListOwnershipRequest(**GROUP), timeout=10),
                       "alice"),
     "ClaimOwnership": (lambda s, r: s.ClaimOwnership(pb.ClaimOwnershipRequest(
@@ -192,6 +204,7 @@ def test_lacking_the_permission_denied_and_nothing_changes(
     # carol administers sec.* but is no superuser; bob holds nothing; alice
     # produces and consumes but may not administer.
     who = {"GrantPermissions": "carol", "RevokePermissions": "carol", "ListPermissions": "alice",
+           "RestrictSubscription": "carol", "UnrestrictSubscription": "carol",
            "CreateTopic": "alice", "DeleteTopic": "alice", "SeekSubscription": "alice",
            "DeleteSubscription": "alice"}.get(rpc, "bob")
     stub = setup.stub(secure_broker.address, who)
@@ -205,7 +218,9 @@ def test_lacking_the_permission_denied_and_nothing_changes(
         code, details = refused.value.code(), refused.value.details()
         assert code == grpc.StatusCode.PERMISSION_DENIED
     assert f"principal {who!r}" in details and rpc in details
-    needed = "superuser" if rpc.endswith("Permissions") else "permission on topic 'sec."
+    superuser_only = rpc.endswith("Permissions") or rpc in ("RestrictSubscription",
+                                                            "UnrestrictSubscription")
+    needed = "superuser" if superuser_only else "permission on topic 'sec."
     assert needed in details
     assert state(root) == before
 

@@ -2539,26 +2539,164 @@ class ListPermissionsResponse(_message.Message):
     ENTRIES_FIELD_NUMBER: _builtins.int
     ENFORCED_FIELD_NUMBER: _builtins.int
     SUPERUSERS_FIELD_NUMBER: _builtins.int
+    RESTRICTIONS_FIELD_NUMBER: _builtins.int
     enforced: _builtins.bool
     """false: authentication is off on this broker"""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
     @_builtins.property
     def superusers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def restrictions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionRestriction]:
+        """The subscription restrictions, filtered as `entries` (the principal they
+        name; the topics they cover). An older client ignores the field: it lists
+        the grants alone, as before; an older broker sends none (it has none: it
+        answers RestrictSubscription with UNIMPLEMENTED).
+        """
+
     def __init__(
         self,
         *,
         entries: _abc.Iterable[Global___AclEntry] | None = ...,
         enforced: _builtins.bool = ...,
         superusers: _abc.Iterable[_builtins.str] | None = ...,
+        restrictions: _abc.Iterable[Global___SubscriptionRestriction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforced", b"enforced", "entries", b"entries", "superusers", b"superusers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforced", b"enforced", "entries", b"entries", "restrictions", b"restrictions", "superusers", b"superusers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListPermissionsResponse: _TypeAlias = ListPermissionsResponse  # noqa: Y015
+
+@_typing.final
+class SubscriptionRestriction(_message.Message):
+    """A subscription restriction (as Pulsar's subscription permission): once a
+    subscription name on a topic is covered by at least one restriction, only
+    the principals of the restrictions covering it (and superusers) may use it:
+    Subscribe, DescribeSubscription, SeekSubscription, DeleteSubscription, and
+    the event processor stores for a consumer group of that name (a processor
+    group and a subscription share one namespace of names). A name no
+    restriction covers stays open to every principal the grants allow. A
+    restriction adds no right: the topic's grant is still needed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """a topic name, a prefix ending in `*`, or `*`"""
+    subscription: _builtins.str
+    """a subscription (or processor group) name, a prefix ending in `*`, or `*`"""
+    principal: _builtins.str
+    """Who may use it. In UnrestrictSubscription, "" = every principal of these
+    two patterns (the name is open again once none is left).
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionRestriction: _TypeAlias = SubscriptionRestriction  # noqa: Y015
+
+@_typing.final
+class RestrictSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionRestriction]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___SubscriptionRestriction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestrictSubscriptionRequest: _TypeAlias = RestrictSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class RestrictSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_FIELD_NUMBER: _builtins.int
+    added: _builtins.int
+    """entries that were not there before"""
+    def __init__(
+        self,
+        *,
+        added: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestrictSubscriptionResponse: _TypeAlias = RestrictSubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class UnrestrictSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionRestriction]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___SubscriptionRestriction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnrestrictSubscriptionRequest: _TypeAlias = UnrestrictSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class UnrestrictSubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    REOPENED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """entries that were there"""
+    @_builtins.property
+    def reopened(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubscriptionRestriction]:
+        """Of the entries' (topic, subscription) patterns, those left with no
+        restriction: open again to every principal with the topic's grant.
+        """
+
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+        reopened: _abc.Iterable[Global___SubscriptionRestriction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed", "reopened", b"reopened"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnrestrictSubscriptionResponse: _TypeAlias = UnrestrictSubscriptionResponse  # noqa: Y015
 
 @_typing.final
 class WhoAmIRequest(_message.Message):

@@ -161,6 +161,16 @@ class KeybusStub:
                 request_serializer=keybus__pb2.FenceCheckpointsRequest.SerializeToString,
                 response_deserializer=keybus__pb2.FenceCheckpointsResponse.FromString,
                 _registered_method=True)
+        self.RestrictSubscription = channel.unary_unary(
+                '/keybus.v1.Keybus/RestrictSubscription',
+                request_serializer=keybus__pb2.RestrictSubscriptionRequest.SerializeToString,
+                response_deserializer=keybus__pb2.RestrictSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.UnrestrictSubscription = channel.unary_unary(
+                '/keybus.v1.Keybus/UnrestrictSubscription',
+                request_serializer=keybus__pb2.UnrestrictSubscriptionRequest.SerializeToString,
+                response_deserializer=keybus__pb2.UnrestrictSubscriptionResponse.FromString,
+                _registered_method=True)
 
 
 class KeybusServicer:
@@ -324,6 +334,20 @@ class KeybusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RestrictSubscription(self, request, context):
+        """Subscription restrictions (superusers only); listed by ListPermissions.
+        An older broker answers UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnrestrictSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KeybusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -451,6 +475,16 @@ def add_KeybusServicer_to_server(servicer, server):
                     servicer.FenceCheckpoints,
                     request_deserializer=keybus__pb2.FenceCheckpointsRequest.FromString,
                     response_serializer=keybus__pb2.FenceCheckpointsResponse.SerializeToString,
+            ),
+            'RestrictSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestrictSubscription,
+                    request_deserializer=keybus__pb2.RestrictSubscriptionRequest.FromString,
+                    response_serializer=keybus__pb2.RestrictSubscriptionResponse.SerializeToString,
+            ),
+            'UnrestrictSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnrestrictSubscription,
+                    request_deserializer=keybus__pb2.UnrestrictSubscriptionRequest.FromString,
+                    response_serializer=keybus__pb2.UnrestrictSubscriptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1130,6 +1164,60 @@ class Keybus:
             '/keybus.v1.Keybus/FenceCheckpoints',
             keybus__pb2.FenceCheckpointsRequest.SerializeToString,
             keybus__pb2.FenceCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestrictSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/RestrictSubscription',
+            keybus__pb2.RestrictSubscriptionRequest.SerializeToString,
+            keybus__pb2.RestrictSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnrestrictSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keybus.v1.Keybus/UnrestrictSubscription',
+            keybus__pb2.UnrestrictSubscriptionRequest.SerializeToString,
+            keybus__pb2.UnrestrictSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -82,6 +82,11 @@ class KeybusStub:
     ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.ListCheckpointsRequest, _keybus_pb2.ListCheckpointsResponse]
     UpdateCheckpoint: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.UpdateCheckpointRequest, _keybus_pb2.UpdateCheckpointResponse]
     FenceCheckpoints: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.FenceCheckpointsRequest, _keybus_pb2.FenceCheckpointsResponse]
+    RestrictSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.RestrictSubscriptionRequest, _keybus_pb2.RestrictSubscriptionResponse]
+    """Subscription restrictions (superusers only); listed by ListPermissions.
+    An older broker answers UNIMPLEMENTED.
+    """
+    UnrestrictSubscription: _grpc.UnaryUnaryMultiCallable[_keybus_pb2.UnrestrictSubscriptionRequest, _keybus_pb2.UnrestrictSubscriptionResponse]
 
 @_typing.type_check_only
 class KeybusAsyncStub(KeybusStub):
@@ -120,6 +125,11 @@ class KeybusAsyncStub(KeybusStub):
     ListCheckpoints: _aio.UnaryUnaryMultiCallable[_keybus_pb2.ListCheckpointsRequest, _keybus_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
     UpdateCheckpoint: _aio.UnaryUnaryMultiCallable[_keybus_pb2.UpdateCheckpointRequest, _keybus_pb2.UpdateCheckpointResponse]  # type: ignore[assignment]
     FenceCheckpoints: _aio.UnaryUnaryMultiCallable[_keybus_pb2.FenceCheckpointsRequest, _keybus_pb2.FenceCheckpointsResponse]  # type: ignore[assignment]
+    RestrictSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.RestrictSubscriptionRequest, _keybus_pb2.RestrictSubscriptionResponse]  # type: ignore[assignment]
+    """Subscription restrictions (superusers only); listed by ListPermissions.
+    An older broker answers UNIMPLEMENTED.
+    """
+    UnrestrictSubscription: _aio.UnaryUnaryMultiCallable[_keybus_pb2.UnrestrictSubscriptionRequest, _keybus_pb2.UnrestrictSubscriptionResponse]  # type: ignore[assignment]
 
 class KeybusServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------- service"""
@@ -305,5 +315,22 @@ class KeybusServicer(metaclass=_abc_1.ABCMeta):
         request: _keybus_pb2.FenceCheckpointsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_keybus_pb2.FenceCheckpointsResponse, _abc.Awaitable[_keybus_pb2.FenceCheckpointsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RestrictSubscription(
+        self,
+        request: _keybus_pb2.RestrictSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.RestrictSubscriptionResponse, _abc.Awaitable[_keybus_pb2.RestrictSubscriptionResponse]]:
+        """Subscription restrictions (superusers only); listed by ListPermissions.
+        An older broker answers UNIMPLEMENTED.
+        """
+
+    @_abc_1.abstractmethod
+    def UnrestrictSubscription(
+        self,
+        request: _keybus_pb2.UnrestrictSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_keybus_pb2.UnrestrictSubscriptionResponse, _abc.Awaitable[_keybus_pb2.UnrestrictSubscriptionResponse]]: ...
 
 def add_KeybusServicer_to_server(servicer: KeybusServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
