@@ -263,6 +263,7 @@ BROKER_COMMANDS = [
     ("subscriptions", "describe"), ("subscriptions", "delete"), ("subscriptions", "seek"),
     ("bootstrap",),
     ("acl", "grant"), ("acl", "revoke"), ("acl", "list"), ("acl", "whoami"),
+    ("acl", "restrict"), ("acl", "unrestrict"), ("acl", "restrictions"),
     ("processors", "ownership"), ("processors", "checkpoints"), ("databus", "tail"),
     ("cluster", "status"),
 ]
