@@ -91,6 +91,10 @@ class SubscriptionRestrictions:
     _all: set[Restriction] = field(default_factory=set)
     _decisions: dict[tuple[str, str, str], bool] = field(default_factory=dict)
 
+    @property
+    def empty(self) -> bool:
+        return not self._all
+
     def replace(self, restrictions: Iterable[Restriction]) -> None:
         self._all = set(restrictions)
         self._decisions.clear()
