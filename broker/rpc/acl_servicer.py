@@ -16,8 +16,8 @@ from broker.errors import BrokerError
 from broker.rpc.auth import current_principal
 from broker.rpc.status import unary
 from broker.security.acl_store import AclStore
-from broker.security.permissions import Grant, GrantError, Permission
-from broker.security.restrictions import Restriction
+from broker.security.permissions import Grant, GrantError, Permission, check_pattern
+from broker.security.restrictions import Restriction, check_subscription_pattern
 from sdk.core.pb import keybus_pb2 as pb
 
 
@@ -48,6 +48,11 @@ def restrictions_of(entries: list[pb.SubscriptionRestriction], unrestrict: bool 
         if not entry.principal and not unrestrict:
             raise BrokerError("grant_invalid", detail=f"entries[{i}].principal is empty; name "
                               "who may use the subscription")
+        try:  # a pattern no restriction can have is a mistake, not "0 removed"
+            check_pattern(entry.topic)
+            check_subscription_pattern(entry.subscription)
+        except GrantError as e:
+            raise BrokerError("grant_invalid", detail=f"entries[{i}]: {e}") from None
     return [Restriction(e.topic, e.subscription, e.principal) for e in entries]
 
 

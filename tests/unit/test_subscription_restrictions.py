@@ -20,6 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker.errors import BrokerError
+from broker.rpc.acl_servicer import restrictions_of
 from broker.security.acl_store import (
     AclStore,
     grant_key,
@@ -218,3 +220,15 @@ def test_acl_file_restrictions(tmp_path: Path) -> None:
     path.write_text('[[restriction]]\ntopic = "orders"\n')
     with pytest.raises(GrantError, match="needs topic, subscription and principals"):
         load_acl_restrictions(str(path))
+
+
+def test_a_request_names_every_part_a_restriction_needs() -> None:
+    entry = pb.SubscriptionRestriction(topic="orders", subscription="billing")
+    with pytest.raises(BrokerError, match=r"entries\[0\].principal is empty"):
+        restrictions_of([entry])
+    assert restrictions_of([entry], unrestrict=True) == [Restriction("orders", "billing", "")]
+    with pytest.raises(BrokerError, match="entries is empty"):
+        restrictions_of([], unrestrict=True)
+    bad = pb.SubscriptionRestriction(topic="orders", subscription="a b")
+    with pytest.raises(BrokerError, match=r"entries\[0\]: subscription pattern 'a b' is invalid"):
+        restrictions_of([bad], unrestrict=True)
