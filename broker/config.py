@@ -40,6 +40,7 @@ POSITIVE_SETTINGS = frozenset({
     "event_bytes_max", "batch_events_max", "request_bytes_max", "topic_name_bytes_max",
     "partitions_max", "commit_requests_max", "commit_bytes_max", "partition_queue_requests_max",
     "produce_in_flight_max", "producer_expiry_ms", "read_events_max", "read_bytes_max",
+    "read_passed_interval_ms", "read_passed_events_max",
     "retention_check_interval_ms", "auth_recheck_interval_ms", "default_partitions",
     "subscriptions_per_topic_max",
     "consumers_per_subscription_max", "consumer_permits_max", "consumer_unacked_events_max",
@@ -110,6 +111,11 @@ class Settings:
     read_events_max: int = setting(10_000, "Events per read response: the default and the cap.")
     read_bytes_max: int = setting(4 << 20, "Bytes of one Read or Bootstrap response message, "
                                   "framing included: the default and the cap.")
+    read_passed_interval_ms: int = setting(
+        1_000, "A filtered follow read tells how far it passed records its filter dropped "
+        "whole (ReadResponse.passed_scn: a Databus consumer checkpoints past them) once "
+        "this long passed since its last response, or --read-passed-events-max such events.")
+    read_passed_events_max: int = setting(100_000, "See --read-passed-interval-ms.")
     # Retention (per topic settings override; these are the topic defaults).
     retention_ms: int = setting(0, "Default age limit of a new topic's events (0 = forever).")
     retention_bytes: int = setting(0, "Default size limit per partition of a new topic "

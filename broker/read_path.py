@@ -66,6 +66,11 @@ class Chunk:
     # (first, stop): offsets first..stop-1 the read reached were removed by retention
     # while it read (the records before them are in `records`); None: nothing missing.
     removed: tuple[int, int] | None = None
+    # (scn, offset): the chunk ends on stored records the read's hash ranges or filter
+    # dropped whole; the last one's last SCN and last offset (next_offset - 1), for the
+    # position a filtered follow read tells (broker/read_passed.py). None: the chunk
+    # ends on a record in `records`, or cut by the read's stop.
+    passed: tuple[int, int] | None = None
 
 
 def read_chunk(store: RocksStore, spec: ReadSpec, start: int,
@@ -84,6 +89,7 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int,
     next_offset = expected = start
     stop = spec.stop_offset
     removed = None
+    dropped_end = dropped_scn = -1  # the last record dropped whole: its end and last SCN
     try:
         for base, value in store.records_from(spec.topic_id, spec.partition, start):
             header = codec.decode_header(value)
@@ -110,13 +116,16 @@ def read_chunk(store: RocksStore, spec: ReadSpec, start: int,
                 records.append(body)
                 events += n
                 size += len(body) + RECORD_FRAMING_BYTES_MAX
+            else:  # dropped whole: by the filter or hash ranges (or a sparse record cut away)
+                dropped_end, dropped_scn = end, header.scn_last
             if events >= spec.events_max or size >= spec.bytes_max \
                     or scanned >= 8 * spec.events_max:
                 break
     except BrokerError as e:  # a damaged block: what lies before it first, then the error
         if e.kind.name != "store_unreadable" or not records:
             raise
-    return Chunk(records, next_offset, events, scanned, removed)
+    passed = (dropped_scn, dropped_end - 1) if dropped_end == next_offset else None
+    return Chunk(records, next_offset, events, scanned, removed, passed)
 
 
 def _subset(body: bytes, start: int, stop: int | None, spec: ReadSpec) -> tuple[bytes, int]:

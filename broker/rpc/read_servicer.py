@@ -6,6 +6,12 @@ stream waits at the tail for new records instead of ending; reaching the
 tail the first time, it sends one response without records that carries the
 position (next_offset), so the reader can resume from there.
 
+A filtered follow read (a filter or hash ranges) also tells, now and then,
+how far it passed records its filter dropped whole: a response without
+records carrying `passed_scn`/`passed_offset` (broker/read_passed.py says
+when), so a Databus consumer can checkpoint past windows none of whose events
+it wants. An unfiltered read never sends one.
+
 A read never skips offsets: when retention removes offsets the stream has
 not sent yet, it sends what it read before them and ends with OUT_OF_RANGE
 (`offset_before_start`) naming them and what the partition holds, as a read
@@ -15,6 +21,7 @@ that starts below the partition's start does.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 
 import grpc
@@ -24,6 +31,7 @@ from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.metrics import READ_EVENTS
 from broker.partition import Partition
+from broker.read_passed import Passed, PassedPositions
 from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
@@ -79,6 +87,10 @@ class ReadServicer:
             return
         mark = len(partition.truncations)
         told_position = False
+        passing = None  # an unfiltered read keeps the loop it had: no position to tell
+        if request.follow and (spec.selector is not None or spec.slot_mask is not None):
+            passing = PassedPositions(self.settings.read_passed_interval_ms,
+                                      self.settings.read_passed_events_max, _now_ms())
         while spec.stop_offset is None or offset < spec.stop_offset:
             partition.check_truncation(mark, offset)
             if offset >= partition.end_offset:
@@ -88,22 +100,59 @@ class ReadServicer:
                     # A follower at the end learns where it stands at once: it resumes
                     # from there after a reconnect (a re-resolved "latest" would skip
                     # what was produced meanwhile) and knows it reached the broker.
-                    yield wire.read_response([], offset, partition.end_offset)
+                    passed = passing.take(_now_ms()) if passing is not None else None
+                    yield _position(offset, partition.end_offset, passed)
                     told_position = True
                     # Look again before waiting: the reader, told, may have produced
                     # while this stream was suspended at the yield, and that append's
                     # wake-up came before the wait (SDK Reader.open waits for this
                     # response, then its user produces).
                     continue
-                await partition.wait_for_change()  # data, or a truncation to check
+                passed = await _wait_at_tail(partition, passing)
+                if passed is not None:
+                    yield _position(offset, partition.end_offset, passed)
                 continue
             chunk = await partition.read(spec, offset)
             offset = max(offset, chunk.next_offset)
             if chunk.records:
                 READ_EVENTS.labels(request.topic).inc(chunk.events)
                 yield wire.read_response(chunk.records, offset, partition.end_offset)
+            if passing is not None:
+                passing.process_chunk(chunk.passed, chunk.scanned_events, bool(chunk.records),
+                                      _now_ms())
+                passed = passing.due(_now_ms())
+                if passed is not None:
+                    yield _position(offset, partition.end_offset, passed)
             if chunk.removed is not None:  # retention removed what the read reached next
                 raise partition.removed_error(*chunk.removed)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+async def _wait_at_tail(partition: Partition, passing: PassedPositions | None) -> Passed | None:
+    """Wait for new records (or a truncation to check). A filtered read with a
+    position pending waits at most until it is due, then returns it to tell
+    (read_passed.py rule 2): the pass that dropped those records is over."""
+    wait_ms = passing.wait_ms(_now_ms()) if passing is not None else None
+    if passing is None or wait_ms is None:
+        await partition.wait_for_change()
+        return None
+    try:
+        async with asyncio.timeout(wait_ms / 1000):
+            await partition.wait_for_change()
+    except TimeoutError:
+        return passing.take(_now_ms())
+    return None
+
+
+def _position(next_offset: int, end_offset: int, passed: Passed | None) -> bytes:
+    """A response without records: the read's position, and how far it passed
+    records its filter dropped whole when it has that to tell."""
+    if passed is None:
+        return wire.read_response([], next_offset, end_offset)
+    return wire.passed_response(next_offset, end_offset, passed.scn, passed.offset)
 
 
 async def replica_read(partition: Partition, spec: ReadSpec, offset: int,

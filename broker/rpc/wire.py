@@ -12,6 +12,8 @@ RECORDS_TAG = b"\x0a"  # field 1, length-delimited
 NEXT_OFFSET_TAG = b"\x10"  # field 2, varint
 END_OFFSET_TAG = b"\x18"  # field 3, varint
 HIGH_WATERMARK_TAG = b"\x20"  # field 4, varint
+PASSED_SCN_TAG = b"\x28"  # field 5, varint
+PASSED_OFFSET_TAG = b"\x30"  # field 6, varint
 
 
 _ONE_BYTE = [bytes((value,)) for value in range(0x80)]
@@ -47,3 +49,15 @@ def read_response(records: list[bytes], next_offset: int, end_offset: int,
     if high_watermark:
         parts += (HIGH_WATERMARK_TAG, varint(high_watermark))
     return b"".join(parts)
+
+
+def passed_response(next_offset: int, end_offset: int, passed_scn: int,
+                    passed_offset: int) -> bytes:
+    """A filtered follow read's position past records its filter dropped whole
+    (no records; see `ReadResponse.passed_scn`). Kept apart from `read_response`,
+    whose every call carries records or the tail position, so that hot path is as it was."""
+    assert passed_scn > 0, "an SCN is at least 1; 0 means 'not said' on the wire"
+    assert next_offset > passed_offset, "the read resumes after what it passed"
+    return b"".join((NEXT_OFFSET_TAG, varint(next_offset), END_OFFSET_TAG, varint(end_offset),
+                     PASSED_SCN_TAG, varint(passed_scn), PASSED_OFFSET_TAG,
+                     varint(passed_offset)))

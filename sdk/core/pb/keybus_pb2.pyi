@@ -726,6 +726,8 @@ class ReadResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     END_OFFSET_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    PASSED_SCN_FIELD_NUMBER: _builtins.int
+    PASSED_OFFSET_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """Next offset to read from (resume point)."""
     end_offset: _builtins.int
@@ -736,6 +738,19 @@ class ReadResponse(_message.Message):
     """Relay chaining, replica reads only: the sender's high watermark (what its
     readers may see); the follower exposes no more than this of its copy.
     """
+    passed_scn: _builtins.int
+    """Filtered follow reads (a filter or hash ranges) only: a response without
+    records that says the read passed stored records its filter dropped whole,
+    up to next_offset (Databus's end-of-period event). `passed_scn` is the SCN
+    of the last of them (its window: a window record's SCN, a plain batch's
+    last event's), `passed_offset` its last offset (next_offset - 1). Sent now
+    and then, never between the events of one record, so a consumer may
+    checkpoint there: every window up to passed_scn is over and none of it
+    is for this read. 0 = not said (every other response). An older client
+    ignores both fields and takes the response as a position: it resumes
+    from next_offset, as after the response a follow read sends at the tail.
+    """
+    passed_offset: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """Records in offset order, holding only events at or after the start and
@@ -749,10 +764,12 @@ class ReadResponse(_message.Message):
         next_offset: _builtins.int = ...,
         end_offset: _builtins.int = ...,
         high_watermark: _builtins.int = ...,
+        passed_scn: _builtins.int = ...,
+        passed_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "high_watermark", b"high_watermark", "next_offset", b"next_offset", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "high_watermark", b"high_watermark", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
