@@ -47,6 +47,7 @@ from sdk.producer import (
     ProducerConfig,
     WindowResult,
 )
+from sdk.read_batch import PassedPosition
 from sdk.reader import ReadBatch, Reader, read_all
 from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
@@ -61,7 +62,8 @@ __all__ = [
     "BootstrapPosition", "BufferFull", "ClientSecurity", "ConnectionCallback", "Consumer",
     "ConsumerConfig", "DeliveryTimeout", "Event", "EventFuture", "FailedPrecondition",
     "InvalidArgument", "KeybusError", "Message", "NotFound", "NotLeader",
-    "OffsetOutOfRange", "PermissionDenied", "PhaseMarker", "ProducedEvent", "Producer", "ProducerClosed",
+    "OffsetOutOfRange", "PassedPosition", "PermissionDenied", "PhaseMarker", "ProducedEvent",
+    "Producer", "ProducerClosed",
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
     "SyncEventFuture", "SyncProducer", "SyncReader", "SyncTopicReader", "TopicNotFound",

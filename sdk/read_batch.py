@@ -2,12 +2,14 @@
 
 The columns stay protobuf (no copy); row views are built only when
 `events()` is called. Reader (reader.py), TopicReader and the bootstrap read
-yield these.
+yield these. `PassedPosition`: where a filtered follow read passed records its
+filter dropped whole (`Reader.items()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sdk.bootstrap import PhaseMarker
 from sdk.core.columns import (
@@ -79,3 +81,17 @@ class ReadBatch:
         r = self.record
         return (f"ReadBatch(partition={r.partition}, base_offset={r.base_offset}, "
                 f"count={self.count}, scn_first={r.scn_first}, window={r.window})")
+
+
+@dataclass(frozen=True, slots=True)
+class PassedPosition:
+    """A filtered follow read passed stored records its filter (or hash ranges)
+    dropped whole, up to here: `scn` is the last one's last SCN (every window
+    up to it is over and had nothing for this read), `offset` its last offset.
+    The broker says it now and then (Databus's end-of-period event); it carries
+    no event. `Reader.items()` yields it; iterating a Reader does not.
+    """
+
+    partition: int
+    scn: int
+    offset: int

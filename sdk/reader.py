@@ -8,6 +8,8 @@ reconnect.py: a broker never reached fails within connect_timeout_ms; a lost
 one is reported through `on_connection_change` and retried for
 retry_timeout_ms). The broker's relay follower and the Spark connector read
 through this class; `TopicReader` (topic_reader.py) merges one per partition.
+A filtered follow read also hears, now and then, how far it passed records its
+filter dropped whole (`passed`, `items()`); iterating yields batches only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_checks import check_sources
+from sdk.read_batch import PassedPosition
 from sdk.read_batch import ReadBatch as ReadBatch  # re-exported: users import it from here
 from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
@@ -172,6 +175,10 @@ class Reader:
         # comes (the broker's word that the read reached the log end): the read works
         # even when no event comes (an event processor says a partition recovered).
         self.on_tail: Callable[[int], None] | None = None
+        # A filtered follow read: how far it passed records its filter dropped whole,
+        # the last the broker told (None until then); `items()` yields each once.
+        self.passed: PassedPosition | None = None
+        self._passed_unyielded = False
         self._done = False
         self._opened = False
 
@@ -263,8 +270,34 @@ class Reader:
             self.on_high_watermark(response.high_watermark)
         if not response.records:
             self._advance(response.next_offset)
-            if self.on_tail is not None:
+            if response.passed_scn:  # the records before it were all handed out
+                self.passed = PassedPosition(self.partition, response.passed_scn,
+                                             response.passed_offset)
+                self._passed_unyielded = True
+            if self.on_tail is not None and (not response.passed_scn
+                                             or response.next_offset >= response.end_offset):
                 self.on_tail(response.next_offset)
+
+    async def items(self) -> AsyncIterator[ReadBatch | PassedPosition]:
+        """Iterate as `async for batch in reader`, and also get a PassedPosition
+        where the broker said the read passed records its filter dropped whole
+        (a filtered follow read, now and then): every batch before that point
+        came first, and it carries no event. A Databus consumer checkpoints there."""
+        if self._bootstrap is not None:  # a bootstrap stream says no such position
+            async for batch in self:
+                yield batch
+            return
+        while True:
+            if not self._records and self._passed_unyielded and self.passed is not None:
+                self._passed_unyielded = False
+                yield self.passed
+            elif self._records:
+                yield await self.__anext__()  # a batch at hand: no wait
+            elif self._done or self._reached_stop():
+                await self.close()
+                return
+            else:
+                await self._receive()
 
     def drain_buffered(self) -> list[ReadBatch]:
         """The batches already received and not yet taken, without waiting (a relay
