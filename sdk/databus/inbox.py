@@ -3,6 +3,7 @@
 A source (the log reader or the Key_Shared consumer) runs as background
 tasks that put items here; the registration loop takes them one at a time,
 in order. Items: a window piece, an abort of the open streamed window, a
+position the log read passed (windows with nothing for the registration), a
 notice (an error worth telling the consumers that does not stop
 consumption) and a failure (an error that does).
 """
@@ -36,6 +37,16 @@ class MarkerItem:
 
 
 @dataclass(frozen=True, slots=True)
+class PassedItem:
+    """The log read passed windows with nothing for the registration, up to the one
+    at `scn` ending at `offset` (the broker's word: runner rule 9)."""
+
+    partition: int
+    offset: int
+    scn: int
+
+
+@dataclass(frozen=True, slots=True)
 class NoticeItem:
     error: Exception
 
@@ -45,7 +56,7 @@ class FailureItem:
     error: Exception
 
 
-Item = PieceItem | AbortItem | NoticeItem | FailureItem | MarkerItem
+Item = PieceItem | AbortItem | NoticeItem | FailureItem | MarkerItem | PassedItem
 
 
 class Inbox:

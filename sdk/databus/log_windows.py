@@ -4,7 +4,11 @@ The source behind `DatabusClient.register`. Each partition starts at the
 first window after its checkpoint (`{"scn": checkpoint.scn + 1}`), else at
 the registration's start position, and is read with the registration's
 server-side filter. A read returns whole stored records, so every window
-arrives whole: the runner never sees a window cut by the transport. Readers
+arrives whole: the runner never sees a window cut by the transport. Where
+the filter dropped whole records, the broker says now and then how far the
+read passed them (`Reader.items()`); that position goes to the runner, which
+checkpoints it between windows, so the checkpoint moves on although no event
+comes (Databus's end-of-period events). Readers
 reconnect on their own (following reads retry forever) and tell the link,
 which says an outage once for all of them (connection.py); its
 `ConnectionWatch` turns a long outage into a notice.
@@ -32,10 +36,11 @@ from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.checkpoint_values import ahead_of_log, checked_position
 from sdk.databus.config import DatabusConfig
 from sdk.databus.connection import BrokerLink
-from sdk.databus.inbox import PieceItem
+from sdk.databus.inbox import PassedItem, PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
 from sdk.producer_connect import partition_count
+from sdk.read_batch import PassedPosition
 from sdk.reader import Reader, Start
 from sdk.reconnect import ConnectionCallback
 from sdk.security import ClientSecurity
@@ -206,8 +211,11 @@ class LogWindows(BrokerLink):
         put = self.inbox.put
         need_slots = self.need_slots
         try:
-            async for batch in reader:
-                for piece in record_pieces(batch.record, need_slots):
+            async for item in reader.items():
+                if isinstance(item, PassedPosition):  # windows with nothing for this filter
+                    await put(PassedItem(partition, item.offset, item.scn))
+                    continue
+                for piece in record_pieces(item.record, need_slots):
                     await put(PieceItem(piece, True))
             return
         except errors.OffsetOutOfRange:

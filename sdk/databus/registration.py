@@ -53,6 +53,7 @@ from sdk.databus.inbox import (
     Item,
     MarkerItem,
     NoticeItem,
+    PassedItem,
     PieceItem,
     WindowSource,
 )
@@ -246,6 +247,8 @@ class DatabusRegistration:
             return runner.process_report(item.error)
         if type(item) is MarkerItem:
             return runner.process_marker(item.name, now)
+        if type(item) is PassedItem:
+            return runner.process_passed(item.partition, item.offset, item.scn, now)
         assert isinstance(item, FailureItem)
         return runner.process_fail(item.error)
 

@@ -39,6 +39,11 @@ sets them):
    window presented with the bootstrap callbacks; its checkpoint calls
    on_bootstrap_checkpoint and carries the piece's position (opaque here),
    its rollback calls on_bootstrap_rollback.
+9. A position the log read passed (`process_passed`: the broker dropped every
+   event of the windows up to it for the registration's filter, Databus's
+   end-of-period event) counts as such windows done (rule 5) and may be
+   checkpointed as one, but only between windows: an open streamed window
+   ends normally first, and a position at or below a done window is stale.
 
 Its phases, their transition table and the steps it answers are in
 `runner_table.py`. It must not know about asyncio, gRPC, the store, the
@@ -205,6 +210,25 @@ class WindowRunner:
         self._move("marker", Phase.ANNOUNCING)
         self._announcing = name
         return Segment((Call(name),))
+
+    def process_passed(self, partition: int, offset: int, scn: int,
+                       now_ms: int) -> Step | None:
+        """The read passed windows of `partition` with nothing for this registration,
+        up to the one at `scn` ending at `offset` (rule 9): done, as if delivered empty."""
+        self._check("passed")
+        pending = self.pending.get(partition)
+        if self.phase is Phase.OPEN or (pending is not None and pending[0] >= offset):
+            self._move("passed", self.phase)  # mid-window, or stale: a later one covers it
+            return None
+        since = self._windows_since.get(partition, 0) + 1
+        self.pending[partition] = (offset, scn)
+        self.positions[partition] = None  # a log read's: online
+        self._windows_since[partition] = since
+        elapsed = now_ms - self._checkpoint_ms.get(partition, self._start_ms)
+        if self.config.checkpoint_due(since, elapsed):
+            return self._checkpoint(self._persist_of(partition, offset, scn), False, "passed")
+        self._move("passed", Phase.WAITING)
+        return None
 
     def process_tick(self, now_ms: int) -> Step | None:
         """Time passed with no window: checkpoint a pending partition the policy says is due."""

@@ -44,11 +44,13 @@ TRANSITIONS: dict[tuple[Phase, str], frozenset[Phase]] = {
     (P.WAITING, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
     (P.WAITING, "report"): frozenset({P.REPORTING}),
     (P.WAITING, "marker"): frozenset({P.ANNOUNCING}),
+    (P.WAITING, "passed"): frozenset({P.WAITING, P.CHECKPOINTING}),
     (P.ANNOUNCING, "result"): frozenset({P.WAITING, P.STOPPING}),
     (P.OPEN, "piece"): frozenset({P.RUNNING, P.OPEN, P.WAITING, P.CHECKPOINTING, P.REPORTING}),
     (P.OPEN, "abort"): frozenset({P.ROLLING_BACK}),
     (P.OPEN, "stop"): frozenset({P.CHECKPOINTING, P.STOPPING}),
     (P.OPEN, "report"): frozenset({P.REPORTING}),
+    (P.OPEN, "passed"): frozenset({P.OPEN}),  # ignored: never a checkpoint mid-window
     (P.RUNNING, "result"): frozenset({P.RUNNING, P.OPEN, P.WAITING, P.CHECKPOINTING,
                                       P.BACKING_OFF, P.REPORTING, P.STOPPING}),
     (P.CHECKPOINTING, "result"): frozenset({P.PERSISTING, P.WAITING, P.CHECKPOINTING,
