@@ -43,7 +43,8 @@ sets them):
    event of the windows up to it for the registration's filter, Databus's
    end-of-period event) counts as such windows done (rule 5) and may be
    checkpointed as one, but only between windows: an open streamed window
-   ends normally first, and a position at or below a done window is stale.
+   ends normally first. Positions come in log order with the windows; one
+   at or below the partition's pending window is stale and changes nothing.
 
 Its phases, their transition table and the steps it answers are in
 `runner_table.py`. It must not know about asyncio, gRPC, the store, the

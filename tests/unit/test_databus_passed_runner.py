@@ -6,7 +6,7 @@ event) counts as such windows done: it is checkpointed as the policy says
 (every N windows, every T ms, at a clean stop), through on_checkpoint, which
 may veto it; never in the middle of a window: while a streamed window is
 open the position is ignored and that window still ends normally (its own
-checkpoint follows); a position at or below a done window is stale and
+checkpoint follows); a position at or below the pending window is stale and
 changes nothing. A failed on_checkpoint of a position rolls nothing back.
 Method: the runner test's `Harness` (the shell in miniature, no asyncio)
 feeds windows and positions; hypothesis mixes them in offset order.
