@@ -11,7 +11,7 @@ restart failed with OffsetOutOfRange although nothing was missed (the limit
 docs/databus.md used to state). An unfiltered follow read gets no such
 position: nothing changes for it.
 Method: one broker process (retention every 100 ms, positions at most every
-200 ms); a topic of 1 partition that keeps about 24 windows; windows of 10
+200 ms); a topic of 1 partition that keeps about 75 windows; windows of 10
 events, three matching events in all (one early, one while the first run
 consumes, one between the runs); a file checkpoint store; the registration
 runs, is stopped cleanly, and runs again from its checkpoint.
@@ -97,7 +97,7 @@ async def _until(condition: Any, timeout_s: float = 30) -> bool:
 
 async def _scenario(broker: BrokerProcess, root: Path) -> None:
     async with Admin(broker.address) as admin:
-        await admin.create_topic(TOPIC, partitions=1, retention_bytes=30_000)
+        await admin.create_topic(TOPIC, partitions=1, retention_bytes=100_000)
     store = FileCheckpointStore(root)
     first = Matches()
     async with await Producer.create(broker.address, TOPIC) as producer:
@@ -106,7 +106,7 @@ async def _scenario(broker: BrokerProcess, root: Path) -> None:
         client = DatabusClient(broker.address, checkpoint_store=store)
         client.register(first, topic=TOPIC, filter=FILTER, name="rare", start="earliest")
         async with client:
-            for i in range(400):  # busy: far past what retention keeps
+            for i in range(600):  # busy: far past what retention keeps
                 await windows.send(match=i == 150)
 
             async def trimmed_past_matches() -> bool:
@@ -125,7 +125,7 @@ async def _scenario(broker: BrokerProcess, root: Path) -> None:
         assert checkpoint is not None and (checkpoint.offset, checkpoint.scn) in windows.ends, \
             f"checkpoint {checkpoint} is not the end of a stored window"
         assert first.keys == [999, 151_999] and not first.errors, (first.keys, first.errors)
-        await windows.send(match=True)  # between the runs
+        await windows.send(match=True)  # between the runs: key 601_999
         for _ in range(5):
             await windows.send()
 
@@ -139,7 +139,7 @@ async def _scenario(broker: BrokerProcess, root: Path) -> None:
         assert await _until(got_the_new_match), "nothing after the restart"
         await asyncio.sleep(0.5)  # room for a duplicate or an error to show
     assert not second.errors, f"the restart failed: {second.errors}"
-    assert second.keys == [401_999], second.keys
+    assert second.keys == [601_999], second.keys
     assert moved, f"the checkpoint stayed behind the windows the filter dropped: {checkpoint}"
 
 
