@@ -11,7 +11,9 @@ each holds a view iterator or reads the log in bulk on worker threads, and
 pins the log against retention. A stream that is caught up and follows the
 log costs what a follow Read costs, so it gives its slot back; otherwise
 readers that bootstrapped once and follow (the CLI's and the SDK's default)
-would lock every later bootstrap out for as long as they run.
+would lock every later bootstrap out for as long as they run. A filtered
+following stream gets a pacer of passed positions for its online phase, as
+a filtered follow Read does (broker/read_passed.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import grpc
 from broker.config import Settings
 from broker.errors import BrokerError
 from broker.filtering import compile_selector
+from broker.read_passed import PassedPositions
 from broker.read_path import ReadSpec
 from broker.rpc.read_servicer import hash_mask, read_limit
 from broker.rpc.service import SERVICE
@@ -113,7 +116,16 @@ class BootstrapServicer:
         def open_cursor(position: Position, snapshot_offset: int | None) -> SnapshotCursor:
             return SnapshotCursor(views, snapshot, position, snapshot_offset)
 
-        return BootstrapStream(partition, view, snapshot, read, request, open_cursor)
+        passing = None  # an unfiltered stream tells no passed position (as a Read)
+        if request.follow and (read.selector is not None or read.slot_mask is not None):
+            settings = self.settings
+
+            def passing(now_ms: int) -> PassedPositions:
+                return PassedPositions(settings.read_passed_interval_ms,
+                                       settings.read_passed_events_max, now_ms)
+
+        return BootstrapStream(partition, view, snapshot, read, request, open_cursor,
+                               passing=passing)
 
 
 def _identity(data: bytes) -> bytes:

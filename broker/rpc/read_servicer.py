@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import grpc
 
@@ -90,7 +90,7 @@ class ReadServicer:
         passing = None  # an unfiltered read keeps the loop it had: no position to tell
         if request.follow and (spec.selector is not None or spec.slot_mask is not None):
             passing = PassedPositions(self.settings.read_passed_interval_ms,
-                                      self.settings.read_passed_events_max, _now_ms())
+                                      self.settings.read_passed_events_max, now_ms())
         while spec.stop_offset is None or offset < spec.stop_offset:
             partition.check_truncation(mark, offset)
             if offset >= partition.end_offset:
@@ -100,7 +100,7 @@ class ReadServicer:
                     # A follower at the end learns where it stands at once: it resumes
                     # from there after a reconnect (a re-resolved "latest" would skip
                     # what was produced meanwhile) and knows it reached the broker.
-                    passed = passing.take(_now_ms()) if passing is not None else None
+                    passed = passing.take(now_ms()) if passing is not None else None
                     yield _position(offset, partition.end_offset, passed)
                     told_position = True
                     # Look again before waiting: the reader, told, may have produced
@@ -108,7 +108,7 @@ class ReadServicer:
                     # wake-up came before the wait (SDK Reader.open waits for this
                     # response, then its user produces).
                     continue
-                passed = await _wait_at_tail(partition, passing)
+                passed = await wait_at_tail(partition.wait_for_change, passing)
                 if passed is not None:
                     yield _position(offset, partition.end_offset, passed)
                 continue
@@ -119,31 +119,34 @@ class ReadServicer:
                 yield wire.read_response(chunk.records, offset, partition.end_offset)
             if passing is not None:
                 passing.process_chunk(chunk.passed, chunk.scanned_events, bool(chunk.records),
-                                      _now_ms())
-                passed = passing.due(_now_ms())
+                                      now_ms())
+                passed = passing.due(now_ms())
                 if passed is not None:
                     yield _position(offset, partition.end_offset, passed)
             if chunk.removed is not None:  # retention removed what the read reached next
                 raise partition.removed_error(*chunk.removed)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The clock of the passed-position pacer (broker/read_passed.py): monotonic ms."""
     return int(time.monotonic() * 1000)
 
 
-async def _wait_at_tail(partition: Partition, passing: PassedPositions | None) -> Passed | None:
-    """Wait for new records (or a truncation to check). A filtered read with a
+async def wait_at_tail(wait: Callable[[], Awaitable[None]],
+                       passing: PassedPositions | None) -> Passed | None:
+    """Wait for new records (`wait`: the partition's). A filtered read with a
     position pending waits at most until it is due, then returns it to tell
-    (read_passed.py rule 2): the pass that dropped those records is over."""
-    wait_ms = passing.wait_ms(_now_ms()) if passing is not None else None
+    (read_passed.py rule 2): the pass that dropped those records is over.
+    Also the Bootstrap stream's online phase (broker/view/bootstrap.py)."""
+    wait_ms = passing.wait_ms(now_ms()) if passing is not None else None
     if passing is None or wait_ms is None:
-        await partition.wait_for_change()
+        await wait()
         return None
     try:
         async with asyncio.timeout(wait_ms / 1000):
-            await partition.wait_for_change()
+            await wait()
     except TimeoutError:
-        return passing.take(_now_ms())
+        return passing.take(now_ms())
     return None
 
 

@@ -16,13 +16,18 @@ once that the broker answers again, before the next event. While the snapshot an
 catch-up run, the stream pins P in the partition's view: retention keeps
 the log the catch-up needs. Once caught up it calls `caught_up` (the
 servicer gives back its slot of `bootstrap_streams_max`: from there on the
-stream is a follow read like any other). Runs on the event loop; reads go
-to worker threads.
+stream is a follow read like any other). Online, a filtered stream (a
+filter, hash ranges or sources) also tells now and then how far it passed
+records its filter dropped whole, as a filtered follow Read does
+(`passed_scn`; broker/read_passed.py says when), so a Databus registration
+that bootstrapped checkpoints past windows none of whose events it wants.
+Runs on the event loop; reads go to worker threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias
 
@@ -30,8 +35,10 @@ from broker.errors import BrokerError
 from broker.log import codec as log_codec
 from broker.metrics import BOOTSTRAP_SNAPSHOT_EVENTS, READ_EVENTS
 from broker.partition import Partition
-from broker.read_path import EventSelector, ReadSpec
+from broker.read_passed import Passed, PassedPositions
+from broker.read_path import Chunk, EventSelector, ReadSpec
 from broker.rpc import wire
+from broker.rpc.read_servicer import now_ms, wait_at_tail
 from broker.view.codec import ViewState
 from broker.view.service import PartitionView
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
@@ -42,14 +49,18 @@ from sdk.core.pb import keybus_pb2 as pb
 MARKER_TAG = b"\x22"  # BootstrapResponse field 4, length-delimited
 PHASE_TAG = b"\x28"  # field 5, varint
 RESUME_TAG = b"\x32"  # field 6, length-delimited
+PASSED_SCN_TAG = b"\x38"  # field 7, varint
+PASSED_OFFSET_TAG = b"\x40"  # field 8, varint
 
 
 Phase: TypeAlias = pb.BootstrapPhase.ValueType
 
 
 def response(records: list[bytes], next_offset: int, end_offset: int, phase: Phase,
-             resume: pb.BootstrapResume, marker: pb.BootstrapMarker | None = None) -> bytes:
-    """BootstrapResponse bytes: a ReadResponse (fields 1..3) plus the rest."""
+             resume: pb.BootstrapResume, marker: pb.BootstrapMarker | None = None,
+             passed: Passed | None = None) -> bytes:
+    """BootstrapResponse bytes: a ReadResponse (fields 1..3) plus the rest
+    (`passed`: an ONLINE message without records that tells a passed position)."""
     parts = [wire.read_response(records, next_offset, end_offset)]
     if marker is not None:
         data = marker.SerializeToString()
@@ -58,6 +69,10 @@ def response(records: list[bytes], next_offset: int, end_offset: int, phase: Pha
         parts += (PHASE_TAG, wire.varint(phase))
     data = resume.SerializeToString()
     parts += (RESUME_TAG, wire.varint(len(data)), data)
+    if passed is not None:
+        assert not records and passed.scn > 0 and next_offset > passed.offset
+        parts += (PASSED_SCN_TAG, wire.varint(passed.scn),
+                  PASSED_OFFSET_TAG, wire.varint(passed.offset))
     return b"".join(parts)
 
 
@@ -128,7 +143,10 @@ class BootstrapStream:
     def __init__(self, partition: Partition, view: PartitionView, snapshot: SnapshotSpec,
                  read: ReadSpec, request: pb.BootstrapRequest,
                  open_cursor: Callable[[Position, int | None], SnapshotCursor],
-                 caught_up: Callable[[], None] = lambda: None) -> None:
+                 caught_up: Callable[[], None] = lambda: None,
+                 passing: Callable[[int], PassedPositions] | None = None) -> None:
+        """`passing`: a filtered following stream's pacer of passed positions,
+        made when it goes online (its argument: now in ms); None: it tells none."""
         self.partition = partition
         self.view = view
         self.snapshot = snapshot
@@ -136,6 +154,7 @@ class BootstrapStream:
         self.request = request
         self.open_cursor = open_cursor
         self.caught_up = caught_up
+        self.passing = passing
         self._pin: int | None = None
         self._truncations = len(partition.truncations)  # a cut past us ends the stream
 
@@ -283,7 +302,7 @@ class BootstrapStream:
         while offset < target:
             if offset >= self.partition.end_offset:  # a resume past the high watermark
                 await self.partition.wait_for_data(offset)
-            offset, message = await self._read(offset, target, pb.CATCHUP, target)
+            offset, message, _ = await self._read(offset, target, pb.CATCHUP, target)
             if self._pin is not None:
                 self.view.move_pin(self._pin, offset)
             if message is not None:
@@ -300,16 +319,34 @@ class BootstrapStream:
                 marker.snapshot_offset = snapshot.snapshot_offset
                 marker.snapshot_scn = snapshot.snapshot_scn
             yield self._log_message([], offset, pb.ONLINE, target, marker)
+        async for message in self._online(offset, target):
+            yield message
+
+    async def _online(self, offset: int, target: int) -> AsyncIterator[bytes]:
+        """The log from `offset` on, as a follow read; a filtered stream also
+        tells the positions its pacer says (as the Read servicer does)."""
+        stop = self.read.stop_offset
+        p = self.partition
+        passing = self.passing(now_ms()) if self.passing is not None else None
         while stop is None or offset < stop:
-            if offset >= self.partition.end_offset:
-                await self.partition.wait_for_data(offset)
-            offset, message = await self._read(offset, stop, pb.ONLINE, target)
+            if offset >= p.end_offset:
+                passed = await wait_at_tail(functools.partial(p.wait_for_data, offset), passing)
+                if passed is not None:
+                    yield self._log_message([], offset, pb.ONLINE, target, None, passed)
+                continue
+            offset, message, chunk = await self._read(offset, stop, pb.ONLINE, target)
             if message is not None:
                 yield message
+            if passing is not None:
+                passing.process_chunk(chunk.passed, chunk.scanned_events, message is not None,
+                                      now_ms())
+                passed = passing.due(now_ms())
+                if passed is not None:
+                    yield self._log_message([], offset, pb.ONLINE, target, None, passed)
 
     async def _read(self, offset: int, stop: int | None, phase: Phase,
-                    target: int) -> tuple[int, bytes | None]:
-        """One chunk of the log from `offset`: the next offset and its message."""
+                    target: int) -> tuple[int, bytes | None, Chunk]:
+        """One chunk of the log from `offset`: the next offset, its message, the chunk."""
         p, spec = self.partition, self.read
         p.check_truncation(self._truncations, offset)
         bounded = ReadSpec(spec.topic_id, spec.partition, stop, spec.events_max,
@@ -319,11 +356,13 @@ class BootstrapStream:
             raise p.removed_error(offset)
         next_offset = max(offset, chunk.next_offset)
         if not chunk.records:
-            return next_offset, None
+            return next_offset, None, chunk
         READ_EVENTS.labels(p.meta.name).inc(chunk.events)
-        return next_offset, self._log_message(chunk.records, next_offset, phase, target, None)
+        message = self._log_message(chunk.records, next_offset, phase, target, None)
+        return next_offset, message, chunk
 
     def _log_message(self, records: list[bytes], next_offset: int, phase: Phase, target: int,
-                     marker: pb.BootstrapMarker | None) -> bytes:
+                     marker: pb.BootstrapMarker | None, passed: Passed | None = None) -> bytes:
         resume = pb.BootstrapResume(phase=phase, next_offset=next_offset, target_offset=target)
-        return response(records, next_offset, self.partition.end_offset, phase, resume, marker)
+        return response(records, next_offset, self.partition.end_offset, phase, resume, marker,
+                        passed)

@@ -2386,11 +2386,25 @@ class BootstrapResponse(_message.Message):
     MARKER_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
+    PASSED_SCN_FIELD_NUMBER: _builtins.int
+    PASSED_OFFSET_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """CATCHUP/ONLINE: the next log offset to read"""
     end_offset: _builtins.int
     phase: Global___BootstrapPhase.ValueType
     """the phase these records belong to"""
+    passed_scn: _builtins.int
+    """ONLINE of a filtered stream (a filter, hash ranges or sources) only: a
+    message without records that says the stream passed stored records its
+    filter dropped whole, up to next_offset, as ReadResponse.passed_scn does
+    for a follow Read (Databus's end-of-period event): `passed_scn` is the SCN
+    of the last of them, `passed_offset` its last offset (next_offset - 1).
+    Never between the events of one record, so a consumer may checkpoint
+    there as online. 0 = not said (every other message). An older client
+    ignores both and takes the message as a resume point (its `resume`, the
+    same ONLINE position past those records), as any message without records.
+    """
+    passed_offset: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
     @_builtins.property
@@ -2410,10 +2424,12 @@ class BootstrapResponse(_message.Message):
         marker: Global___BootstrapMarker | None = ...,
         phase: Global___BootstrapPhase.ValueType = ...,
         resume: Global___BootstrapResume | None = ...,
+        passed_scn: _builtins.int = ...,
+        passed_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["marker", b"marker", "resume", b"resume"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "marker", b"marker", "next_offset", b"next_offset", "phase", b"phase", "records", b"records", "resume", b"resume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "marker", b"marker", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "phase", b"phase", "records", b"records", "resume", b"resume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
