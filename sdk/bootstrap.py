@@ -4,6 +4,9 @@
 sends the snapshot (the latest event per key, with its original offset and
 SCN), then the catch-up from the snapshot's offset, then, with follow, the
 live log, with a marker batch (no events, `marker` set) at each phase change.
+Online, a filtered stream also says now and then how far it passed records
+its filter dropped whole (an item with `passed`: `Reader.items()` yields it
+as a PassedPosition), as a filtered follow read does.
 
 `BootstrapPosition` is where a bootstrap stands, as Databus's checkpoint
 modes say it: SNAPSHOT by (source, key), CATCHUP and ONLINE by offset. A
@@ -140,12 +143,16 @@ def after_record(phase: str, record: pb.Record, message: BootstrapPosition) -> B
 
 @dataclass(slots=True)
 class Item:
-    """One thing to hand to the application: a record or a marker, in a phase."""
+    """One thing to hand to the application: a record, a marker or (online) a
+    passed position, in a phase."""
 
     phase: str
     record: pb.Record | None
     marker: PhaseMarker | None
     position: BootstrapPosition  # where the bootstrap stands once this item is consumed
+    # ONLINE only: (scn, offset) where the stream passed records its filter dropped
+    # whole (BootstrapResponse.passed_scn); no record, no marker.
+    passed: tuple[int, int] | None = None
 
 
 def items_of(response: pb.BootstrapResponse, announced: set[str],
@@ -161,6 +168,9 @@ def items_of(response: pb.BootstrapResponse, announced: set[str],
             items.append(Item(marker.phase, None, marker, before))
     for record in response.records:
         items.append(Item(phase, record, None, after_record(phase, record, after)))
+    if response.passed_scn and phase == ONLINE and not response.records:
+        items.append(Item(phase, None, None, after,
+                          (response.passed_scn, response.passed_offset)))
     if items:
         items[-1].position = after
     return items

@@ -2,8 +2,9 @@
 
 The columns stay protobuf (no copy); row views are built only when
 `events()` is called. Reader (reader.py), TopicReader and the bootstrap read
-yield these. `PassedPosition`: where a filtered follow read passed records its
-filter dropped whole (`Reader.items()`).
+yield these. `PassedPosition`: where a filtered follow read (or the online
+phase of a filtered bootstrap) passed records its filter dropped whole
+(`Reader.items()`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdk.bootstrap import PhaseMarker
+from sdk.bootstrap import Item, PhaseMarker
 from sdk.core.columns import (
     Event,
     keys_of,
@@ -95,3 +96,12 @@ class PassedPosition:
     partition: int
     scn: int
     offset: int
+
+
+def bootstrap_output(item: Item, topic: str, partition: int) -> ReadBatch | PassedPosition:
+    """A bootstrap stream's item as the Reader hands it out: a batch (a marker
+    batch has no events) or, online, a passed position."""
+    if item.passed is not None:
+        return PassedPosition(partition, *item.passed)
+    return ReadBatch(item.record or pb.Record(topic=topic, partition=partition), item.phase,
+                     item.marker)

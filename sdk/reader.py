@@ -33,7 +33,7 @@ from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, parse_ranges
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_checks import check_sources
-from sdk.read_batch import PassedPosition
+from sdk.read_batch import PassedPosition, bootstrap_output
 from sdk.read_batch import ReadBatch as ReadBatch  # re-exported: users import it from here
 from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
@@ -241,12 +241,11 @@ class Reader:
 
     async def __anext__(self) -> ReadBatch:
         if self._bootstrap is not None:
-            item = await self._bootstrap.next_item()
+            while isinstance(item := await self._bootstrap_item(), PassedPosition):
+                pass  # iterating yields batches only; items() yields positions too
             if item is None:
-                await self.close()
                 raise StopAsyncIteration
-            record = item.record or pb.Record(topic=self.topic, partition=self.partition)
-            return ReadBatch(record, item.phase, item.marker)
+            return item
         while not self._records:
             if self._done or self._reached_stop():
                 await self.close()
@@ -279,13 +278,12 @@ class Reader:
                 self.on_tail(response.next_offset)
 
     async def items(self) -> AsyncIterator[ReadBatch | PassedPosition]:
-        """Iterate as `async for batch in reader`, and also get a PassedPosition
-        where the broker said the read passed records its filter dropped whole
-        (a filtered follow read, now and then): every batch before that point
-        came first, and it carries no event. A Databus consumer checkpoints there."""
-        if self._bootstrap is not None:  # a bootstrap stream says no such position
-            async for batch in self:
-                yield batch
+        """Iterate as `async for batch in reader`, and also get a PassedPosition where
+        the broker said a filtered follow read (or bootstrap, online) passed records its
+        filter dropped whole: every batch before it came first. It carries no event."""
+        if self._bootstrap is not None:
+            while (item := await self._bootstrap_item()) is not None:
+                yield item
             return
         while True:
             if not self._records and self._passed_unyielded and self.passed is not None:
@@ -298,6 +296,16 @@ class Reader:
                 return
             else:
                 await self._receive()
+
+    async def _bootstrap_item(self) -> ReadBatch | PassedPosition | None:
+        """A bootstrap's next batch or passed position (kept in `passed`); None: over."""
+        item = await self._bootstrap.next_item() if self._bootstrap is not None else None
+        if item is None:
+            await self.close()
+            return None
+        output = bootstrap_output(item, self.topic, self.partition)
+        self.passed = output if isinstance(output, PassedPosition) else self.passed
+        return output
 
     def drain_buffered(self) -> list[ReadBatch]:
         """The batches already received and not yet taken, without waiting (a relay
