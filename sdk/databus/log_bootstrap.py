@@ -12,7 +12,10 @@ with start="bootstrap" (sdk/bootstrap.py) brings:
   position by key;
 * the catch-up: the log's windows as bootstrap sequences, whose checkpoints
   record the catch-up's position by offset;
-* after the ONLINE marker, ordinary windows (ordinary checkpoints).
+* after the ONLINE marker, ordinary windows (ordinary checkpoints), and
+  where the broker says the stream passed records the registration's filter
+  dropped whole, that position (runner rule 9, as `LogWindows` hands it on),
+  so the checkpoint moves on although no window matches.
 
 on_start_bootstrap comes first (also when a saved bootstrap is resumed),
 on_end_bootstrap at the ONLINE marker. Retention that outruns the read later
@@ -38,9 +41,10 @@ from sdk.bootstrap import CATCHUP, SNAPSHOT, BootstrapPosition
 from sdk.core.columns import batch_slots
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.databus.event import EventColumns
-from sdk.databus.inbox import MarkerItem, PieceItem
+from sdk.databus.inbox import MarkerItem, PassedItem, PieceItem
 from sdk.databus.pieces import record_pieces
 from sdk.databus.window import WindowPiece
+from sdk.read_batch import PassedPosition
 from sdk.reader import ReadBatch, Reader
 
 if TYPE_CHECKING:
@@ -167,7 +171,11 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
                     channel=source.channel, on_connection_change=source.connection_changed)
     put = source.inbox.put
     try:
-        async for batch in reader:
+        async for batch in reader.items():
+            if isinstance(batch, PassedPosition):  # online: windows with nothing for us
+                if progress.online:
+                    await put(PassedItem(partition, batch.offset, batch.scn))
+                continue
             marker = batch.marker
             if marker is not None:
                 if marker.phase == SNAPSHOT:
