@@ -21,8 +21,7 @@ that starts below the partition's start does.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import grpc
 
@@ -35,6 +34,7 @@ from broker.read_passed import Passed, PassedPositions
 from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
+from broker.tail_wait import now_ms, wait_at_tail
 from broker.topics import TopicRegistry
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, RangeError, normalize_ranges, slot_mask
@@ -125,29 +125,6 @@ class ReadServicer:
                     yield _position(offset, partition.end_offset, passed)
             if chunk.removed is not None:  # retention removed what the read reached next
                 raise partition.removed_error(*chunk.removed)
-
-
-def now_ms() -> int:
-    """The clock of the passed-position pacer (broker/read_passed.py): monotonic ms."""
-    return int(time.monotonic() * 1000)
-
-
-async def wait_at_tail(wait: Callable[[], Awaitable[None]],
-                       passing: PassedPositions | None) -> Passed | None:
-    """Wait for new records (`wait`: the partition's). A filtered read with a
-    position pending waits at most until it is due, then returns it to tell
-    (read_passed.py rule 2): the pass that dropped those records is over.
-    Also the Bootstrap stream's online phase (broker/view/bootstrap.py)."""
-    wait_ms = passing.wait_ms(now_ms()) if passing is not None else None
-    if passing is None or wait_ms is None:
-        await wait()
-        return None
-    try:
-        async with asyncio.timeout(wait_ms / 1000):
-            await wait()
-    except TimeoutError:
-        return passing.take(now_ms())
-    return None
 
 
 def _position(next_offset: int, end_offset: int, passed: Passed | None) -> bytes:

@@ -38,7 +38,7 @@ from broker.partition import Partition
 from broker.read_passed import Passed, PassedPositions
 from broker.read_path import Chunk, EventSelector, ReadSpec
 from broker.rpc import wire
-from broker.rpc.read_servicer import now_ms, wait_at_tail
+from broker.tail_wait import now_ms, wait_at_tail
 from broker.view.codec import ViewState
 from broker.view.service import PartitionView
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
