@@ -74,7 +74,10 @@ class SubscribeServicer:
         finally:
             if pump is not None:
                 pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                # Whatever the pump ended with, the session is detached below: a
+                # consumer left attached is refused its reconnect ("already attached")
+                # for good. The pump's own failures are handled in it (_pump).
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pump
             held = self.manager.detach(session)
             if not refused:
@@ -101,5 +104,7 @@ class SubscribeServicer:
             session.close()  # the consumer half-closed: end the stream cleanly
         except BrokerError as e:
             session.close(e)
-        except (grpc.aio.AioRpcError, ConnectionError):
+        except (grpc.aio.AioRpcError, grpc.aio.AbortError, ConnectionError):
+            # AbortError: a read of a call the broker aborted (its token expired,
+            # its grant revoked: rpc/stream_rights.py)
             session.close()

@@ -124,3 +124,31 @@ def test_a_stream_grpc_cancels_is_logged(caplog: pytest.LogCaptureFixture) -> No
         assert manager.detached == ["c"]
     asyncio.run(asyncio.wait_for(go(), 5))
     assert [r for r in caplog.records if r.getMessage().startswith(GONE)]
+
+
+def test_a_stream_whose_requests_end_aborted_still_detaches_its_consumer() -> None:
+    """A read of a call the broker aborted (its token expired: rpc/stream_rights.py)
+    raises grpcio's AbortError. The pump let it escape, and the servicer's cleanup
+    re-raised it from `await pump` before it detached the session: the consumer
+    stayed attached, and its reconnect was refused ("already attached") for good."""
+    manager = FakeManager()
+
+    async def open_then_aborted() -> AsyncIterator[pb.SubscribeRequest]:
+        yield OPEN
+        await asyncio.sleep(0)
+        raise grpc.aio.AbortError()
+
+    async def go() -> None:
+        stream = SubscribeServicer(manager).Subscribe(  # type: ignore[arg-type]
+            open_then_aborted(), FakeContext())  # type: ignore[arg-type]
+
+        async def drain() -> None:
+            async for _ in stream:
+                pass
+        task = asyncio.get_running_loop().create_task(drain())
+        await asyncio.sleep(0.05)
+        task.cancel()  # as gRPC cancels an aborted call's task
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AbortError):
+            await task
+        assert manager.detached == ["c"]
+    asyncio.run(asyncio.wait_for(go(), 5))
