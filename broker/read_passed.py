@@ -30,6 +30,17 @@ It knows nothing of gRPC, the store or the clock: time is `now_ms`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.read_path import ReadSpec
+
+
+def tells_passed(follow: bool, spec: ReadSpec) -> bool:
+    """Whether a read tells passed positions at all: only a following one whose
+    filter or hash ranges can drop records (a Read, or a Bootstrap stream once
+    online); an unfiltered read keeps the loop it had."""
+    return follow and (spec.selector is not None or spec.slot_mask is not None)
 
 
 @dataclass(frozen=True, slots=True)

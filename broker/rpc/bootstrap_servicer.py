@@ -25,7 +25,7 @@ import grpc
 from broker.config import Settings
 from broker.errors import BrokerError
 from broker.filtering import compile_selector
-from broker.read_passed import PassedPositions
+from broker.read_passed import PassedPositions, tells_passed
 from broker.read_path import ReadSpec
 from broker.rpc.read_servicer import hash_mask, read_limit
 from broker.rpc.service import SERVICE
@@ -117,7 +117,7 @@ class BootstrapServicer:
             return SnapshotCursor(views, snapshot, position, snapshot_offset)
 
         passing = None  # an unfiltered stream tells no passed position (as a Read)
-        if request.follow and (read.selector is not None or read.slot_mask is not None):
+        if tells_passed(request.follow, read):
             settings = self.settings
 
             def passing(now_ms: int) -> PassedPositions:

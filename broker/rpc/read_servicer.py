@@ -30,7 +30,7 @@ from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.metrics import READ_EVENTS
 from broker.partition import Partition
-from broker.read_passed import Passed, PassedPositions
+from broker.read_passed import Passed, PassedPositions, tells_passed
 from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
@@ -88,7 +88,7 @@ class ReadServicer:
         mark = len(partition.truncations)
         told_position = False
         passing = None  # an unfiltered read keeps the loop it had: no position to tell
-        if request.follow and (spec.selector is not None or spec.slot_mask is not None):
+        if tells_passed(request.follow, spec):
             passing = PassedPositions(self.settings.read_passed_interval_ms,
                                       self.settings.read_passed_events_max, now_ms())
         while spec.stop_offset is None or offset < spec.stop_offset:
