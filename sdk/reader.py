@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -29,25 +29,26 @@ from sdk.bootstrap import BootstrapPosition, BootstrapStream
 from sdk.channel import open_channel, renews_channel, stub_of
 from sdk.cluster import FIND_TIMEOUT_MS, LeaderChannel, is_cluster
 from sdk.core.columns import Event
-from sdk.core.filters import KeyFilterSpec
-from sdk.core.model import HashRange, parse_ranges
+from sdk.core.model import HashRange
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.event_checks import check_sources
 from sdk.read_batch import PassedPosition, bootstrap_output
 from sdk.read_batch import ReadBatch as ReadBatch  # re-exported: users import it from here
+
+# re-exported: callers import them from here
+from sdk.read_options import POSITION_MAX as POSITION_MAX
+from sdk.read_options import Start as Start
+from sdk.read_options import ToProto
+from sdk.read_options import filter_to_proto as filter_to_proto
+from sdk.read_options import ranges_to_proto as ranges_to_proto
+from sdk.read_options import start_to_proto as start_to_proto
 from sdk.reconnect import ConnectionCallback
 from sdk.retrying_call import RetryingCall
 from sdk.security import ClientSecurity
 
-Start = str | int | Mapping[str, int] | BootstrapPosition
 # A start past the log end after a failover (the new leader lacks never-acknowledged events).
 _TRUNCATED_CODES = {errors.OUT_OF_RANGE}
-POSITION_MAX = (1 << 64) - 1  # StartPosition's offset and scn are uint64 on the wire
 _log = logging.getLogger("keybus.reader")
-
-
-class _ToProto(Protocol):
-    def to_proto(self) -> pb.KeyFilter: ...
 
 
 class Reader:
@@ -105,7 +106,7 @@ class Reader:
     def __init__(self, broker: str = "localhost:6650", topic: str = "", partition: int = 0, *,
                  start: Start = "earliest",
                  hash_ranges: str | Iterable[HashRange | tuple[int, int]] | None = None,
-                 key_filter: str | pb.KeyFilter | _ToProto | None = None, follow: bool = False,
+                 key_filter: str | pb.KeyFilter | ToProto | None = None, follow: bool = False,
                  stop_offset: int | None = None, events_max: int = 0, bytes_max: int = 0,
                  connect_timeout_ms: int = 5_000, retry_timeout_ms: int | None = None,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
@@ -433,66 +434,3 @@ async def read_all(broker: str = "localhost:6650", topic: str = "", partition: i
         async for batch in reader:
             events.extend(batch.events())
     return events
-
-
-def start_to_proto(start: Start, field: str = "start", bootstrap_ok: bool = False
-                   ) -> pb.StartPosition:
-    """A StartPosition from "earliest", "latest", an offset or {"scn": n}.
-
-    Args:
-        field: the caller's name for it, for the message ("start", "position").
-        bootstrap_ok: the caller also takes "bootstrap" (Reader does, before
-            this is called); only the message changes: a caller that cannot
-            bootstrap must not offer it.
-    Raises:
-        ValueError: anything else (an offset or SCN outside the wire's uint64
-            included), naming `field` and what is allowed.
-    """
-    if start == "earliest":
-        return pb.StartPosition(earliest=True)
-    if start == "latest":
-        return pb.StartPosition(latest=True)
-    if type(start) is int and 0 <= start <= POSITION_MAX:
-        return pb.StartPosition(offset=start)
-    if isinstance(start, Mapping) and set(start) == {"scn"} and type(start["scn"]) is int \
-            and 0 <= start["scn"] <= POSITION_MAX:
-        return pb.StartPosition(scn=start["scn"])
-    bootstrap = "'bootstrap', " if bootstrap_ok else ""
-    raise ValueError(f"{field} {start!r} is invalid: use 'earliest', 'latest', {bootstrap}an "
-                     "offset 0..2**64-1, or {'scn': n} with n 0..2**64-1")
-
-
-def ranges_to_proto(
-        ranges: str | Iterable[HashRange | tuple[int, int]] | None) -> list[pb.HashRange]:
-    """Hash ranges as protobuf, checked by the shared rules (sdk.core.model).
-
-    Raises:
-        ValueError (RangeError): a range outside 0..65535 or first > last.
-    """
-    if ranges is None:
-        return []
-    if isinstance(ranges, str):
-        checked = parse_ranges(ranges)
-    else:
-        checked = [r if isinstance(r, HashRange) else HashRange(*r) for r in ranges]
-    return [pb.HashRange(slot_first=r.slot_first, slot_last=r.slot_last) for r in checked]
-
-
-def filter_to_proto(key_filter: str | pb.KeyFilter | _ToProto | None) -> pb.KeyFilter | None:
-    """A KeyFilter message from a message, anything with to_proto(), or the
-    CLI text form ("mod:10:[0,3]", "range:5000000:[1,3-6]@orders").
-
-    Raises:
-        ValueError: an object that is none of those (FilterError for bad text).
-    """
-    if key_filter is None or isinstance(key_filter, pb.KeyFilter):
-        return key_filter
-    if isinstance(key_filter, str):
-        return KeyFilterSpec.parse_cli(key_filter).to_proto()
-    to_proto = getattr(key_filter, "to_proto", None)
-    if callable(to_proto):
-        message = to_proto()
-        if isinstance(message, pb.KeyFilter):
-            return message
-    raise ValueError(f"key_filter {key_filter!r} is invalid: give a keybus KeyFilter message "
-                     "or an object with to_proto()")
