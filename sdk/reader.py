@@ -43,8 +43,9 @@ from sdk.read_options import filter_to_proto as filter_to_proto
 from sdk.read_options import ranges_to_proto as ranges_to_proto
 from sdk.read_options import start_to_proto as start_to_proto
 from sdk.reconnect import ConnectionCallback
-from sdk.retrying_call import RetryingCall
+from sdk.retrying_call import RetryingCall, retry_timeout_default_ms
 from sdk.security import ClientSecurity
+from sdk.slot_wait import SlotWait, SlotWaitCallback, SlotWaitPolicy
 
 # A start past the log end after a failover (the new leader lacks never-acknowledged events).
 _TRUNCATED_CODES = {errors.OUT_OF_RANGE}
@@ -82,6 +83,16 @@ class Reader:
         on_connection_change: called (False, message) when the broker is lost
             and the reader starts retrying, (True, message) when it is back;
             may be a coroutine function.
+        slot_wait_timeout_ms: bootstrap only: a broker whose bootstrap slots
+            are all taken (bootstrap_streams_max) is asked again with the
+            reconnect backoff for this long, then the read fails with
+            ResourceExhausted (default None: as retry_timeout_ms, 30000
+            without follow, forever with follow; 0 = until a slot is free).
+        on_slot_wait: bootstrap only: called (True, message) when the read
+            begins to wait for a bootstrap slot, (False, message) when it got
+            one; may be a coroutine function. Not a lost broker:
+            on_connection_change is not called. Default: a WARNING on the
+            `keybus.bootstrap` logger, then INFO (sdk/slot_wait.py).
         channel: a grpc.aio channel to share (not closed by close()).
         sources: bootstrap only: just these sources, in this order (default all).
         include_tombstones: bootstrap only: the snapshot carries DELETE events
@@ -111,6 +122,8 @@ class Reader:
                  connect_timeout_ms: int = 5_000, retry_timeout_ms: int | None = None,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
                  on_connection_change: ConnectionCallback | None = None,
+                 slot_wait_timeout_ms: int | None = None,
+                 on_slot_wait: SlotWaitCallback | None = None,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
                  include_tombstones: bool = True, allow_incomplete_view: bool = False,
                  security: ClientSecurity | None = None, replica: bool = False) -> None:
@@ -147,7 +160,11 @@ class Reader:
                     include_tombstones=include_tombstones, stop_offset=stop_offset or 0,
                     allow_incomplete_view=allow_incomplete_view),
                 start if isinstance(start, BootstrapPosition) else None, follow,
-                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link)
+                retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link,
+                slot_wait=SlotWait(f"{topic}/{partition}", broker, SlotWaitPolicy(
+                    _slot_wait_ms(slot_wait_timeout_ms, retry_timeout_ms, follow),
+                    retry_backoff_ms, retry_backoff_max_ms)),
+                on_slot_wait=on_slot_wait)
         elif sources is not None:
             raise ValueError("sources applies to start='bootstrap' only (a log read has "
                              "every source; filter them from the batches)")
@@ -413,6 +430,14 @@ class Reader:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _slot_wait_ms(slot_wait_timeout_ms: int | None, retry_timeout_ms: int | None,
+                  follow: bool) -> int:
+    """How long a bootstrap waits for a slot: as asked, else as a lost broker is retried."""
+    if slot_wait_timeout_ms is not None:
+        return slot_wait_timeout_ms
+    return retry_timeout_ms if retry_timeout_ms is not None else retry_timeout_default_ms(follow)
 
 
 async def read_all(broker: str = "localhost:6650", topic: str = "", partition: int = 0,

@@ -9,7 +9,11 @@ retry_timeout_ms (following: forever by default), then the error is raised
 as a KeybusError. A call the broker ended because its token expired is
 opened again at once with credentials read anew (rule 6). With several
 brokers, `prepare` finds the topic's leader before each attempt
-(sdk/cluster.py); its Unavailable counts as a failed attempt.
+(sdk/cluster.py); its Unavailable counts as a failed attempt. A bootstrap
+the broker refuses for want of a free slot (`too_many_bootstraps`) is no lost
+broker: it waits for one by the rules of sdk/slot_wait.py, said through
+`on_slot_wait`. A call closed by `cancel()` (the Reader's close) is not opened
+again: `read` then returns None.
 """
 
 from __future__ import annotations
@@ -35,10 +39,17 @@ from sdk.reconnect import (
     log_connection_change,
     reauthenticates,
 )
+from sdk.slot_wait import SlotWait, SlotWaitCallback, log_slot_wait, slots_taken
 
 # Stream failures worth a reconnect (a restarting broker shows as these).
 RETRIABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
                    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+def retry_timeout_default_ms(follow: bool) -> int:
+    """How long a lost broker is retried when the caller did not say: a following
+    read forever (0), another 30 s."""
+    return 0 if follow else 30_000
 
 
 class RetryingCall:
@@ -73,17 +84,21 @@ class RetryingCall:
                  prepare: Callable[[], Awaitable[None]] | None = None,
                  channel: Callable[[], grpc.aio.Channel | None] | None = None,
                  reauthenticate: Callable[[], Awaitable[None]] | None = None,
-                 topic: str = "") -> None:
+                 topic: str = "", slot_wait: SlotWait | None = None,
+                 on_slot_wait: SlotWaitCallback | None = None) -> None:
         self._open = open_call
         self._topic = topic
         self._reauthenticate = reauthenticate
         self._channel = channel or (lambda: None)
         self._prepare = prepare
         if retry_timeout_ms is None:
-            retry_timeout_ms = 0 if follow else 30_000
+            retry_timeout_ms = retry_timeout_default_ms(follow)
         self._link = Link(broker, RetryPolicy(connect_timeout_ms, retry_timeout_ms, backoff_ms,
                                               backoff_max_ms))
         self._on_connection_change = on_connection_change or log_connection_change
+        self._slots = slot_wait
+        self._on_slot_wait = on_slot_wait or log_slot_wait
+        self._closed = False  # cancel() was called: no call is opened again
         self._call: Any = None
         self._answered = False  # the open call sent a message (so it was authenticated)
         self._ever_answered = False  # some call sent a message: the topic existed then
@@ -96,6 +111,8 @@ class RetryingCall:
             KeybusError: a failure not worth a retry, or retries ran out.
         """
         while True:
+            if self._closed:
+                return None
             try:
                 if self._call is None:
                     if self._prepare is not None:
@@ -107,27 +124,62 @@ class RetryingCall:
                 self._call = None
                 if cancelling():  # a cancel gRPC turned into CANCELLED: stop, do not retry
                     raise asyncio.CancelledError from None
+                if self._closed:  # closed meanwhile (another task's close()): no outage
+                    return None
                 if self._answered and isinstance(e, grpc.RpcError) and reauthenticates(e):
                     self.reconnects += 1  # its credentials expired: open it again now (rule 6)
                     if self._reauthenticate is not None:
                         await self._reauthenticate()
                     continue
-                delay_ms, note = self._process(e)
-                if note is not None:
-                    await self._report(False, note)
+                delay_ms = await self._after_failure(e)
                 self.reconnects += 1
                 await retry_wait(self._channel(), delay_ms)
                 continue
-            if self._link.lost or self._link.refused or not self._link.ever_connected:
-                note = self._link.process_connected(_now_ms())
-                if note is not None:
-                    await self._report(True, note)
+            await self._answered_now()
             self._answered = True  # the call was open: its credentials were accepted
             self._ever_answered = True
             if message is grpc.aio.EOF:
                 self._call = None
                 return None
             return message
+
+    async def _after_failure(self, error: grpc.RpcError | errors.Unavailable) -> int:
+        """Report a failed attempt; the delay before the next one. Raises what no
+        retry mends."""
+        refused = self._slot_refusal(error)
+        if refused is not None and self._slots is not None:
+            await self._link_answered()  # the broker is there: a lost one is back
+            delay_ms, note = self._slots.process_refused(refused, _now_ms())
+            if note is not None:
+                await _call(self._on_slot_wait, True, note)
+            return delay_ms
+        delay_ms, note = self._process(error)
+        if note is not None:
+            await self._report(False, note)
+        return delay_ms
+
+    def _slot_refusal(self, error: grpc.RpcError | errors.Unavailable) -> errors.KeybusError | None:
+        """The broker's refusal for want of a bootstrap slot, or None."""
+        if not isinstance(error, grpc.RpcError) or \
+                error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return None
+        answered = errors.from_rpc_error(error, self._link.broker)
+        return answered if slots_taken(answered) else None
+
+    async def _answered_now(self) -> None:
+        """The call sent a message: report the end of an outage or of a slot wait."""
+        await self._link_answered()
+        if self._slots is not None and self._slots.waiting:
+            note = self._slots.process_accepted(_now_ms())
+            if note is not None:
+                await _call(self._on_slot_wait, False, note)
+
+    async def _link_answered(self) -> None:
+        """The broker answered (a message or a refusal): report a lost one back."""
+        if self._link.lost or self._link.refused or not self._link.ever_connected:
+            note = self._link.process_connected(_now_ms())
+            if note is not None:
+                await self._report(True, note)
 
     def _process(self, error: grpc.RpcError | errors.Unavailable) -> tuple[int, str | None]:
         """(the delay before the next attempt, what to report) of a failed attempt:
@@ -156,14 +208,21 @@ class RetryingCall:
         return failure_of(error)
 
     async def _report(self, connected: bool, message: str) -> None:
-        result = self._on_connection_change(connected, message)
-        if inspect.isawaitable(result):
-            await result
+        await _call(self._on_connection_change, connected, message)
 
     def cancel(self) -> None:
+        """Close: cancel the open call; none is opened again (`read` returns None)."""
+        self._closed = True
         if self._call is not None:
             self._call.cancel()
             self._call = None
+
+
+async def _call(callback: Callable[[bool, str], Any], flag: bool, message: str) -> None:
+    """Run an application's callback, a plain or a coroutine function."""
+    result = callback(flag, message)
+    if inspect.isawaitable(result):
+        await result
 
 
 def _now_ms() -> int:
