@@ -27,12 +27,10 @@ from keybus.cli.common import (
     run,
 )
 from keybus.cli.read import event_line
-from sdk import errors
-from sdk.bootstrap import BootstrapPosition, PhaseMarker
+from sdk.bootstrap import PhaseMarker
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange
-from sdk.databus.log_bootstrap import slots_taken
-from sdk.reader import Reader, Start
+from sdk.reader import Reader
 
 
 def marker_line(topic: str, partition: int, marker: PhaseMarker) -> str:
@@ -85,46 +83,25 @@ async def print_partition(conn: Connection, topic: str, partition: int, options:
                           printed: _Printed, as_json: bool) -> None:
     """One partition's bootstrap; with --follow and --timeout, ends after that long idle.
 
-    A broker whose bootstrap slots are all taken (bootstrap_streams_max, "retry
-    later") is asked again after a backoff, from where the read stood, and the
-    wait is said once: every partition is bootstrapped side by side, so a topic
-    with more partitions than the broker's slots failed at once before.
+    A broker whose bootstrap slots are all taken (bootstrap_streams_max) is
+    waited out by the Reader, for as long as it takes (Ctrl-C stops); its
+    report is a note on stderr, and the wait is not idle time: --timeout
+    starts again once the partition has its slot.
     """
-    start: Start = "bootstrap"
-    waits = 0
-    while True:
-        read = _Read(start)
-        try:
-            await _print_read(conn, topic, partition, options, printed, as_json, read)
-            return
-        except errors.ResourceExhausted as e:
-            if not slots_taken(e):
-                raise
-            if read.position is not None:
-                start, waits = read.position, 0
-            waits += 1
-            if waits == 1:
-                note(f"{topic}/{partition} waits for a bootstrap slot: {e.message}")
-            await asyncio.sleep(min(0.1 * 2 ** (waits - 1), 2.0))
-
-
-class _Read:
-    """One Bootstrap stream of a partition: where it starts, where it stands."""
-
-    def __init__(self, start: Start) -> None:
-        self.start = start
-        self.position: BootstrapPosition | None = None  # after the last batch printed
-
-
-async def _print_read(conn: Connection, topic: str, partition: int, options: dict[str, Any],
-                      printed: _Printed, as_json: bool, read: _Read) -> None:
     idle_s = conn.timeout_s if options["follow"] else None
-    async with Reader(conn.broker, topic, partition, start=read.start,
-                      on_connection_change=printed.outage.report,
-                      **options) as reader:
+    idle: asyncio.Timeout | None = None
+
+    def slot_wait(waiting: bool, message: str) -> None:
+        note(message)
+        if waiting and idle is not None:
+            idle.reschedule(None)
+
+    async with Reader(conn.broker, topic, partition, start="bootstrap",
+                      on_connection_change=printed.outage.report, on_slot_wait=slot_wait,
+                      slot_wait_timeout_ms=0, **options) as reader:
         while not printed.enough.is_set():
             try:
-                async with asyncio.timeout(idle_s):
+                async with asyncio.timeout(idle_s) as idle:
                     batch = await reader.__anext__()
             except (StopAsyncIteration, TimeoutError):
                 return
@@ -138,7 +115,6 @@ async def _print_read(conn: Connection, topic: str, partition: int, options: dic
             else:
                 click.echo(json.dumps(marker_dict(partition, batch.marker)) if as_json
                            else marker_line(topic, partition, batch.marker))
-            read.position = reader.position
 
 
 async def print_bootstrap(conn: Connection, topic: str, partitions: Sequence[int],

@@ -21,17 +21,16 @@ on_start_bootstrap comes first (also when a saved bootstrap is resumed),
 on_end_bootstrap at the ONLINE marker. Retention that outruns the read later
 starts a new snapshot (`read_bootstrap`), announced again once the partition
 was online. A broker whose bootstrap slots are all taken
-(`bootstrap_streams_max`: RESOURCE_EXHAUSTED, "retry later") is asked again
-after a backoff, from where the read stood; before, the registration stopped
-with that error, so a topic with more partitions than the broker's slots could
-not bootstrap at all. Databus's checkpoint modes are the
+(`bootstrap_streams_max`: RESOURCE_EXHAUSTED, "retry later") is waited out by
+the Reader itself (sdk/slot_wait.py), said here at WARNING with the
+registration's name, not as a lost broker. Databus's checkpoint modes are the
 three phases of `BootstrapPosition`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -103,18 +102,6 @@ class _Progress:
 
     pieces: int = 0
     online: bool = False  # the ONLINE marker passed: on_end_bootstrap was put
-    position: BootstrapPosition | None = None  # after the last piece put
-    snapshot_scn: int = 0  # of the snapshot those pieces came from
-
-
-def slots_taken(error: errors.KeybusError) -> bool:
-    """The broker refused the stream because its bootstrap slots are all in use
-    (its error `too_many_bootstraps` says "retry later"); other refusals are final."""
-    if not isinstance(error, errors.ResourceExhausted):
-        return False
-    if error.broker_error:  # the error's name (sdk/core/error_names.py): not its wording
-        return error.broker_error == "too_many_bootstraps"
-    return "bootstrap_streams_max" in error.message  # a broker that sends no names
 
 
 async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
@@ -132,24 +119,11 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
     put = source.inbox.put
     await put(MarkerItem("on_start_bootstrap"))
     position, snapshot_scn = start.position, start.snapshot_scn
-    waits = 0  # refusals in a row for want of a bootstrap slot
     while True:
         progress = _Progress()
         try:
             await _follow(source, partition, position, snapshot_scn, progress)
             return
-        except errors.ResourceExhausted as e:
-            if not slots_taken(e) or progress.online:
-                raise
-            if progress.position is not None:  # go on after the last piece put
-                position, snapshot_scn = progress.position, progress.snapshot_scn
-                waits = 0
-            waits += 1
-            if waits == 1:
-                _log.warning("%s: partition %d waits for a bootstrap slot of the broker "
-                             "(%s); asking again every %d ms at most", source.name,
-                             partition, e.message, source.config.retry_backoff_max_ms)
-            await asyncio.sleep(source.config.backoff_ms(waits) / 1000)
         except errors.OffsetOutOfRange as e:
             if position is None and not progress.pieces and not progress.online:
                 raise
@@ -163,12 +137,23 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
             position, snapshot_scn = None, 0
 
 
+def _say_slot_wait(name: str, waiting: bool, message: str) -> None:
+    """The Reader's report of a wait for a bootstrap slot, with the registration's
+    name: a WARNING when it begins, INFO when it got one (not on_error: the broker
+    is there, and the wait ends by itself)."""
+    if waiting:
+        _log.warning("%s: %s", name, message)
+    else:
+        _log.info("%s: %s", name, message)
+
+
 async def _follow(source: LogWindows, partition: int, position: BootstrapPosition | None,
                   snapshot_scn: int, progress: _Progress) -> None:
     reader = Reader(source.broker, source.topic, partition, start=position or "bootstrap",
                     key_filter=source.key_filter, follow=True, include_tombstones=True,
                     sources=source.sources, bytes_max=source.config.reader_bytes_max,
-                    channel=source.channel, on_connection_change=source.connection_changed)
+                    channel=source.channel, on_connection_change=source.connection_changed,
+                    on_slot_wait=functools.partial(_say_slot_wait, source.name))
     put = source.inbox.put
     try:
         async for batch in reader.items():
@@ -187,6 +172,5 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
             for piece in pieces_of(batch, source.need_slots, snapshot_scn, reader.position):
                 await put(PieceItem(piece, True))
                 progress.pieces += 1
-            progress.position, progress.snapshot_scn = reader.position, snapshot_scn
     finally:
         await reader.close()

@@ -14,8 +14,13 @@ import json
 import time
 from pathlib import Path
 
+import grpc
+
 from sdk import Admin
+from sdk.channel import stub_of
+from sdk.core.pb import keybus_pb2 as pb
 from tests.e2e.test_cli import keybus, ok
+from tests.e2e.test_cli_lost_broker import Running
 from tests.support.bootstrap_model import wait_for_partition
 from tests.support.broker_process import BrokerProcess
 
@@ -124,3 +129,48 @@ def test_bootstrap_waits_for_a_slot_of_a_busy_broker(tmp_path: Path) -> None:
     assert sorted((e["partition"], e["key"]) for e in printed) == \
         [(p, k) for p in range(3) for k in range(2_000)]
     assert "Traceback" not in result.stderr
+
+
+def test_bootstrap_notes_its_wait_for_a_slot_through_the_reader(tmp_path: Path) -> None:
+    """The wait for a slot lives in the SDK's Reader now, not in the command: its
+    note names the broker and says when the partition got its slot (before, only
+    the wait was said, in the command's own words). --timeout is idle time: a wait
+    for a slot longer than it does not end the partition. Method: the test holds
+    the broker's one slot (an unread Bootstrap stream of a 400 KB topic on a
+    channel without BDP probing) for longer than --timeout, then frees it."""
+    broker = BrokerProcess(tmp_path / "data", "--bootstrap-streams-max", "1")
+    broker.start()
+    holder: grpc.Channel | None = None
+    command: Running | None = None
+    try:
+        ok(keybus(broker, "topics", "create", "cli-wait"))
+        ok(keybus(broker, "topics", "create", "cli-held"))
+        ok(keybus(broker, "produce", "cli-wait", stdin="\n".join(
+            json.dumps({"key": k, "value": f"v{k}"}) for k in range(300))))
+        ok(keybus(broker, "produce", "cli-held", stdin="\n".join(
+            json.dumps({"key": k, "value": "x" * 2_000}) for k in range(200))))
+        holder = grpc.insecure_channel(broker.address, options=[("grpc.http2.bdp_probe", 0)])
+        held = stub_of(holder).Bootstrap(pb.BootstrapRequest(topic="cli-held", bytes_max=4_096))
+        next(held)  # the stream is open: it holds the slot
+        command = Running(broker, "bootstrap", "cli-wait", "--json", "--timeout", "1")
+        waits = command.expect("err", "waits for a bootstrap slot", 30)
+        assert waits.startswith(f"keybus: cli-wait/0 waits for a bootstrap slot of the broker "
+                                f"at {broker.address} ("), waits
+        assert "bootstrap_streams_max" in waits  # the broker's words, with its limit
+        time.sleep(3)  # held past --timeout: the wait is not idle time
+        holder.close()
+        holder = None
+        got = command.expect("err", "got a bootstrap slot", 30)
+        assert got.startswith(f"keybus: cli-wait/0 got a bootstrap slot of the broker at "
+                              f"{broker.address} after "), got
+        assert command.process.wait(60) == 0
+        out = command.lines["out"].until_end(30)
+    finally:
+        if holder is not None:
+            holder.close()
+        if command is not None and command.process.poll() is None:
+            command.stop()
+        broker.stop()
+    printed = [json.loads(line) for line in out]
+    assert sorted(e["key"] for e in printed if "marker" not in e) == list(range(300))
+    assert "lost the broker" not in "\n".join(command.lines["err"].seen)

@@ -48,5 +48,20 @@ class Lines:
             else:
                 self.seen.append(line)
 
+    def until_end(self, timeout_s: float) -> list[str]:
+        """Every line, once the stream ended (its process exited), waiting up to timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not self.ended:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the stream did not end within {timeout_s}s: "
+                                     f"{self.text()[-3000:]}") from None
+            if line is None:
+                self.ended = True
+            else:
+                self.seen.append(line)
+        return self.seen
+
     def text(self) -> str:
         return "\n".join(self.seen)

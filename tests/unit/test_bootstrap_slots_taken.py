@@ -6,7 +6,7 @@ broker that sends no names. Method: errors built as the SDK maps them."""
 from __future__ import annotations
 
 from sdk import errors
-from sdk.databus.log_bootstrap import slots_taken
+from sdk.slot_wait import slots_taken
 
 SAID = ("the broker serves 64 Bootstrap streams in their snapshot or catch-up at once "
         "(bootstrap_streams_max); retry later")
