@@ -905,8 +905,17 @@ class TopicInfo(_message.Message):
     CONFIG_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CREATED_MS_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     created_ms: _builtins.int
+    incarnation: _builtins.str
+    """Which topic of this name this is (Kafka's topic ID, KIP-516): set by the
+    broker when the topic is created, new for a topic deleted and created
+    again under the same name, the same on every broker of a cluster (a
+    follower takes its upstream's). "" = not known (a topic created before
+    brokers set it). Clients that keep offsets (checkpoints, a follower's
+    copy) keep it too, to tell an offset of the old topic from one of the new.
+    """
     @_builtins.property
     def config(self) -> Global___TopicConfig: ...
     @_builtins.property
@@ -918,10 +927,11 @@ class TopicInfo(_message.Message):
         config: Global___TopicConfig | None = ...,
         partitions: _abc.Iterable[Global___PartitionInfo] | None = ...,
         created_ms: _builtins.int = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "created_ms", b"created_ms", "partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "created_ms", b"created_ms", "incarnation", b"incarnation", "partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1868,6 +1878,7 @@ class EpochEndResponse(_message.Message):
 
     END_OFFSET_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     end_offset: _builtins.int
     """The first offset of the first epoch after `leader_epoch` in this
     broker's log, or its log end when there is none: the follower keeps
@@ -1875,15 +1886,20 @@ class EpochEndResponse(_message.Message):
     """
     leader_epoch: _builtins.int
     """The epoch this broker leads (0 = static or not elected)."""
+    incarnation: _builtins.str
+    """The topic's incarnation here (TopicInfo.incarnation; "" = not known): a
+    follower whose copy is of another incarnation drops it and copies anew.
+    """
     def __init__(
         self,
         *,
         end_offset: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "leader_epoch", b"leader_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "incarnation", b"incarnation", "leader_epoch", b"leader_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2974,6 +2990,7 @@ class CheckpointRecord(_message.Message):
     SCN_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     topic: _builtins.str
     consumer_group: _builtins.str
@@ -2987,6 +3004,11 @@ class CheckpointRecord(_message.Message):
     """Compacted view and bootstrap: while the partition bootstraps, where the
     bootstrap stands (JSON of the SDK's BootstrapPosition); "" = online.
     """
+    incarnation: _builtins.str
+    """The topic's incarnation (TopicInfo.incarnation) the offset is of; "" =
+    not said. The broker refuses a write whose incarnation is not the topic's
+    and answers a list with the topic's (its checkpoints go with the topic).
+    """
     def __init__(
         self,
         *,
@@ -2998,10 +3020,11 @@ class CheckpointRecord(_message.Message):
         scn: _builtins.int = ...,
         epoch: _builtins.int = ...,
         bootstrap: _builtins.str = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap", b"bootstrap", "consumer_group", b"consumer_group", "epoch", b"epoch", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap", b"bootstrap", "consumer_group", b"consumer_group", "epoch", b"epoch", "incarnation", b"incarnation", "namespace", b"namespace", "offset", b"offset", "partition", b"partition", "scn", b"scn", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
