@@ -66,6 +66,11 @@ class TopicMeta:
     view: bool = False
     compacted: bool = False
     delete_retention_ms: int = 0
+    # Which topic of this name this is (Kafka's topic ID): new at every create,
+    # a follower's copied from its upstream; "" for a topic stored before brokers
+    # set it. Unlike topic_id (this store's key prefix) it is the same on every
+    # broker of a cluster, and clients keep it beside the offsets they remember.
+    incarnation: str = ""
 
 
 def now_ms() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -139,7 +140,10 @@ class TopicRegistry:
         meta = TopicMeta(topic, 0, partitions, retention_ms, retention_bytes, now_ms())
         return check_view_config(meta, config, self.settings)
 
-    async def create(self, topic: str, config: pb.TopicConfig) -> pb.TopicInfo:
+    async def create(self, topic: str, config: pb.TopicConfig,
+                     incarnation: str = "") -> pb.TopicInfo:
+        """Create a topic. `incarnation`: a follower's copy of its upstream's
+        (a replica is the same topic); "" makes a new one (new_incarnation)."""
         draft = self._check_config(topic, config)
         async with self._lock:
             if topic in self._topics:
@@ -148,10 +152,21 @@ class TopicRegistry:
             if deleting is not None:  # its key under the name is not deleted yet
                 raise BrokerError("topic_being_deleted", topic=topic, step=deleting.step)
             topic_id = self.store.next_id("next_topic_id")
-            meta = dataclasses.replace(draft, topic_id=topic_id)
+            meta = dataclasses.replace(draft, topic_id=topic_id,
+                                       incarnation=incarnation or new_incarnation())
             self.store.save_topic(asdict(meta))
             self._start(meta)
         return self.describe(topic)
+
+    def set_incarnation(self, topic: str, incarnation: str) -> None:
+        """Take `incarnation` as the topic's (a relay follower's copy takes its
+        upstream's, broker/relay/incarnation.py), stored before it is used."""
+        meta, partitions = self._topics[topic]
+        meta = dataclasses.replace(meta, incarnation=incarnation)
+        self.store.save_topic(asdict(meta))
+        self._topics[topic] = (meta, partitions)
+        for partition in partitions:
+            partition.meta = meta
 
     async def delete(self, topic: str) -> None:
         """Take the topic out of the registry and delete it (`_delete`) in a task of
@@ -230,7 +245,8 @@ class TopicRegistry:
                                 retention_bytes=meta.retention_bytes)
         describe_view_config(meta, config, self.settings)
         info = pb.TopicInfo(topic=meta.name, config=config, created_ms=meta.created_ms,
-                            partitions=[p.info() for p in self.partitions(topic)])
+                            partitions=[p.info() for p in self.partitions(topic)],
+                            incarnation=meta.incarnation)
         self.views.fill(topic, list(info.partitions))
         return info
 
@@ -241,6 +257,13 @@ class TopicRegistry:
             for partition in partitions:
                 removed += await partition.enforce_retention(now_ms())
         return removed
+
+
+def new_incarnation() -> str:
+    """A new topic's incarnation: 16 random hex digits (Kafka's topic ID is a
+    random UUID). Random, not a counter: a counter restarts with an empty store
+    and differs between brokers, and two topics of one name must never share one."""
+    return secrets.token_hex(8)
 
 
 def describe_listener(listener: Callable[[str], Awaitable[None]]) -> str:
