@@ -293,6 +293,11 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "{field}={value!r} is invalid: {allowed}"),
         ErrorKind("claims_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
         ErrorKind("checkpoint_invalid", grpc.StatusCode.INVALID_ARGUMENT, "{detail}"),
+        ErrorKind("checkpoint_other_incarnation", grpc.StatusCode.FAILED_PRECONDITION,
+                  "checkpoint offset {offset} of {topic!r}/{partition} is of incarnation "
+                  "{written!r} of the topic, which was deleted and created again (it is now "
+                  "incarnation {current!r}): the offset names no event of this log; nothing "
+                  "was written (the processor reads the topic again and starts it anew)"),
         ErrorKind("checkpoint_fenced", grpc.StatusCode.FAILED_PRECONDITION,
                   "ownership epoch {epoch} of {topic!r}/{partition} in group {group!r} is "
                   "older than epoch {current} of the current owner {owner!r}: this processor "

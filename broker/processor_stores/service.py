@@ -46,6 +46,7 @@ class Group:
     topic: str
     topic_id: int
     consumer_group: str
+    incarnation: str = ""  # the topic's (TopicMeta.incarnation): its checkpoints' too
 
     def where(self, partition: int) -> rules.Where:
         return rules.Where(self.topic, partition, self.consumer_group)
@@ -145,7 +146,7 @@ class ProcessorStores:
         """The group's address; refuses bad names and unknown topics."""
         rules.check_group(namespace, consumer_group, self.settings.processor_name_bytes_max)
         meta = self.registry.meta(topic)
-        return Group(namespace, topic, meta.topic_id, consumer_group)
+        return Group(namespace, topic, meta.topic_id, consumer_group, meta.incarnation)
 
     # ------------------------------------------------------------ ownership
 
@@ -200,8 +201,16 @@ class ProcessorStores:
         return [(keys.partition_of_key(key), keys.decode_position(value))
                 for key, value in self.store.scan_prefix(CHECKPOINTS, prefix)]
 
-    async def update_checkpoint(self, group: Group, partition: int, position: Position) -> None:
-        """Store a checkpoint (fsynced) unless its epoch is fenced off."""
+    async def update_checkpoint(self, group: Group, partition: int, position: Position,
+                                incarnation: str = "") -> None:
+        """Store a checkpoint (fsynced) unless its epoch is fenced off, or it says
+        it is of another incarnation of the topic (written by a processor that read
+        the topic before it was deleted and created again: its offset is not one of
+        this log's). `incarnation` "" says nothing (older clients)."""
+        if incarnation and group.incarnation and incarnation != group.incarnation:
+            raise BrokerError("checkpoint_other_incarnation", topic=group.topic,
+                              partition=partition, offset=position.offset,
+                              written=incarnation, current=group.incarnation)
         # The durable log end, not the high watermark (a restarted broker of a
         # cluster holds readers back while checkpoints of what they read come).
         end_offset = self.registry.partition(group.topic, partition).log_end

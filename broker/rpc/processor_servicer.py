@@ -34,7 +34,7 @@ def _checkpoint(group: Group, partition: int, position: Position) -> pb.Checkpoi
     return pb.CheckpointRecord(namespace=group.namespace, topic=group.topic,
                                consumer_group=group.consumer_group, partition=partition,
                                offset=position.offset, scn=position.scn, epoch=position.epoch,
-                               bootstrap=position.bootstrap)
+                               bootstrap=position.bootstrap, incarnation=group.incarnation)
 
 
 class ProcessorStoreServicer:
@@ -76,7 +76,8 @@ class ProcessorStoreServicer:
                               detail=f"checkpoint.bootstrap has {len(checkpoint.bootstrap)} "
                                      f"characters; allowed at most {BOOTSTRAP_CHARS_MAX}")
         await self.stores.update_checkpoint(group, checkpoint.partition, Position(
-            checkpoint.offset, checkpoint.scn, checkpoint.epoch, checkpoint.bootstrap))
+            checkpoint.offset, checkpoint.scn, checkpoint.epoch, checkpoint.bootstrap),
+            checkpoint.incarnation)
         return pb.UpdateCheckpointResponse()
 
     @unary

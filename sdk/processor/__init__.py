@@ -7,20 +7,26 @@ its blocking face; `pump.py` runs one owned partition; `context.py` is what
 callbacks see; `metrics.py` what is counted; `arguments.py` what is
 refused at construction; `own_writes.py` how an instance tells that another
 uses its owner_id; `offset_reset.py` where a partition whose checkpoint is
-behind the log's start or past its end resumes; `release.py` how a stopping
+behind the log's start, past its end or of another incarnation of the topic
+resumes; `release.py` how a stopping
 processor gives its partitions back.
 """
 
 from sdk.processor.balancer import Plan, plan_claims
 from sdk.processor.context import CloseReason, PartitionContext
 from sdk.processor.metrics import ProcessorStats
-from sdk.processor.offset_reset import CheckpointExpired, CheckpointPastEnd, CheckpointReset
+from sdk.processor.offset_reset import (
+    CheckpointExpired,
+    CheckpointOtherIncarnation,
+    CheckpointPastEnd,
+    CheckpointReset,
+)
 from sdk.processor.own_writes import DuplicateOwnerId
 from sdk.processor.processor import EventProcessor
 from sdk.processor.sync import SyncEventProcessor, SyncPartitionContext
 
 __all__ = [
-    "CheckpointExpired", "CheckpointPastEnd", "CheckpointReset", "CloseReason",
+    "CheckpointExpired", "CheckpointOtherIncarnation", "CheckpointPastEnd", "CheckpointReset", "CloseReason",
     "DuplicateOwnerId", "EventProcessor",
     "PartitionContext", "Plan", "ProcessorStats",
     "SyncEventProcessor", "SyncPartitionContext", "plan_claims",

@@ -45,17 +45,22 @@ class PartitionContext:
         close_reason: None while open; then "shutdown", "ownership_lost" or "error".
         renewed_at_ms: when the claim was last sent (monotonic_ms()); the
             claim lapses `expiration_ms` later unless renewed (leases.py).
+        incarnation: the topic's incarnation when the partition was claimed
+            (the cycle's description; "" = not known), written into every
+            checkpoint, so a checkpoint of a topic since deleted and created
+            again is told from one of this topic.
     """
 
     def __init__(self, ownership: PartitionOwnership, checkpoint_store: CheckpointStore,
                  fencing: bool, metrics: ProcessorMetrics, expiration_ms: int,
-                 renewed_at_ms: int) -> None:
+                 renewed_at_ms: int, incarnation: str = "") -> None:
         self.namespace = ownership.namespace
         self.topic = ownership.topic
         self.consumer_group = ownership.consumer_group
         self.partition = ownership.partition
         self.owner_id = ownership.owner_id
         self.ownership = ownership
+        self.incarnation = incarnation
         self.checkpoint: Checkpoint | None = None
         self.checkpoint_reset: CheckpointReset | None = None
         self.end_offset: int | None = None
@@ -118,7 +123,8 @@ class PartitionContext:
             raise OwnershipLost(f"{self.topic}/{self.partition} of group {self.consumer_group!r} "
                                 f"{why}; the checkpoint (offset {offset}) was not written")
         checkpoint = Checkpoint(self.namespace, self.topic, self.consumer_group, self.partition,
-                                offset, scn, self.epoch if self._fencing else 0)
+                                offset, scn, self.epoch if self._fencing else 0,
+                                incarnation=self.incarnation)
         try:
             await self._store.update_checkpoint(checkpoint)
         except OwnershipLost:

@@ -34,6 +34,16 @@ a fetch past the log end as OffsetOutOfRange and applies auto.offset.reset.
 "earliest" resumes at the log's start (the new log's events are all
 processed, some perhaps again), "latest" at its end.
 
+A checkpoint of another incarnation of the topic (its `incarnation` is set and
+is not the topic's: the topic was deleted and created again under the same
+name, and a store other than the broker's kept the checkpoint) names an
+offset of a log that is gone, whatever the new log's length: once the new
+log grew past the offset, the broker would accept the read and the events
+below it would be skipped unseen (Kafka tells such offsets apart by topic
+ID, KIP-516). `resume_other_incarnation` decides it as `resume_past_end`
+does, before any read. A checkpoint without an incarnation (written before
+they were kept), or a topic whose incarnation is not known, is not judged.
+
 Pure: the log's start and end are arguments (the processor's cycle reads them
 with the topic's description just before it claims; the broker's refusal is
 what says a checkpoint is past the end); no I/O, no clock.
@@ -64,6 +74,12 @@ class CheckpointPastEnd(CheckpointExpired):
     both: the checkpoint cannot be resumed from and `offset_reset` decides."""
 
 
+class CheckpointOtherIncarnation(CheckpointExpired):
+    """A partition's checkpoint is of another incarnation of the topic (it was
+    deleted and created again since) and `offset_reset` is "fail": the
+    partition does not start. A `CheckpointExpired`, as `CheckpointPastEnd`."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointReset:
     """A partition resumed elsewhere than after its checkpoint
@@ -76,7 +92,11 @@ class CheckpointReset:
         log_start_offset: the first offset the log held.
         resumed_offset: the first offset read now.
         log_end_offset: None when the checkpoint was behind the log's start;
-            the log's end (its next offset) when the checkpoint was past it.
+            the log's end (its next offset) when the checkpoint was past it or
+            of another incarnation.
+        checkpoint_incarnation, topic_incarnation: both set (and different)
+            when the checkpoint was of another incarnation of the topic; ""
+            otherwise.
     """
 
     offset_reset: OffsetReset
@@ -84,23 +104,33 @@ class CheckpointReset:
     log_start_offset: int
     resumed_offset: int
     log_end_offset: int | None = None
+    checkpoint_incarnation: str = ""
+    topic_incarnation: str = ""
 
     @property
     def past_end(self) -> bool:
-        """The checkpoint was past the log's end (not behind its start)."""
+        """The checkpoint was past the log's end (not behind its start), or of
+        another incarnation (its offset is not of this log either)."""
         return self.log_end_offset is not None
+
+    @property
+    def other_incarnation(self) -> bool:
+        """The checkpoint was of another incarnation of the topic."""
+        return is_other_incarnation(self.checkpoint_incarnation, self.topic_incarnation)
 
     @property
     def removed(self) -> int:
         """Events after the checkpoint that retention removed (none when the
-        checkpoint was past the end: those offsets are not in this log)."""
+        checkpoint was past the end or of another incarnation: those offsets are
+        not in this log)."""
         return 0 if self.past_end else self.log_start_offset - self.checkpoint_offset - 1
 
     @property
     def skipped(self) -> int:
         """Events that will not be processed: after an expired checkpoint, the
         removed ones, and for "latest" also those still stored before the log
-        end; after one past the end, those stored that "latest" passes over."""
+        end; after one past the end or of another incarnation, those stored that
+        "latest" passes over."""
         if self.past_end:
             return self.resumed_offset - self.log_start_offset
         return self.resumed_offset - self.checkpoint_offset - 1
@@ -193,6 +223,48 @@ def resume_past_end(where: str, checkpoint_offset: int, log_start_offset: int,
         f"{log_start_offset}) or 'latest' (resume at the log end), or move the checkpoint")
 
 
+def is_other_incarnation(checkpoint_incarnation: str, topic_incarnation: str) -> bool:
+    """Whether a checkpoint is of another incarnation of the topic: both known
+    and different. "" on either side (a checkpoint written before incarnations
+    were kept, a broker that does not say it) is not judged: it works as before."""
+    return bool(checkpoint_incarnation and topic_incarnation
+                and checkpoint_incarnation != topic_incarnation)
+
+
+def resume_other_incarnation(where: str, checkpoint_offset: int, checkpoint_incarnation: str,
+                             topic_incarnation: str, log_start_offset: int,
+                             log_end_offset: int, offset_reset: OffsetReset) -> ResumeAt:
+    """Where a partition resumes whose checkpoint is of another incarnation of
+    the topic (`is_other_incarnation`), whatever the new log's length.
+
+    Args:
+        where: "topic/partition of group 'g'", for the message.
+        checkpoint_offset, checkpoint_incarnation: the stored checkpoint's.
+        topic_incarnation: the topic's now (the cycle's description).
+        log_start_offset, log_end_offset: the new log's first offset and end.
+        offset_reset: "fail", "earliest" or "latest".
+    Returns:
+        the log's start ("earliest") or "latest".
+    Raises:
+        CheckpointOtherIncarnation: offset_reset is "fail".
+    """
+    assert is_other_incarnation(checkpoint_incarnation, topic_incarnation)
+    if offset_reset == "earliest":
+        return log_start_offset
+    if offset_reset == "latest":
+        return "latest"
+    assert offset_reset == "fail", offset_reset
+    raise CheckpointOtherIncarnation(
+        f"{where}: checkpoint offset {checkpoint_offset} is of incarnation "
+        f"{checkpoint_incarnation!r} of the topic, which was deleted and created again: it "
+        f"is now incarnation {topic_incarnation!r} ({held(log_start_offset, log_end_offset)}), "
+        "and the checkpoint's offset names no event of it; resuming after it would skip "
+        "unseen the new topic's events up to it. With offset_reset='fail' the partition "
+        f"does not start; pass offset_reset='earliest' (resume at {log_start_offset}, the "
+        "new topic's start) or 'latest' (resume at its end), or move or delete the "
+        "checkpoint")
+
+
 def held(log_start_offset: int, log_end_offset: int) -> str:
     """What the log holds, in words."""
     if log_start_offset >= log_end_offset:
@@ -202,6 +274,14 @@ def held(log_start_offset: int, log_end_offset: int) -> str:
 
 def reset_message(where: str, reset: CheckpointReset) -> str:
     """The one WARNING line a reset is said with."""
+    if reset.other_incarnation:
+        assert reset.log_end_offset is not None
+        return (f"{where}: checkpoint offset {reset.checkpoint_offset} is of incarnation "
+                f"{reset.checkpoint_incarnation!r} of the topic, which was deleted and "
+                f"created again (now incarnation {reset.topic_incarnation!r}; "
+                f"{held(reset.log_start_offset, reset.log_end_offset)}); "
+                f"offset_reset={reset.offset_reset!r}: resuming at offset "
+                f"{reset.resumed_offset}, skipping {reset.skipped} events still stored")
     if reset.log_end_offset is not None:
         return (f"{where}: checkpoint offset {reset.checkpoint_offset} is past the log's end "
                 f"{reset.log_end_offset} ({held(reset.log_start_offset, reset.log_end_offset)}; "

@@ -51,7 +51,7 @@ from sdk.processor.broker_outage import BrokerOutage, unreachable
 from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.leases import lapsed_partitions, lease_lapsed, next_lapse_ms
 from sdk.processor.metrics import ProcessorMetrics, ProcessorStats
-from sdk.processor.offset_reset import OffsetReset
+from sdk.processor.offset_reset import OffsetReset, is_other_incarnation
 from sdk.processor.outages import Line, OutageLog, PartitionOutages
 from sdk.processor.own_writes import DuplicateOwnerId, OwnWrites
 from sdk.processor.pump import Callbacks, PartitionPump, StartPositions
@@ -171,6 +171,7 @@ class EventProcessor:
         self._offset_reset: OffsetReset = offset_reset
         self._log_starts: dict[int, int] = {}  # partition -> log start, at the last cycle
         self._log_ends: dict[int, int] = {}  # partition -> log end, as well
+        self._incarnation = ""  # the topic's, at the last cycle ("" = not known)
         self._callbacks = Callbacks(on_event, on_partition_initialize, on_partition_close,
                                     on_error)
         self._ownership = ownership_store
@@ -350,6 +351,8 @@ class EventProcessor:
         self._described = True
         self._log_starts = {p.partition: p.start_offset for p in info.partitions}
         self._log_ends = {p.partition: p.end_offset for p in info.partitions}
+        self._incarnation = info.incarnation
+        self._close_other_incarnation(info.incarnation)
         self._broker_answered()
         self._calling_broker = self._ownership in self._owned_stores  # the broker's own store
         listed = await self._ownership.list_ownership(self.namespace, self.topic,
@@ -373,6 +376,18 @@ class EventProcessor:
                                 if claim.partition not in mine)
         self._metrics.cycle(len(plan.claims), len(won), plan.stolen in mine)
         self._apply(mine, claimed_at_ms)
+
+    def _close_other_incarnation(self, incarnation: str) -> None:
+        """Close the partitions opened on a topic since deleted and created again;
+        this cycle starts them anew from their checkpoints (offset_reset.py decides)."""
+        stale = sorted(p for p, pump in self._pumps.items() if not pump.stopping
+                       and is_other_incarnation(pump.context.incarnation, incarnation))
+        for partition in stale:
+            self._pumps[partition].stop("error")
+        if stale:
+            log.warning("event processor %s/%s: the topic was deleted and created again (now "
+                        "incarnation %r); closing partitions %s to start them anew on it",
+                        self.topic, self.consumer_group, incarnation, stale)
 
     def _apply(self, mine: dict[int, PartitionOwnership], claimed_at_ms: int) -> None:
         """Stop pumps of partitions lost (or won again under a new epoch) or
@@ -451,7 +466,7 @@ class EventProcessor:
                     previous: PartitionPump | None) -> None:
         assert self._checkpoints is not None
         context = PartitionContext(record, self._checkpoints, bool(self._fencing), self._metrics,
-                                   self.expiration_ms, claimed_at_ms)
+                                   self.expiration_ms, claimed_at_ms, self._incarnation)
         pump = PartitionPump(context, self._checkpoints, bool(self._fencing),
                              self._start_position, self._callbacks, self._open_reader,
                              self._metrics.events, self._partition_outages,

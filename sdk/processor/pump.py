@@ -4,8 +4,9 @@ A pump runs as one task per claim. In order: wait for the previous claim's
 pump of the same partition to finish (never two readers of one partition in
 one processor); register the epoch with a fencing checkpoint store; read
 that partition's checkpoint only (not the group's); decide where to resume
-(after the checkpoint; one behind the log's start by `offset_reset`:
-offset_reset.py); open its reader and wait for the broker's first answer (a
+(after the checkpoint; one behind the log's start, or of another
+incarnation of the topic, by `offset_reset`: offset_reset.py); open its
+reader and wait for the broker's first answer (a
 "latest" start becomes the log end now, so every event stored after
 on_partition_initialize is delivered; a checkpoint past the log's end is
 refused now, and `offset_reset` decides where to open it instead); say
@@ -39,9 +40,11 @@ from sdk.processor.context import CloseReason, PartitionContext, monotonic_ms
 from sdk.processor.offset_reset import (
     CheckpointReset,
     OffsetReset,
+    is_other_incarnation,
     is_past_end,
     reset_message,
     resume_at,
+    resume_other_incarnation,
     resume_past_end,
 )
 from sdk.processor.outages import Line, PartitionOutages
@@ -108,6 +111,7 @@ class PartitionPump:
         self._log_start_offset = log_start_offset  # from the cycle that claimed it (or None)
         self._log_end_offset = log_end_offset  # as well
         self._past_end = False  # the checkpoint was past the log's end (offset_reset applied)
+        self._other_incarnation = False  # ... or of another incarnation (as well)
         self._reader: Reader | None = None  # the partition's reader, once opened
         self._broker_away = broker_away
         self._callbacks = callbacks
@@ -214,11 +218,18 @@ class PartitionPump:
         checkpoint = await self._store.get_checkpoint(context.namespace, context.topic,
                                                       context.consumer_group, context.partition)
         context.checkpoint = checkpoint
-        if checkpoint is not None:
-            where = f"{context.topic}/{context.partition} of group {context.consumer_group!r}"
-            return resume_at(where, checkpoint.offset, self._log_start_offset,
-                             self._offset_reset)
-        return start_for(self._start_position, context.partition)
+        if checkpoint is None:
+            return start_for(self._start_position, context.partition)
+        where = f"{context.topic}/{context.partition} of group {context.consumer_group!r}"
+        log_start, log_end = self._log_start_offset, self._log_end_offset
+        if (is_other_incarnation(checkpoint.incarnation, context.incarnation)
+                and log_start is not None and log_end is not None):
+            resumed = resume_other_incarnation(where, checkpoint.offset, checkpoint.incarnation,
+                                               context.incarnation, log_start, log_end,
+                                               self._offset_reset)
+            self._other_incarnation = True
+            return resumed
+        return resume_at(where, checkpoint.offset, log_start, self._offset_reset)
 
     async def _open(self, start: Start) -> Start | None:
         """Open the partition's reader (`self._reader`) at `start`; where it
@@ -262,13 +273,18 @@ class PartitionPump:
         WARNING, and `context.checkpoint_reset` for the callbacks. Runs once the
         reader is open, so a "latest" reset knows the offset it resumes at."""
         context, checkpoint = self.context, self.context.checkpoint
-        if checkpoint is None or start == checkpoint.offset + 1 or self._log_start_offset is None:
+        other = self._other_incarnation
+        if (checkpoint is None or (start == checkpoint.offset + 1 and not other)
+                or self._log_start_offset is None):
             return
         resumed = start if isinstance(start, int) else reader.next_offset
         if resumed is None:  # no first answer yet (a "latest" open always has one)
             resumed = reader.end_offset or self._log_start_offset
         reset = CheckpointReset(self._offset_reset, checkpoint.offset, self._log_start_offset,
-                                resumed, self._log_end_offset if self._past_end else None)
+                                resumed,
+                                self._log_end_offset if self._past_end or other else None,
+                                checkpoint.incarnation if other else "",
+                                context.incarnation if other else "")
         context.checkpoint_reset = reset
         log.warning("%s", reset_message(f"event processor {context.topic}/"
                                         f"{context.consumer_group} partition "

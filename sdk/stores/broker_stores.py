@@ -30,7 +30,8 @@ def _ownership(record: pb.OwnershipRecord) -> PartitionOwnership:
 
 def _checkpoint(record: pb.CheckpointRecord) -> Checkpoint:
     return Checkpoint(record.namespace, record.topic, record.consumer_group, record.partition,
-                      record.offset, record.scn, record.epoch, record.bootstrap)
+                      record.offset, record.scn, record.epoch, record.bootstrap,
+                      record.incarnation)
 
 
 def _lost_or_same(error: errors.KeybusError) -> errors.KeybusError:
@@ -116,12 +117,14 @@ class BrokerCheckpointStore(AdminClient):
                 current owner's (the message names the owner).
             FailedPrecondition: an epoch never registered.
             InvalidArgument: an offset that is not in the log.
+            FailedPrecondition: checkpoint.incarnation is not the topic's (it was
+                deleted and created again since the writer read it).
         """
         record = pb.CheckpointRecord(
             namespace=checkpoint.namespace, topic=checkpoint.topic,
             consumer_group=checkpoint.consumer_group, partition=checkpoint.partition,
             offset=checkpoint.offset, scn=checkpoint.scn, epoch=checkpoint.epoch,
-            bootstrap=checkpoint.bootstrap)
+            bootstrap=checkpoint.bootstrap, incarnation=checkpoint.incarnation)
         try:
             await self._call("UpdateCheckpoint", pb.UpdateCheckpointRequest(checkpoint=record))
         except errors.KeybusError as e:

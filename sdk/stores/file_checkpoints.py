@@ -105,7 +105,8 @@ class FileCheckpointStore:
         if not all(isinstance(data.get(name), int) for name in _FIELDS):
             raise ValueError(f"checkpoint file {path} lacks integer fields {', '.join(_FIELDS)}")
         return Checkpoint(namespace, topic, consumer_group, partition,
-                          data["offset"], data["scn"], data["epoch"], str(data.get("bootstrap", "")))
+                          data["offset"], data["scn"], data["epoch"], str(data.get("bootstrap", "")),
+                          str(data.get("incarnation", "")))  # absent in older files
 
     def _write(self, checkpoint: Checkpoint) -> None:
         if checkpoint.partition < 0 or checkpoint.offset < 0 or checkpoint.scn < 0:
@@ -115,6 +116,8 @@ class FileCheckpointStore:
         fields: dict[str, object] = {name: getattr(checkpoint, name) for name in _FIELDS}
         if checkpoint.bootstrap:
             fields["bootstrap"] = checkpoint.bootstrap
+        if checkpoint.incarnation:
+            fields["incarnation"] = checkpoint.incarnation
         where = _where(checkpoint.topic, checkpoint.partition, checkpoint.consumer_group)
         with _locked(directory, checkpoint.partition):
             check_checkpoint_epoch(_read_fence(directory, checkpoint.partition), checkpoint.epoch,

@@ -55,6 +55,11 @@ class Checkpoint:
         bootstrap: while a Databus consumer bootstraps this partition, where
             the bootstrap stands (JSON of sdk.bootstrap.BootstrapPosition:
             snapshot by key, catch-up by offset); "" = online (offset, scn).
+        incarnation: which topic of this name the offset is of (the broker's
+            `TopicInfo.incarnation`, new when a topic is deleted and created
+            again); "" = not known (a checkpoint written before it was kept,
+            or by a broker that does not say it): such a checkpoint resumes
+            as its offset says.
     """
 
     namespace: str
@@ -65,3 +70,4 @@ class Checkpoint:
     scn: int
     epoch: int = 0
     bootstrap: str = ""
+    incarnation: str = ""
