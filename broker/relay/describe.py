@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
-from broker.relay.follower import wall_ms
+from broker.relay.copy_state import wall_ms
 from sdk.core.pb import keybus_pb2 as pb
 
 if TYPE_CHECKING:

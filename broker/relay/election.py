@@ -2,7 +2,7 @@
 
 ZooKeeper layout under `zookeeper_root`:
 
-    /topics/TOPIC              the topic's config (partitions, retention), JSON
+    /topics/TOPIC              the topic's config (partitions, retention, incarnation), JSON
     /topics/TOPIC/members/ID   persistent: every broker that ever joined the topic
     /topics/TOPIC/live/ID      ephemeral: a running broker; while no leader is
                                known it holds its candidacy (log ends, last epochs)
@@ -226,7 +226,8 @@ class ZkElection:
         client, base = session.client, self._base(topic)
         meta = self.node.registry.meta(topic)
         config = dumps({"partitions": meta.partitions, "retention_ms": meta.retention_ms,
-                        "retention_bytes": meta.retention_bytes})
+                        "retention_bytes": meta.retention_bytes,
+                        "incarnation": meta.incarnation})  # the same topic on every broker
         with contextlib.suppress(NodeExistsError):  # with its config: others create it from that
             await session.call(client.create, base, config, makepath=True)
         if not loads((await session.call(client.get, base))[0]):
@@ -409,6 +410,7 @@ class ZkElection:
                     await registry.create(name, pb.TopicConfig(
                         partitions=int(config.get("partitions", 1)),
                         retention_ms=int(config.get("retention_ms", 0)),
-                        retention_bytes=int(config.get("retention_bytes", 0))))
+                        retention_bytes=int(config.get("retention_bytes", 0))),
+                        str(config.get("incarnation", "")))
                     log.info("topic %s: created from ZooKeeper (%s)", name, config)
             self.join(name)

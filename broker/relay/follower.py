@@ -46,9 +46,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 import grpc
 import grpc.aio
@@ -56,8 +54,9 @@ import grpc.aio
 from broker.errors import BrokerError
 from broker.log.codec import CorruptRecord
 from broker.partition import Partition
-from broker.relay import divergence, replica_log, view_load, watermark
+from broker.relay import divergence, incarnation, replica_log, view_load, watermark
 from broker.relay.backoff import Backoff
+from broker.relay.copy_state import CopyState, wall_ms
 from broker.relay.cursor_sync import SubscriptionCarrier, sync_once
 from broker.relay.metrics import COPIED_EVENTS, FOLLOWER_RESETS, TRUNCATED_EVENTS
 from broker.relay.replica_log import ReplicaError
@@ -84,59 +83,6 @@ async def _nothing(_: Partition) -> None:
     """Queued behind a copy's writes: when it runs, they have run."""
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True)
-class CopyState:
-    """One partition's copy, as describe and metrics show it.
-
-    The lag is counted from the upstream end last heard, so it is known only
-    while the upstream answers: from a failed attempt or a lost stream until
-    the next answer (`unreachable_since_ms`), or while it is silent
-    (`unheard_since_ms`), describe and metrics show it as unknown, not as the
-    last value (a 0 would say "caught up" of a copy that cannot see what its
-    upstream holds now).
-    """
-
-    upstream_end: int = 0
-    # wall clock of the upstream's last answer for this partition: records, or the
-    # answer an idle upstream sends each relay_idle_answer_ms (replica_read); 0 = never
-    last_read_ms: int = 0
-    caught_up_ms: int = 0  # wall clock when this copy last held all the upstream had
-    unreachable_since_ms: int = 0  # wall clock when it lost its upstream; 0 = reaching it
-    error: str = ""
-    done: bool = False  # a catch-up copy reached its stop offset
-
-    def process_answer(self, upstream_end: int, log_end: int, now_ms: int) -> None:
-        """The upstream answered (records or an idle answer) with its log end."""
-        self.last_read_ms = now_ms
-        self.upstream_end = upstream_end
-        if log_end >= upstream_end:
-            self.caught_up_ms = now_ms
-        self.unreachable_since_ms = 0
-        self.error = ""
-
-    def unheard_since_ms(self, now_ms: int, silence_ms: int) -> int:
-        """Wall clock since when the upstream is not reached, 0 = reached: from a
-        failed attempt or a lost stream, or from its last answer once it has been
-        silent longer than silence_ms (frozen with its connection open, so no
-        stream breaks yet; RelaySettings.upstream_silence_ms)."""
-        if self.unreachable_since_ms or self.done:  # a finished catch-up reads no more
-            return self.unreachable_since_ms
-        if self.last_read_ms and now_ms - self.last_read_ms > silence_ms:
-            return self.last_read_ms
-        return 0
-
-    def process_lost(self, reason: str, now_ms: int) -> None:
-        """An attempt failed or the stream broke: the upstream is not reached since
-        the first such failure (later ones keep that time)."""
-        self.error = reason
-        if not self.unreachable_since_ms:
-            self.unreachable_since_ms = now_ms
-
-
 class TopicFollower:
     """Copies one topic from `upstream` (see the module docstring)."""
 
@@ -159,6 +105,7 @@ class TopicFollower:
         self._reporter: PositionReporter | None = None
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[int, ViewSource] = {}  # attached to this topic's views
+        self._incarnation_lock = asyncio.Lock()
         self.auth = UpstreamAuth(topic, upstream, relay.client_security)
 
     def _backoff(self) -> Backoff:
@@ -265,7 +212,7 @@ class TopicFollower:
         info = await self._describe_upstream()
         if self.topic not in self.registry.names():
             with contextlib.suppress(BrokerError):  # created meanwhile: checked below
-                await self.registry.create(self.topic, info.config)
+                await self.registry.create(self.topic, info.config, info.incarnation)
                 log.info("topic %s: created like upstream %s (%d partitions)", self.topic,
                          self.upstream, info.config.partitions)
         partitions = self.registry.partitions(self.topic)
@@ -273,6 +220,8 @@ class TopicFollower:
             raise ReplicaError(f"topic {self.topic!r} has {len(partitions)} partitions here and "
                                f"{info.config.partitions} on upstream {self.upstream}; a "
                                "follower needs the same number")
+        empty = all(p.log_end == p.start_offset for p in partitions)
+        await self._judge_incarnation(info.incarnation, False, empty)
         return partitions
 
     async def _copy_loop(self, partition: Partition) -> None:
@@ -313,7 +262,8 @@ class TopicFollower:
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
         self.auth.accepted()
-        if await self._drop_another_log(partition, answer.end_offset, epoch):
+        if await self._drop_another_log(partition, answer.end_offset, epoch,
+                                        answer.incarnation):
             return
         if answer.end_offset >= partition.log_end:
             return
@@ -326,15 +276,20 @@ class TopicFollower:
                         dropped.scn_first, dropped.scn_last, self.upstream, epoch,
                         answer.end_offset)
 
-    async def _drop_another_log(self, partition: Partition, epoch_end: int, epoch: int) -> bool:
+    async def _drop_another_log(self, partition: Partition, epoch_end: int, epoch: int,
+                                theirs: str) -> bool:
         """Step 1b (divergence.py): when the upstream's record holding the last offset
         both logs may share is not ours, or the upstream, leading in the epoch of our
         last record, holds nothing of this copy (`epoch_end`, its answer, is at or
         below our start), its log is another one (the topic was deleted and created
         again there): drop the whole copy, so the log starts over at 0 and the
-        upstream's is copied from its start (rule 6 of replica_log.py). True when
-        it did."""
-        reason = await self._another_log(partition, min(epoch_end, partition.log_end), epoch)
+        upstream's is copied from its start (rule 6 of replica_log.py). So too, for
+        every partition, when the upstream's topic is another incarnation
+        (`theirs`; incarnation.py), whatever the records say. True when it did."""
+        reason, agreed = await self._another_log(partition, min(epoch_end, partition.log_end),
+                                                 epoch)
+        if await self._judge_incarnation(theirs, agreed, False):
+            return True
         if reason is None:
             return False
         dropped = await self._truncate(partition, partition.start_offset)
@@ -358,24 +313,51 @@ class TopicFollower:
             TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
         return dropped
 
-    async def _another_log(self, partition: Partition, keep_end: int, epoch: int) -> str | None:
-        """Why the upstream's log is another one than this copy, in words; None when
-        it is the same (as far as it can tell) or the upstream has a later leader."""
+    async def _another_log(self, partition: Partition, keep_end: int,
+                           epoch: int) -> tuple[str | None, bool]:
+        """Why the upstream's log is another one than this copy, in words (None when
+        it is the same as far as it can tell, or the upstream has a later leader),
+        and whether a record both hold was compared and agrees."""
         if keep_end <= partition.start_offset:  # no record of ours the upstream may hold
             if epoch != self.leader_epoch:  # a later leader lacks our tail: truncation
-                return None
+                return None, False
             return (f"its log ends at offset {keep_end} in leader epoch {epoch}, the epoch of "
                     f"this copy's last record, and this copy holds offsets "
-                    f"{partition.start_offset}..{partition.log_end - 1}")
+                    f"{partition.start_offset}..{partition.log_end - 1}"), False
         store, topic_id = partition.store, partition.meta.topic_id
         ours = await asyncio.to_thread(divergence.our_mark, store, topic_id, partition.index,
                                        keep_end - 1)
         if ours is None:
-            return None
+            return None, False
         assert self._channel is not None
         theirs = await divergence.upstream_mark(self._channel, self.topic, partition.index,
                                                 ours.base_offset)
-        return divergence.diverged(ours, theirs)
+        return divergence.diverged(ours, theirs), theirs == ours
+
+    async def _judge_incarnation(self, theirs: str, agreed: bool, empty: bool) -> bool:
+        """Act on the upstream's incarnation (incarnation.py): take it, or drop every
+        partition's copy and then take it. True when the copies were dropped."""
+        async with self._incarnation_lock:  # one partition's handshake at a time
+            ours = self.registry.meta(self.topic).incarnation
+            verdict = incarnation.judge(ours, theirs, agreed, empty)
+            if verdict == "same":
+                return False
+            if verdict == "another":
+                for partition in self.registry.partitions(self.topic):
+                    dropped = await partition.run_on_task(functools.partial(
+                        replica_log.start_over,
+                        before_publish=self._truncated_callback(partition.index)))
+                    what = ("nothing was copied yet" if dropped is None else
+                            f"dropped offsets {dropped.offset}..{dropped.end_before - 1} "
+                            f"({dropped.events} events in {dropped.records} records)")
+                    if dropped is not None:
+                        TRUNCATED_EVENTS.labels(self.topic).inc(dropped.events)
+                    log.warning("%s", incarnation.another_message(
+                        self.topic, partition.index, self.upstream, ours, theirs, what))
+            self.registry.set_incarnation(self.topic, theirs)
+            log.info("topic %s: incarnation %r, upstream %s's (was %r)", self.topic, theirs,
+                     self.upstream, ours)
+            return verdict == "another"
 
     def _truncated_callback(self, index: int) -> Callable[[int], Awaitable[None]] | None:
         on_truncated = self.on_truncated
@@ -413,10 +395,16 @@ class TopicFollower:
 
     async def _follow(self, partition: Partition, state: CopyState, backoff: Backoff,
                       reader: Reader) -> None:
-        """Store what `reader` brings until it ends (step 2)."""
+        """Store what `reader` brings until it ends (step 2). Before the first records
+        of each stream it opens (again: the Reader resumes a lost one by itself, with
+        no handshake), the upstream's topic must still be this copy's incarnation."""
+        checked = -1  # reader.reconnects when the incarnation was last checked
         async with reader:
             async for batch in reader:
                 records = [batch.record, *(b.record for b in reader.drain_buffered())]
+                if reader.reconnects != checked:
+                    checked = reader.reconnects
+                    await self._check_same_topic()
                 first = records[0].base_offset
                 if partition.log_end == partition.start_offset < first:  # an empty log's
                     await view_load.hold(self.registry, partition, first)  # start moves on
@@ -428,6 +416,17 @@ class TopicFollower:
                 backoff.reset()
                 assert self._reporter is not None
                 self._reporter.report(partition.index, partition.log_end, self.leader_epoch)
+
+    async def _check_same_topic(self) -> None:
+        """Raises ReplicaError (nothing of the stream is stored) when the upstream's
+        topic is another incarnation than this copy's; the retry's handshake then
+        drops the copy (incarnation.py)."""
+        theirs = (await self._describe_upstream()).incarnation
+        ours = self.registry.meta(self.topic).incarnation
+        if incarnation.judge(ours, theirs, False, False) == "another":
+            raise ReplicaError(f"upstream {self.upstream} now holds incarnation {theirs!r} of "
+                               f"the topic, not {ours!r} (deleted and created again there); "
+                               "nothing of it was stored here")
 
     def _stream_changed(self, state: CopyState, connected: bool, message: str) -> None:
         """The Reader lost its stream to the upstream (it retries by itself, forever:

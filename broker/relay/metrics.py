@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from broker.relay.acks import AckTracker
-    from broker.relay.follower import CopyState
+    from broker.relay.copy_state import CopyState
 
 UPSTREAM_READ_AGE = Gauge("keybus_relay_seconds_since_upstream_read",
                           "Seconds since a follower last heard from its upstream for the "

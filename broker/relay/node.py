@@ -34,10 +34,11 @@ from broker.errors import BrokerError
 from broker.partition import Partition, TopicMeta
 from broker.relay import replica_log, view_load, watermark
 from broker.relay.acks import AckTracker
+from broker.relay.copy_state import wall_ms
 from broker.relay.cursor_sync import SubscriptionCarrier
 from broker.relay.describe import cluster_info
 from broker.relay.election_core import ElectionLike
-from broker.relay.follower import TopicFollower, wall_ms
+from broker.relay.follower import TopicFollower
 from broker.relay.following_log import log_changes
 from broker.relay.metrics import IS_LEADER, LEADER_CHANGES
 from broker.relay.settings import RelaySettings, TopicReplication
@@ -280,7 +281,8 @@ class RelayNode:
                                       request.leader_epoch)
         role = self.roles.get(request.topic)
         epoch = role.epoch if role is not None and role.role == "leader" else 0
-        return pb.EpochEndResponse(end_offset=end, leader_epoch=epoch)
+        return pb.EpochEndResponse(end_offset=end, leader_epoch=epoch,
+                                   incarnation=partition.meta.incarnation)
 
     def describe(self, topic: str) -> pb.ClusterInfo:
         session = self.election.session_state if self.election is not None else "NONE"

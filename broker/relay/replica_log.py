@@ -220,6 +220,17 @@ async def truncate(partition: Partition, offset: int,
     return Truncation(cut, end_before, dropped, events, scn_first, scn_last)
 
 
+async def start_over(partition: Partition,
+                     before_publish: Callable[[int], Awaitable[None]] | None = None
+                     ) -> Truncation | None:
+    """Rule 6 for a topic deleted and created again upstream (incarnation.py): drop
+    the log, empty or not, and start it again at 0; None when it is empty at 0.
+    Runs on the partition task."""
+    if partition.clock.next_offset == 0:
+        return None
+    return await _start_over(partition, before_publish)
+
+
 async def _start_over(partition: Partition,
                       before_publish: Callable[[int], Awaitable[None]] | None) -> Truncation:
     """Drop the whole log and start it again empty at offset 0 (rule 6), written

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
-from broker.relay.follower import CopyState, wall_ms
+from broker.relay.copy_state import CopyState, wall_ms
 from broker.relay.following_log import log_changes
 from broker.relay.metrics import export_acks, export_copy, forget_copy
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 
 from broker.relay.acks import AckTracker
-from broker.relay.follower import CopyState
+from broker.relay.copy_state import CopyState
 from broker.relay.metrics import export_acks, export_copy, forget_copy
 
 
