@@ -67,10 +67,13 @@ class TopicMeta:
     compacted: bool = False
     delete_retention_ms: int = 0
     # Which topic of this name this is (Kafka's topic ID): new at every create,
-    # a follower's copied from its upstream; "" for a topic stored before brokers
-    # set it. Unlike topic_id (this store's key prefix) it is the same on every
-    # broker of a cluster, and clients keep it beside the offsets they remember.
+    # a follower's copied from its upstream. Unlike topic_id (this store's key
+    # prefix) it is the same on every broker of a cluster, and clients keep it
+    # beside the offsets they remember. `incarnation_backfilled`: made up when a
+    # topic stored before brokers set it was loaded; a follower takes its
+    # upstream's over such a one without judging (broker/relay/incarnation.py).
     incarnation: str = ""
+    incarnation_backfilled: bool = False
 
 
 def now_ms() -> int:

@@ -62,6 +62,12 @@ class TopicRegistry:
         """Load every topic and recover each partition's tail (no log scan)."""
         for raw in self.store.load_topics():
             meta = TopicMeta(**raw)
+            if not meta.incarnation:  # stored before brokers set it: one, once
+                meta = dataclasses.replace(meta, incarnation=new_incarnation(),
+                                           incarnation_backfilled=True)
+                self.store.save_topic(asdict(meta))
+                log.info("topic %s: stored without an incarnation; it is incarnation %r now "
+                         "(a relay follower takes its upstream's)", meta.name, meta.incarnation)
             self._start(meta)
 
     def _start(self, meta: TopicMeta) -> None:
@@ -162,7 +168,7 @@ class TopicRegistry:
         """Take `incarnation` as the topic's (a relay follower's copy takes its
         upstream's, broker/relay/incarnation.py), stored before it is used."""
         meta, partitions = self._topics[topic]
-        meta = dataclasses.replace(meta, incarnation=incarnation)
+        meta = dataclasses.replace(meta, incarnation=incarnation, incarnation_backfilled=False)
         self.store.save_topic(asdict(meta))
         self._topics[topic] = (meta, partitions)
         for partition in partitions:

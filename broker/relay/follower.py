@@ -338,8 +338,10 @@ class TopicFollower:
         """Act on the upstream's incarnation (incarnation.py): take it, or drop every
         partition's copy and then take it. True when the copies were dropped."""
         async with self._incarnation_lock:  # one partition's handshake at a time
-            ours = self.registry.meta(self.topic).incarnation
-            verdict = incarnation.judge(ours, theirs, agreed, empty)
+            meta = self.registry.meta(self.topic)
+            ours = meta.incarnation
+            verdict = incarnation.judge("" if meta.incarnation_backfilled else ours, theirs,
+                                        agreed, empty)
             if verdict == "same":
                 return False
             if verdict == "another":
@@ -422,7 +424,8 @@ class TopicFollower:
         topic is another incarnation than this copy's; the retry's handshake then
         drops the copy (incarnation.py)."""
         theirs = (await self._describe_upstream()).incarnation
-        ours = self.registry.meta(self.topic).incarnation
+        meta = self.registry.meta(self.topic)
+        ours = "" if meta.incarnation_backfilled else meta.incarnation
         if incarnation.judge(ours, theirs, False, False) == "another":
             raise ReplicaError(f"upstream {self.upstream} now holds incarnation {theirs!r} of "
                                f"the topic, not {ours!r} (deleted and created again there); "

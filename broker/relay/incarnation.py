@@ -16,8 +16,9 @@ tells them apart whatever the logs hold.
 
 - "same": the upstream's is this copy's incarnation, or says none (an older
   upstream): the records decide, as before;
-- "adopt": take the upstream's as this topic's. This copy has none (stored
-  before brokers set it), or the logs agree on a record both hold (two
+- "adopt": take the upstream's as this topic's. This copy has none (one a
+  broker made up when it loaded a topic stored before brokers set them counts
+  as none: `TopicMeta.incarnation_backfilled`), or the logs agree on a record both hold (two
   brokers that each made one up for the same log: a topic created on each
   before it was chained), or the copy holds nothing yet;
 - "another": both known and different, and no record shows the logs to be
