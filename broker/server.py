@@ -315,10 +315,10 @@ def open_store(settings: Settings) -> RocksStore:
         raise StartError(f"cannot open the log in {path}: {text}") from None
     try:
         stored = store.data_format()
-        if stored is None:  # a new directory, or one from before the number: this layout
-            store.write_data_format(data_format.DATA_FORMAT)
-        elif (newer := data_format.refusal(stored, settings.data_dir)) is not None:
+        if (newer := data_format.refusal(stored or 0, settings.data_dir)) is not None:
             raise StartError(newer)
+        if data_format.upgrade_needed(stored):  # new, from before the number, or older
+            store.write_data_format(data_format.DATA_FORMAT)
     except Exception as e:
         with contextlib.suppress(Exception):
             store.close()

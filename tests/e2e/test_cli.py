@@ -321,7 +321,7 @@ def test_a_data_directory_of_a_newer_keybus_is_refused_in_one_line(tmp_path: Pat
                    env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, timeout=60)
     line = one_line(keybus(None, "broker", "--port", "0", "--data-dir", str(tmp_path)), 1)
     assert line == (f"keybus broker: error: data directory {tmp_path} was written by a newer "
-                    "Keybus (data format 99); this broker reads data format 1 and older: run a "
+                    "Keybus (data format 99); this broker reads data format 2 and older: run a "
                     "broker of the version that wrote it, or newer")
 
 

@@ -55,6 +55,24 @@ def test_a_directory_from_before_the_number_is_this_format(tmp_path: Path) -> No
         store.close()
 
 
+def test_a_directory_of_the_first_format_is_brought_to_this_one(tmp_path: Path) -> None:
+    """Format 2 stores each topic's incarnation in its JSON, which a broker of
+    format 1 cannot load: once a broker of this format opened a directory, an
+    older one must refuse it in one line rather than stop with a traceback."""
+    assert DATA_FORMAT == 2
+    store = open_store(Settings(data_dir=str(tmp_path), fsync=False))
+    store.write_data_format(1)
+    store.close()
+    del store
+    gc.collect()
+    store = open_store(Settings(data_dir=str(tmp_path), fsync=False))
+    try:
+        assert store.data_format() == 2
+    finally:
+        store.close()
+    assert refusal(2, "/d") is None and refusal(2, "/d") == refusal(1, "/d")
+
+
 def test_a_newer_directory_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     def written_by_a_newer_broker() -> None:
         store = open_store(Settings(data_dir=str(tmp_path), fsync=False))
