@@ -32,8 +32,11 @@ def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None
 async def produce_typed(conn: Connection, topic: str, partition: int | None,
                         as_json: bool, event_bytes_max: int) -> None:
     """Send each typed line; returns at end of input."""
+    # --timeout bounds each line's whole delivery, retries included, as for piped input
+    # (keybus/cli/produce.py): a line never waits the SDK's 120 s default silently.
     async with await Producer.create(conn.broker, topic,
-                                      request_timeout_ms=conn.request_timeout_ms) as producer:
+                                      request_timeout_ms=conn.request_timeout_ms,
+                                      delivery_timeout_ms=conn.request_timeout_ms) as producer:
         note('one event per line, e.g. {"key": 42, "value": "hello"}; Ctrl-D ends')
         lines: asyncio.Queue[str | None] = asyncio.Queue(LINES_QUEUED_MAX)
         threading.Thread(target=_read_lines, args=(asyncio.get_running_loop(), lines),
