@@ -168,6 +168,9 @@ def bootstrap(topic: str, partitions: tuple[int, ...], sources: tuple[str, ...],
     events written while it was read; then, unless --no-follow, new events
     as they come (with --timeout, until none came for that long).
     """
+    # a bootstrap reads from one broker (the SDK's bootstrap Reader takes one address):
+    # a list is bad usage (exit 2), said before any connection
+    conn = Connection(conn.one_broker, conn.timeout_s)
     options = {"sources": list(sources) or None, "follow": follow,
                "include_tombstones": tombstones, "key_filter": key_filter,
                "hash_ranges": ranges}

@@ -186,10 +186,11 @@ def register(cli: click.Group) -> None:
             raise click.UsageError(f"--sources {sources!r} names a source twice; give "
                                    "distinct names like a,b")
         start: Start = {"scn": from_scn} if from_scn is not None else "earliest"
+        broker = conn.one_broker  # a Databus client talks to one: a list is bad usage (exit 2)
 
         async def noted_tail() -> None:
             if from_scn is not None:  # events from it that retention removed: say so first
                 await note_gone(conn, topic, from_scn)
-            await tail(conn.broker, topic, names, key_filter, start, windows_max, as_json,
+            await tail(broker, topic, names, key_filter, start, windows_max, as_json,
                        conn.timeout_s)
         run(noted_tail())

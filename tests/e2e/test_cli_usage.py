@@ -46,7 +46,9 @@ def test_a_broker_address_that_does_not_parse_is_usage(args: tuple[str, ...], te
 
 
 @pytest.mark.parametrize("args", [("topics", "list"), ("subscriptions", "list", "t"),
-                                  ("acl", "list")], ids=lambda a: " ".join(a))
+                                  ("acl", "list"), ("bootstrap", "t", "--no-follow"),
+                                  ("bootstrap", "t", "--partition", "0", "--no-follow"),
+                                  ("databus", "tail", "t")], ids=lambda a: " ".join(a))
 def test_several_brokers_for_a_command_that_talks_to_one_is_usage(args: tuple[str, ...]) -> None:
     # produce, read, consume and the topic commands follow a topic's leader; these do not.
     brokers = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
