@@ -184,8 +184,8 @@ def partitions_table(topic: pb.TopicInfo, width: int, wide: bool = False) -> Ren
     rows = [(str(p.partition), str(p.start_offset), str(p.end_offset),
              f"{p.end_offset - p.start_offset:,}", str(p.last_scn), f"{p.bytes:,}")
             for p in topic.partitions]
-    title = f"topic {topic.topic} (retention: {retention_text(topic.config)}" \
-            f"{view_text(topic.config)})"
+    title = f"topic {topic.topic} ({incarnation_text(topic)}retention: " \
+            f"{retention_text(topic.config)}{view_text(topic.config)})"
     table = fit_table(title, ("partition", "start offset", "end offset", "events", "last scn",
                               "bytes"), rows, width, wide)
     if topic.config.view != pb.VIEW_ON:
@@ -197,6 +197,12 @@ def partitions_table(topic: pb.TopicInfo, width: int, wide: bool = False) -> Ren
                      ("partition", "view scn", "view lag", "view keys", "deleted",
                       "view bytes"), view_rows, width, wide)
     return Group(table, Text(""), view)
+
+
+def incarnation_text(topic: pb.TopicInfo) -> str:
+    """Which topic of this name it is (new when it is deleted and created again;
+    Kafka's topic ID), for a table title ("" from a broker that does not say)."""
+    return f"incarnation {topic.incarnation}; " if topic.incarnation else ""
 
 
 def view_text(config: pb.TopicConfig) -> str:
@@ -214,6 +220,7 @@ def topic_dict(topic: pb.TopicInfo) -> dict[str, object]:
         "retention_ms": topic.config.retention_ms,
         "retention_bytes": topic.config.retention_bytes,
         "created_ms": topic.created_ms,
+        "incarnation": topic.incarnation,
         "partition_info": [
             {"partition": p.partition, "start_offset": p.start_offset, "end_offset": p.end_offset,
              "last_scn": p.last_scn, "bytes": p.bytes, **view_dict(topic.config, p)}

@@ -83,7 +83,10 @@ def test_topics_produce_read_round_trip(shared_broker: BrokerProcess) -> None:
     assert old_spelling == tail
     described = json.loads(ok(keybus(shared_broker, "topics", "describe", "cli-trip", "--json")))
     assert described["partition_info"][1]["end_offset"] == 6
-    assert "cli-trip" in ok(keybus(shared_broker, "topics", "describe", "cli-trip"))
+    # which topic of this name it is (new at every create), as the broker says
+    assert len(described["incarnation"]) == 16
+    text = ok(keybus(shared_broker, "topics", "describe", "cli-trip"))
+    assert "cli-trip" in text and f"incarnation {described['incarnation']}" in text
 
 
 def test_window_and_filters_from_cli(shared_broker: BrokerProcess) -> None:
