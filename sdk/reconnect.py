@@ -6,9 +6,12 @@ within seconds, and one that loses it says so while it retries.
 Rules (pure: no I/O, time is an argument):
 
 1. Before the first connection, a call that never reached a broker (refused,
-   unknown host) is retried for `connect_timeout_ms`, then fails with
-   `cannot reach broker at HOST:PORT: <reason> — is it running?`. A wrong
-   address is an answer the caller needs now, not after minutes.
+   unknown host) is retried for `connect_timeout_ms`, counted from the first
+   failure: the last wait is cut to end at that deadline and one more attempt
+   is made then (a broker back at 4.5 s of 5 is reached); if it fails too, the
+   call fails with `cannot reach broker at HOST:PORT: <reason> — is it
+   running?`. A wrong address is an answer the caller needs now, not after
+   minutes; a broker restarting with its clients is one they wait for.
 2. Once the broker was reached, losing it is reported once (the shell calls
    `on_connection_change(False, message)`), retried with capped doubling
    backoff for `retry_timeout_ms` (0 = until it is back), and its return is
@@ -192,9 +195,12 @@ class Link:
             if self._first_failure_ms is None:
                 self._first_failure_ms = now_ms
             limit = self.policy.connect_timeout_ms
-            if limit and now_ms - self._first_failure_ms + delay_ms > limit:
+            if not limit:
+                return delay_ms, None
+            left_ms = self._first_failure_ms + limit - now_ms
+            if left_ms <= 0:  # the attempt at the deadline failed too
                 raise errors.unreachable(self.broker, reason)
-            return delay_ms, None
+            return min(delay_ms, left_ms), None  # the last wait ends at the deadline
         self.ever_connected = True
         if self.lost_since_ms is None:
             self.lost_since_ms = now_ms

@@ -256,3 +256,59 @@ def test_a_broker_that_never_answers_is_reported_within_seconds() -> None:
     (_, notice), = [c for c in consumer.calls if isinstance(c, tuple)]
     assert isinstance(notice, errors.Unavailable) and "unreachable" in str(notice)
     assert stop_s < 3, f"stop() took {stop_s:.1f} s"
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65_536):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+async def forward_later(port: int, to: str, after_s: float) -> asyncio.Server:
+    """A listener on 127.0.0.1:`port`, opened `after_s` from now, that forwards every
+    connection to the broker at `to`: that broker as seen by a client whose port was
+    closed until then (a restart, timed to the millisecond a process start is not)."""
+    await asyncio.sleep(after_s)
+    host, to_port = to.rsplit(":", 1)
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, int(to_port))
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    return await asyncio.start_server(forward, "127.0.0.1", port)
+
+
+def test_a_broker_back_after_3_1_s_of_the_5_s_connect_timeout_is_waited_for(
+        shared_broker: BrokerProcess) -> None:
+    """connect_timeout_ms (5 s by default) reads as "keep trying for this long": the
+    last attempt is at 5 s, so a broker back at 3.6 s is used (the attempts went at 0,
+    0.1, 0.3, 0.7, 1.5 and 3.1 s; the rule gave up there, the next wait being 2 s).
+    gRPC's own reconnect backoff is capped at 1 s (+20 % jitter), so its channel is
+    connected well before the attempt at 5 s."""
+
+    async def go() -> Collect:
+        async with Admin(shared_broker.address) as admin:
+            await admin.create_topic("back-in-time", partitions=1)
+        await produce_keys(shared_broker.address, "back-in-time", [7, 8])
+        port = closed_port()
+        consumer = Collect()
+        client = DatabusClient(f"127.0.0.1:{port}")  # the default connect_timeout_ms
+        client.register(consumer, topic="back-in-time")
+        opening = asyncio.create_task(forward_later(port, shared_broker.address, 3.6))
+        async with client:
+            server = await opening
+            try:
+                await until(lambda: len(consumer.keys) >= 2 or "stop" in consumer.calls,
+                            timeout_s=30)
+            finally:
+                server.close()
+        return consumer
+
+    consumer = asyncio.run(go())
+    assert consumer.calls == ["start", "stop"], consumer.calls  # no error: it waited
+    assert consumer.keys == [7, 8]

@@ -31,7 +31,33 @@ def test_never_reached_fails_after_connect_timeout_with_the_one_sentence() -> No
             now += delay
     assert str(caught.value) == ("cannot reach broker at 127.0.0.1:1: connection refused — "
                                  "is it running? (keybus broker)")
-    assert delays == [100, 200, 400] and now <= 1_000  # gives up before passing the limit
+    # the last wait is cut to end at the deadline, and the attempt then fails it
+    assert delays == [100, 200, 400, 300] and now == 1_000
+
+
+def test_with_the_defaults_the_last_attempt_is_at_5_s_not_3_1_s() -> None:
+    """connect_timeout_ms reads as "keep trying for this long": a broker back at 4.5 s
+    is reached by the attempt at 5 s, and one still away fails the call then."""
+    link = Link("127.0.0.1:1", RetryPolicy())
+    now, attempts = 0, [0]
+    with pytest.raises(errors.Unavailable, match=r"cannot reach broker at 127\.0\.0\.1:1"):
+        while now < 60_000:
+            now += link.process_failure("connection refused", True, now)[0]
+            attempts.append(now)
+    assert attempts == [0, 100, 300, 700, 1_500, 3_100, 5_000]
+    late = Link("b:1", RetryPolicy())
+    for now in attempts[:-1]:  # the broker comes up between the last two attempts
+        late.process_failure("connection refused", True, now)
+    assert late.process_connected(5_000) is None and late.ever_connected
+
+
+def test_an_attempt_that_ends_past_the_deadline_fails_at_once() -> None:
+    """The attempt at the deadline took long to fail (a slow refusal): no wait after it."""
+    link = Link("b:1", RetryPolicy(connect_timeout_ms=1_000, backoff_first_ms=600))
+    assert link.process_failure("connection refused", True, 0) == (600, None)
+    assert link.process_failure("connection refused", True, 600) == (400, None)
+    with pytest.raises(errors.Unavailable):
+        link.process_failure("connection refused", True, 1_250)
 
 
 def test_connect_timeout_zero_retries_forever() -> None:
