@@ -50,9 +50,10 @@ _PERMANENT_STREAM_CODES = {
 
 
 def _describe(failure: BaseException) -> str:
+    """A failure with its kind, for the debug log and a bug's one line: never a repr."""
     if isinstance(failure, grpc.RpcError):
         return f"{failure.code().name}: {failure.details()}"
-    return repr(failure)
+    return f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
 
 
 def _reason(failure: BaseException) -> str:
@@ -282,11 +283,10 @@ class Sender:
             self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
             return True
         if failure is not None and not isinstance(failure, _EXPECTED_STREAM_FAILURES):
-            _log.error("produce stream for topic %r broke: %r", self.topic, failure)
-        elif failure is not None:  # each retry of a lost broker ends so: said once (_lost)
-            _log.log(logging.DEBUG if self._lost_since_ms is not None else logging.INFO,
-                     "produce stream for topic %r broke (%s); reconnecting", self.topic,
-                     _describe(failure))
+            _log.error("produce stream for topic %r broke: %s", self.topic, _describe(failure))
+        elif failure is not None:  # said to the user by _lost below, in its words: debug only
+            _log.debug("produce stream for topic %r broke (%s); reconnecting", self.topic,
+                       _describe(failure))
         refusal = self.queue.refusal
         if failure is None and refusal:  # the stream was ended here, after the broker's refusal
             self._lost(refusal, refused=True)

@@ -2,7 +2,8 @@
 
 The SDK producer tells an outage through its logger (`keybus.producer`): a
 WARNING when it loses the broker (or the leader refuses produce), INFO when the
-broker answers again, and INFO for the first failed attempt. A command has no
+broker answers again, and INFO for a first "no leader found yet"
+(several brokers). A command has no
 logging set up, so Python's last-resort handler printed the WARNING alone, bare,
 and the return never: a produce that lost its leader to a failover said it lost
 the broker and never that it was back. Here both are lines like every other

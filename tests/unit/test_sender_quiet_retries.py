@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any, cast
 
+import grpc
 import pytest
 
 from sdk import errors
@@ -38,3 +39,53 @@ def test_no_leader_found_is_said_once_per_outage(caplog: pytest.LogCaptureFixtur
     assert levels == [(logging.INFO, "topic 't': no leader found yet"),
                       (logging.WARNING, "producer of topic 't' lost the"),
                       *[(logging.DEBUG, "topic 't': no leader found yet")] * 5]
+
+
+class _Call:
+    """A Produce stream that stays open and silent (the broker froze under it)."""
+
+    async def read(self) -> Any:
+        await asyncio.Event().wait()
+
+    async def write(self, request: Any) -> None:
+        raise AssertionError("nothing is queued: nothing is written")
+
+    def cancel(self) -> None:
+        pass
+
+
+class _DeadlineExceeded(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self) -> str:
+        return "Deadline Exceeded"
+
+
+class _Stub:
+    """The stream opens; the InitProducer it needs first gets no answer in time."""
+
+    def Produce(self) -> _Call:  # gRPC's method names
+        return _Call()
+
+    async def InitProducer(self, request: Any, timeout: float) -> Any:
+        raise _DeadlineExceeded()
+
+
+def test_a_broken_stream_is_said_once_in_words_never_as_a_repr(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`keybus produce` prints INFO and above: it showed `produce stream for topic 't'
+    broke (KeybusError('Deadline Exceeded')); reconnecting` above the WARNING that
+    says the same in words."""
+    caplog.set_level(logging.DEBUG, logger="keybus.producer")
+
+    async def go() -> None:
+        sender = Sender(cast(Any, _Stub()), "t", 1)
+        sender.queue.needs_reinit = True  # as after a stream the broker ended mid-batch
+        assert await sender._run_stream() is False  # a backoff is due: the broker is lost
+
+    asyncio.run(go())
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == ["producer of topic 't' lost the broker (Deadline Exceeded); retrying; "
+                    "events not answered within delivery_timeout_ms=120000 fail"]
+    assert not any("Error(" in r.getMessage() for r in caplog.records)  # not even at DEBUG
