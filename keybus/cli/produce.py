@@ -4,8 +4,9 @@ Input read whole (a file or a pipe) is checked line by line before anything is
 sent (produce_lines.py): a bad line is named, nothing is stored (exit 2) and
 the fixed input can be sent again without storing anything twice. What only
 the broker can refuse after that (a smaller limit of its own, permissions, a
-broker that goes away) is said in one line naming the lines that were stored
-and those that were not (exit 1). Typed in a terminal, each line is sent as
+broker that goes away) is said in one line naming the lines that were stored,
+those that were not and those not answered in time, which may or may not be
+(exit 1). Typed in a terminal, each line is sent as
 it is entered (produce_typed.py).
 """
 
@@ -33,6 +34,7 @@ from keybus.cli.produce_lines import (
     checked_event,
     events_from_lines,
     failure_summary,
+    unanswered,
 )
 from keybus.cli.producer_outage import producer_outages_said
 from keybus.cli.progress import progress
@@ -123,8 +125,9 @@ async def _send_window(producer: Producer, events: list[LineEvent], partition: i
     try:
         result = await producer.send_window(fields, partition=partition, scn=scn)
     except (KeybusError, ValueError) as e:
+        stored = "" if unanswered(e) else "; nothing was stored"  # else it says "may or may not"
         raise click.ClickException(  # exit 1: a failed call
-            f"{e}; nothing was stored (a window is stored whole or not at all)") from None
+            f"{e}{stored} (a window is stored whole or not at all)") from None
     advance(len(events))
     return [{"partition": partition, "offset": o, "scn": result.scn} for o in result.offsets]
 

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from sdk.core.pb import keybus_pb2 as pb
+from sdk.errors import DeliveryTimeout
 from sdk.event_checks import (
     as_bytes,
     check_key,
@@ -160,17 +161,36 @@ def line_ranges(numbers: Sequence[int]) -> str:
     return f"line {text}" if len(numbers) == 1 else f"lines {text}"
 
 
+def unanswered(error: Exception) -> bool:
+    """Whether a failed send may still have stored its events: the broker did not
+    answer within the delivery timeout (its message says "may or may not be stored"),
+    so "not stored" would be a claim nobody can make."""
+    return isinstance(error, DeliveryTimeout)
+
+
+def typed_failure(error: Exception) -> str:
+    """The line for a typed line whose send failed (the session goes on)."""
+    return f"error: {error}" if unanswered(error) else f"error: {error} (not stored)"
+
+
 def failure_summary(outcomes: Sequence[tuple[int, dict[str, int] | Exception]],
                     from_lines: bool = True) -> str:
     """One line for a send the broker (or the connection) refused in part: which lines
-    were not stored and the first error, then which were, so the user can send again
-    exactly the lines that are missing. (The broker's error names an event by its index
-    in the refused request, which the SDK does not map back to a line.)"""
-    failed = [n for n, o in outcomes if isinstance(o, Exception)]
-    stored = [n for n, o in outcomes if not isinstance(o, Exception)]
+    were not stored and the first error, those not answered in time (they may or may
+    not be stored), then which were stored, so the user can send again exactly the
+    lines that are missing. (The broker's error names an event by its index in the
+    refused request, which the SDK does not map back to a line.)"""
     error = next(o for _, o in outcomes if isinstance(o, Exception))
     if not from_lines:
         return str(error)
-    stored_text = (f"{line_ranges(stored)} stored (printed on stdout)" if stored
-                   else "nothing was stored")
-    return f"{line_ranges(failed)} not stored: {error}; {stored_text}"
+    refused = [(n, o) for n, o in outcomes if isinstance(o, Exception) and not unanswered(o)]
+    unknown = [(n, o) for n, o in outcomes if isinstance(o, Exception) and unanswered(o)]
+    stored = [n for n, o in outcomes if not isinstance(o, Exception)]
+    parts = [f"{line_ranges([n for n, _ in failed])} {what}: {failed[0][1]}"
+             for failed, what in ((refused, "not stored"), (unknown, "not confirmed"))
+             if failed]
+    if stored:
+        parts.append(f"{line_ranges(stored)} stored (printed on stdout)")
+    elif not unknown:
+        parts.append("nothing was stored")
+    return "; ".join(parts)

@@ -16,7 +16,7 @@ import click
 
 from keybus.cli.common import Connection, note
 from keybus.cli.produce import stored_line
-from keybus.cli.produce_lines import event_from_line
+from keybus.cli.produce_lines import event_from_line, typed_failure
 from sdk.errors import KeybusError
 from sdk.producer import Producer
 
@@ -56,7 +56,7 @@ async def produce_typed(conn: Connection, topic: str, partition: int | None,
                 stored = await (await producer.send(event.pop("key"), event.pop("value"),
                                                     partition=chosen, **event))
             except (KeybusError, ValueError) as e:
-                note(f"error: {e} (not sent)")
+                note(typed_failure(e))
                 continue
             click.echo(stored_line(topic, {"partition": stored.partition,
                                            "offset": stored.offset, "scn": stored.scn}, as_json))

@@ -24,9 +24,10 @@ from keybus.cli.produce_lines import (
     events_from_lines,
     failure_summary,
     line_ranges,
+    typed_failure,
 )
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.errors import InvalidArgument
+from sdk.errors import DeliveryTimeout, InvalidArgument
 
 LIMIT = 1 << 20
 
@@ -124,3 +125,23 @@ def test_the_failure_line_names_stored_and_missing_lines() -> None:
     assert failure_summary([(3, refused)]) == \
         "line 3 not stored: the value of event 1 is too large; nothing was stored"
     assert failure_summary([(1, refused)], from_lines=False) == "the value of event 1 is too large"
+
+
+def test_lines_not_answered_in_time_are_not_called_not_stored() -> None:
+    """A delivery timeout says the events "may or may not be stored": the line around it
+    must not say "not stored" (or "nothing was stored") of them."""
+    timeout = DeliveryTimeout("no answer from the broker within delivery_timeout_ms=4000; "
+                              "the events may or may not be stored")
+    refused = InvalidArgument("the value of event 1 is too large")
+    stored = {"partition": 0, "offset": 0, "scn": 1}
+    assert failure_summary([(1, stored), (2, timeout), (3, timeout)]) == (
+        "lines 2-3 not confirmed: no answer from the broker within delivery_timeout_ms=4000; "
+        "the events may or may not be stored; line 1 stored (printed on stdout)")
+    assert failure_summary([(1, timeout)]) == (
+        "line 1 not confirmed: no answer from the broker within delivery_timeout_ms=4000; "
+        "the events may or may not be stored")
+    assert failure_summary([(1, refused), (2, timeout)]) == (
+        "line 1 not stored: the value of event 1 is too large; line 2 not confirmed: no answer "
+        "from the broker within delivery_timeout_ms=4000; the events may or may not be stored")
+    assert typed_failure(timeout) == f"error: {timeout}"
+    assert typed_failure(refused) == "error: the value of event 1 is too large (not stored)"
