@@ -50,6 +50,7 @@ class ConnectionWatch:
         self.say = say
         self._down_since_ms: int | None = None
         self._reported = False
+        self._ever_ready = False  # never connected: the broker cannot be "lost", nor "back"
 
     def ready(self) -> bool:
         """Whether the channel is connected now."""
@@ -60,9 +61,11 @@ class ConnectionWatch:
         state = self.channel.get_state(try_to_connect=False)
         if state is grpc.ChannelConnectivity.READY:
             if self._reported and self._down_since_ms is not None:
-                self.say(True, f"the broker at {self.broker} is back after "
-                               f"{(now_ms - self._down_since_ms) / 1000:.1f} s")
-            self._down_since_ms, self._reported = None, False
+                waited_s = (now_ms - self._down_since_ms) / 1000
+                self.say(True, f"the broker at {self.broker} is back after {waited_s:.1f} s"
+                         if self._ever_ready else
+                         f"reached the broker at {self.broker} after {waited_s:.1f} s")
+            self._down_since_ms, self._reported, self._ever_ready = None, False, True
             return None
         if self._down_since_ms is None:
             self._down_since_ms = now_ms
@@ -70,6 +73,11 @@ class ConnectionWatch:
         if self._reported or down_ms < self.report_ms:
             return None
         self._reported = True
+        if not self._ever_ready:  # as the Reader words it (sdk/reconnect.py, rule 1)
+            self.say(False, f"cannot reach broker at {self.broker} (not connected after "
+                            f"{down_ms} ms); retrying")
+            return errors.Unavailable(f"cannot reach broker at {self.broker} (not connected "
+                                      f"after {down_ms} ms, channel {state.name}); still trying")
         self.say(False, f"lost the broker at {self.broker} (unreachable for {down_ms} ms); "
                         "retrying")
         return errors.Unavailable(f"broker {self.broker} unreachable for {down_ms} ms "

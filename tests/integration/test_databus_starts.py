@@ -232,10 +232,11 @@ def test_a_broker_that_comes_up_during_the_wait_is_used(
     assert consumer.calls == ["start", "stop"]
 
 
-def test_a_broker_that_never_answers_is_reported_within_seconds() -> None:
-    """A listener that accepts and says nothing: the open hangs (grpc gives up after
-    about 20 s); the consumers hear of it after unavailable_report_ms, and stop() ends
-    the wait."""
+def test_a_broker_that_never_answers_is_reported_within_seconds(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A listener that accepts and says nothing (a frozen broker): the open hangs (grpc
+    gives up after about 20 s); the consumers hear of it after unavailable_report_ms,
+    and stop() ends the wait. Never reached, it is "cannot reach", not "lost"."""
 
     async def go() -> tuple[Lifecycle, float]:
         with socket.socket() as silent:
@@ -250,11 +251,16 @@ def test_a_broker_that_never_answers_is_reported_within_seconds() -> None:
                 stopping = time.monotonic()
             return consumer, time.monotonic() - stopping
 
-    consumer, stop_s = asyncio.run(go())
+    with caplog.at_level(logging.INFO, logger="keybus.databus"):
+        consumer, stop_s = asyncio.run(go())
     assert consumer.error_at_s is not None and consumer.error_at_s < 5
     assert consumer.calls[0] == "start" and consumer.calls[-1] == "stop"
     (_, notice), = [c for c in consumer.calls if isinstance(c, tuple)]
-    assert isinstance(notice, errors.Unavailable) and "unreachable" in str(notice)
+    assert isinstance(notice, errors.Unavailable), repr(notice)
+    assert str(notice).startswith("cannot reach broker at 127.0.0.1:"), str(notice)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("cannot reach broker at 127.0.0.1:" in line for line in logged), logged
+    assert not any("lost the broker" in line for line in logged), logged
     assert stop_s < 3, f"stop() took {stop_s:.1f} s"
 
 

@@ -74,3 +74,27 @@ def test_the_application_callback_gets_the_loss_and_the_return_only(
     assert heard == [(False, "stream said False"), (True, "stream said True")]
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.DEBUG, "reg: stream said False"), (logging.DEBUG, "reg: stream said True")]
+
+
+def test_a_broker_never_reached_is_not_called_lost() -> None:
+    """A registration started against a frozen broker or a closed port never had it:
+    "cannot reach", as the Reader says (sdk/reconnect.py, rule 1), then "reached";
+    only a broker lost after that is "lost" and "back"."""
+    said: list[tuple[bool, str]] = []
+    channel = _Channel()
+    channel.state = grpc.ChannelConnectivity.CONNECTING
+    watch = ConnectionWatch(cast(Any, channel), "127.0.0.1:1", report_ms=1_000,
+                            say=lambda connected, message: said.append((connected, message)))
+    assert watch.check(0) is None
+    notice = watch.check(1_500)
+    assert isinstance(notice, errors.Unavailable)
+    assert str(notice) == ("cannot reach broker at 127.0.0.1:1 (not connected after 1500 ms, "
+                           "channel CONNECTING); still trying")
+    channel.state = grpc.ChannelConnectivity.READY
+    assert watch.check(2_000) is None
+    channel.state = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+    assert watch.check(3_000) is None and watch.check(4_000) is not None
+    assert said == [
+        (False, "cannot reach broker at 127.0.0.1:1 (not connected after 1500 ms); retrying"),
+        (True, "reached the broker at 127.0.0.1:1 after 2.0 s"),
+        (False, "lost the broker at 127.0.0.1:1 (unreachable for 1000 ms); retrying")]
