@@ -99,14 +99,12 @@ class ClientSecurity:
                 travel in plain text to a host that is not a loopback address.
         """
         token = self.bearer_token()
+        self.check_host(host, token)
         if self.uses_tls:
             key, cert = self._client_pair()
             transport = grpc.ssl_channel_credentials(
                 read_ca_file(self.ca_file) if self.ca_file else None, key, cert)
         elif token:
-            if not is_loopback(host):
-                raise ValueError(f"refusing to send a token in plain text to {host}: give a CA "
-                                 "file (TLS), or connect to a loopback address")
             transport = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
         else:
             return None
@@ -116,6 +114,20 @@ class ClientSecurity:
                 if self.token_file or self.token_provider is not None
                 else grpc.access_token_call_credentials(token))
         return grpc.composite_channel_credentials(transport, call)
+
+    def check_host(self, host: str, token: str | None = None) -> None:
+        """Whether these credentials may go to `host`: a token never travels in plain
+        text beyond a loopback address. Needs no connection, so a CLI says it as bad
+        usage before any (`token`: the bearer token, if read already).
+
+        Raises:
+            ValueError: a token, no TLS, and a host that is not a loopback address.
+        """
+        if self.uses_tls or is_loopback(host):
+            return
+        if token if token is not None else self.bearer_token():
+            raise ValueError(f"refusing to send a token in plain text to {host}: give a CA "
+                             "file (TLS), or connect to a loopback address")
 
     def _client_pair(self) -> tuple[bytes | None, bytes | None]:
         """The client key and certificate (None, None without one), checked."""

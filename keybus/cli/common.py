@@ -190,7 +190,9 @@ def security_options(command: Callable[..., T]) -> Callable[..., T]:
                 ca_file=values["tls_ca"], cert_file=values["tls_cert"],
                 key_file=values["tls_key"], server_name=values["tls_server_name"],
                 token=values["token"], token_file=values["token_file"])
-            security.bearer_token()  # a token that cannot travel: say so now, as for the CA
+            token = security.bearer_token()  # a token that cannot travel: say so now
+            for address in split_brokers(kwargs["broker"]) if "broker" in kwargs else ():
+                security.check_host(parse_broker(address)[0], token)  # bad usage, as the CA
         except ValueError as e:
             raise click.UsageError(str(e)) from None
         use(None if security == ClientSecurity() else security)

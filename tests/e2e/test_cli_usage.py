@@ -56,6 +56,19 @@ def test_several_brokers_for_a_command_that_talks_to_one_is_usage(args: tuple[st
         one_line(keybus(None, *args, "--broker", brokers), 2)
 
 
+# 192.0.2.1 is TEST-NET-1 (RFC 5737): never connected to, the refusal comes first.
+@pytest.mark.parametrize("args", [
+    ("topics", "list", "--broker", "192.0.2.1:6650", "--token", "t0k"),
+    ("produce", "t", "--key", "1", "--value", "x", "--broker", "192.0.2.1:6650", "--token", "t0k"),
+    ("read", "t", "--broker", "127.0.0.1:1,192.0.2.1:6650", "--token", "t0k"),
+], ids=["topics list", "produce", "read several brokers"])
+def test_a_token_for_a_plain_text_remote_address_is_usage(args: tuple[str, ...]) -> None:
+    """A value the command cannot use, said before any connection: exit 2, not 1."""
+    line = one_line(keybus(None, *args), 2)
+    assert "refusing to send a token in plain text to 192.0.2.1: give a CA file (TLS), or " \
+           "connect to a loopback address" in line, line
+
+
 def test_a_bad_keybus_broker_variable_says_where_it_came_from(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEYBUS_BROKER", "127.0.0.1:0")
