@@ -671,6 +671,7 @@ class ReadRequest(_message.Message):
     FOLLOW_FIELD_NUMBER: _builtins.int
     STOP_OFFSET_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     events_max: _builtins.int
@@ -687,6 +688,14 @@ class ReadRequest(_message.Message):
     log end, past the high watermark readers are held to; its responses
     carry the high watermark and come also when only that moved. Needs the
     admin permission on the topic besides consume.
+    """
+    incarnation: _builtins.str
+    """The topic's incarnation (TopicInfo.incarnation) this read is of: a reader
+    that reopens its read after a lost connection sends the one its first
+    response named, so a topic deleted and created again meanwhile is refused
+    (FAILED_PRECONDITION, `read_other_incarnation`; Kafka's UNKNOWN_TOPIC_ID)
+    rather than read from an offset of the old one. "" = not checked (older
+    clients, and a first open that does not know it).
     """
     @_builtins.property
     def start(self) -> Global___StartPosition: ...
@@ -709,10 +718,11 @@ class ReadRequest(_message.Message):
         follow: _builtins.bool = ...,
         stop_offset: _builtins.int = ...,
         replica: _builtins.bool = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "partition", b"partition", "replica", b"replica", "start", b"start", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "incarnation", b"incarnation", "partition", b"partition", "replica", b"replica", "start", b"start", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -728,6 +738,7 @@ class ReadResponse(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     PASSED_SCN_FIELD_NUMBER: _builtins.int
     PASSED_OFFSET_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """Next offset to read from (resume point)."""
     end_offset: _builtins.int
@@ -751,6 +762,14 @@ class ReadResponse(_message.Message):
     from next_offset, as after the response a follow read sends at the tail.
     """
     passed_offset: _builtins.int
+    incarnation: _builtins.str
+    """The first response of a log read only (not a replica read): the topic's
+    incarnation (TopicInfo.incarnation), for the reader to send back as
+    ReadRequest.incarnation when it reopens the read. "" in every other
+    response, and for a topic whose incarnation this broker made up when it
+    loaded a topic stored by an older broker (a relay follower replaces that
+    one with its upstream's without the log changing).
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """Records in offset order, holding only events at or after the start and
@@ -766,10 +785,11 @@ class ReadResponse(_message.Message):
         high_watermark: _builtins.int = ...,
         passed_scn: _builtins.int = ...,
         passed_offset: _builtins.int = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "high_watermark", b"high_watermark", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "high_watermark", b"high_watermark", "incarnation", b"incarnation", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
