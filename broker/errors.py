@@ -110,6 +110,12 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "latest, scn:N"),
         ErrorKind("start_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "start is not set; allowed: earliest, latest, offset or scn"),
+        ErrorKind("read_other_incarnation", grpc.StatusCode.FAILED_PRECONDITION,
+                  "this read of {topic!r}/{partition} from {start} is of incarnation "
+                  "{expected!r} of the topic, which was deleted and created again (it is now "
+                  "incarnation {current!r}): its position names no event of this log, so "
+                  "nothing was sent; read the new topic from a start of its own (earliest, latest, "
+                  "an offset of it) with a new reader"),
         ErrorKind("read_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "{field}={value} is over the broker limit of {max}; allowed 0 (broker "
                   "default) or 1..{max}"),

@@ -34,6 +34,7 @@ from sdk.errors import (
     ScnNotIncreasing,
     SequenceError,
     TopicNotFound,
+    TopicRecreated,
     Unauthenticated,
     Unavailable,
     from_rpc_error,
@@ -67,7 +68,7 @@ __all__ = [
     "ProducerConfig", "ReadBatch", "Reader", "ReceivedBatch", "ResourceExhausted",
     "ScnNotIncreasing", "SequenceError", "SubscriptionAdmin", "SyncAdmin", "SyncConsumer",
     "SyncEventFuture", "SyncProducer", "SyncReader", "SyncTopicReader", "TopicNotFound",
-    "TopicReader", "Unauthenticated", "Unavailable", "WindowEvent", "WindowResult",
+    "TopicReader", "TopicRecreated", "Unauthenticated", "Unavailable", "WindowEvent", "WindowResult",
     "from_rpc_error", "open_channel", "parse_broker", "read_all",
 ]
 

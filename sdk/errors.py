@@ -127,6 +127,15 @@ class ScnNotIncreasing(FailedPrecondition):
     window was not stored and is not retried."""
 
 
+class TopicRecreated(FailedPrecondition):
+    """A read is of another incarnation of its topic than the broker holds: the
+    topic was deleted and created again while the reader was away (a lost
+    connection; Kafka's UNKNOWN_TOPIC_ID). The read's offsets name no event of
+    the new topic, so the reader is not reopened on it: read the new topic with
+    a new reader, from a start of its own. The message names both incarnations
+    (broker error `read_other_incarnation`)."""
+
+
 class OffsetOutOfRange(KeybusError):
     """A start offset outside the stored offsets (OUT_OF_RANGE); the message
     gives the stored range and says whether the offset is past the end or
@@ -246,6 +255,9 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
     mapped = from_code(code, details or f"broker call failed with {name}")
     metadata_fn = getattr(error, "trailing_metadata", None)
     mapped.broker_error = error_name_of(metadata_fn() if callable(metadata_fn) else None)
+    if mapped.broker_error == "read_other_incarnation":  # told by name, not by its words
+        mapped = TopicRecreated(mapped.message, code)
+        mapped.broker_error = "read_other_incarnation"
     return mapped
 
 

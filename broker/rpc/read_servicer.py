@@ -68,6 +68,11 @@ class ReadServicer:
     async def Read(self, request: pb.ReadRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         partition = self.registry.partition(request.topic, request.partition)
+        meta = partition.meta
+        if request.incarnation and request.incarnation != meta.incarnation:
+            raise BrokerError("read_other_incarnation", topic=request.topic,
+                              partition=request.partition, start=start_words(request.start),
+                              expected=request.incarnation, current=meta.incarnation)
         spec = ReadSpec(
             topic_id=partition.meta.topic_id,
             partition=partition.index,
@@ -85,6 +90,9 @@ class ReadServicer:
                                                self.settings.relay_idle_answer_ms):
                 yield response
             return
+        # The first response names the topic's incarnation, for the reader to send when
+        # it reopens the read (a made-up one may change with the log kept: not named).
+        head = b"" if meta.incarnation_backfilled else wire.incarnation_field(meta.incarnation)
         mark = len(partition.truncations)
         told_position = False
         passing = None  # an unfiltered read keeps the loop it had: no position to tell
@@ -101,30 +109,46 @@ class ReadServicer:
                     # from there after a reconnect (a re-resolved "latest" would skip
                     # what was produced meanwhile) and knows it reached the broker.
                     passed = passing.take(now_ms()) if passing is not None else None
-                    yield _position(offset, partition.end_offset, passed)
+                    yield head + _position(offset, partition.end_offset, passed)
                     told_position = True
+                    head = b""
                     # Look again before waiting: the reader, told, may have produced
                     # while this stream was suspended at the yield, and that append's
                     # wake-up came before the wait (SDK Reader.open waits for this
                     # response, then its user produces).
                     continue
                 passed = await wait_at_tail(partition.wait_for_change, passing)
-                if passed is not None:
+                if passed is not None:  # after the position above, which had the head
                     yield _position(offset, partition.end_offset, passed)
                 continue
             chunk = await partition.read(spec, offset)
             offset = max(offset, chunk.next_offset)
             if chunk.records:
                 READ_EVENTS.labels(request.topic).inc(chunk.events)
-                yield wire.read_response(chunk.records, offset, partition.end_offset)
+                if head:  # the first response only: one test per response, none per record
+                    yield head + wire.read_response(chunk.records, offset, partition.end_offset)
+                    head = b""
+                else:
+                    yield wire.read_response(chunk.records, offset, partition.end_offset)
             if passing is not None:
                 passing.process_chunk(chunk.passed, chunk.scanned_events, bool(chunk.records),
                                       now_ms())
                 passed = passing.due(now_ms())
                 if passed is not None:
-                    yield _position(offset, partition.end_offset, passed)
+                    yield head + _position(offset, partition.end_offset, passed)
+                    head = b""
             if chunk.removed is not None:  # retention removed what the read reached next
                 raise partition.removed_error(*chunk.removed)
+
+
+def start_words(start: pb.StartPosition) -> str:
+    """A start position as a message says it: "offset 100", "earliest", "SCN 7"."""
+    which = start.WhichOneof("position")
+    if which == "offset":
+        return f"offset {start.offset}"
+    if which == "scn":
+        return f"SCN {start.scn}"
+    return which or "an unset start"
 
 
 def _position(next_offset: int, end_offset: int, passed: Passed | None) -> bytes:

@@ -14,6 +14,7 @@ END_OFFSET_TAG = b"\x18"  # field 3, varint
 HIGH_WATERMARK_TAG = b"\x20"  # field 4, varint
 PASSED_SCN_TAG = b"\x28"  # field 5, varint
 PASSED_OFFSET_TAG = b"\x30"  # field 6, varint
+INCARNATION_TAG = b"\x3a"  # field 7, length-delimited
 
 
 _ONE_BYTE = [bytes((value,)) for value in range(0x80)]
@@ -61,3 +62,14 @@ def passed_response(next_offset: int, end_offset: int, passed_scn: int,
     return b"".join((NEXT_OFFSET_TAG, varint(next_offset), END_OFFSET_TAG, varint(end_offset),
                      PASSED_SCN_TAG, varint(passed_scn), PASSED_OFFSET_TAG,
                      varint(passed_offset)))
+
+
+def incarnation_field(incarnation: str) -> bytes:
+    """`ReadResponse.incarnation` as wire bytes, to put before the first response
+    of a read (b"" for ""): fields of a message may come in any order and a
+    parser merges them, so the records' responses are built as before and only
+    the first one is prefixed, once per stream."""
+    if not incarnation:
+        return b""
+    data = incarnation.encode()
+    return INCARNATION_TAG + varint(len(data)) + data

@@ -1,0 +1,91 @@
+"""The pieces that let a read name the topic's incarnation it is of.
+
+Goal: `wire.incarnation_field` put before a hand-built ReadResponse parses as
+the generated class with the incarnation and every other field as built
+(fields of a message may come in any order), and adds nothing for "";
+`start_words` says a start as the refusal quotes it; the broker's refusal
+(`read_other_incarnation`, FAILED_PRECONDITION) names both incarnations and
+becomes the SDK's TopicRecreated by its name, whatever its words hold (a start
+"SCN 7" would otherwise read as ScnNotIncreasing).
+Method: hypothesis over records, offsets and incarnations; a grpc.RpcError
+stand-in carrying the broker's status and trailing metadata.
+"""
+
+from __future__ import annotations
+
+import grpc
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.errors import BrokerError
+from broker.rpc import wire
+from broker.rpc.read_servicer import start_words
+from sdk import errors
+from sdk.core.error_names import ERROR_NAME_KEY
+from sdk.core.pb import keybus_pb2 as pb
+
+
+@given(st.lists(st.binary(max_size=200), max_size=4), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1), st.text(max_size=40))
+def test_the_first_response_carries_the_incarnation(records: list[bytes], next_offset: int,
+                                                    end: int, incarnation: str) -> None:
+    built = [pb.Record(topic="t", base_offset=i, batch=pb.EventBatch(count=1, values=[v]))
+             .SerializeToString() for i, v in enumerate(records)]
+    head = wire.incarnation_field(incarnation)
+    parsed = pb.ReadResponse.FromString(head + wire.read_response(built, next_offset, end))
+    assert parsed.incarnation == incarnation
+    assert [r.SerializeToString() for r in parsed.records] == built
+    assert (parsed.next_offset, parsed.end_offset) == (next_offset, end)
+    assert (head == b"") == (incarnation == "")
+
+
+def test_a_position_and_a_passed_position_carry_it_too() -> None:
+    head = wire.incarnation_field("5f0c9a1e2b3d4c6a")
+    position = pb.ReadResponse.FromString(head + wire.read_response([], 12, 40))
+    assert (position.incarnation, position.next_offset, position.end_offset) == \
+        ("5f0c9a1e2b3d4c6a", 12, 40)
+    passed = pb.ReadResponse.FromString(head + wire.passed_response(12, 40, 7, 11))
+    assert (passed.incarnation, passed.passed_scn, passed.passed_offset) == \
+        ("5f0c9a1e2b3d4c6a", 7, 11)
+
+
+def test_start_words() -> None:
+    assert start_words(pb.StartPosition(offset=100)) == "offset 100"
+    assert start_words(pb.StartPosition(offset=0)) == "offset 0"
+    assert start_words(pb.StartPosition(scn=7)) == "SCN 7"
+    assert start_words(pb.StartPosition(earliest=True)) == "earliest"
+    assert start_words(pb.StartPosition(latest=True)) == "latest"
+    assert start_words(pb.StartPosition()) == "an unset start"
+
+
+class _Status(grpc.RpcError):
+    """A call's failure as grpc.aio reports it: code, details, trailing metadata."""
+
+    def __init__(self, error: BrokerError) -> None:
+        self.error = error
+
+    def code(self) -> grpc.StatusCode:
+        return self.error.code
+
+    def details(self) -> str:
+        return self.error.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((ERROR_NAME_KEY, self.error.kind.name),)
+
+
+def test_the_refusal_names_both_incarnations_and_is_topic_recreated() -> None:
+    refusal = BrokerError("read_other_incarnation", topic="orders", partition=3,
+                          start=start_words(pb.StartPosition(scn=7)),
+                          expected="5f0c9a1e2b3d4c6a", current="9d2e7b4a1c0f3e58")
+    assert refusal.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert refusal.message.startswith(
+        "this read of 'orders'/3 from SCN 7 is of incarnation '5f0c9a1e2b3d4c6a' of the "
+        "topic, which was deleted and created again (it is now incarnation "
+        "'9d2e7b4a1c0f3e58')"), refusal.message
+    assert "with a new reader" in refusal.message
+    mapped = errors.from_rpc_error(_Status(refusal), "127.0.0.1:6650")
+    assert type(mapped) is errors.TopicRecreated
+    assert isinstance(mapped, errors.FailedPrecondition)
+    assert mapped.broker_error == "read_other_incarnation"
+    assert mapped.code == errors.FAILED_PRECONDITION and mapped.message == refusal.message
