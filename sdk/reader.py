@@ -107,8 +107,19 @@ class Reader:
             past the high watermark readers are held to (needs the admin
             permission); `on_high_watermark` is called with the broker's high
             watermark from every response.
+        incarnation: the topic's incarnation (TopicInfo.incarnation) the read
+            is of, when the caller knows it (a checkpoint's); None (default):
+            the one the broker names in its first response. It is sent with
+            every open of the stream, so a read reopened after a lost
+            connection to a topic deleted and created again meanwhile fails
+            with TopicRecreated instead of reading the new topic from the old
+            topic's offset (docs/architecture.md, "Clients and a broker that
+            is away").
     Raises (while iterating):
         TopicNotFound, InvalidArgument, Unavailable, KeybusError.
+        TopicRecreated: the topic is another incarnation than the read's (it
+            was deleted and created again since the read began, or since the
+            incarnation given); not retried.
         OffsetOutOfRange: the start is not stored, or retention removed offsets
             the read reached while it went on (after every batch received
             before them; next_offset is the first one missing).
@@ -126,7 +137,8 @@ class Reader:
                  on_slot_wait: SlotWaitCallback | None = None,
                  channel: grpc.aio.Channel | None = None, sources: Iterable[str] | None = None,
                  include_tombstones: bool = True, allow_incomplete_view: bool = False,
-                 security: ClientSecurity | None = None, replica: bool = False) -> None:
+                 security: ClientSecurity | None = None, replica: bool = False,
+                 incarnation: str | None = None) -> None:
         if not topic:
             raise ValueError("topic is empty; give the name of an existing topic")
         if type(partition) is not int or partition < 0:
@@ -143,7 +155,11 @@ class Reader:
         self._template = pb.ReadRequest(
             topic=topic, partition=partition, hash_ranges=ranges_to_proto(hash_ranges),
             filter=filter_to_proto(key_filter), events_max=events_max, bytes_max=bytes_max,
-            follow=follow, stop_offset=stop_offset or 0, replica=replica)
+            follow=follow, stop_offset=stop_offset or 0, replica=replica,
+            incarnation=incarnation or "")
+        # The topic's incarnation the read is of: given, or named by the broker's first
+        # response (None until then, and from a broker that does not name it).
+        self.incarnation: str | None = incarnation or None
         self._channel: grpc.aio.Channel | None = channel
         link: dict[str, Any] = {"connect_timeout_ms": connect_timeout_ms, "broker": broker,
                 "on_connection_change": on_connection_change,
@@ -280,6 +296,8 @@ class Reader:
         if response is None:
             self._done = True
             return
+        if self.incarnation is None and response.incarnation:  # the first response's
+            self.incarnation = self._template.incarnation = response.incarnation
         self._records.extend(response.records)
         self._response_next = response.next_offset
         self.end_offset = response.end_offset

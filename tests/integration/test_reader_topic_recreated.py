@@ -1,0 +1,136 @@
+"""A reader that lost its broker does not read a topic made again meanwhile.
+
+Goal: a following SDK Reader whose broker went away, while the topic was
+deleted and created again under the same name, fails when it reconnects with
+TopicRecreated (FAILED_PRECONDITION, `read_other_incarnation`, naming both
+incarnations), at once and without retrying, instead of reading the new
+topic from the offset it had reached in the old one (which skipped the new
+topic's events below that offset and mixed two topics in one stream, silently).
+A reader that lost its broker and finds the same topic resumes as before,
+from its offset, and keeps the incarnation it learned from its first answer.
+
+Method: a real broker process (RocksDB) on a temp dir. The reader reads three
+events of the topic; the broker is killed with SIGKILL; a second broker
+process is started on the same data directory on another port (the reader
+cannot reach it), where a second client deletes the topic, creates it again and
+produces five events (offsets 0..4, so the old reader's offset 3 is inside the
+new log); that broker stops, and the first is started again on its port. The
+same-topic case produces two more events to the topic there instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sdk import Admin, Producer, Reader, TopicRecreated
+from tests.support.broker_process import BrokerProcess
+
+TOPIC = "again"
+WITHIN_S = 30.0  # the reader's retry and a broker start on a loaded 2-core machine
+
+
+async def _produce(address: str, values: list[bytes]) -> None:
+    async with await Producer.create(address, TOPIC) as producer:
+        futures = [await producer.send(key, value, partition=0)
+                   for key, value in enumerate(values)]
+        await asyncio.gather(*futures)
+
+
+async def _read(reader: Reader, count: int) -> list[bytes]:
+    values: list[bytes] = []
+    while len(values) < count:
+        batch = await asyncio.wait_for(reader.__anext__(), WITHIN_S)
+        values += batch.values
+    return values
+
+
+def _meanwhile(tmp_path: Path, broker: BrokerProcess, recreate: bool) -> None:
+    """With `broker` killed: a second broker on its data directory (another port)
+    recreates the topic, or adds to it; then `broker` serves again."""
+    broker.kill()
+    other = BrokerProcess(tmp_path / "data")  # another free port: the reader cannot reach it
+
+    async def change() -> None:
+        if recreate:
+            async with Admin(other.address) as admin:
+                await admin.delete_topic(TOPIC)
+                await admin.create_topic(TOPIC, 1)
+            await _produce(other.address, [b"new-%d" % i for i in range(5)])
+        else:
+            await _produce(other.address, [b"old-3", b"old-4"])
+
+    other.start()
+    try:
+        asyncio.run(asyncio.wait_for(change(), WITHIN_S))
+    finally:
+        other.stop()
+    broker.start()
+
+
+@pytest.mark.parametrize("recreate", [True, False], ids=["recreated", "same-topic"])
+def test_reader_reconnects_only_to_the_topic_it_read(tmp_path: Path, recreate: bool) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            created = (await admin.create_topic(TOPIC, 1)).incarnation
+        await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        reader = Reader(broker.address, TOPIC, 0, follow=True, retry_backoff_ms=50,
+                        retry_backoff_max_ms=200)
+        async with reader:
+            assert await _read(reader, 3) == [b"old-0", b"old-1", b"old-2"]
+            assert reader.incarnation == created  # named by the broker's first answer
+            await asyncio.to_thread(_meanwhile, tmp_path, broker, recreate)
+            async with Admin(broker.address) as admin:
+                now = (await admin.describe_topic(TOPIC)).incarnation
+            if not recreate:
+                assert now == created
+                assert await _read(reader, 2) == [b"old-3", b"old-4"]
+                assert reader.reconnects >= 1 and reader.incarnation == created
+                return
+            assert now != created
+            with pytest.raises(TopicRecreated) as raised:
+                got = await _read(reader, 1)
+                pytest.fail(f"the reader read the new topic from offset 3: {got}")
+            error = raised.value
+            assert error.broker_error == "read_other_incarnation"
+            assert repr(created) in error.message and repr(now) in error.message, error.message
+            assert f"this read of {TOPIC!r}/0 from offset 3" in error.message, error.message
+            assert "deleted and created again" in error.message
+        # The new topic is read with a new reader, from a start of its own.
+        async with Reader(broker.address, TOPIC, 0, stop_offset=5) as fresh:
+            assert [v async for batch in fresh for v in batch.values] == \
+                [b"new-%d" % i for i in range(5)]
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 4 * WITHIN_S))
+    finally:
+        broker.stop()
+
+
+def test_an_incarnation_given_is_checked_at_the_first_open(broker: BrokerProcess) -> None:
+    """A caller that keeps the incarnation with its offsets (a checkpoint) gives it:
+    another one is refused at once, not retried; the topic's own is read; a reader
+    that gives none, as an older client, is served as before."""
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            created = (await admin.create_topic(TOPIC, 1)).incarnation
+        await _produce(broker.address, [b"a", b"b"])
+        stale = Reader(broker.address, TOPIC, 0, start=1, follow=True,
+                       incarnation="0123456789abcdef")
+        with pytest.raises(TopicRecreated, match="from offset 1 is of incarnation "
+                           f"'0123456789abcdef' of the topic.*now incarnation {created!r}"):
+            await asyncio.wait_for(stale.open(first_answer=True), WITHIN_S)
+        assert stale.reconnects == 0
+        await stale.close()
+        async with Reader(broker.address, TOPIC, 0, start=1, stop_offset=2,
+                          incarnation=created) as given:
+            assert [v async for batch in given for v in batch.values] == [b"b"]
+        async with Reader(broker.address, TOPIC, 0, stop_offset=2) as plain:
+            assert [v async for batch in plain for v in batch.values] == [b"a", b"b"]
+
+    asyncio.run(asyncio.wait_for(go(), 2 * WITHIN_S))
