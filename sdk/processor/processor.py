@@ -487,7 +487,7 @@ class EventProcessor:
     def _open_reader(self, partition: int, start: Start) -> Reader:
         return Reader(self.broker, self.topic, partition, start=start, follow=True,
                       events_max=self._events_max, channel=self._channel,
-                      on_connection_change=self._stream_changed)
+                      on_connection_change=self._stream_changed, incarnation=self._incarnation or None)
 
     async def _release(self) -> None:
         """Give back what this processor held (release.py)."""
