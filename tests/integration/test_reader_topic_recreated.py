@@ -15,7 +15,9 @@ process is started on the same data directory on another port (the reader
 cannot reach it), where a second client deletes the topic, creates it again and
 produces five events (offsets 0..4, so the old reader's offset 3 is inside the
 new log); that broker stops, and the first is started again on its port. The
-same-topic case produces two more events to the topic there instead.
+same-topic case produces two more events to the topic there instead. The
+event processor's reader is put through the same, with a balancing interval
+longer than the test so that its next cycle cannot notice first.
 """
 
 from __future__ import annotations
@@ -134,3 +136,48 @@ def test_an_incarnation_given_is_checked_at_the_first_open(broker: BrokerProcess
             assert [v async for batch in plain for v in batch.values] == [b"a", b"b"]
 
     asyncio.run(asyncio.wait_for(go(), 2 * WITHIN_S))
+
+
+def test_an_event_processor_reads_no_event_of_the_new_topic_on_the_old_claim(
+        tmp_path: Path) -> None:
+    """The processor's reader sends the topic's incarnation (its cycle's, given at
+    open, and the one the broker's first answer names): its reconnect across the
+    delete and create is refused (to on_error, the partition closes), where it
+    handed the new topic's offsets 3 and 4 to on_event under the old claim until
+    the next cycle (30 s here, past the test's waits)."""
+    from sdk.processor import EventProcessor, PartitionContext
+    from sdk.reader import ReadBatch
+    from tests.support.processors import wait_for
+
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    seen: list[tuple[str, bytes]] = []  # (the claim's incarnation, value)
+    failures: list[BaseException] = []
+
+    async def on_event(context: PartitionContext, batch: ReadBatch) -> None:
+        seen.extend((context.incarnation, value) for value in batch.values)
+
+    def on_error(context: PartitionContext | None, error: BaseException) -> None:
+        failures.append(error)
+
+    async def go() -> None:
+        async with Admin(broker.address) as admin:
+            created = (await admin.create_topic(TOPIC, 1)).incarnation
+        await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        async with EventProcessor(broker.address, TOPIC, "g", on_event=on_event,
+                                  on_error=on_error, load_balancing_interval_ms=30_000,
+                                  ownership_expiration_ms=120_000):
+            await wait_for(lambda: len(seen) == 3, WITHIN_S, "the old topic's 3 events")
+            await asyncio.to_thread(_meanwhile, tmp_path, broker, True)
+            await wait_for(lambda: any(isinstance(e, TopicRecreated) for e in failures)
+                           or any(v.startswith(b"new") for _, v in seen), WITHIN_S,
+                           "the reader's refusal, or an event of the new topic")
+        assert seen[:3] == [(created, b"old-%d" % i) for i in range(3)]
+        assert not [v for incarnation, v in seen if incarnation == created
+                    and v.startswith(b"new")], seen
+        assert any(isinstance(e, TopicRecreated) for e in failures), failures
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 4 * WITHIN_S))
+    finally:
+        broker.stop()
