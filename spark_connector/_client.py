@@ -49,13 +49,17 @@ class Failure:
     (offset_past_end: the log now ends below the offset, so its offsets went
     back: the topic was deleted and created again), TRUNCATED (log_truncated:
     a cluster broker cut events that were never acknowledged). TOPIC_GONE: the
-    topic does not exist (deleted). OTHER: anything else.
+    topic does not exist (deleted). RECREATED: a read that lost its broker and
+    reopened found the topic deleted and created again (TopicRecreated,
+    `read_other_incarnation`), so its offsets name other events. OTHER:
+    anything else.
     """
 
     RETENTION = "retention"
     PAST_END = "past end"
     TRUNCATED = "truncated"
     TOPIC_GONE = "topic gone"
+    RECREATED = "recreated"
     OTHER = "other"
 
 
@@ -74,6 +78,8 @@ def failure_of(error: errors.KeybusError) -> str:
     """The Failure value of an SDK error."""
     if isinstance(error, errors.TopicNotFound):
         return Failure.TOPIC_GONE
+    if isinstance(error, errors.TopicRecreated):
+        return Failure.RECREATED
     if isinstance(error, errors.OffsetOutOfRange):
         if error.broker_error:
             return _OUT_OF_RANGE_NAMES.get(error.broker_error, Failure.OTHER)

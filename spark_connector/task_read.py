@@ -14,6 +14,8 @@ tells them apart in its task:
   these offsets named.
 * the topic was deleted: data loss; false skips the rest of the split with a
   warning (the next batch's planning drops the topic until it comes back).
+* the task's read lost the broker and, reopened, found the topic deleted and
+  created again (TopicRecreated): data loss, as offsets that went back.
 Anything else fails the task as it is. Records received before a failure go
 to Spark first (they did arrive).
 """
@@ -121,6 +123,10 @@ def _skip_lost(error: _client.BrokerCallError, where: str, fail_on_data_loss: bo
     if error.failure in (Failure.PAST_END, Failure.TRUNCATED):
         what = (f"{where} are gone: the partition's offsets went back since the batch was "
                 "planned (the topic was deleted and created again, or its log was truncated), "
+                "so they now name other events or none")
+    elif error.failure == Failure.RECREATED:
+        what = (f"{where} are gone: the topic was deleted and created again while this "
+                "task read it (its read lost the broker and came back to the new topic), "
                 "so they now name other events or none")
     elif error.failure == Failure.TOPIC_GONE:
         what = f"{where} are gone: the topic was deleted while the query ran"

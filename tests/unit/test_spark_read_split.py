@@ -10,7 +10,8 @@ stored offset. An OUT_OF_RANGE that is not retention (the split's start is
 past the log's end: the topic was deleted and created again since planning)
 and a topic deleted under the read are data loss of their own kind: true
 fails naming it, false skips the rest of the split with a warning; neither
-reads the new log from its start. Any other failure is raised as it is,
+reads the new log from its start; nor does a read that reconnected to the
+topic made again (TopicRecreated). Any other failure is raised as it is,
 after what arrived.
 Method: `read_split` with the connector's broker read replaced by a fake that
 yields records of 10 events (a filtered one among them) and then raises the
@@ -157,3 +158,31 @@ def test_a_topic_deleted_under_the_read_is_data_loss(
         offsets, raised, fake = _read(monkeypatch, False, error)
     assert raised is None and fake.starts == [0] and offsets == RECEIVED
     assert "topic was deleted" in caplog.text
+
+
+RECREATED = ("this read of 't'/0 from offset 26 is of incarnation '5f0c9a1e2b3d4c6a' of the "
+             "topic, which was deleted and created again (it is now incarnation "
+             "'9d2e7b4a1c0f3e58'): its position names no event of this log, so nothing was "
+             "sent; read the new topic from a start of its own (earliest, latest, an offset "
+             "of it) with a new reader")
+
+
+def test_a_topic_made_again_under_a_reconnected_read_is_data_loss(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The task's Reader lost its broker and came back to a topic made again: the
+    # broker refuses the reopened read (TopicRecreated), which failed the task as
+    # an unknown error; Spark's retry of the task could then read the new topic's events
+    # under the planned offsets.
+    refusal = errors.TopicRecreated(RECREATED, errors.FAILED_PRECONDITION)
+    refusal.broker_error = "read_other_incarnation"
+    error = _client.call_failure("Read('t'/0)", "127.0.0.1:1", refusal)
+    assert error.failure == _client.Failure.RECREATED
+    offsets, raised, _ = _read(monkeypatch, True, error)
+    assert offsets == RECEIVED and isinstance(raised, DataLossError)
+    message = str(raised)
+    assert "deleted and created again while this task read it" in message, message
+    assert "failOnDataLoss=false" in message and "'9d2e7b4a1c0f3e58'" in message, message
+    with caplog.at_level(logging.WARNING, logger="keybus.spark"):
+        offsets, raised, fake = _read(monkeypatch, False, error)
+    assert raised is None and fake.starts == [0] and offsets == RECEIVED
+    assert "deleted and created again while this task read it" in caplog.text
