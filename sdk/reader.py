@@ -114,7 +114,7 @@ class Reader:
             connection to a topic deleted and created again meanwhile fails
             with TopicRecreated instead of reading the new topic from the old
             topic's offset (docs/architecture.md, "Clients and a broker that
-            is away").
+            is away"). Log reads only: a bootstrap does not send it.
     Raises (while iterating):
         TopicNotFound, InvalidArgument, Unavailable, KeybusError.
         TopicRecreated: the topic is another incarnation than the read's (it
@@ -146,6 +146,9 @@ class Reader:
         if stop_offset is not None and (type(stop_offset) is not int or stop_offset < 1):
             raise ValueError(f"stop_offset {stop_offset!r} is invalid: an exclusive end "
                              "offset >= 1, or None")
+        if incarnation is not None and type(incarnation) is not str:
+            raise ValueError(f"incarnation {incarnation!r} is invalid: the topic's incarnation "
+                             "as DescribeTopic shows it (a str), or None")
         self.broker = broker
         self._security = security
         self.topic = topic

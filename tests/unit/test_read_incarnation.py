@@ -14,6 +14,7 @@ stand-in carrying the broker's status and trailing metadata.
 from __future__ import annotations
 
 import grpc
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,3 +90,14 @@ def test_the_refusal_names_both_incarnations_and_is_topic_recreated() -> None:
     assert isinstance(mapped, errors.FailedPrecondition)
     assert mapped.broker_error == "read_other_incarnation"
     assert mapped.code == errors.FAILED_PRECONDITION and mapped.message == refusal.message
+
+
+def test_a_reader_takes_an_incarnation_as_text_only() -> None:
+    from sdk.reader import Reader
+
+    assert Reader("127.0.0.1:1", "t", 0, incarnation="5f0c9a1e2b3d4c6a").incarnation == \
+        "5f0c9a1e2b3d4c6a"
+    assert Reader("127.0.0.1:1", "t", 0).incarnation is None
+    assert Reader("127.0.0.1:1", "t", 0, incarnation="").incarnation is None
+    with pytest.raises(ValueError, match="incarnation 7 is invalid: the topic's incarnation"):
+        Reader("127.0.0.1:1", "t", 0, incarnation=7)  # type: ignore[arg-type]
