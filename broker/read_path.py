@@ -35,10 +35,13 @@ from sdk.core.pb import keybus_pb2 as pb
 # A chunk's bytes_max bounds the whole ReadResponse message (broker/rpc/wire.py), so that
 # at the default of 4 MiB it fits gRPC's default receive limit (4 MiB) of any client, not
 # only the SDK's: each record adds its tag and length, and the message's other fields
-# (next_offset, end_offset, high_watermark) a tag and a varint of at most 10 bytes each.
+# (next_offset, end_offset, high_watermark) a tag and a varint of at most 10 bytes each;
+# a read's first response also names the topic's incarnation (16 hex digits, a tag and a
+# length: rpc/read_servicer.py), counted in every chunk so the first fits as well.
 # Only a single record larger than bytes_max goes out alone past it (a read must progress).
 RECORD_FRAMING_BYTES_MAX = 6
-RESPONSE_FIELDS_BYTES_MAX = 3 * 11
+INCARNATION_FIELD_BYTES_MAX = 1 + 1 + 16
+RESPONSE_FIELDS_BYTES_MAX = 3 * 11 + INCARNATION_FIELD_BYTES_MAX
 
 # Given a batch, the indexes of the events that pass (ascending).
 EventSelector = Callable[[pb.EventBatch], list[int]]

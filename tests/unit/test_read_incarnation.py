@@ -19,8 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import BrokerError
+from broker.read_path import INCARNATION_FIELD_BYTES_MAX, RESPONSE_FIELDS_BYTES_MAX
 from broker.rpc import wire
 from broker.rpc.read_servicer import start_words
+from broker.topics import new_incarnation
 from sdk import errors
 from sdk.core.error_names import ERROR_NAME_KEY
 from sdk.core.pb import keybus_pb2 as pb
@@ -101,3 +103,16 @@ def test_a_reader_takes_an_incarnation_as_text_only() -> None:
     assert Reader("127.0.0.1:1", "t", 0, incarnation="").incarnation is None
     with pytest.raises(ValueError, match="incarnation 7 is invalid: the topic's incarnation"):
         Reader("127.0.0.1:1", "t", 0, incarnation=7)  # type: ignore[arg-type]
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_the_fields_reserve_of_a_chunk_holds_the_first_response_s_incarnation(
+        next_offset: int, end: int) -> None:
+    """A chunk's records fill bytes_max less RESPONSE_FIELDS_BYTES_MAX (read_path.py);
+    the first response adds a broker-made incarnation to the other fields, and the
+    whole still fits: a client with gRPC's default 4 MiB receive limit reads it."""
+    head = wire.incarnation_field(new_incarnation())
+    assert len(head) == INCARNATION_FIELD_BYTES_MAX
+    fields = head + wire.read_response([], next_offset, end)
+    high_watermark = 1 + 10  # a tag and the longest varint, sent beside them on a follow
+    assert len(fields) + high_watermark <= RESPONSE_FIELDS_BYTES_MAX
