@@ -30,13 +30,17 @@ from typing import Any
 import pytest
 
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.processor import CheckpointExpired, CheckpointReset, EventProcessor, PartitionContext
+from sdk.processor import CheckpointExpired, CheckpointReset
 from sdk.processor.offset_reset import CheckpointPastEnd
-from sdk.reader import ReadBatch
-from sdk.stores import FileCheckpointStore, RedisOwnershipStore
+from sdk.stores import FileCheckpointStore
 from sdk.stores.records import Checkpoint
 from tests.support.broker_process import BrokerProcess
-from tests.support.processors import EXPIRATION_MS, INTERVAL_MS, redis_server, wait_for  # noqa: F401
+from tests.support.processors import (  # noqa: F401
+    Recorder,
+    redis_server,
+    run_recorded,
+    wait_for,
+)
 from tests.support.redis_server import RedisServer
 from tests.support.wire import int_batch, produce, stub
 
@@ -58,47 +62,9 @@ def _checkpoint_past_end(address: str, topic: str, root: Path) -> FileCheckpoint
     return store
 
 
-class Recorder:
-    """What the callbacks saw."""
-
-    def __init__(self) -> None:
-        self.offsets: list[int] = []
-        self.resets: list[CheckpointReset | None] = []
-        self.errors: list[BaseException] = []
-
-    def initialize(self, context: PartitionContext) -> None:
-        self.resets.append(context.checkpoint_reset)
-
-    async def event(self, context: PartitionContext, batch: ReadBatch) -> None:
-        self.offsets += batch.offsets
-        await context.update_checkpoint(batch)
-
-    def error(self, context: PartitionContext | None, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def state(self) -> str:
-        last = repr(self.errors[-1]) if self.errors else "none"
-        return (f"offsets {self.offsets}, resets {self.resets}, {len(self.errors)} errors, "
-                f"the last: {last}")
-
-
 def _run(address: str, redis: RedisServer, topic: str, checkpoints: FileCheckpointStore,
          recorder: Recorder, until: Any, **options: Any) -> None:
-    """Run one processor until `until(recorder)` returns (it waits 30 s at most)."""
-    async def go() -> None:
-        ownership = RedisOwnershipStore(redis.url, ttl_ms=EXPIRATION_MS)
-        processor = EventProcessor(
-            address, topic, GROUP, on_event=recorder.event,
-            on_partition_initialize=recorder.initialize, on_error=recorder.error,
-            ownership_store=ownership, checkpoint_store=checkpoints,
-            load_balancing_interval_ms=INTERVAL_MS, ownership_expiration_ms=EXPIRATION_MS,
-            **options)
-        try:
-            async with processor:
-                await until(recorder)
-        finally:
-            await ownership.close()
-    asyncio.run(go())
+    run_recorded(address, redis, topic, GROUP, checkpoints, recorder, until, **options)
 
 
 def _stored(checkpoints: FileCheckpointStore, topic: str) -> int | None:

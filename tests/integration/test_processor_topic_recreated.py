@@ -41,14 +41,16 @@ from sdk.processor import (
     CheckpointExpired,
     CheckpointOtherIncarnation,
     CheckpointReset,
-    EventProcessor,
-    PartitionContext,
 )
-from sdk.reader import ReadBatch
-from sdk.stores import BrokerCheckpointStore, FileCheckpointStore, RedisOwnershipStore
+from sdk.stores import BrokerCheckpointStore, FileCheckpointStore
 from sdk.stores.records import Checkpoint
 from tests.support.broker_process import BrokerProcess
-from tests.support.processors import EXPIRATION_MS, INTERVAL_MS, redis_server, wait_for  # noqa: F401
+from tests.support.processors import (  # noqa: F401
+    Recorder,
+    redis_server,
+    run_recorded,
+    wait_for,
+)
 from tests.support.redis_server import RedisServer
 from tests.support.wire import int_batch, produce, stub
 
@@ -68,47 +70,9 @@ def _create(address: str, topic: str) -> str:
     return str(info.incarnation)
 
 
-class Recorder:
-    """What the callbacks saw."""
-
-    def __init__(self) -> None:
-        self.offsets: list[int] = []
-        self.resets: list[CheckpointReset | None] = []
-        self.errors: list[BaseException] = []
-
-    def initialize(self, context: PartitionContext) -> None:
-        self.resets.append(context.checkpoint_reset)
-
-    async def event(self, context: PartitionContext, batch: ReadBatch) -> None:
-        self.offsets += batch.offsets
-        await context.update_checkpoint(batch)
-
-    def error(self, context: PartitionContext | None, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def state(self) -> str:
-        last = repr(self.errors[-1]) if self.errors else "none"
-        return (f"offsets {self.offsets[-5:]} ({len(self.offsets)}), resets {self.resets}, "
-                f"{len(self.errors)} errors, the last: {last}")
-
-
 def _run(address: str, redis: RedisServer, topic: str, checkpoints: FileCheckpointStore,
          recorder: Recorder, until: Any, **options: Any) -> None:
-    """Run one processor until `until(recorder)` returns (its waits are bounded)."""
-    async def go() -> None:
-        ownership = RedisOwnershipStore(redis.url, ttl_ms=EXPIRATION_MS)
-        processor = EventProcessor(
-            address, topic, GROUP, on_event=recorder.event,
-            on_partition_initialize=recorder.initialize, on_error=recorder.error,
-            ownership_store=ownership, checkpoint_store=checkpoints,
-            load_balancing_interval_ms=INTERVAL_MS, ownership_expiration_ms=EXPIRATION_MS,
-            **options)
-        try:
-            async with processor:
-                await until(recorder)
-        finally:
-            await ownership.close()
-    asyncio.run(go())
+    run_recorded(address, redis, topic, GROUP, checkpoints, recorder, until, **options)
 
 
 def _stored(checkpoints: FileCheckpointStore, topic: str) -> Checkpoint | None:

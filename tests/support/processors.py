@@ -1,5 +1,6 @@
 """What the event processor tests share: the redis-server fixture, the
-ownership store of each kind, producing, and waiting on a condition.
+ownership store of each kind, producing, waiting on a condition, and one
+processor run recorded callback by callback (`Recorder`, `run_recorded`).
 
 Import the fixtures into a test module (`from tests.support.processors
 import redis_server  # noqa: F401`).
@@ -16,7 +17,14 @@ from typing import Any
 import pytest
 
 from sdk import Producer
-from sdk.stores import BrokerOwnershipStore, OwnershipStore, RedisOwnershipStore
+from sdk.processor import CheckpointReset, EventProcessor, PartitionContext
+from sdk.reader import ReadBatch
+from sdk.stores import (
+    BrokerOwnershipStore,
+    CheckpointStore,
+    OwnershipStore,
+    RedisOwnershipStore,
+)
 from tests.support.redis_server import RedisServer, redis_unavailable
 
 OWNERSHIP_KINDS = ("broker", "redis")
@@ -83,3 +91,49 @@ async def produce(broker: str, topic: str, partitions: int, per_partition: int,
 def out_path(directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f"{name}.txt"
+
+
+class Recorder:
+    """What a processor's callbacks saw: events (checkpointed as they come), the
+    checkpoint resets its partitions started with, and errors."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.resets: list[CheckpointReset | None] = []
+        self.errors: list[BaseException] = []
+
+    def initialize(self, context: PartitionContext) -> None:
+        self.resets.append(context.checkpoint_reset)
+
+    async def event(self, context: PartitionContext, batch: ReadBatch) -> None:
+        self.offsets += batch.offsets
+        await context.update_checkpoint(batch)
+
+    def error(self, context: PartitionContext | None, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def state(self) -> str:
+        last = repr(self.errors[-1]) if self.errors else "none"
+        return (f"offsets {self.offsets[-5:]} ({len(self.offsets)}), resets {self.resets}, "
+                f"{len(self.errors)} errors, the last: {last}")
+
+
+def run_recorded(address: str, redis: RedisServer, topic: str, group: str,
+                 checkpoints: CheckpointStore, recorder: Recorder,
+                 until: Callable[[Recorder], Awaitable[None]], **options: Any) -> None:
+    """Run one processor (Redis ownership, INTERVAL_MS, EXPIRATION_MS) until
+    `until(recorder)` returns; `until` bounds its own wait."""
+    async def go() -> None:
+        ownership = RedisOwnershipStore(redis.url, ttl_ms=EXPIRATION_MS)
+        processor = EventProcessor(
+            address, topic, group, on_event=recorder.event,
+            on_partition_initialize=recorder.initialize, on_error=recorder.error,
+            ownership_store=ownership, checkpoint_store=checkpoints,
+            load_balancing_interval_ms=INTERVAL_MS, ownership_expiration_ms=EXPIRATION_MS,
+            **options)
+        try:
+            async with processor:
+                await until(recorder)
+        finally:
+            await ownership.close()
+    asyncio.run(go())
