@@ -21,8 +21,10 @@ Rules (pure: no I/O, time is an argument):
 3. A broker that stops answering with its connection open (frozen, hung)
    is lost too: the channel's keepalive pings (sdk/channel.py) close the
    connection when one goes unanswered, within ~15 s, and rule 2 applies.
-4. Past `retry_timeout_ms` the client fails with Unavailable naming the
-   broker, the reason and the setting.
+4. A lost broker is retried for `retry_timeout_ms`, counted from the loss, as
+   rule 1 counts: the last wait is cut to end at that deadline and one more
+   attempt is made then; if it fails too, the client fails with Unavailable
+   naming the broker, the reason and the setting.
 5. A stream that ended because grpcio could not write a request on it
    (`ended_on_write`) may not have lost its broker at all: the broker's own
    status (say, NOT_FOUND "topic 'T' was deleted") can end the call just
@@ -202,15 +204,19 @@ class Link:
                 raise errors.unreachable(self.broker, reason)
             return min(delay_ms, left_ms), None  # the last wait ends at the deadline
         self.ever_connected = True
+        message = None
         if self.lost_since_ms is None:
             self.lost_since_ms = now_ms
-            return delay_ms, f"lost the broker at {self.broker} ({reason}); {self._plan()}"
+            message = f"lost the broker at {self.broker} ({reason}); {self._plan()}"
         limit = self.policy.retry_timeout_ms
-        if limit and now_ms - self.lost_since_ms + delay_ms > limit:
+        if not limit:
+            return delay_ms, message
+        left_ms = self.lost_since_ms + limit - now_ms
+        if left_ms <= 0 and message is None:  # the attempt at the deadline failed too
             raise errors.Unavailable(
                 f"lost the broker at {self.broker} ({reason}) and it did not come back "
                 f"within {limit / 1000:g} s (retry_timeout_ms={limit})", errors.UNAVAILABLE)
-        return delay_ms, None
+        return min(delay_ms, max(left_ms, 0)), message  # the last wait ends at the deadline
 
     def process_refusal(self, error: errors.KeybusError, now_ms: int,
                         settling: bool = False) -> tuple[int, str | None]:

@@ -2,7 +2,8 @@
 
 Goal: a broker never reached fails within connect_timeout_ms with the one
 "cannot reach broker" sentence; a lost broker is reported once, retried for
-retry_timeout_ms (0 = forever) with capped backoff, and its return reported.
+retry_timeout_ms (0 = forever) with capped backoff, the last wait cut to end at
+either deadline, and its return reported.
 Method: drive Link with a fake clock (time is an argument) and gRPC's real
 failure texts.
 """
@@ -81,14 +82,42 @@ def test_lost_broker_is_reported_once_then_back() -> None:
 def test_retry_timeout_gives_up_naming_the_setting() -> None:
     link = Link("b:6650", RetryPolicy(retry_timeout_ms=2_000, backoff_max_ms=500))
     link.process_connected(0)
-    _, message = link.process_failure("connection closed", False, 0)
+    now, message = link.process_failure("connection closed", False, 0)
     assert message is not None and message.endswith("; retrying for up to 2 s")
-    now = 0
+    attempts = [0, now]
     with pytest.raises(errors.Unavailable, match=r"did not come back within 2 s "
                                                  r"\(retry_timeout_ms=2000\)"):
         while now < 60_000:
             now += link.process_failure("connection refused", True, now)[0]
-    assert now <= 2_000
+            attempts.append(now)
+    # as rule 1: the last wait is cut to end at the deadline, and the attempt then fails it
+    assert attempts == [0, 100, 300, 700, 1_200, 1_700, 2_000]
+
+
+def test_a_lost_broker_back_just_before_retry_timeout_is_reached() -> None:
+    """retry_timeout_ms reads as "keep trying for this long", as connect_timeout_ms: a
+    Reader's defaults (backoff 100..1000 ms) with 5 s made their last attempt at 4.5 s and
+    gave up then, so a broker back at 4.8 s was missed; the attempt at 5 s now reaches it."""
+    policy = RetryPolicy(retry_timeout_ms=5_000, backoff_first_ms=100, backoff_max_ms=1_000)
+    link = Link("b:6650", policy)
+    link.process_connected(0)
+    now, attempts = 10_000, [10_000]
+    now += link.process_failure("connection closed", False, now)[0]
+    while now < 14_800:
+        attempts.append(now)
+        now += link.process_failure("connection refused", True, now)[0]
+    attempts.append(now)
+    assert attempts == [10_000, 10_100, 10_300, 10_700, 11_500, 12_500, 13_500, 14_500, 15_000]
+    assert link.process_connected(15_000) == "the broker at b:6650 is back after 5.0 s"
+
+
+def test_a_first_wait_longer_than_retry_timeout_is_cut_too() -> None:
+    link = Link("b:6650", RetryPolicy(retry_timeout_ms=50, backoff_first_ms=100))
+    link.process_connected(0)
+    delay, message = link.process_failure("connection closed", False, 0)
+    assert delay == 50 and message is not None and message.startswith("lost the broker")
+    with pytest.raises(errors.Unavailable, match="retry_timeout_ms=50"):
+        link.process_failure("connection refused", True, 50)
 
 
 def test_a_broker_reached_then_refusing_counts_as_lost_not_unreachable() -> None:
