@@ -13,7 +13,9 @@ brokers, `prepare` finds the topic's leader before each attempt
 the broker refuses for want of a free slot (`too_many_bootstraps`) is no lost
 broker: it waits for one by the rules of sdk/slot_wait.py, said through
 `on_slot_wait`. A call closed by `cancel()` (the Reader's close) is not opened
-again: `read` then returns None.
+again: `read` then returns None. A reopen the broker answers with an error that
+ends the read (the topic deleted, or deleted and created again) reports a lost
+broker back before the error is raised: it answered.
 """
 
 from __future__ import annotations
@@ -153,7 +155,14 @@ class RetryingCall:
             if note is not None:
                 await _call(self._on_slot_wait, True, note)
             return delay_ms
-        delay_ms, note = self._process(error)
+        try:
+            delay_ms, note = self._process(error)
+        except errors.KeybusError:
+            if _ends_with_answer(error) and self._link.lost and not self._link.refused:
+                # the broker's answer ends the read (the topic deleted, or made again):
+                # it is back, and a user told it was lost hears that before the error
+                await self._link_answered()
+            raise
         if note is not None:
             await self._report(False, note)
         return delay_ms
@@ -216,6 +225,17 @@ class RetryingCall:
         if self._call is not None:
             self._call.cancel()
             self._call = None
+
+
+def _ends_with_answer(error: grpc.RpcError | errors.Unavailable) -> bool:
+    """Whether the failure is the broker's own answer that no retry mends (a status
+    other than a lost connection's, or a view that lacks keys), not a broker away."""
+    if not isinstance(error, grpc.RpcError):
+        return False  # prepare's Unavailable: no broker answered
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return errors.from_rpc_error(error).broker_error in ENDS_READ
+    return code not in RETRIABLE_CODES and code != grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 async def _call(callback: Callable[[bool, str], Any], flag: bool, message: str) -> None:

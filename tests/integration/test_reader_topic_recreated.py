@@ -81,8 +81,10 @@ def test_reader_reconnects_only_to_the_topic_it_read(tmp_path: Path, recreate: b
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1)).incarnation
         await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        said: list[tuple[bool, str]] = []
         reader = Reader(broker.address, TOPIC, 0, follow=True, retry_backoff_ms=50,
-                        retry_backoff_max_ms=200)
+                        retry_backoff_max_ms=200,
+                        on_connection_change=lambda up, text: said.append((up, text)))
         async with reader:
             assert await _read(reader, 3) == [b"old-0", b"old-1", b"old-2"]
             assert reader.incarnation == created  # named by the broker's first answer
@@ -103,6 +105,9 @@ def test_reader_reconnects_only_to_the_topic_it_read(tmp_path: Path, recreate: b
             assert repr(created) in error.message and repr(now) in error.message, error.message
             assert f"this read of {TOPIC!r}/0 from offset 3" in error.message, error.message
             assert "deleted and created again" in error.message
+            # the broker answered: told back before the error, not left "lost ... retrying"
+            assert [up for up, _ in said] == [False, True], said
+            assert said[1][1].startswith(f"the broker at {broker.address} is back"), said
         # The new topic is read with a new reader, from a start of its own.
         async with Reader(broker.address, TOPIC, 0, stop_offset=5) as fresh:
             assert [v async for batch in fresh for v in batch.values] == \

@@ -25,6 +25,8 @@ from sdk.reconnect import RetryPolicy
 from sdk.retrying_call import RetryingCall
 
 MISSING = "topic 't' does not exist; create it first (keybus topics create t)"
+REFUSED = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7: "
+           "Failed to connect to remote host: Connection refused")
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -103,3 +105,54 @@ def test_a_consumer_reopen_that_finds_no_topic_says_it_was_deleted(
     with pytest.raises(errors.TopicNotFound) as raised:
         asyncio.run(go())
     assert str(raised.value) == said
+
+
+RECREATED = ("this read of 't'/0 from offset 3 is of incarnation 'a' of the topic, which was "
+             "deleted and created again (it is now incarnation 'b'): ...")
+
+
+def named_error(code: grpc.StatusCode, details: str, name: str) -> grpc.aio.AioRpcError:
+    """A status with the broker's error name in its trailing metadata, as the broker sends."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(),
+                                grpc.aio.Metadata(("keybus-error", name)), details)
+
+
+@pytest.mark.parametrize(("ending", "raised"), [
+    (rpc_error(grpc.StatusCode.NOT_FOUND, MISSING), errors.TopicNotFound),
+    (named_error(grpc.StatusCode.FAILED_PRECONDITION, RECREATED, "read_other_incarnation"),
+     errors.TopicRecreated),
+], ids=["deleted", "recreated"])
+def test_a_lost_broker_that_answers_the_reopen_with_an_end_is_said_back_first(
+        ending: grpc.aio.AioRpcError, raised: type[errors.KeybusError]) -> None:
+    """`keybus read --follow` printed "lost the broker ... retrying" and then the error,
+    never that the broker answered: the user could not tell a refusal from an outage."""
+    said: list[tuple[bool, str]] = []
+    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+                       rpc_error(grpc.StatusCode.UNAVAILABLE, REFUSED), ending])
+
+    async def go() -> None:
+        stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",
+                              on_connection_change=lambda up, text: said.append((up, text)),
+                              topic="t")
+        async with asyncio.timeout(5):
+            while await stream.read() is not None:
+                pass
+    with pytest.raises(raised):
+        asyncio.run(go())
+    assert [up for up, _ in said] == [False, True]
+    assert said[1][1].startswith("the broker at 127.0.0.1:7 is back after ")
+
+
+def test_a_broker_never_lost_says_nothing_before_the_end() -> None:
+    said: list[tuple[bool, str]] = []
+    answers = Answers(["batch", rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
+
+    async def go() -> None:
+        stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",
+                              on_connection_change=lambda up, text: said.append((up, text)),
+                              topic="t")
+        while await stream.read() is not None:
+            pass
+    with pytest.raises(errors.TopicNotFound):
+        asyncio.run(go())
+    assert said == []
