@@ -150,6 +150,7 @@ class BrokerLink:
             try:
                 info: pb.TopicInfo = await stub.DescribeTopic(
                     pb.DescribeTopicRequest(topic=self.topic), timeout=30)
+                self._outage.process_reached()
                 return info
             except grpc.RpcError as e:
                 reason, never_reached = failure_of(e)

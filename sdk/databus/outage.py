@@ -7,7 +7,9 @@ partition and another from the watch, then as many returns. `LinkOutage`
 folds them: the first loss is said (WARNING), the other streams' at DEBUG;
 the first return after it is said (INFO: the broker answers again, whichever
 stream or the channel saw it first), the others at DEBUG. A loss after a
-return said is a new outage, said again.
+return said is a new outage, said again. A registration whose broker never
+answered its first call has no windows to resume: its lines say it starts once
+the broker answers.
 
 Pure (no logging, no clock); the shell (connection.BrokerLink) writes the
 lines or hands them to the application's on_connection_change.
@@ -45,18 +47,28 @@ class LinkOutage:
     def __init__(self, name: str) -> None:
         self.name = name
         self.lost = False
+        self.reached = False  # the broker answered the registration's first call
+        self._lost_unreached = False  # the outage said began before that answer
+
+    def process_reached(self) -> None:
+        """The broker answered the registration's first call (describe_topic): an
+        outage from now on interrupts windows that were read."""
+        self.reached = True
 
     def process_lost(self, message: str) -> Said:
         """A stream (or the channel watch) lost the broker; message says how."""
         if self.lost:
             return Said(logging.DEBUG, message, f"{self.name}: {message}")
-        self.lost = True
-        return Said(logging.WARNING, message,
-                    f"{self.name}: {message}; windows resume where they stopped")
+        self.lost, self._lost_unreached = True, not self.reached
+        # a registration that never started has no windows to resume
+        then = ("the registration starts once it answers" if self._lost_unreached
+                else "windows resume where they stopped")
+        return Said(logging.WARNING, message, f"{self.name}: {message}; {then}")
 
     def process_back(self, message: str) -> Said:
         """A stream (or the channel) reaches the broker again after a loss."""
         if not self.lost:
             return Said(logging.DEBUG, message, f"{self.name}: {message}")
         self.lost = False
-        return Said(logging.INFO, message, f"{self.name}: {message}; consumption goes on")
+        then = "consumption starts" if self._lost_unreached else "consumption goes on"
+        return Said(logging.INFO, message, f"{self.name}: {message}; {then}")

@@ -261,6 +261,10 @@ def test_a_broker_that_never_answers_is_reported_within_seconds(
     logged = [r.getMessage() for r in caplog.records]
     assert any("cannot reach broker at 127.0.0.1:" in line for line in logged), logged
     assert not any("lost the broker" in line for line in logged), logged
+    # it never started: nothing to resume (the line said "windows resume where they stopped")
+    assert any(line.endswith("; retrying; the registration starts once it answers")
+               for line in logged), logged
+    assert not any("windows resume" in line for line in logged), logged
     assert stop_s < 3, f"stop() took {stop_s:.1f} s"
 
 

@@ -51,6 +51,7 @@ def test_the_watch_says_an_outage_once_and_its_end_once() -> None:
 
 def test_many_reports_of_one_outage_are_one_loss_and_one_return() -> None:
     outage = LinkOutage("reg")
+    outage.process_reached()  # the registration started: its first call was answered
     lost = [outage.process_lost(f"lost the broker at b (stream {i}); retrying") for i in range(3)]
     assert [s.level for s in lost] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
     assert lost[0].line == ("reg: lost the broker at b (stream 0); retrying; windows resume "
@@ -98,3 +99,23 @@ def test_a_broker_never_reached_is_not_called_lost() -> None:
         (False, "cannot reach broker at 127.0.0.1:1 (not connected after 1500 ms); retrying"),
         (True, "reached the broker at 127.0.0.1:1 after 2.0 s"),
         (False, "lost the broker at 127.0.0.1:1 (unreachable for 1000 ms); retrying")]
+
+
+def test_a_registration_that_never_started_is_not_told_its_windows_resume() -> None:
+    """Before the broker answered the first call there are no windows to resume: the
+    lines say the registration starts once it answers, then that consumption starts;
+    once it answered, an outage is the usual one."""
+    outage = LinkOutage("reg")
+    lost = outage.process_lost("cannot reach broker at b (not connected after 600 ms); "
+                               "retrying")
+    assert lost.level == logging.WARNING
+    assert lost.line == ("reg: cannot reach broker at b (not connected after 600 ms); "
+                         "retrying; the registration starts once it answers")
+    assert lost.message == "cannot reach broker at b (not connected after 600 ms); retrying"
+    back = outage.process_back("reached the broker at b after 2.0 s")
+    assert back.line == "reg: reached the broker at b after 2.0 s; consumption starts"
+    outage.process_reached()
+    again = outage.process_lost("lost the broker at b (connection closed); retrying")
+    assert again.line.endswith("; windows resume where they stopped")
+    assert outage.process_back("the broker at b is back after 1.0 s").line.endswith(
+        "; consumption goes on")
