@@ -83,12 +83,12 @@ class Reader:
         on_connection_change: called (False, message) when the broker is lost
             and the reader starts retrying, (True, message) when it is back;
             may be a coroutine function.
-        slot_wait_timeout_ms: bootstrap only: a broker whose bootstrap slots
-            are all taken (bootstrap_streams_max) is asked again with the
+        slot_wait_timeout_ms: bootstrap only (else ValueError): a broker whose
+            bootstrap slots are all taken (bootstrap_streams_max) is asked again with the
             reconnect backoff for this long, then the read fails with
             ResourceExhausted (default None: as retry_timeout_ms, 30000
             without follow, forever with follow; 0 = until a slot is free).
-        on_slot_wait: bootstrap only: called (True, message) when the read
+        on_slot_wait: bootstrap only (else ValueError): called (True, message) when the read
             begins to wait for a bootstrap slot, (False, message) when it got
             one; may be a coroutine function. Not a lost broker:
             on_connection_change is not called. Default: a WARNING on the
@@ -187,6 +187,10 @@ class Reader:
         elif sources is not None:
             raise ValueError("sources applies to start='bootstrap' only (a log read has "
                              "every source; filter them from the batches)")
+        elif slot_wait_timeout_ms is not None or on_slot_wait is not None:
+            name = "on_slot_wait" if slot_wait_timeout_ms is None else "slot_wait_timeout_ms"
+            raise ValueError(f"{name} applies to start='bootstrap' only (a log read takes no "
+                             "bootstrap slot, so it never waits for one)")
         else:
             self._start = start_to_proto(start, bootstrap_ok=True)
         self._retry_timeout_ms = retry_timeout_ms
