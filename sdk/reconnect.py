@@ -44,7 +44,8 @@ Rules (pure: no I/O, time is an argument):
    it is reported once with the broker's own words, `the broker at HOST:PORT
    refuses the reconnect: <its message>; retrying`, again when its words
    change, retried with the backoff of rule 2 within `retry_timeout_ms`
-   (past it the client fails with the refusal's own error), and its end is
+   (the last wait ends at that deadline, as in rule 4; if the attempt then is
+   refused too, the client fails with the refusal's own error), and its end is
    reported (`the broker at HOST:PORT accepts the reconnect after refusing it
    for N s`). As Pulsar's client, which keeps reconnecting on ConsumerBusy:
    the other consumer may go. A refusal that may be the broker still holding
@@ -241,7 +242,9 @@ class Link:
         reason = error.message
         limit = self.policy.retry_timeout_ms
         began_ms = self.lost_since_ms if self.lost_since_ms is not None else self._refused_since_ms
-        if limit and now_ms - began_ms + delay_ms > limit:
+        if limit:  # as a lost broker (rule 4): the last wait ends at the deadline
+            delay_ms = min(delay_ms, max(began_ms + limit - now_ms, 0))
+        if limit and now_ms - began_ms >= limit:  # the attempt at the deadline was refused too
             failed = type(error)(
                 f"the broker at {self.broker} refused the reconnect for "
                 f"{(now_ms - self._refused_since_ms) / 1000:.1f} s, and retry_timeout_ms={limit} "
