@@ -66,7 +66,8 @@ class ConsumerLink:
 
         Raises:
             KeybusError: the broker's error (a topic gone while away: "topic 'T'
-                was deleted"), or Unavailable / the refusal past the time limits.
+                was deleted"; a broker reported lost is reported back first, as the
+                Reader does), or Unavailable / the refusal past the time limits.
         """
         code = error.code()
         if self.reconnect and code in RETRIABLE and \
@@ -84,6 +85,8 @@ class ConsumerLink:
             return
         if reconnecting:  # it was attached: a topic gone since was deleted
             mapped = errors.deleted_if_gone(mapped, self.topic)
+            if self.link.lost and not self.link.refused:  # it answered: say it is back first
+                self.connected()
         raise mapped from None
 
     def defer_report(self, error: grpc.RpcError) -> bool:

@@ -118,7 +118,9 @@ def test_a_subscription_made_again_with_another_type_ends_the_consumer(tmp_path:
             assert str(caught.value).startswith("subscription 's' on topic 't' is ")
             assert "consumer 'a' asked for " in str(caught.value)
             assert caught.value.broker_error == "subscription_type_mismatch"
-            assert len(told) == 1  # nothing retried, nothing more to tell
+            # nothing retried; the broker answered, so it is told back before the error
+            assert [up for up, _ in told] == [False, True], told
+            assert told[1][1].startswith(f"the broker at {broker.address} is back after "), told
         finally:
             other.close()
         await consumer.close()

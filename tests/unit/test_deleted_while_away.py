@@ -156,3 +156,21 @@ def test_a_broker_never_lost_says_nothing_before_the_end() -> None:
     with pytest.raises(errors.TopicNotFound):
         asyncio.run(go())
     assert said == []
+
+
+def test_a_consumer_that_lost_its_broker_is_told_it_is_back_before_the_delete() -> None:
+    """`keybus consume` printed "lost the broker ... retrying" and then "topic 't' was
+    deleted": the broker answered, and the consumer now says so first, as the Reader."""
+    said: list[tuple[bool, str]] = []
+    link = ConsumerLink("127.0.0.1:7", "t", RetryPolicy(5_000, 0, 1, 2), True, None,
+                        lambda up, text: said.append((up, text)))
+
+    async def go() -> None:
+        link.connected()
+        await link.retry_after(rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
+        await link.open_failed(rpc_error(grpc.StatusCode.UNAVAILABLE, REFUSED), True)
+        await link.open_failed(rpc_error(grpc.StatusCode.NOT_FOUND, MISSING), True)
+    with pytest.raises(errors.TopicNotFound, match="topic 't' was deleted"):
+        asyncio.run(asyncio.wait_for(go(), 5))
+    assert [up for up, _ in said] == [False, True]
+    assert said[1][1].startswith("the broker at 127.0.0.1:7 is back after ")
