@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from keybus.cli.main import main
+from sdk import security
 from tests.e2e.test_cli import keybus, one_line
 from tests.support.broker_process import free_port
 
@@ -56,16 +58,24 @@ def test_several_brokers_for_a_command_that_talks_to_one_is_usage(args: tuple[st
         one_line(keybus(None, *args, "--broker", brokers), 2)
 
 
-# 192.0.2.1 is TEST-NET-1 (RFC 5737): never connected to, the refusal comes first.
+# The refusal comes before any connection. Every test names 127.0.0.1 only, so the
+# check is told 127.0.0.1 is not a loopback address (sdk.security.is_loopback), in
+# process, and each command is given a closed port there.
 @pytest.mark.parametrize("args", [
-    ("topics", "list", "--broker", "192.0.2.1:6650", "--token", "t0k"),
-    ("produce", "t", "--key", "1", "--value", "x", "--broker", "192.0.2.1:6650", "--token", "t0k"),
-    ("read", "t", "--broker", "127.0.0.1:1,192.0.2.1:6650", "--token", "t0k"),
+    ("topics", "list", "--broker", "127.0.0.1:1", "--token", "t0k"),
+    ("produce", "t", "--key", "1", "--value", "x", "--broker", "127.0.0.1:1", "--token", "t0k"),
+    ("read", "t", "--broker", "127.0.0.1:1,127.0.0.1:2", "--token", "t0k"),
 ], ids=["topics list", "produce", "read several brokers"])
-def test_a_token_for_a_plain_text_remote_address_is_usage(args: tuple[str, ...]) -> None:
+def test_a_token_for_a_plain_text_remote_address_is_usage(
+        args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """A value the command cannot use, said before any connection: exit 2, not 1."""
-    line = one_line(keybus(None, *args), 2)
-    assert "refusing to send a token in plain text to 192.0.2.1: give a CA file (TLS), or " \
+    monkeypatch.setattr(security, "is_loopback", lambda host: False)
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    line = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(line.splitlines()) == 1, line
+    assert "refusing to send a token in plain text to 127.0.0.1: give a CA file (TLS), or " \
            "connect to a loopback address" in line, line
 
 
