@@ -37,7 +37,9 @@ Rules (pure: no I/O, time is an argument):
    an open stream, `reauthenticates`) is opened again at once with
    credentials read anew; a refusal of that open is the client's error. A
    client certificate is read anew too: on a new channel, when its files
-   hold one usable now (sdk.channel.renews_channel).
+   hold one usable now (sdk.channel.renews_channel). The producer, which
+   opens again only at its next send, also renews once on a refusal at open
+   while a usable certificate is on disk (sdk/sender.py, `_reauthenticated`).
 7. A reconnect the broker answers with a refusal (`process_refusal`: an
    Exclusive subscription another consumer took meanwhile, the subscription's
    consumer limit reached, no longer the topic's leader) is no lost broker:

@@ -40,7 +40,8 @@ _log = logging.getLogger("keybus.producer")
 # How a Produce stream ends when the broker goes away (or refuses a new id).
 _EXPECTED_STREAM_FAILURES = (grpc.RpcError, errors.KeybusError, asyncio.InvalidStateError,
                              ConnectionError)
-# Caller-chosen producer ids have this bit set; the broker's InitProducer ids never do.
+# An InitProducer refused so fails the batches waiting for it, as a stream refused at open.
+_REFUSED_CREDENTIALS = {errors.UNAUTHENTICATED, errors.PERMISSION_DENIED}
 # Stream failures with these codes are not worth a reconnect: fail the batches.
 _PERMANENT_STREAM_CODES = {
     grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
@@ -110,6 +111,8 @@ class Sender:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._answered = False  # a response arrived on the current stream
+        # A refusal before any answer opened a new channel (see _reauthenticated).
+        self._renewed_unanswered = False
         self._lost_since_ms: int | None = None  # an attempt failed, no answer since
         self._last_failure = ""  # why, for the delivery timeout's message
 
@@ -219,23 +222,60 @@ class Sender:
                      "topic %r: no leader found yet (%s); retrying", self.topic, e)
             self._last_failure = str(e)
 
-    async def _renew_stub(self) -> None:
+    async def _renew_stub(self) -> bool:
         """A stub on a new channel for a rotated client certificate, if the producer
         opens one; with several brokers, no leader found now is a failed attempt
-        (the next one looks again)."""
+        (the next one looks again). Whether the stub was renewed."""
         if self._reauthenticate is None:
-            return
+            return False
         try:
-            self._stub = await self._reauthenticate() or self._stub
+            renewed = await self._reauthenticate()
         except errors.KeybusError as e:
             self._lost(str(e))
+            return False
+        if renewed is None:
+            return False
+        self._stub = renewed
+        return True
+
+    async def _reauthenticated(self) -> bool:
+        """After UNAUTHENTICATED: whether to try again at once, with credentials read
+        anew (sdk/reconnect.py rule 6).
+
+        An open stream the broker ended for its credentials is opened again (on a new
+        channel when a rotated client certificate is on disk). A refusal before any
+        answer is the client's error, except once when a usable certificate is on disk
+        now: the channel still holds one that expired before its files were rotated,
+        and the broker refuses every call on that connection, so without a new channel
+        the producer never recovered. Once per refusal: a second one is failed.
+        """
+        if self._answered:
+            await self._renew_stub()
+            return True
+        if self._renewed_unanswered:
+            return False
+        self._renewed_unanswered = await self._renew_stub()
+        return self._renewed_unanswered
+
+    def _fail_all(self, error: errors.KeybusError) -> None:
+        """Fail every pending batch with an error no retry mends."""
+        self._renewed_unanswered = False
+        self._finish(self.queue.process_fail_all(error))
 
     async def _try_reinit(self) -> bool:
+        self._answered = False  # a new attempt: nothing answered it yet
         try:
             await self._init_producer()
-        except errors.KeybusError as e:  # gRPC's socket text in a user's words, as a stream's
+        except errors.KeybusError as e:
+            if e.code == errors.UNAUTHENTICATED and await self._reauthenticated():
+                return True  # on a channel with the rotated certificate, at once
+            if e.code in _REFUSED_CREDENTIALS:  # as a stream refused at open: no retry mends it
+                self._fail_all(e)
+                return True
+            # gRPC's socket text in a user's words, as a stream's
             self._lost(errors.connection_failure(e.message) or str(e))
             return False
+        self._renewed_unanswered = False
         self._reached()
         return True
 
@@ -276,11 +316,10 @@ class Sender:
         if failure is None and not reader.cancelled():
             failure = reader.exception()
         if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
-            if self._answered and reauthenticates(failure):  # credentials expired (rule 6):
+            if reauthenticates(failure) and await self._reauthenticated():
                 self.queue.process_stream_broken()  # a new stream reads the token anew
-                await self._renew_stub()
                 return True
-            self._finish(self.queue.process_fail_all(errors.from_rpc_error(failure)))
+            self._fail_all(errors.from_rpc_error(failure))
             return True
         if failure is not None and not isinstance(failure, _EXPECTED_STREAM_FAILURES):
             _log.error("produce stream for topic %r broke: %s", self.topic, _describe(failure))
@@ -320,6 +359,7 @@ class Sender:
                 self._finish(queue.process_response(response))
                 if not queue.reconnect_requested:  # a refusal to retry is no answer yet
                     self._answered = True
+                    self._renewed_unanswered = False
                     if self._lost_since_ms is not None:  # a call per answer only when lost
                         self._reached()
                 if queue.unsent or queue.reconnect_requested or queue.needs_reinit:

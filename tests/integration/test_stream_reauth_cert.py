@@ -113,9 +113,9 @@ def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_af
                 first = await consumer.receive(WAIT_S)
                 consumer.ack(first)
                 first_stream = consumer.stream
+                fresh = certs.issue(ca, "root", valid_days=1)  # a key takes a while under load
                 assert time.monotonic() < expires - 1, "set-up outlived the certificate"
-                certs.write_pair(setup.directory, "client-rotated",  # the rotation
-                                 certs.issue(ca, "root", valid_days=1))
+                certs.write_pair(setup.directory, "client-rotated", fresh)  # the rotation
                 deadline = time.monotonic() + life_s + WAIT_S
                 while not all(line in broker.log_path.read_text() for line in ended):
                     assert time.monotonic() < deadline, "the broker did not end the streams"
@@ -129,6 +129,47 @@ def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_af
                 await consumer.close()
                 await reader.close()
                 await producer.close()
+        asyncio.run(go())
+    finally:
+        broker.stop()
+
+
+def test_a_producer_whose_certificate_expired_before_its_files_were_rotated_recovers(
+        tmp_path: Path) -> None:
+    """Files rotated late, after the certificate's notAfter: a send meanwhile fails at
+    once with the broker's Unauthenticated; once the new files are there the next send
+    goes through on a new channel. Before: the producer kept its channel, whose
+    connection still held the expired certificate, and retried its InitProducer there
+    ("lost the broker ... retrying") until every later send's delivery timeout."""
+    setup = SecureSetup.make(tmp_path / "tls")
+    broker = BrokerProcess(tmp_path / "data", *setup.broker_args(mtls=True),
+                           "--auth-recheck-interval-ms", "300")
+    broker.start()
+    try:
+        ca = certs.load_ca(setup.directory)
+        assert ca is not None
+        certs.write_pair(setup.directory, "client-late",
+                         certs.issue(ca, "root", valid_days=4 / 86_400))
+        late = ClientSecurity(ca_file=setup.path("ca.pem"), cert_file=setup.path("client-late.pem"),
+                              key_file=setup.path("client-late.key"))
+        ended = "Produce stream of principal 'root' ended: Produce: client certificate expired"
+
+        async def go() -> None:
+            async with Admin(broker.address, security=late) as admin:
+                await admin.create_topic("late")
+            async with await Producer.create(broker.address, "late", security=late) as producer:
+                await asyncio.wait_for(await producer.send(0, b"0"), WAIT_S)
+                deadline = time.monotonic() + WAIT_S
+                while ended not in broker.log_path.read_text():
+                    assert time.monotonic() < deadline, "the broker did not end the stream"
+                    await asyncio.sleep(0.1)
+                with pytest.raises(errors.Unauthenticated, match="client certificate expired"):
+                    await asyncio.wait_for(await producer.send(1, b"1"), WAIT_S)
+                certs.write_pair(setup.directory, "client-late",  # the rotation, late
+                                 certs.issue(ca, "root", valid_days=1))
+                for key in (2, 3):
+                    result = await asyncio.wait_for(await producer.send(key, b"v"), WAIT_S / 3)
+                    assert result.offset == key - 1  # 1 was never stored
         asyncio.run(go())
     finally:
         broker.stop()
