@@ -14,7 +14,9 @@ issued by the broker's client CA; a Reader in this process. Bounded waits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,10 @@ from tests.support.security import SUPERUSER, SecureSetup
 WAIT_S = 30.0
 
 
-def test_a_stream_opened_with_a_client_certificate_ends_at_its_not_after(
-        tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _mtls_broker(tmp_path: Path) -> Iterator[tuple[SecureSetup, BrokerProcess, certs.Issued]]:
+    """A broker taking mTLS principals that rechecks open streams every 300 ms, and
+    the CA that issues its clients' certificates."""
     setup = SecureSetup.make(tmp_path / "tls")
     broker = BrokerProcess(tmp_path / "data", *setup.broker_args(mtls=True),
                            "--auth-recheck-interval-ms", "300")
@@ -41,18 +45,31 @@ def test_a_stream_opened_with_a_client_certificate_ends_at_its_not_after(
     try:
         ca = certs.load_ca(setup.directory)
         assert ca is not None
-        # A certificate naming the superuser, valid for 8 s from now.
-        certs.write_pair(setup.directory, "client-brief", certs.issue(ca, "root",
-                                                                      valid_days=8 / 86_400))
-        brief = ClientSecurity(ca_file=setup.path("ca.pem"),
-                               cert_file=setup.path("client-brief.pem"),
-                               key_file=setup.path("client-brief.key"))
+        yield setup, broker, ca
+    finally:
+        broker.stop()
+
+
+def _short_lived(setup: SecureSetup, ca: certs.Issued, name: str,
+                 life_s: float) -> ClientSecurity:
+    """Files client-NAME.pem/.key holding a certificate naming the superuser, valid
+    for life_s from now, and a client that reads them."""
+    certs.write_pair(setup.directory, f"client-{name}",
+                     certs.issue(ca, "root", valid_days=life_s / 86_400))
+    return ClientSecurity(ca_file=setup.path("ca.pem"), cert_file=setup.path(f"client-{name}.pem"),
+                          key_file=setup.path(f"client-{name}.key"))
+
+
+def test_a_stream_opened_with_a_client_certificate_ends_at_its_not_after(
+        tmp_path: Path) -> None:
+    with _mtls_broker(tmp_path) as (setup, broker, ca):
+        brief = _short_lived(setup, ca, "brief", 8)
+        alice = setup.security(SUPERUSER, client_cert="alice")
 
         async def go() -> None:
-            async with Admin(broker.address, security=setup.security(SUPERUSER, client_cert="alice")) as admin:
+            async with Admin(broker.address, security=alice) as admin:
                 await admin.create_topic("cert")
-            async with await Producer.create(broker.address, "cert",
-                                             security=setup.security(SUPERUSER, client_cert="alice")) as producer:
+            async with await Producer.create(broker.address, "cert", security=alice) as producer:
                 await (await producer.send(0, b"0"))
             began = time.monotonic()
             async with Reader(broker.address, "cert", start="earliest", follow=True,
@@ -64,8 +81,6 @@ def test_a_stream_opened_with_a_client_certificate_ends_at_its_not_after(
             assert "client certificate expired (notAfter passed); get a new one" in \
                 str(ended.value)
         asyncio.run(go())
-    finally:
-        broker.stop()
     assert ("Read stream of principal 'root' ended: Read: client certificate expired" in
             broker.log_path.read_text())
 
@@ -80,23 +95,12 @@ def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_af
     carried the expired certificate, and each failed once with Unauthenticated. Given
     as a broker list, the clients follow the topic's leader (sdk/cluster.py), whose
     channel is opened again the same way."""
-    setup = SecureSetup.make(tmp_path / "tls")
-    broker = BrokerProcess(tmp_path / "data", *setup.broker_args(mtls=True),
-                           "--auth-recheck-interval-ms", "300")
-    broker.start()
     life_s = 10.0
-    try:
-        ca = certs.load_ca(setup.directory)
-        assert ca is not None
-        certs.write_pair(setup.directory, "client-rotated",
-                         certs.issue(ca, "root", valid_days=life_s / 86_400))
+    with _mtls_broker(tmp_path) as (setup, broker, ca):
+        rotated = _short_lived(setup, ca, "rotated", life_s)
         expires = time.monotonic() + life_s
-        rotated = ClientSecurity(ca_file=setup.path("ca.pem"),
-                                 cert_file=setup.path("client-rotated.pem"),
-                                 key_file=setup.path("client-rotated.key"))
         ended = [f"{rpc} stream of principal 'root' ended: {rpc}: client certificate expired"
                  for rpc in ("Read", "Subscribe", "Produce")]
-
         address = f"{broker.address},{broker.address}" if listed else broker.address
 
         async def go() -> None:
@@ -116,10 +120,7 @@ def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_af
                 fresh = certs.issue(ca, "root", valid_days=1)  # a key takes a while under load
                 assert time.monotonic() < expires - 1, "set-up outlived the certificate"
                 certs.write_pair(setup.directory, "client-rotated", fresh)  # the rotation
-                deadline = time.monotonic() + life_s + WAIT_S
-                while not all(line in broker.log_path.read_text() for line in ended):
-                    assert time.monotonic() < deadline, "the broker did not end the streams"
-                    await asyncio.sleep(0.1)
+                await _wait_for_lines(broker, ended, life_s + WAIT_S)
                 await asyncio.wait_for(await producer.send(1, b"1"), WAIT_S)
                 assert (await asyncio.wait_for(anext(reader), WAIT_S)).offsets == [1]
                 second = await consumer.receive(WAIT_S)
@@ -130,8 +131,6 @@ def test_clients_whose_certificate_files_were_rotated_carry_on_across_its_not_af
                 await reader.close()
                 await producer.close()
         asyncio.run(go())
-    finally:
-        broker.stop()
 
 
 def test_a_producer_whose_certificate_expired_before_its_files_were_rotated_recovers(
@@ -141,28 +140,16 @@ def test_a_producer_whose_certificate_expired_before_its_files_were_rotated_reco
     goes through on a new channel. Before: the producer kept its channel, whose
     connection still held the expired certificate, and retried its InitProducer there
     ("lost the broker ... retrying") until every later send's delivery timeout."""
-    setup = SecureSetup.make(tmp_path / "tls")
-    broker = BrokerProcess(tmp_path / "data", *setup.broker_args(mtls=True),
-                           "--auth-recheck-interval-ms", "300")
-    broker.start()
-    try:
-        ca = certs.load_ca(setup.directory)
-        assert ca is not None
-        certs.write_pair(setup.directory, "client-late",
-                         certs.issue(ca, "root", valid_days=4 / 86_400))
-        late = ClientSecurity(ca_file=setup.path("ca.pem"), cert_file=setup.path("client-late.pem"),
-                              key_file=setup.path("client-late.key"))
-        ended = "Produce stream of principal 'root' ended: Produce: client certificate expired"
+    with _mtls_broker(tmp_path) as (setup, broker, ca):
+        late = _short_lived(setup, ca, "late", 4)
+        ended = ["Produce stream of principal 'root' ended: Produce: client certificate expired"]
 
         async def go() -> None:
             async with Admin(broker.address, security=late) as admin:
                 await admin.create_topic("late")
             async with await Producer.create(broker.address, "late", security=late) as producer:
                 await asyncio.wait_for(await producer.send(0, b"0"), WAIT_S)
-                deadline = time.monotonic() + WAIT_S
-                while ended not in broker.log_path.read_text():
-                    assert time.monotonic() < deadline, "the broker did not end the stream"
-                    await asyncio.sleep(0.1)
+                await _wait_for_lines(broker, ended, WAIT_S)
                 with pytest.raises(errors.Unauthenticated, match="client certificate expired"):
                     await asyncio.wait_for(await producer.send(1, b"1"), WAIT_S)
                 certs.write_pair(setup.directory, "client-late",  # the rotation, late
@@ -171,5 +158,11 @@ def test_a_producer_whose_certificate_expired_before_its_files_were_rotated_reco
                     result = await asyncio.wait_for(await producer.send(key, b"v"), WAIT_S / 3)
                     assert result.offset == key - 1  # 1 was never stored
         asyncio.run(go())
-    finally:
-        broker.stop()
+
+
+async def _wait_for_lines(broker: BrokerProcess, lines: list[str], within_s: float) -> None:
+    """Until the broker's log holds every line (its streams were ended)."""
+    deadline = time.monotonic() + within_s
+    while not all(line in broker.log_path.read_text() for line in lines):
+        assert time.monotonic() < deadline, "the broker did not end the streams"
+        await asyncio.sleep(0.1)
