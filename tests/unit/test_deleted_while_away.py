@@ -6,8 +6,8 @@ broke (a lost broker, retried) and whose reopen the broker refuses with "topic
 consumer reconnecting after the delete does (sdk/consumer_link.py): the user
 had been reading the topic, so "create it first" would be wrong advice. A
 first open of a topic that is not there keeps the broker's words.
-Method: fake calls that fail as grpc.aio does (AioRpcError), the real
-RetryingCall and ConsumerLink; bounded.
+Method: a scripted call that fails as grpc.aio does (AioRpcError;
+tests/support/scripted_call.py), the real RetryingCall and ConsumerLink; bounded.
 """
 
 from __future__ import annotations
@@ -23,38 +23,14 @@ from sdk import errors
 from sdk.consumer_link import ConsumerLink
 from sdk.reconnect import RetryPolicy
 from sdk.retrying_call import RetryingCall
+from tests.support.scripted_call import ScriptedCall, rpc_error
 
 MISSING = "topic 't' does not exist; create it first (keybus topics create t)"
 REFUSED = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7: "
            "Failed to connect to remote host: Connection refused")
 
 
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
-
-
-class Answers:
-    """Each read answers the next item: an AioRpcError to raise, or a message."""
-
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers = answers
-        self.opened = 0
-
-    def open(self) -> Answers:
-        self.opened += 1
-        return self
-
-    async def read(self) -> Any:
-        answer = self.answers.pop(0)
-        if isinstance(answer, grpc.aio.AioRpcError):
-            raise answer
-        return answer
-
-    def cancel(self) -> bool:
-        return True
-
-
-def read_all(answers: Answers, topic: str) -> list[Any]:
+def read_all(answers: ScriptedCall, topic: str) -> list[Any]:
     async def go() -> list[Any]:
         stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",
                               on_connection_change=lambda up, text: None, topic=topic)
@@ -67,7 +43,7 @@ def read_all(answers: Answers, topic: str) -> list[Any]:
 
 
 def test_a_reader_whose_reopen_finds_no_topic_is_told_it_was_deleted() -> None:
-    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+    answers = ScriptedCall(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
                        rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
     with pytest.raises(errors.TopicNotFound) as raised:
         read_all(answers, "t")
@@ -76,7 +52,7 @@ def test_a_reader_whose_reopen_finds_no_topic_is_told_it_was_deleted() -> None:
 
 
 def test_a_first_read_of_a_missing_topic_keeps_the_brokers_words() -> None:
-    answers = Answers([rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
+    answers = ScriptedCall([rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
     with pytest.raises(errors.TopicNotFound) as raised:
         read_all(answers, "t")
     assert str(raised.value) == MISSING
@@ -84,7 +60,7 @@ def test_a_first_read_of_a_missing_topic_keeps_the_brokers_words() -> None:
 
 def test_another_topics_absence_is_not_taken_for_this_ones_delete() -> None:
     other = "topic 'u' does not exist; create it first (keybus topics create u)"
-    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+    answers = ScriptedCall(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
                        rpc_error(grpc.StatusCode.NOT_FOUND, other)])
     with pytest.raises(errors.TopicNotFound) as raised:
         read_all(answers, "t")
@@ -111,15 +87,9 @@ RECREATED = ("this read of 't'/0 from offset 3 is of incarnation 'a' of the topi
              "deleted and created again (it is now incarnation 'b'): ...")
 
 
-def named_error(code: grpc.StatusCode, details: str, name: str) -> grpc.aio.AioRpcError:
-    """A status with the broker's error name in its trailing metadata, as the broker sends."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(),
-                                grpc.aio.Metadata(("keybus-error", name)), details)
-
-
 @pytest.mark.parametrize(("ending", "raised"), [
     (rpc_error(grpc.StatusCode.NOT_FOUND, MISSING), errors.TopicNotFound),
-    (named_error(grpc.StatusCode.FAILED_PRECONDITION, RECREATED, "read_other_incarnation"),
+    (rpc_error(grpc.StatusCode.FAILED_PRECONDITION, RECREATED, "read_other_incarnation"),
      errors.TopicRecreated),
 ], ids=["deleted", "recreated"])
 def test_a_lost_broker_that_answers_the_reopen_with_an_end_is_said_back_first(
@@ -127,7 +97,7 @@ def test_a_lost_broker_that_answers_the_reopen_with_an_end_is_said_back_first(
     """`keybus read --follow` printed "lost the broker ... retrying" and then the error,
     never that the broker answered: the user could not tell a refusal from an outage."""
     said: list[tuple[bool, str]] = []
-    answers = Answers(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+    answers = ScriptedCall(["batch", rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"),
                        rpc_error(grpc.StatusCode.UNAVAILABLE, REFUSED), ending])
 
     async def go() -> None:
@@ -145,7 +115,7 @@ def test_a_lost_broker_that_answers_the_reopen_with_an_end_is_said_back_first(
 
 def test_a_broker_never_lost_says_nothing_before_the_end() -> None:
     said: list[tuple[bool, str]] = []
-    answers = Answers(["batch", rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
+    answers = ScriptedCall(["batch", rpc_error(grpc.StatusCode.NOT_FOUND, MISSING)])
 
     async def go() -> None:
         stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",

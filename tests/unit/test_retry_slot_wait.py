@@ -7,9 +7,9 @@ through `on_slot_wait` (waiting, then got one), never through
 the stream raised ResourceExhausted at once and every caller above had to
 wait itself. Another RESOURCE_EXHAUSTED still ends the read at once; a call
 closed (cancel(), as Reader.close does) while it waits is not opened again.
-Method: fake calls that answer as grpc.aio does (AioRpcError with the error's
-name in the trailing metadata, as the broker sends it), the real RetryingCall
-and SlotWait; bounded.
+Method: a scripted call that answers as grpc.aio does (AioRpcError with the
+error's name in the trailing metadata, as the broker sends it;
+tests/support/scripted_call.py), the real RetryingCall and SlotWait; bounded.
 """
 
 from __future__ import annotations
@@ -18,44 +18,20 @@ import asyncio
 from typing import Any
 
 import grpc
-import grpc.aio
 import pytest
 
 from sdk import errors
-from sdk.core.error_names import ERROR_NAME_KEY
 from sdk.retrying_call import RetryingCall
 from sdk.slot_wait import SlotWait, SlotWaitPolicy
+from tests.support.scripted_call import ScriptedCall, rpc_error
 
 BOUND_S = 5.0
-FULL = ("too_many_bootstraps", "the broker serves 1 Bootstrap streams in their snapshot or "
-        "catch-up at once (bootstrap_streams_max); retry later")
+FULL = rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "the broker serves 1 Bootstrap streams in "
+                 "their snapshot or catch-up at once (bootstrap_streams_max); retry later",
+                 "too_many_bootstraps")
 
 
-class Answers:
-    """Each call answers the next item: (error name, details) to refuse with
-    RESOURCE_EXHAUSTED, or a message; past the list, the last item again."""
-
-    def __init__(self, answers: list[tuple[str, str] | str]) -> None:
-        self.answers = answers
-        self.opened = 0
-
-    def open(self) -> Answers:
-        self.opened += 1
-        return self
-
-    async def read(self) -> Any:
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, tuple):
-            name, details = answer
-            raise grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(),
-                                       grpc.aio.Metadata((ERROR_NAME_KEY, name)), details)
-        return answer
-
-    def cancel(self) -> bool:
-        return True
-
-
-def stream_of(answers: Answers, outage: list[tuple[bool, str]],
+def stream_of(answers: ScriptedCall, outage: list[tuple[bool, str]],
               waits: list[tuple[bool, str]], timeout_ms: int = 0) -> RetryingCall:
     return RetryingCall(answers.open, True, None, 1, 2, broker="127.0.0.1:7",
                         on_connection_change=lambda up, text: outage.append((up, text)),
@@ -67,7 +43,7 @@ def stream_of(answers: Answers, outage: list[tuple[bool, str]],
 def test_a_refusal_for_want_of_a_slot_waits_and_is_no_outage() -> None:
     outage: list[tuple[bool, str]] = []
     waits: list[tuple[bool, str]] = []
-    answers = Answers([FULL, FULL, FULL, "snapshot"])
+    answers = ScriptedCall([FULL, FULL, FULL, "snapshot"])
 
     async def go() -> Any:
         return await asyncio.wait_for(stream_of(answers, outage, waits).read(), BOUND_S)
@@ -81,7 +57,7 @@ def test_a_refusal_for_want_of_a_slot_waits_and_is_no_outage() -> None:
 
 
 def test_the_default_report_is_a_warning_then_info(caplog: pytest.LogCaptureFixture) -> None:
-    answers = Answers([FULL, "snapshot"])
+    answers = ScriptedCall([FULL, "snapshot"])
 
     async def go() -> Any:
         stream = RetryingCall(answers.open, True, None, 1, 2, broker="127.0.0.1:7",
@@ -96,7 +72,9 @@ def test_the_default_report_is_a_warning_then_info(caplog: pytest.LogCaptureFixt
 
 
 def test_another_limit_ends_the_read_at_once() -> None:
-    answers = Answers([("too_many_consumers", "the subscription has 8 consumers"), "never"])
+    answers = ScriptedCall([rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  "the subscription has 8 consumers", "too_many_consumers"),
+                        "never"])
 
     async def go() -> Any:
         return await asyncio.wait_for(stream_of(answers, [], []).read(), BOUND_S)
@@ -107,7 +85,7 @@ def test_another_limit_ends_the_read_at_once() -> None:
 
 
 def test_a_bounded_wait_ends_with_the_brokers_error() -> None:
-    answers = Answers([FULL])
+    answers = ScriptedCall([FULL])
 
     async def go() -> Any:
         return await asyncio.wait_for(stream_of(answers, [], [], timeout_ms=30).read(), BOUND_S)
@@ -119,7 +97,7 @@ def test_a_bounded_wait_ends_with_the_brokers_error() -> None:
 
 
 def test_a_call_closed_while_it_waits_ends_and_is_not_opened_again() -> None:
-    answers = Answers([FULL])
+    answers = ScriptedCall([FULL])
     waits: list[tuple[bool, str]] = []
 
     async def go() -> Any:

@@ -7,8 +7,9 @@ retry serves it. Now a view that is loading or folding again is a refusal for no
 (rule 7 of sdk/reconnect.py): said once in the broker's words, retried within
 retry_timeout_ms, and its end said; a view that lacks keys ends the read at once
 with the broker's error.
-Method: fake calls that answer as grpc.aio does (AioRpcError with the error's name
-in the trailing metadata, as the broker sends it), the real RetryingCall; bounded.
+Method: a scripted call that answers as grpc.aio does (AioRpcError with the error's
+name in the trailing metadata, as the broker sends it; tests/support/scripted_call.py),
+the real RetryingCall; bounded.
 """
 
 from __future__ import annotations
@@ -17,43 +18,20 @@ import asyncio
 from typing import Any
 
 import grpc
-import grpc.aio
 import pytest
 
 from sdk import errors
-from sdk.core.error_names import ERROR_NAME_KEY
 from sdk.retrying_call import RetryingCall
+from tests.support.scripted_call import ScriptedCall, rpc_error
 
-LOADING = ("the compacted view of 't'/0 on this follower is being loaded from leader:1; "
-           "retry in a while, or bootstrap from the leader")
-
-
-class Answers:
-    """Each call answers the next item: an error name to refuse with, or a message."""
-
-    def __init__(self, answers: list[tuple[str, str] | str]) -> None:
-        self.answers = answers
-        self.opened = 0
-
-    def open(self) -> Answers:
-        self.opened += 1
-        return self
-
-    async def read(self) -> Any:
-        answer = self.answers.pop(0)
-        if isinstance(answer, tuple):
-            name, details = answer
-            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                       grpc.aio.Metadata((ERROR_NAME_KEY, name)), details)
-        return answer
-
-    def cancel(self) -> bool:
-        return True
+LOADING = rpc_error(grpc.StatusCode.UNAVAILABLE, "the compacted view of 't'/0 on this follower "
+                    "is being loaded from leader:1; retry in a while, or bootstrap from the "
+                    "leader", "view_loading")
 
 
 def test_a_view_not_ready_is_a_refusal_said_once_and_its_end_said() -> None:
     said: list[tuple[bool, str]] = []
-    answers = Answers([("view_loading", LOADING), ("view_loading", LOADING), "snapshot"])
+    answers = ScriptedCall([LOADING, LOADING, "snapshot"])
 
     async def go() -> Any:
         stream = RetryingCall(answers.open, True, 5_000, 1, 2, broker="127.0.0.1:7",
@@ -71,7 +49,8 @@ def test_a_view_not_ready_is_a_refusal_said_once_and_its_end_said() -> None:
 
 
 def test_a_view_not_ready_past_retry_timeout_fails_with_the_brokers_words() -> None:
-    answers = Answers([("view_rebuilding", "the compacted view ... is being folded again")] * 50)
+    answers = ScriptedCall([rpc_error(grpc.StatusCode.UNAVAILABLE, "the compacted view ... is "
+                                      "being folded again", "view_rebuilding")])
 
     async def go() -> Any:
         stream = RetryingCall(answers.open, True, 20, 5, 5, broker="127.0.0.1:7",
@@ -83,8 +62,9 @@ def test_a_view_not_ready_past_retry_timeout_fails_with_the_brokers_words() -> N
 
 
 def test_a_view_that_lacks_keys_ends_the_read_at_once() -> None:
-    answers = Answers([("view_incomplete", "the compacted view of 't'/0 lacks every key "
-                                           "written only below offset 240"), "never"])
+    answers = ScriptedCall([rpc_error(grpc.StatusCode.UNAVAILABLE, "the compacted view of 't'/0 "
+                                      "lacks every key written only below offset 240",
+                                      "view_incomplete"), "never"])
 
     async def go() -> Any:
         stream = RetryingCall(answers.open, True, None, 1, 2, broker="127.0.0.1:7",
