@@ -137,7 +137,8 @@ class RetryingCall:
                 self.reconnects += 1
                 await retry_wait(self._channel(), delay_ms)
                 continue
-            await self._answered_now()
+            if self._link_unsettled() or (self._slots is not None and self._slots.waiting):
+                await self._answered_now()  # only then: a message on a settled link awaits nothing
             self._answered = True  # the call was open: its credentials were accepted
             self._ever_answered = True
             if message is grpc.aio.EOF:
@@ -185,10 +186,15 @@ class RetryingCall:
 
     async def _link_answered(self) -> None:
         """The broker answered (a message or a refusal): report a lost one back."""
-        if self._link.lost or self._link.refused or not self._link.ever_connected:
+        if self._link_unsettled():
             note = self._link.process_connected(_now_ms())
             if note is not None:
                 await self._report(True, note)
+
+    def _link_unsettled(self) -> bool:
+        """The link was lost, refused or never connected: the broker's next answer is
+        news (`Link.process_connected`). On a settled link it would say nothing."""
+        return self._link.lost or self._link.refused or not self._link.ever_connected
 
     def _process(self, error: grpc.RpcError | errors.Unavailable) -> tuple[int, str | None]:
         """(the delay before the next attempt, what to report) of a failed attempt:
