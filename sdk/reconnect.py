@@ -84,10 +84,7 @@ def log_connection_change(connected: bool, message: str) -> None:
     """The report when the application gave no `on_connection_change`: a lost broker
     is a WARNING (shown on stderr by Python's last-resort handler when logging is not
     configured), its return INFO."""
-    if connected:
-        _log.info("%s", message)
-    else:
-        _log.warning("%s", message)
+    _log.log(logging.INFO if connected else logging.WARNING, "%s", message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,10 +60,7 @@ def slots_taken(error: errors.KeybusError) -> bool:
 def log_slot_wait(waiting: bool, message: str) -> None:
     """The report when the application gave no `on_slot_wait`: the wait is a WARNING
     (Python prints it on stderr even when logging is not set up), its end INFO."""
-    if waiting:
-        _log.warning("%s", message)
-    else:
-        _log.info("%s", message)
+    _log.log(logging.WARNING if waiting else logging.INFO, "%s", message)
 
 
 @dataclass(frozen=True, slots=True)

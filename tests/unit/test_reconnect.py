@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from sdk import errors
-from sdk.reconnect import Link, RetryPolicy, failure_of
+from sdk.reconnect import Link, RetryPolicy, failure_of, log_connection_change
 
 REFUSED = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
            "Failed to connect to remote host: Connection refused")
@@ -187,3 +187,14 @@ def test_an_unanswered_keepalive_ping_is_a_lost_broker_that_says_why(details: st
     reason, never_reached = failure_of(_Failed(grpc.StatusCode.UNAVAILABLE, details))
     assert reason == ("no answer to a keepalive ping within 5 s: the broker is frozen, "
                       "overloaded or cut off") and not never_reached
+
+
+def test_the_default_report_is_a_warning_then_info(caplog: pytest.LogCaptureFixture) -> None:
+    """Without on_connection_change, a lost broker is a WARNING (Python prints it even
+    when logging is not set up), its return INFO, on `keybus.connection`."""
+    with caplog.at_level("INFO", logger="keybus.connection"):
+        log_connection_change(False, "lost the broker at 127.0.0.1:1")
+        log_connection_change(True, "the broker at 127.0.0.1:1 is back after 1.0 s")
+    said = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [("keybus.connection", "WARNING", "lost the broker at 127.0.0.1:1"),
+                    ("keybus.connection", "INFO", "the broker at 127.0.0.1:1 is back after 1.0 s")]
