@@ -137,7 +137,8 @@ def describe(broker: str, topics: Sequence[str], security: ClientSecurity | None
     infos = retry_while_unreachable(
         lambda: topic_infos(broker, topics, security, missing_ok), unreachable_wait_s,
         "a running stream", warn=True)
-    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset)
+    return {TopicPartition(topic, p.partition): PartitionBounds(p.start_offset, p.end_offset,
+                                                                info.incarnation)
             for topic, info in infos.items() for p in info.partitions}
 
 
@@ -274,19 +275,23 @@ async def _describe_subscription(broker: str, topic: str, subscription: str,
 
 def read_records(broker: str, topic: str, partition: int, start: int | str, stop: int,
                  ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
-                 events_max: int, security: ClientSecurity | None = None
-                 ) -> Iterator[pb.Record]:
+                 events_max: int, security: ClientSecurity | None = None,
+                 incarnation: str | None = None) -> Iterator[pb.Record]:
     """The records of a bounded read of [start, stop); ranges None = every slot.
 
     Args:
         start: an offset, or "earliest".
+        incarnation: the topic's incarnation the offsets are of (the batch's
+            planned one): the broker refuses the read of another (RECREATED);
+            None = whichever the broker holds.
     Raises:
         BrokerCallError: the read failed (its `failure` says why).
     """
     try:
         with SyncReader(broker, topic, partition, start=start, stop_offset=stop,
                         hash_ranges=ranges, key_filter=key_filter,
-                        events_max=events_max, security=security) as reader:
+                        events_max=events_max, security=security,
+                        incarnation=incarnation or None) as reader:
             for batch in reader:
                 yield batch.record
     except errors.KeybusError as e:

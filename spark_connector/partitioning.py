@@ -221,10 +221,12 @@ def _scn_entry(option: str, topic: str, key: str, value: dict[str, object]) -> i
 
 @dataclass(frozen=True, slots=True)
 class PartitionBounds:
-    """A topic partition's stored offsets: [start_offset, end_offset)."""
+    """A topic partition's stored offsets: [start_offset, end_offset), and its topic's
+    incarnation ("" = not known; spark_connector/incarnation.py)."""
 
     start_offset: int
     end_offset: int
+    incarnation: str = ""
 
 
 def resolve_offsets(spec: OffsetsSpec, bounds: Mapping[TopicPartition, PartitionBounds],

@@ -7,7 +7,9 @@
 * `KeybusStreamReader`: offsets per topic partition live in Spark's
   checkpoint; `latestOffset(start, limit)` admits at most maxEventsPerTrigger
   events split by backlog; Trigger.AvailableNow stops at the offsets seen
-  when the query started.
+  when the query started. The offsets name each topic's incarnation, so a
+  topic deleted and created again is noticed even when its new log has grown
+  past them (incarnation.py).
 
 Readers are pickled to executors: `read()` opens its own connection (an SDK
 SyncReader) and closes it when the split is done. partitions() and
@@ -48,6 +50,15 @@ from pyspark.sql.types import StructType
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.model import HashRange, TopicPartition
 from spark_connector import _client
+from spark_connector.incarnation import (
+    drop_topics,
+    incarnations_of,
+    recreated,
+    recreated_problems,
+    report_recreated,
+    split_incarnations,
+    with_incarnations,
+)
 from spark_connector.options import (
     OptionError,
     Pushdown,
@@ -163,11 +174,15 @@ def _check_schema(schema: StructType, options: ReadOptions) -> pa.Schema:
 
 
 def _input_partitions(splits: Sequence[Split], options: ReadOptions,
-                      key_filter: KeyFilterSpec | None) -> list[KeybusInputPartition]:
+                      key_filter: KeyFilterSpec | None, incarnations: dict[str, str]
+                      ) -> list[KeybusInputPartition]:
+    """One input partition per split; each reads with its topic's incarnation as
+    planned (`incarnations`), so a topic made again since is refused, not read."""
     chosen = options.key_filter or key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
     return [KeybusInputPartition(s, options.broker, filter_bytes, options.events_per_response_max,
-                                 options.fail_on_data_loss, options.security) for s in splits]
+                                 options.fail_on_data_loss, options.security,
+                                 incarnations.get(s.topic)) for s in splits]
 
 
 def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int],
@@ -238,7 +253,7 @@ class KeybusBatchReader(DataSourceReader):
         starts = check_data_loss(starts, bounds, options.fail_on_data_loss)
         splits = plan_splits(starts, stops, _range_groups(options, list(bounds)))
         splits = apply_pushdown(splits, self.plan)
-        return _input_partitions(splits, options, self.plan.key_filter)
+        return _input_partitions(splits, options, self.plan.key_filter, incarnations_of(bounds))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, KeybusSnapshotPartition):
@@ -305,7 +320,7 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._bounds(missing_ok=False)
         starts = resolve_offsets(self.options.starting, bounds, "startingOffsets",
                                  _scn_offsets(self.options, bounds))
-        return offsets_to_json(starts)
+        return with_incarnations(offsets_to_json(starts), incarnations_of(bounds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         events_max = self.options.max_events_per_trigger
@@ -318,7 +333,17 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      ) -> dict[str, dict[str, int]]:
         bounds = self._bounds()
         self._planned_bounds = bounds  # for partitions() of the batch this plans
-        starts = offsets_from_json(split_snapshot_mark(start)[0])
+        plain, checkpointed = split_incarnations(start)
+        starts = offsets_from_json(split_snapshot_mark(plain)[0])
+        current = incarnations_of(bounds)
+        # A topic deleted and created again (another incarnation than the checkpoint's):
+        # fail now with failOnDataLoss=true; else its partitions are new to the query,
+        # read from their start (incarnation.py, rule 1), whatever their offsets now.
+        changed = recreated(checkpointed, current)
+        for warning in report_recreated(recreated_problems(changed, starts),
+                                        self.options.fail_on_data_loss):
+            _log.warning("%s", warning)
+        starts = drop_topics(starts, changed)
         latest = {tp: b.end_offset for tp, b in bounds.items()}
         # Offsets that went back (topic re-created, log truncated): fail now with
         # failOnDataLoss=true; else this batch ends at the new end (partitions()
@@ -336,7 +361,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {tp: min(end, self._target.get(tp, starts[tp])) for tp, end in latest.items()}
         self._latest = latest
         events_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return offsets_to_json(limit_offsets(starts, latest, events_max))
+        return with_incarnations(offsets_to_json(limit_offsets(starts, latest, events_max)),
+                                 current)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         return None if self._latest is None else offsets_to_json(self._latest)
@@ -344,10 +370,14 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> list[KeybusInputPartition]:
         plain, snapshot = split_snapshot_mark(start)
-        starts, stops = offsets_from_json(plain), offsets_from_json(end)
+        plain, start_incarnations = split_incarnations(plain)
+        plain_end, end_incarnations = split_incarnations(end)
+        starts, stops = offsets_from_json(plain), offsets_from_json(plain_end)
         # The bounds latestOffset just asked for; a batch re-run after a restart asks.
         planned, self._planned_bounds = self._planned_bounds, None
         bounds = planned or self._bounds()
+        starts, stops = self._check_incarnations(starts, stops, start_incarnations,
+                                                 end_incarnations, bounds)
         for tp in stops:
             starts.setdefault(tp, bounds[tp].start_offset if tp in bounds else stops[tp])
         if snapshot:  # checked like any batch, at the offsets the snapshot is read as of
@@ -364,7 +394,29 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if snapshot:
             return list(_snapshot_partitions(self.options, starts, stops))
         splits = plan_splits(starts, stops, _range_groups(self.options, list(stops)))
-        return _input_partitions(splits, self.options, None)
+        return _input_partitions(splits, self.options, None, incarnations_of(bounds))
+
+    def _check_incarnations(self, starts: dict[TopicPartition, int],
+                            stops: dict[TopicPartition, int], start_incarnations: dict[str, str],
+                            end_incarnations: dict[str, str],
+                            bounds: dict[TopicPartition, PartitionBounds]
+                            ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The batch's offsets after incarnation.py's rule 2.
+
+        A topic latestOffset found made again (start and end of other incarnations)
+        is read from its start: its partitions leave `starts`. One made again since
+        the batch was planned (end and DescribeTopic differ) is data loss; with
+        failOnDataLoss=false nothing of it is read now, and the next batch's
+        latestOffset reads the new topic from its start and logs the warning.
+
+        Raises:
+            DataLossError: a topic was made again since the batch was planned and
+                failOnDataLoss is true.
+        """
+        renewed = recreated(start_incarnations, end_incarnations)
+        since = recreated(end_incarnations, incarnations_of(bounds))
+        report_recreated(recreated_problems(since, stops), self.options.fail_on_data_loss)
+        return drop_topics(starts, renewed.keys() | since.keys()), drop_topics(stops, since)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, KeybusSnapshotPartition):

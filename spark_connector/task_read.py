@@ -14,8 +14,10 @@ tells them apart in its task:
   these offsets named.
 * the topic was deleted: data loss; false skips the rest of the split with a
   warning (the next batch's planning drops the topic until it comes back).
-* the task's read lost the broker and, reopened, found the topic deleted and
-  created again (TopicRecreated): data loss, as offsets that went back.
+* the topic is another incarnation than the one the batch was planned with
+  (the read sends it; spark_connector/incarnation.py): it was deleted and
+  created again since, or while the read was away from a lost broker
+  (TopicRecreated): data loss, as offsets that went back.
 Anything else fails the task as it is. Records received before a failure go
 to Spark first (they did arrive).
 """
@@ -57,9 +59,12 @@ class KeybusInputPartition(InputPartition):
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None,
                  events_max: int, fail_on_data_loss: bool,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, incarnation: str | None = None
+                 ) -> None:
         super().__init__(None)
         self.split = split
+        # The topic's incarnation the split's offsets are of (None: not known).
+        self.incarnation = incarnation
         self.broker = broker
         self.security = security
         self.key_filter = key_filter
@@ -92,7 +97,8 @@ def read_split(partition: KeybusInputPartition, schema: pa.Schema) -> Iterator[p
         nonlocal reached
         for record in _client.read_records(partition.broker, split.topic, split.partition,
                                            start, split.stop, ranges, key_filter,
-                                           partition.events_max, partition.security):
+                                           partition.events_max, partition.security,
+                                           partition.incarnation):
             reached = max(reached, record_next_offset(record))
             yield record
 
@@ -125,9 +131,9 @@ def _skip_lost(error: _client.BrokerCallError, where: str, fail_on_data_loss: bo
                 "planned (the topic was deleted and created again, or its log was truncated), "
                 "so they now name other events or none")
     elif error.failure == Failure.RECREATED:
-        what = (f"{where} are gone: the topic was deleted and created again while this "
-                "task read it (its read lost the broker and came back to the new topic), "
-                "so they now name other events or none")
+        what = (f"{where} are gone: the topic was deleted and created again since the "
+                "batch was planned (the broker holds another incarnation of it than the one "
+                "the offsets are of), so they now name other events or none")
     elif error.failure == Failure.TOPIC_GONE:
         what = f"{where} are gone: the topic was deleted while the query ran"
     else:

@@ -180,9 +180,9 @@ def test_a_topic_made_again_under_a_reconnected_read_is_data_loss(
     offsets, raised, _ = _read(monkeypatch, True, error)
     assert offsets == RECEIVED and isinstance(raised, DataLossError)
     message = str(raised)
-    assert "deleted and created again while this task read it" in message, message
+    assert "deleted and created again since the batch was planned" in message, message
     assert "failOnDataLoss=false" in message and "'9d2e7b4a1c0f3e58'" in message, message
     with caplog.at_level(logging.WARNING, logger="keybus.spark"):
         offsets, raised, fake = _read(monkeypatch, False, error)
     assert raised is None and fake.starts == [0] and offsets == RECEIVED
-    assert "deleted and created again while this task read it" in caplog.text
+    assert "deleted and created again since the batch was planned" in caplog.text
