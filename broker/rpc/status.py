@@ -62,12 +62,8 @@ def unary(method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
         try:
             refuse_unknown_fields(request)
             return await method(self, request, context)
-        except BrokerError as e:
-            await abort(context, e)
-        except grpc.aio.AbortError:
-            raise
         except Exception as e:
-            await abort(context, _unexpected(method.__name__, e))
+            await _end_on_failure(context, method.__name__, e)
     return wrapper
 
 
@@ -82,13 +78,22 @@ def streaming(method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterat
                 refuse_unknown_fields(request)
             async for item in method(self, request, context):
                 yield item
-        except BrokerError as e:
-            await abort(context, e)
-        except grpc.aio.AbortError:
-            raise
         except Exception as e:
-            await abort(context, _unexpected(method.__name__, e))
+            await _end_on_failure(context, method.__name__, e)
     return wrapper
+
+
+async def _end_on_failure(context: grpc.aio.ServicerContext, method: str,
+                          error: Exception) -> NoReturn:
+    """End a call whose method raised: a BrokerError with its own status, an abort
+    the method made already passed on as it is (its status is set), anything else
+    as `call_failed`. The one mapping both wrappers share, so a unary and a
+    streaming method answer the same failure alike."""
+    if isinstance(error, grpc.aio.AbortError):
+        raise error
+    if isinstance(error, BrokerError):
+        await abort(context, error)
+    await abort(context, _unexpected(method, error))
 
 
 def _unexpected(method: str, error: Exception) -> BrokerError:

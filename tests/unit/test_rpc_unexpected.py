@@ -55,6 +55,20 @@ class Servicer:
         yield pb.ReadResponse()
         raise KeyError("partitions")
 
+    @streaming
+    async def Bootstrap(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield pb.ReadResponse()
+        raise BrokerError("topic_not_found", topic="t")
+
+    @unary
+    async def DescribeTopic(self, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the method's own")
+
+    @streaming
+    async def Subscribe(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield pb.ReadResponse()
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the method's own")
+
 
 def _call(method: Any, request: Any) -> Context:
     context = Context()
@@ -96,3 +110,19 @@ def test_a_broker_error_keeps_its_status() -> None:
     assert context.status is not None
     assert context.status[0] == grpc.StatusCode.NOT_FOUND
     assert (ERROR_NAME_KEY, "topic_not_found") in context.status[2]
+
+
+def test_a_broker_error_midway_through_a_stream_keeps_its_status() -> None:
+    context = _call(Servicer.Bootstrap, pb.ReadRequest(topic="t"))
+    assert context.status is not None
+    assert context.status[0] == grpc.StatusCode.NOT_FOUND
+    assert (ERROR_NAME_KEY, "topic_not_found") in context.status[2]
+
+
+@pytest.mark.parametrize("method", [Servicer.DescribeTopic, Servicer.Subscribe])
+def test_an_abort_by_the_method_itself_passes_through(
+        method: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="keybus.rpc"):
+        context = _call(method, pb.ReadRequest(topic="t"))
+    assert context.status == (grpc.StatusCode.FAILED_PRECONDITION, "the method's own", ())
+    assert caplog.records == []
