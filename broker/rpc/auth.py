@@ -170,6 +170,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return CallCheck(name, rule_for(name), self.table, identity.principal,
                          identity.expires_s, identity.expired)
 
+    async def _allowed(self, name: str, token: str, request: Any,
+                       context: grpc.aio.ServicerContext) -> CallCheck:
+        """The check of a call whose one request is known up front (unary and
+        server-streaming calls), once its caller is authenticated and the request
+        allowed; otherwise the call ends here, UNAUTHENTICATED or PERMISSION_DENIED
+        (`abort` raises), before the servicer sees it."""
+        try:
+            check = self._check(name, token, context)
+            error = check.denial(request)
+        except BrokerError as e:
+            error = e
+        if error is not None:
+            await abort(context, error)
+        return check
+
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
                                          Awaitable[grpc.RpcMethodHandler]],
@@ -194,25 +209,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _unary(self, name: str, token: str, inner: Any) -> Any:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                check = self._check(name, token, context)
-                error = check.denial(request)
-            except BrokerError as e:
-                error = e
-            if error is not None:
-                await abort(context, error)
+            check = await self._allowed(name, token, request, context)
             return check.filtered(await inner(request, context))
         return behavior
 
     def _server_stream(self, name: str, token: str, inner: Any) -> Any:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            try:
-                check = self._check(name, token, context)
-                error = check.denial(request)
-            except BrokerError as e:
-                error = e
-            if error is not None:
-                await abort(context, error)
+            check = await self._allowed(name, token, request, context)
             check.opening = request
             stream = self.rights.opened(check)
             try:
