@@ -78,6 +78,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:port (bound once to see), for a server about to
+    bind it or one that should have let it go. Bound with SO_REUSEADDR as servers
+    bind theirs (ZooKeeper, gRPC), so a port left in TIME_WAIT by a process just
+    stopped counts as free, as it does for them."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper; `address` is "127.0.0.1:PORT". A short tick
     (250 ms) allows session timeouts of a second or two."""

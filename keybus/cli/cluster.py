@@ -11,7 +11,6 @@ import fcntl
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,13 @@ from keybus.cli.common import (
     stdout_console,
     wide_option,
 )
-from keybus.dev_cluster import ZOOKEEPER_JAR, BrokerRunner, ZooKeeperServer, start_cluster
+from keybus.dev_cluster import (
+    ZOOKEEPER_JAR,
+    BrokerRunner,
+    ZooKeeperServer,
+    port_free,
+    start_cluster,
+)
 from sdk import errors
 from sdk.admin import Admin
 from sdk.channel import open_channel, stub_of
@@ -191,6 +196,7 @@ def dev(count: int, root: str, acks: str | None, topic: str, base_port: int,
         raise click.UsageError(f"cannot use --dir {root}: {e.strerror or e} "
                                f"({e.filename or base}); give a directory this user can "
                                "create and write") from None
+    # Checked first: a taken port ends ZooKeeper with a Java log tail that never names it.
     if not port_free(zookeeper_port):
         fail(f"cannot listen on 127.0.0.1:{zookeeper_port} for ZooKeeper: the port is in use "
              f"(another ZooKeeper? {DEFAULT_ZOOKEEPER_PORT} is its default); choose another "
@@ -303,19 +309,6 @@ def check_acks(acks: str, count: int) -> None:
     if followers > count - 1:
         raise click.UsageError(f"--acks {followers} needs {followers} followers besides the "
                                f"leader, {followers + 1} brokers; {allowed}")
-
-
-def port_free(port: int) -> bool:
-    """Nothing listens on 127.0.0.1:port (bound once to see). Checked before ZooKeeper
-    starts: a taken port ends it with a Java log tail that never names the port."""
-    with socket.socket() as s:
-        # As ZooKeeper's own socket: a port left in TIME_WAIT by a cluster just stopped is free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _first_and_last_line(text: str) -> str:

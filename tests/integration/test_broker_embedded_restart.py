@@ -25,7 +25,7 @@ import pytest
 
 from broker.config import Settings
 from broker.server import Broker, start_broker
-from keybus.dev_cluster import free_port
+from keybus.dev_cluster import free_port, port_free
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.core.pb import keybus_pb2_grpc as pb_grpc
 from tests.support.wire import int_batch
@@ -93,16 +93,6 @@ async def _threads_left(before: set[threading.Thread]) -> list[str]:
     return left
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def test_stop_then_start_on_the_same_directory_reads_back_everything(tmp_path: Path) -> None:
     asyncio.run(asyncio.wait_for(_stop_then_start(tmp_path), WAIT_S * 3))
 
@@ -122,7 +112,7 @@ async def _stop_then_start(tmp_path: Path) -> None:
     finally:
         await broker.stop()
     assert await _threads_left(before) == []
-    assert _port_free(metrics_port)
+    assert port_free(metrics_port)
 
     again = await start_broker(_settings(tmp_path, metrics_port))  # before: DataDirInUse
     try:
