@@ -92,13 +92,18 @@ class Producer:
             retry_backoff_max_ms=config.retry_backoff_max_ms,
             request_timeout_ms=config.request_timeout_ms, on_done=self._batch_done,
             producer_id=producer_id, relocate=leader.connect if leader is not None else None,
-            channel=self._current_channel, reauthenticate=self._renewed_stub)
+            channel=self._current_channel, reauthenticate=self._renewed_stub,
+            broker=self._address)
         # When batches leave: Nagle's rule (at once to an idle partition, else after
         # the answer or the linger), see batch_flow.py.
         self._flow = BatchFlow(self._acc, self._lock, self._sender, topic,
                                config.delivery_timeout_ms, config.nagle_window)
         self._room = asyncio.Event()  # buffer room was given back
         self._closed = False
+
+    def _address(self) -> str:
+        """The broker the sender talks to now (with several brokers, the leader's)."""
+        return self._leader.address if self._leader is not None else self._broker
 
     def _current_channel(self) -> grpc.aio.Channel | None:
         """The channel the sender's stub is on (with several brokers, the leader's)."""

@@ -86,7 +86,7 @@ class Sender:
                  relocate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub]] | None = None,
                  channel: Callable[[], grpc.aio.Channel | None] | None = None,
                  reauthenticate: Callable[[], Awaitable[pb_grpc.KeybusAsyncStub | None]]
-                 | None = None) -> None:
+                 | None = None, broker: Callable[[], str] | None = None) -> None:
         assert in_flight_max >= 1 and delivery_timeout_ms >= 1
         assert producer_id is None or (idempotent and producer_id >= PRODUCER_ID_CHOSEN_BIT)
         self._chosen_producer_id = producer_id
@@ -99,6 +99,9 @@ class Sender:
         # A stream ended for its credentials: a stub on a new channel for a rotated
         # client certificate (sdk.channel.renews_channel), or None to keep this one.
         self._reauthenticate = reauthenticate
+        # The address the stub talks to now (with several brokers, the leader's), for
+        # the messages: an operator with several brokers needs to know which one.
+        self._broker = broker or (lambda: "")
         self.queue = SendQueue(topic, partitions, idempotent, redirects=relocate is not None)
         self.in_flight_max = in_flight_max
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -257,10 +260,19 @@ class Sender:
         self._renewed_unanswered = await self._renew_stub()
         return self._renewed_unanswered
 
+    def _the_broker(self) -> str:
+        """"the broker at HOST:PORT", as the Reader's messages name it (sdk/reconnect.py)."""
+        address = self._broker()
+        return f"the broker at {address}" if address else "the broker"
+
     def _fail_all(self, error: errors.KeybusError) -> None:
-        """Fail every pending batch with an error no retry mends."""
+        """Fail every pending batch with an error no retry mends: the broker's refusal,
+        naming the broker (of its kind, with its code and catalogue name)."""
         self._renewed_unanswered = False
-        self._finish(self.queue.process_fail_all(error))
+        refused = type(error)(f"{self._the_broker()} refused the producer of topic "
+                              f"{self.topic!r}: {error.message}", error.code)
+        refused.broker_error = error.broker_error
+        self._finish(self.queue.process_fail_all(refused))
 
     async def _try_reinit(self) -> bool:
         self._answered = False  # a new attempt: nothing answered it yet
@@ -287,15 +299,16 @@ class Sender:
         self._last_failure = reason
         if self._lost_since_ms is None:
             self._lost_since_ms = now_ms()
-            what = ": the broker cannot take produce now" if refused else " lost the broker"
+            what = f": {self._the_broker()} cannot take produce now" if refused \
+                else f" lost {self._the_broker()}"
             _log.warning("producer of topic %r%s (%s); retrying; events not answered within "
                          "delivery_timeout_ms=%d fail", self.topic, what, reason,
                          self.delivery_timeout_ms)
 
     def _reached(self) -> None:
         if self._lost_since_ms is not None:
-            _log.info("producer of topic %r: the broker answers again after %.1f s",
-                      self.topic, (now_ms() - self._lost_since_ms) / 1000)
+            _log.info("producer of topic %r: %s answers again after %.1f s", self.topic,
+                      self._the_broker(), (now_ms() - self._lost_since_ms) / 1000)
             self._lost_since_ms = None
 
     async def _run_stream(self) -> bool:
@@ -375,7 +388,7 @@ class Sender:
             last = f" (last error: {self._last_failure})" if self._lost_since_ms is not None \
                 else ""
             error = errors.DeliveryTimeout(
-                f"no answer from the broker within delivery_timeout_ms="
+                f"no answer from {self._the_broker()} within delivery_timeout_ms="
                 f"{self.delivery_timeout_ms}{last}; the events may or may not be stored")
             outcomes = self.queue.process_expiry(now_ms(), error)
             if outcomes:

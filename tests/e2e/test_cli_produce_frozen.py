@@ -69,5 +69,6 @@ def test_a_broker_frozen_under_produce_is_said_truly_and_in_words(
     last = stderr.strip().splitlines()[-1]
     assert re.fullmatch(
         rf"keybus: error: lines {stored + 1}-{LINES} not confirmed: no answer from the broker "
-        r"within delivery_timeout_ms=4000.*; the events may or may not be stored; "
+        rf"at {re.escape(broker.address)} within delivery_timeout_ms=4000.*; the events may or "
+        r"may not be stored; "
         rf"lines 1-{stored} stored \(printed on stdout\)", last), (last, stored)

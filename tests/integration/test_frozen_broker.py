@@ -79,8 +79,8 @@ def test_frozen_broker_is_told_within_seconds_and_work_resumes(
                     f"{KEEPALIVE_TIMEOUT_MS / 1000:g} s: the broker is frozen, overloaded or "
                     "cut off); retrying")
                 assert at - frozen_at < LOST_WITHIN_S
-                await _wait_for(lambda: said("producer of topic 'frozen' lost the broker (no "
-                                             "answer to a keepalive ping"),
+                await _wait_for(lambda: said(f"producer of topic 'frozen' lost the broker at "
+                                             f"{broker.address} (no answer to a keepalive ping"),
                                 LOST_WITHIN_S, "the producer's warning")
             finally:
                 os.kill(_pid(broker), signal.SIGCONT)

@@ -69,9 +69,9 @@ def test_an_outage_is_said_once_and_retries_are_quiet(
         await asyncio.to_thread(broker.start)
         assert (await asyncio.wait_for(waiting, 30)).offset == 1
         await _wait_for(lambda: said(logging.INFO, "producer of topic 'hush': the broker "
-                                     "answers again after") and said(
+                                     f"at {broker.address} answers again after") and said(
             logging.INFO, f"the broker at {broker.address} is back after"), 30, "the return")
-        assert said(logging.WARNING, "producer of topic 'hush' lost the broker")
+        assert said(logging.WARNING, f"producer of topic 'hush' lost the broker at {broker.address}")
         assert said(logging.WARNING, f"lost the broker at {broker.address}")
         assert _repeated(caplog.records) == {}  # the whole outage, return included
         for client in (producer, consumer):

@@ -167,9 +167,13 @@ def test_too_few_followers_reach_the_producer_with_the_brokers_words(
         async with await Producer.create(",".join(b.address for b in brokers), "t",
                                          delivery_timeout_ms=5_000) as producer:
             sent = await producer.send(1, b"x")
-            with pytest.raises(DeliveryTimeout, match="last error: " + re.escape(missing)):
+            with pytest.raises(DeliveryTimeout, match=re.escape(
+                    f"no answer from the broker at {leader.address} within delivery_timeout_ms="
+                    f"5000 (last error: {missing}")):
                 await asyncio.wait_for(sent, 30)
-        assert said(caplog, f"the broker cannot take produce now ({missing}")
+        # the leader's address, the one the producer found among the three
+        assert said(caplog, f"producer of topic 't': the broker at {leader.address} cannot "
+                            f"take produce now ({missing}")
         info = role(leader.address, "t")
         assert info is not None and info.partitions[0].log_end_offset == 0  # nothing stored
 
