@@ -22,6 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
+from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.retrying_call import RetryingCall
 
@@ -205,6 +208,11 @@ class BootstrapStream:
     def reconnects(self) -> int:
         """Streams opened again after a failure (each resumed where it stopped)."""
         return self._stream.reconnects
+
+    @property
+    def last_failure(self) -> grpc.RpcError | errors.Unavailable | None:
+        """The failure behind the last lost-broker report (RetryingCall.last_failure)."""
+        return self._stream.last_failure
 
     @staticmethod
     def _passed(position: BootstrapPosition) -> set[str]:

@@ -244,6 +244,12 @@ class Reader:
         """How many times the stream was opened again after a failure (resumed)."""
         return (self._bootstrap or self._stream).reconnects
 
+    @property
+    def last_failure(self) -> grpc.RpcError | errors.Unavailable | None:
+        """The failure behind the last (False, message) report, with its status code
+        (a gRPC error, or Unavailable when no leader was found); None before any."""
+        return (self._bootstrap or self._stream).last_failure
+
     def _bootstrap_call(self) -> Any:
         if self._channel is None:
             self._channel = open_channel(self.broker, self._security)

@@ -105,6 +105,9 @@ class RetryingCall:
         self._answered = False  # the open call sent a message (so it was authenticated)
         self._ever_answered = False  # some call sent a message: the topic existed then
         self.reconnects = 0  # calls opened again after a failure
+        # The failure behind the last report of a lost broker, with its status code, for an
+        # owner that says more than the message (a relay follower names the code).
+        self.last_failure: grpc.RpcError | errors.Unavailable | None = None
 
     async def read(self) -> Any:
         """The next message; None when the call ended normally.
@@ -149,6 +152,7 @@ class RetryingCall:
     async def _after_failure(self, error: grpc.RpcError | errors.Unavailable) -> int:
         """Report a failed attempt; the delay before the next one. Raises what no
         retry mends."""
+        self.last_failure = error
         refused = self._slot_refusal(error)
         if refused is not None and self._slots is not None:
             await self._link_answered()  # the broker is there: a lost one is back

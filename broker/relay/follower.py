@@ -70,7 +70,6 @@ from sdk import errors
 from sdk.channel import open_channel, stub_of
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.reader import Reader
-from sdk.reconnect import log_connection_change
 from sdk.subscription_admin import SubscriptionAdmin
 
 log = logging.getLogger("keybus.relay")
@@ -380,7 +379,8 @@ class TopicFollower:
                         stop_offset=stop, retry_backoff_ms=self.relay.backoff_first_ms,
                         retry_backoff_max_ms=self.relay.backoff_max_ms, channel=self._channel,
                         replica=True,
-                        on_connection_change=functools.partial(self._stream_changed, state))
+                        on_connection_change=lambda connected, message: self._stream_changed(
+                            state, reader, connected, message))
         # The upstream's high watermark, sent with the records and when only it moves.
         reader.on_high_watermark = functools.partial(watermark.advance, partition)
         # An answer without records (the tail reached, or an idle upstream's):
@@ -431,13 +431,23 @@ class TopicFollower:
                                f"the topic, not {ours!r} (deleted and created again there); "
                                "nothing of it was stored here")
 
-    def _stream_changed(self, state: CopyState, connected: bool, message: str) -> None:
+    def _stream_changed(self, state: CopyState, reader: Reader, connected: bool,
+                        message: str) -> None:
         """The Reader lost its stream to the upstream (it retries by itself, forever:
-        the copy loop sees no failure) or has it back: logged as the SDK does, and a
-        loss marks the partition's upstream unreachable until its next answer."""
-        log_connection_change(connected, message)
-        if not connected:
-            state.process_lost(message, wall_ms())
+        the copy loop sees no failure) or has it back. A loss is said as a failed copy
+        is, with the status code and the upstream's words (upstream_failure.py), so an
+        upstream gone (UNAVAILABLE: connection refused) is told from one that refused
+        (UNAVAILABLE: <its reason>, another code), and marks the partition's upstream
+        unreachable until its next answer."""
+        where = f"topic {self.topic}/{reader.partition}"
+        if connected:
+            log.info("%s: %s; copying", where, message)  # "the broker at H:P is back after"
+            return
+        failure = reader.last_failure
+        reason = in_relay_words(failure) if failure is not None else message
+        state.process_lost(reason, wall_ms())
+        log.warning("%s: lost the stream from upstream %s (%s); retrying", where,
+                    self.upstream, reason)
 
     async def _restart_behind(self, partition: Partition) -> bool:
         """After an OUT_OF_RANGE read: when the upstream's start is past our log end,

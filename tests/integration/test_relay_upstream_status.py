@@ -170,3 +170,39 @@ def test_a_failed_attempt_is_one_line_with_the_status_code_and_the_next_retry(
         assert "debug_error_string" not in log and "AioRpcError" not in log, log[-2000:]
     finally:
         follower.stop()
+
+
+def test_a_lost_stream_is_one_line_with_the_status_code_and_the_upstreams_words(
+        tmp_path: Path) -> None:
+    """The Reader's stream from an upstream killed under it: the follower says which
+    topic and partition lost it, from which upstream, with the status code and the
+    words (as a failed attempt's line), and that it is back. Before, it logged the
+    SDK's `lost the broker at H:P (connection closed); retrying` alone: no topic, no
+    code, so an upstream gone read as one that refused."""
+    leader, follower, _ = pair(tmp_path)
+    try:
+        leader.start()
+        follower.start()
+        create_topic(stub(leader.address), "t")
+        produce_records(leader.address, 0, 1, 10)
+        wait_for(lambda: events(follower.address, "t") == 10, 15, "the follower copied")
+        leader.kill()
+
+        def lost() -> list[str]:
+            return [line for line in follower.log_path.read_text().splitlines()
+                    if "lost the stream" in line]
+        wait_for(lambda: bool(lost()), 30, "the follower says it lost the stream")
+        (line,) = lost()  # once per outage, not per retry
+        assert "keybus.relay" in line, line
+        # grpcio's words for the connection the killed upstream dropped ("Stream removed
+        # (Socket closed)", "Connection reset by peer", ...) or, once gone, refused
+        assert re.search(rf"topic t/0: lost the stream from upstream {leader.address} "
+                         r"\(UNAVAILABLE: .+\); retrying$", line), line
+        leader.start()  # back on its port, with its log
+        wait_for(lambda: f"topic t/0: the broker at {leader.address} is back after"
+                 in follower.log_path.read_text(), 30, "the follower says it is back")
+        log = follower.log_path.read_text()
+        assert "debug_error_string" not in log and "AioRpcError" not in log, log[-2000:]
+    finally:
+        follower.stop()
+        leader.stop()
