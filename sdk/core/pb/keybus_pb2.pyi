@@ -2296,6 +2296,7 @@ class BootstrapRequest(_message.Message):
     STOP_OFFSET_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     ALLOW_INCOMPLETE_VIEW_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     events_max: _builtins.int
@@ -2322,6 +2323,16 @@ class BootstrapRequest(_message.Message):
     of refusing it with UNAVAILABLE (view_incomplete); a follower's view load asks
     this and keeps the gap. A view lacks keys when its broker took the topic over
     while its view waited to be loaded from the old leader (docs/bootstrap.md).
+    """
+    incarnation: _builtins.str
+    """The topic's incarnation (TopicInfo.incarnation) this bootstrap is of: a
+    reader that reopens its bootstrap after a lost connection (or continues a
+    saved one, or bootstraps again) sends the one its first response named,
+    so a topic deleted and created again meanwhile is refused
+    (FAILED_PRECONDITION, `bootstrap_other_incarnation`; Kafka's
+    UNKNOWN_TOPIC_ID) rather than read from a key or an offset of the old
+    one, or mixed with state built from it. "" = not checked (older clients,
+    and a first open that does not know it).
     """
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -2355,10 +2366,11 @@ class BootstrapRequest(_message.Message):
         stop_offset: _builtins.int = ...,
         replica: _builtins.bool = ...,
         allow_incomplete_view: _builtins.bool = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "resume", b"resume"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_incomplete_view", b"allow_incomplete_view", "bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "include_tombstones", b"include_tombstones", "partition", b"partition", "replica", b"replica", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_incomplete_view", b"allow_incomplete_view", "bytes_max", b"bytes_max", "events_max", b"events_max", "filter", b"filter", "follow", b"follow", "hash_ranges", b"hash_ranges", "incarnation", b"incarnation", "include_tombstones", b"include_tombstones", "partition", b"partition", "replica", b"replica", "resume", b"resume", "sources", b"sources", "stop_offset", b"stop_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2424,6 +2436,7 @@ class BootstrapResponse(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     PASSED_SCN_FIELD_NUMBER: _builtins.int
     PASSED_OFFSET_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     next_offset: _builtins.int
     """CATCHUP/ONLINE: the next log offset to read"""
     end_offset: _builtins.int
@@ -2441,6 +2454,15 @@ class BootstrapResponse(_message.Message):
     same ONLINE position past those records), as any message without records.
     """
     passed_offset: _builtins.int
+    incarnation: _builtins.str
+    """The first message of a bootstrap stream only (not a replica's): the
+    topic's incarnation (TopicInfo.incarnation), for the reader to send back
+    as BootstrapRequest.incarnation when it reopens the stream (and as
+    ReadRequest.incarnation on a log read that goes on from it). "" in every
+    other message, and for a topic whose incarnation this broker made up when
+    it loaded a topic stored by an older broker (a relay follower replaces that
+    one with its upstream's without the log changing).
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
     @_builtins.property
@@ -2462,10 +2484,11 @@ class BootstrapResponse(_message.Message):
         resume: Global___BootstrapResume | None = ...,
         passed_scn: _builtins.int = ...,
         passed_offset: _builtins.int = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["marker", b"marker", "resume", b"resume"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "marker", b"marker", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "phase", b"phase", "records", b"records", "resume", b"resume"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "incarnation", b"incarnation", "marker", b"marker", "next_offset", b"next_offset", "passed_offset", b"passed_offset", "passed_scn", b"passed_scn", "phase", b"phase", "records", b"records", "resume", b"resume"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
