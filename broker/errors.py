@@ -116,6 +116,15 @@ CATALOGUE: dict[str, ErrorKind] = {
                   "incarnation {current!r}): its position names no event of this log, so "
                   "nothing was sent; read the new topic from a start of its own (earliest, latest, "
                   "an offset of it) with a new reader"),
+        # position: "a new snapshot", "the snapshot as of offset 60", "the catch-up at
+        # offset 70", "online at offset 90" (broker/rpc/bootstrap_servicer.resume_words)
+        ErrorKind("bootstrap_other_incarnation", grpc.StatusCode.FAILED_PRECONDITION,
+                  "this bootstrap of {topic!r}/{partition} ({position}) is of incarnation "
+                  "{expected!r} of the topic, which was deleted and created again (it is now "
+                  "incarnation {current!r}): its snapshot and offsets are of the old topic, so "
+                  "nothing was sent; drop the state built from the old topic and bootstrap the "
+                  "new one from a new snapshot (start='bootstrap', no saved position) with a "
+                  "new reader"),
         ErrorKind("read_limit_invalid", grpc.StatusCode.INVALID_ARGUMENT,
                   "{field}={value} is over the broker limit of {max}; allowed 0 (broker "
                   "default) or 1..{max}"),

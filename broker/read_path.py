@@ -32,16 +32,23 @@ from broker.log.rocks_store import RocksStore
 from sdk.core.columns import OPTIONAL_COLUMNS
 from sdk.core.pb import keybus_pb2 as pb
 
-# A chunk's bytes_max bounds the whole ReadResponse message (broker/rpc/wire.py), so that
-# at the default of 4 MiB it fits gRPC's default receive limit (4 MiB) of any client, not
-# only the SDK's: each record adds its tag and length, and the message's other fields
-# (next_offset, end_offset, high_watermark) a tag and a varint of at most 10 bytes each;
-# a read's first response also names the topic's incarnation (16 hex digits, a tag and a
-# length: rpc/read_servicer.py), counted in every chunk so the first fits as well.
-# Only a single record larger than bytes_max goes out alone past it (a read must progress).
+# A chunk's bytes_max bounds the whole message it goes out in, so that at the default of
+# 4 MiB it fits gRPC's default receive limit (4 MiB) of any client, not only the SDK's:
+# each record adds its tag and length, and the message's other fields the most they take.
+# A ReadResponse (broker/rpc/wire.py): next_offset, end_offset, high_watermark, a tag and
+# a varint of at most 10 bytes each. A Bootstrap's catch-up and online messages carry the
+# same chunks (broker/view/bootstrap.py): next_offset and end_offset, the phase (a tag and
+# one byte) and where to resume (a tag, a length and a BootstrapResume of a phase and two
+# offsets). The first message of either stream also names the topic's incarnation (16 hex
+# digits, a tag and a length: wire.first_response_head), counted in every chunk so the
+# first fits as well. Only a single record larger than bytes_max goes out alone past it
+# (a read must progress).
 RECORD_FRAMING_BYTES_MAX = 6
 INCARNATION_FIELD_BYTES_MAX = 1 + 1 + 16
-RESPONSE_FIELDS_BYTES_MAX = 3 * 11 + INCARNATION_FIELD_BYTES_MAX
+READ_FIELDS_BYTES_MAX = 3 * 11
+BOOTSTRAP_LOG_FIELDS_BYTES_MAX = 2 * 11 + 2 + (1 + 1 + 2 + 2 * 11)
+RESPONSE_FIELDS_BYTES_MAX = (max(READ_FIELDS_BYTES_MAX, BOOTSTRAP_LOG_FIELDS_BYTES_MAX)
+                             + INCARNATION_FIELD_BYTES_MAX)
 
 # Given a batch, the indexes of the events that pass (ascending).
 EventSelector = Callable[[pb.EventBatch], list[int]]

@@ -14,6 +14,13 @@ readers that bootstrapped once and follow (the CLI's and the SDK's default)
 would lock every later bootstrap out for as long as they run. A filtered
 following stream gets a pacer of passed positions for its online phase, as
 a filtered follow Read does (broker/read_passed.py).
+
+Incarnation: the first message names the topic's (BootstrapResponse.incarnation,
+put before it as bytes, as the Read servicer does), and a request naming
+another is refused before anything is read or a slot taken
+(`bootstrap_other_incarnation`): the topic was deleted and created again
+since the reader's bootstrap began, so its position (a key of the old view,
+an offset of the old log) and the state the reader built are of another log.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from broker.errors import BrokerError
 from broker.filtering import compile_selector
 from broker.read_passed import PassedPositions, tells_passed
 from broker.read_path import ReadSpec
+from broker.rpc import wire
 from broker.rpc.read_servicer import hash_mask, read_limit
 from broker.rpc.service import SERVICE
 from broker.rpc.status import streaming
 from broker.topics import TopicRegistry
 from broker.view import codec
-from broker.view.bootstrap import BootstrapStream, source_selector
+from broker.view.bootstrap import INCARNATION_TAG, BootstrapStream, source_selector
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
 from sdk.core.filters import KeyFilterSpec
 from sdk.core.pb import keybus_pb2 as pb
@@ -87,15 +95,29 @@ class BootstrapServicer:
     async def Bootstrap(self, request: pb.BootstrapRequest,
                         context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         stream = self._stream(request)
+        meta = stream.partition.meta
+        # The first message names the topic's incarnation, for the reader to send when it
+        # reopens the stream (a made-up one may change with the log kept: not named).
+        head = b"" if request.replica else wire.first_response_head(
+            meta.incarnation, meta.incarnation_backfilled, INCARNATION_TAG)
         stream.caught_up = release = self.slots.take()
         try:
             async for message in stream.run():
-                yield message
+                if head:  # the first message only: one test per message, none per record
+                    yield head + message
+                    head = b""
+                else:
+                    yield message
         finally:
             release()
 
     def _stream(self, request: pb.BootstrapRequest) -> BootstrapStream:
         partition = self.registry.partition(request.topic, request.partition)
+        current = partition.meta.incarnation
+        if request.incarnation and request.incarnation != current:
+            raise BrokerError("bootstrap_other_incarnation", topic=request.topic,
+                              partition=request.partition, position=resume_words(request),
+                              expected=request.incarnation, current=current)
         view = self.registry.views.of(request.topic, request.partition)
         sources = check_sources(list(request.sources))
         # A follower loading its view (broker/view/load.py) takes it whole: this broker's
@@ -126,6 +148,19 @@ class BootstrapServicer:
 
         return BootstrapStream(partition, view, snapshot, read, request, open_cursor,
                                passing=passing)
+
+
+def resume_words(request: pb.BootstrapRequest) -> str:
+    """Where a bootstrap request starts, as the refusal says it: "a new snapshot",
+    "the snapshot as of offset 60", "the catch-up at offset 70", "online at offset 90"."""
+    if not request.HasField("resume"):
+        return "a new snapshot"
+    resume = request.resume
+    if resume.phase == pb.CATCHUP:
+        return f"the catch-up at offset {resume.next_offset}"
+    if resume.phase == pb.ONLINE:
+        return f"online at offset {resume.next_offset}"
+    return f"the snapshot as of offset {resume.snapshot_offset}"
 
 
 def _identity(data: bytes) -> bytes:

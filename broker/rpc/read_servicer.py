@@ -31,7 +31,7 @@ from broker.filtering import compile_selector
 from broker.metrics import READ_EVENTS
 from broker.partition import Partition
 from broker.read_passed import Passed, PassedPositions, tells_passed
-from broker.read_path import INCARNATION_FIELD_BYTES_MAX, ReadSpec
+from broker.read_path import ReadSpec
 from broker.rpc import wire
 from broker.rpc.status import streaming
 from broker.tail_wait import now_ms, wait_at_tail
@@ -92,9 +92,7 @@ class ReadServicer:
             return
         # The first response names the topic's incarnation, for the reader to send when
         # it reopens the read (a made-up one may change with the log kept: not named).
-        head = b"" if meta.incarnation_backfilled else wire.incarnation_field(meta.incarnation)
-        if len(head) > INCARNATION_FIELD_BYTES_MAX:  # not one a broker made: not named, so the
-            head = b""  # first response stays within bytes_max (read_path.py)
+        head = wire.first_response_head(meta.incarnation, meta.incarnation_backfilled)
         mark = len(partition.truncations)
         told_position = False
         passing = None  # an unfiltered read keeps the loop it had: no position to tell

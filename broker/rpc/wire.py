@@ -8,6 +8,8 @@ test parses the output with the generated class to keep them in step.
 
 from __future__ import annotations
 
+from broker.read_path import INCARNATION_FIELD_BYTES_MAX
+
 RECORDS_TAG = b"\x0a"  # field 1, length-delimited
 NEXT_OFFSET_TAG = b"\x10"  # field 2, varint
 END_OFFSET_TAG = b"\x18"  # field 3, varint
@@ -64,12 +66,28 @@ def passed_response(next_offset: int, end_offset: int, passed_scn: int,
                      varint(passed_offset)))
 
 
-def incarnation_field(incarnation: str) -> bytes:
-    """`ReadResponse.incarnation` as wire bytes, to put before the first response
-    of a read (b"" for ""): fields of a message may come in any order and a
-    parser merges them, so the records' responses are built as before and only
-    the first one is prefixed, once per stream."""
+def incarnation_field(incarnation: str, tag: bytes = INCARNATION_TAG) -> bytes:
+    """`ReadResponse.incarnation` (or, with its `tag`, BootstrapResponse's) as wire
+    bytes, to put before the first response of a stream (b"" for ""): fields of a
+    message may come in any order and a parser merges them, so the records'
+    responses are built as before and only the first one is prefixed, once per
+    stream."""
     if not incarnation:
         return b""
     data = incarnation.encode()
-    return INCARNATION_TAG + varint(len(data)) + data
+    return tag + varint(len(data)) + data
+
+
+def first_response_head(incarnation: str, made_up: bool, tag: bytes = INCARNATION_TAG) -> bytes:
+    """What a read's or a bootstrap's first response names of the topic's incarnation.
+
+    b"" for one this broker made up when it loaded an older broker's topic
+    (`made_up`: a relay follower may replace it with its upstream's while the
+    log stays, so a reader must not hold on to it) and for one longer than a
+    broker makes (a chunk reserves INCARNATION_FIELD_BYTES_MAX for it, so the
+    first response stays within bytes_max: broker/read_path.py).
+    """
+    if made_up:
+        return b""
+    head = incarnation_field(incarnation, tag)
+    return head if len(head) <= INCARNATION_FIELD_BYTES_MAX else b""

@@ -51,6 +51,7 @@ PHASE_TAG = b"\x28"  # field 5, varint
 RESUME_TAG = b"\x32"  # field 6, length-delimited
 PASSED_SCN_TAG = b"\x38"  # field 7, varint
 PASSED_OFFSET_TAG = b"\x40"  # field 8, varint
+INCARNATION_TAG = b"\x4a"  # field 9, length-delimited: the first message only (the servicer)
 
 
 Phase: TypeAlias = pb.BootstrapPhase.ValueType

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from broker.read_path import RECORD_FRAMING_BYTES_MAX, EventSelector
+from broker.read_path import INCARNATION_FIELD_BYTES_MAX, RECORD_FRAMING_BYTES_MAX, EventSelector
 from broker.view import codec
 from broker.view.store import ViewStore
 from sdk.core.pb import keybus_pb2 as pb
@@ -38,10 +38,10 @@ SCAN_FACTOR = 8  # a chunk looks at no more than this many entries per event sen
 # default receive limit of any client): an entry adds at most its key and stored value
 # (its head included) and this much of the Record's columns (offset, SCN, publish time,
 # slot: varints of at most 10 bytes each, tags and lengths); the response's own fields
-# (positions, the resume key) at most RESPONSE_FIELDS_BYTES_MAX. Only an entry larger
-# than bytes_max alone goes out past it.
+# (positions, the resume key; the first message also names the topic's incarnation) at
+# most RESPONSE_FIELDS_BYTES_MAX. Only an entry larger than bytes_max alone goes out past it.
 ENTRY_BYTES_OVERHEAD_MAX = 64
-RESPONSE_FIELDS_BYTES_MAX = 4096
+RESPONSE_FIELDS_BYTES_MAX = 4096 + INCARNATION_FIELD_BYTES_MAX
 
 
 @dataclass(frozen=True, slots=True)

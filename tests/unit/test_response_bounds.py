@@ -10,7 +10,8 @@ entry larger than the limit goes out alone.
 Method: a real RocksDB store in a temp dir with records of large values, read
 in chunks at budgets around the records' sizes; each chunk framed as the
 servicers frame it (broker/rpc/wire.py, broker/view/bootstrap.py) with the
-largest values of its other fields, and measured.
+largest values of its other fields (and the incarnation a stream's first
+message names), and measured.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import pytest
 from broker.log import codec as log_codec
 from broker.log.rocks_store import Append, RocksStore
 from broker.read_path import ReadSpec, read_chunk
+from broker.rpc import wire
 from broker.rpc.wire import read_response
+from broker.topics import new_incarnation
+from broker.view.bootstrap import INCARNATION_TAG as BOOTSTRAP_INCARNATION_TAG
 from broker.view.bootstrap import response as bootstrap_response
 from broker.view.snapshot import Position, SnapshotCursor, SnapshotSpec
 from broker.view.store import ViewStore
@@ -66,10 +70,33 @@ def test_a_read_response_stays_within_bytes_max(store: RocksStore) -> None:
         assert offsets == list(range(RECORDS * EVENTS)), budget
 
 
+@pytest.mark.parametrize("phase", [pb.CATCHUP, pb.ONLINE])
+def test_a_bootstrap_log_message_stays_within_bytes_max(store: RocksStore, phase: int) -> None:
+    """The catch-up and online messages carry read_chunk's chunks with a phase and a
+    resume point besides the offsets, and the first names the topic's incarnation
+    (a resumed catch-up's first message has records): the chunk's reserve holds them
+    all. The old reserve (a ReadResponse's fields and the incarnation) was 17 bytes short."""
+    one_record = len(next(iter(read_chunk(store, _read_spec(1 << 20), 0).records)))
+    head = wire.incarnation_field(new_incarnation(), BOOTSTRAP_INCARNATION_TAG)
+    for budget in [one_record - 1, *range(one_record, 3 * one_record + 80, 7)]:
+        offsets, start = [], 0
+        for _ in range(RECORDS + 1):
+            chunk = read_chunk(store, _read_spec(budget), start)
+            if not chunk.records:
+                break
+            resume = pb.BootstrapResume(phase=phase, next_offset=FAR, target_offset=FAR)
+            message = head + bootstrap_response(chunk.records, FAR, FAR, phase, resume)
+            assert len(message) <= budget or len(chunk.records) == 1, (budget, len(message))
+            offsets += [o for r in chunk.records for o in _offsets(pb.Record.FromString(r))]
+            start = chunk.next_offset
+        assert offsets == list(range(RECORDS * EVENTS)), budget
+
+
 def test_a_bootstrap_snapshot_chunk_stays_within_bytes_max(store: RocksStore) -> None:
     views = ViewStore(store)
     views.fold_pass(1, 0, RECORDS * EVENTS, 10_000)
     one_entry = VALUE_BYTES + 100
+    head = wire.incarnation_field(new_incarnation(), BOOTSTRAP_INCARNATION_TAG)  # the first's
     for budget in [one_entry // 2, *range(one_entry, 6 * one_entry, 97)]:
         cursor = SnapshotCursor(views, _snapshot_spec(budget), Position(), None)
         keys: list[object] = []
@@ -81,7 +108,7 @@ def test_a_bootstrap_snapshot_chunk_stays_within_bytes_max(store: RocksStore) ->
             marker = pb.BootstrapMarker(phase=pb.SNAPSHOT, snapshot_offset=FAR,
                                         snapshot_scn=FAR, target_offset=FAR,
                                         consistent_offset=FAR)
-            message = bootstrap_response(records, FAR, FAR, pb.SNAPSHOT, resume, marker)
+            message = head + bootstrap_response(records, FAR, FAR, pb.SNAPSHOT, resume, marker)
             assert len(message) <= budget or chunk.events == 1, (budget, len(message))
             keys += [e.key for r in chunk.records for e in record_events(r)]
             if chunk.done:
