@@ -13,6 +13,13 @@ modes say it: SNAPSHOT by (source, key), CATCHUP and ONLINE by offset. A
 broken stream resumes from the position of the last message received, so a
 broker restart costs neither a new snapshot nor a duplicate; an application
 that saves `Reader.position` can pass it back as `start` to continue later.
+
+A position is of one topic's log: the broker's first message names the
+topic's incarnation (BootstrapResponse.incarnation), and every reopen sends
+it (BootstrapRequest.incarnation), so a topic deleted and created again while
+the stream was away is refused (`TopicRecreated`, not retried) instead of
+resumed by the old topic's key or offset into the new one: the snapshot,
+catch-up and online log a reader gets are all of one incarnation.
 """
 
 from __future__ import annotations
@@ -184,7 +191,9 @@ class BootstrapStream:
 
     Args:
         connect: returns the stub's Bootstrap method (opens the channel lazily).
-        request: the request without `resume`.
+        request: the request without `resume`; its `incarnation` ("": not known
+            yet) is the topic's the bootstrap is of, else the one the first
+            message names, sent with every reopen.
         position: where to start (None: a new snapshot).
         follow: after the catch-up, stay online (retries never stop).
         retry_timeout_ms, backoff_ms, backoff_max_ms: as Reader's.
@@ -214,6 +223,12 @@ class BootstrapStream:
         """The failure behind the last lost-broker report (RetryingCall.last_failure)."""
         return self._stream.last_failure
 
+    @property
+    def incarnation(self) -> str | None:
+        """The topic's incarnation the bootstrap is of: given, or named by the
+        broker's first message (None until then, and from a broker that names none)."""
+        return self._request.incarnation or None
+
     @staticmethod
     def _passed(position: BootstrapPosition) -> set[str]:
         order = [SNAPSHOT, CATCHUP, ONLINE]
@@ -228,6 +243,8 @@ class BootstrapStream:
             if response is None:
                 self._done = True
                 continue
+            if not self._request.incarnation and response.incarnation:  # the first's
+                self._request.incarnation = response.incarnation
             before = self.received or BootstrapPosition()
             self._items.extend(items_of(response, self._announced, before))
             self.received = BootstrapPosition.from_proto(response.resume)

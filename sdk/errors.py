@@ -133,7 +133,9 @@ class TopicRecreated(FailedPrecondition):
     connection; Kafka's UNKNOWN_TOPIC_ID). The read's offsets name no event of
     the new topic, so the reader is not reopened on it: read the new topic with
     a new reader, from a start of its own. The message names both incarnations
-    (broker error `read_other_incarnation`)."""
+    (broker error `read_other_incarnation`; for a bootstrap, whose snapshot keys
+    and offsets are of the old topic, `bootstrap_other_incarnation`: drop the
+    state built from the old topic and bootstrap the new one anew)."""
 
 
 class OffsetOutOfRange(KeybusError):
@@ -255,10 +257,15 @@ def from_rpc_error(error: grpc.RpcError, broker: str | None = None) -> KeybusErr
     mapped = from_code(code, details or f"broker call failed with {name}")
     metadata_fn = getattr(error, "trailing_metadata", None)
     mapped.broker_error = error_name_of(metadata_fn() if callable(metadata_fn) else None)
-    if mapped.broker_error == "read_other_incarnation":  # told by name, not by its words
+    if mapped.broker_error in _OTHER_INCARNATION:  # told by name, not by its words
+        name = mapped.broker_error
         mapped = TopicRecreated(mapped.message, code)
-        mapped.broker_error = "read_other_incarnation"
+        mapped.broker_error = name
     return mapped
+
+
+# The broker's refusals of a read (a log read, a bootstrap) of another incarnation.
+_OTHER_INCARNATION = frozenset({"read_other_incarnation", "bootstrap_other_incarnation"})
 
 
 # A listener that takes the connection and drops it: a TLS port spoken to in

@@ -114,7 +114,9 @@ class Reader:
             connection to a topic deleted and created again meanwhile fails
             with TopicRecreated instead of reading the new topic from the old
             topic's offset (docs/architecture.md, "Clients and a broker that
-            is away"). Log reads only: a bootstrap does not send it.
+            is away"). A bootstrap sends it too (so its snapshot, catch-up
+            and online log are of one topic, also across reopens; give the
+            one saved with a BootstrapPosition to continue it).
     Raises (while iterating):
         TopicNotFound, InvalidArgument, Unavailable, KeybusError.
         TopicRecreated: the topic is another incarnation than the read's (it
@@ -177,7 +179,8 @@ class Reader:
                     filter=self._template.filter, hash_ranges=self._template.hash_ranges,
                     events_max=events_max, bytes_max=bytes_max, follow=follow,
                     include_tombstones=include_tombstones, stop_offset=stop_offset or 0,
-                    allow_incomplete_view=allow_incomplete_view),
+                    allow_incomplete_view=allow_incomplete_view,
+                    incarnation=incarnation or ""),
                 start if isinstance(start, BootstrapPosition) else None, follow,
                 retry_timeout_ms, retry_backoff_ms, retry_backoff_max_ms, **link,
                 slot_wait=SlotWait(f"{topic}/{partition}", broker, SlotWaitPolicy(
@@ -352,6 +355,8 @@ class Reader:
         if item is None:
             await self.close()
             return None
+        if self.incarnation is None and self._bootstrap is not None:  # the first message's
+            self.incarnation = self._bootstrap.incarnation
         output = bootstrap_output(item, self.topic, self.partition)
         self.passed = output if isinstance(output, PassedPosition) else self.passed
         return output

@@ -24,7 +24,12 @@ was online. A broker whose bootstrap slots are all taken
 (`bootstrap_streams_max`: RESOURCE_EXHAUSTED, "retry later") is waited out by
 the Reader itself (sdk/slot_wait.py), said here at WARNING with the
 registration's name, not as a lost broker. Databus's checkpoint modes are the
-three phases of `BootstrapPosition`.
+three phases of `BootstrapPosition`. A bootstrap is of one incarnation of the
+topic: that of the log read that fell behind, else the one the broker names
+first, kept by the Reader across reopens and carried into a new snapshot, so a
+topic deleted and created again meanwhile ends the partition's read with
+`TopicRecreated` (on_error) instead of feeding the new topic into state built
+from the old one.
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ class BootstrapStart:
 
     position: BootstrapPosition | None = None
     snapshot_scn: int = 0  # the saved snapshot's SCN (a new one's comes in its marker)
+    # The topic's incarnation the partition was read in (a log read that fell behind
+    # retention names it): the bootstrap must be of the same topic (None: not known).
+    incarnation: str | None = None
 
 
 def snapshot_piece(record: pb.Record, need_slots: bool, snapshot_scn: int,
@@ -102,6 +110,10 @@ class _Progress:
 
     pieces: int = 0
     online: bool = False  # the ONLINE marker passed: on_end_bootstrap was put
+    # The topic's incarnation the read was of (given, or named by the broker): a new
+    # snapshot after this read is asked of the same one, so the state the consumer
+    # built is never continued from another topic of the same name.
+    incarnation: str | None = None
 
 
 async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapStart) -> None:
@@ -119,8 +131,9 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
     put = source.inbox.put
     await put(MarkerItem("on_start_bootstrap"))
     position, snapshot_scn = start.position, start.snapshot_scn
+    incarnation = start.incarnation
     while True:
-        progress = _Progress()
+        progress = _Progress(incarnation=incarnation)
         try:
             await _follow(source, partition, position, snapshot_scn, progress)
             return
@@ -134,7 +147,7 @@ async def read_bootstrap(source: LogWindows, partition: int, start: BootstrapSta
             else:
                 _log.warning("%s: the bootstrap of partition %d cannot go on (%s); "
                              "starting a new snapshot", source.name, partition, e.message)
-            position, snapshot_scn = None, 0
+            position, snapshot_scn, incarnation = None, 0, progress.incarnation
 
 
 def _say_slot_wait(name: str, waiting: bool, message: str) -> None:
@@ -153,7 +166,8 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
                     key_filter=source.key_filter, follow=True, include_tombstones=True,
                     sources=source.sources, bytes_max=source.config.reader_bytes_max,
                     channel=source.channel, on_connection_change=source.connection_changed,
-                    on_slot_wait=functools.partial(_say_slot_wait, source.name))
+                    on_slot_wait=functools.partial(_say_slot_wait, source.name),
+                    incarnation=progress.incarnation)
     put = source.inbox.put
     try:
         async for batch in reader.items():
@@ -173,4 +187,5 @@ async def _follow(source: LogWindows, partition: int, position: BootstrapPositio
                 await put(PieceItem(piece, True))
                 progress.pieces += 1
     finally:
+        progress.incarnation = reader.incarnation
         await reader.close()

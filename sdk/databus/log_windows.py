@@ -225,7 +225,8 @@ class LogWindows(BrokerLink):
                       partition)
         finally:
             await reader.close()
-        await read_bootstrap(self, partition, BootstrapStart())
+        # of the topic the log was read in: one made again meanwhile is refused
+        await read_bootstrap(self, partition, BootstrapStart(incarnation=reader.incarnation))
 
     async def persist(self, partition: int, offset: int, scn: int,
                       position: object = None) -> None:
