@@ -115,7 +115,8 @@ def snapshot_records(broker: str, topic: str, partition: int,
                      ranges: Sequence[HashRange] | None, key_filter: pb.KeyFilter | None,
                      events_max: int, start: BootstrapPosition | None,
                      stop: int | None, security: ClientSecurity | None = None,
-                     progress: Progress | None = None) -> Iterator[pb.Record]:
+                     progress: Progress | None = None,
+                     incarnation: str | None = None) -> Iterator[pb.Record]:
     """The records of a snapshot read, then (streaming) the log up to `stop`.
 
     Args:
@@ -124,9 +125,13 @@ def snapshot_records(broker: str, topic: str, partition: int,
             log up to `stop` (exclusive); or, a position in the log (a read
             that goes on, `past_retention`), the log from there up to `stop`.
         progress: set to the reader's position before each record is yielded.
+        incarnation: the topic's incarnation the split was planned with: the
+            broker refuses a bootstrap of another (RECREATED), at its first
+            open and every reopen; None = whichever the broker holds.
     Raises:
         BrokerCallError: the read failed (out_of_range: the log the snapshot
-            needs was removed by retention).
+            needs was removed by retention; recreated: the topic was deleted
+            and created again since the split was planned).
     """
     log_wanted = start is not None and reads_log(start, stop)
     if start is not None and start.phase != SNAPSHOT and not log_wanted:
@@ -135,7 +140,7 @@ def snapshot_records(broker: str, topic: str, partition: int,
         with SyncReader(broker, topic, partition, start=start or "bootstrap", hash_ranges=ranges,
                         key_filter=key_filter, events_max=events_max,
                         include_tombstones=False, stop_offset=stop if log_wanted else None,
-                        security=security) as reader:
+                        security=security, incarnation=incarnation or None) as reader:
             for batch in reader:
                 if batch.phase != SNAPSHOT and not log_wanted:
                     return
@@ -147,20 +152,24 @@ def snapshot_records(broker: str, topic: str, partition: int,
         raise call_failure(f"Bootstrap({topic!r}/{partition})", broker, e) from None
 
 
-def view_offsets(broker: str, topics: Sequence[str],
-                 security: ClientSecurity | None = None) -> dict[TopicPartition, int]:
-    """Each partition's view offset (the view holds every event below it).
+def view_offsets(broker: str, topics: Sequence[str], security: ClientSecurity | None = None
+                 ) -> tuple[dict[TopicPartition, int], dict[str, str]]:
+    """Each partition's view offset (the view holds every event below it), and each
+    topic's incarnation the offsets are of (known ones only).
 
     Raises:
         BrokerCallError: a topic keeps no compacted view, does not exist, or
             the broker cannot be reached.
     """
     out: dict[TopicPartition, int] = {}
+    incarnations: dict[str, str] = {}
     for topic, info in topic_infos(broker, topics, security).items():
+        if info.incarnation:
+            incarnations[topic] = info.incarnation
         if info.config.view != pb.VIEW_ON:
             raise BrokerCallError(f"startingOffsets=snapshot: topic {topic!r} keeps no "
                                   "compacted view; create it with view on (keybus topics "
                                   f"create {topic} --view)")
         for p in info.partitions:
             out[TopicPartition(topic, p.partition)] = p.view_offset
-    return out
+    return out, incarnations

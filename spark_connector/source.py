@@ -186,9 +186,11 @@ def _input_partitions(splits: Sequence[Split], options: ReadOptions,
 
 
 def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int],
-                         stops: dict[TopicPartition, int] | None) -> list[KeybusSnapshotPartition]:
+                         stops: dict[TopicPartition, int] | None, incarnations: dict[str, str]
+                         ) -> list[KeybusSnapshotPartition]:
     """One snapshot split per topic partition and range group (every partition:
-    a snapshot is read even when the log has nothing new)."""
+    a snapshot is read even when the log has nothing new); each reads with its
+    topic's incarnation as planned, as log splits do (`_input_partitions`)."""
     groups = _range_groups(options, list(offsets))
     chosen = options.key_filter
     filter_bytes = None if chosen is None else chosen.to_proto().SerializeToString()
@@ -200,7 +202,7 @@ def _snapshot_partitions(options: ReadOptions, offsets: dict[TopicPartition, int
             out.append(KeybusSnapshotPartition(
                 split, options.broker, filter_bytes, options.events_per_response_max,
                 options.fail_on_data_loss, None if stops is None else offsets[tp],
-                options.security))
+                options.security, incarnations.get(tp.topic)))
     return out
 
 
@@ -239,8 +241,9 @@ class KeybusBatchReader(DataSourceReader):
     def partitions(self) -> list[KeybusInputPartition]:
         options = self.options
         if options.snapshot:
-            return list(_snapshot_partitions(options, view_offsets(
-                options.broker, options.topics, options.security), None))
+            offsets, incarnations = view_offsets(options.broker, options.topics,
+                                                 options.security)
+            return list(_snapshot_partitions(options, offsets, None, incarnations))
         bounds = _client.describe(options.broker, options.topics, options.security)
         starts = resolve_offsets(options.starting, bounds, "startingOffsets",
                                  _scn_offsets(options, bounds))
@@ -315,8 +318,9 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         if self.options.snapshot:  # the first batch reads the view as of these offsets
-            return mark_snapshot(offsets_to_json(view_offsets(
-                self.options.broker, self.options.topics, self.options.security)))
+            offsets, incarnations = view_offsets(self.options.broker, self.options.topics,
+                                                 self.options.security)
+            return mark_snapshot(with_incarnations(offsets_to_json(offsets), incarnations))
         bounds = self._bounds(missing_ok=False)
         starts = resolve_offsets(self.options.starting, bounds, "startingOffsets",
                                  _scn_offsets(self.options, bounds))
@@ -392,7 +396,8 @@ class KeybusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for warning in warnings:
             _log.warning("%s%s", SNAPSHOT_CONTEXT if snapshot else "", warning)
         if snapshot:
-            return list(_snapshot_partitions(self.options, starts, stops))
+            return list(_snapshot_partitions(self.options, starts, stops,
+                                             incarnations_of(bounds)))
         splits = plan_splits(starts, stops, _range_groups(self.options, list(stops)))
         return _input_partitions(splits, self.options, None, incarnations_of(bounds))
 

@@ -172,8 +172,10 @@ class KeybusSnapshotPartition(KeybusInputPartition):
 
     def __init__(self, split: Split, broker: str, key_filter: bytes | None, events_max: int,
                  fail_on_data_loss: bool, snapshot_offset: int | None,
-                 security: ClientSecurity | None = None) -> None:
-        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss, security)
+                 security: ClientSecurity | None = None, incarnation: str | None = None
+                 ) -> None:
+        super().__init__(split, broker, key_filter, events_max, fail_on_data_loss, security,
+                         incarnation)
         self.snapshot_offset = snapshot_offset
 
 
@@ -188,11 +190,18 @@ def read_snapshot_split(partition: KeybusSnapshotPartition,
     nothing already handed to Spark is read again, and only events retention
     removed are skipped (with a warning).
 
+    The read sends the topic's incarnation the batch was planned with, at its
+    first open and every reopen, so a topic deleted and created again since
+    (before the task, or while its stream was away from a lost broker) is
+    refused (TopicRecreated), never read into the old topic's snapshot or log:
+    data loss, as offsets that went back.
+
     Raises:
         DataLossError: the log the snapshot's catch-up needs is gone and
-            failOnDataLoss is true; or (streaming) the split's offsets went
-            back or its topic was deleted since the batch was planned and
-            failOnDataLoss is true (false: skipped).
+            failOnDataLoss is true; or the topic was deleted and created again
+            since the batch was planned, or (streaming) the split's offsets went
+            back or its topic was deleted since, and failOnDataLoss is true
+            (false: skipped).
         BrokerCallError: the read failed for another reason, or retention
             removed the log ahead of it more than RETENTION_RESUMES_MAX times
             in a row.
@@ -203,10 +212,17 @@ def read_snapshot_split(partition: KeybusSnapshotPartition,
     def records(start: BootstrapPosition | None, progress: Progress) -> Iterator[pb.Record]:
         return snapshot_records(partition.broker, split.topic, split.partition, ranges,
                                 key_filter, partition.events_max, start, split.stop,
-                                partition.security, progress)
+                                partition.security, progress, partition.incarnation)
 
     if partition.snapshot_offset is None:  # batch: the view now
-        yield from _coalesced(records(None, Progress()), partition.events_max, schema)
+        try:
+            yield from _coalesced(records(None, Progress()), partition.events_max, schema)
+        except _client.BrokerCallError as e:
+            if e.failure != Failure.RECREATED:
+                raise
+            _log.warning("%s; skipped (failOnDataLoss=false)", _skip_lost(
+                e, f"{split.topic}/{split.partition}: the rows of its compacted view, which "
+                   "this task read,", partition.fail_on_data_loss))
         return
     where = (f"{split.topic}/{split.partition}: the snapshot as of offset "
              f"{partition.snapshot_offset} and the log up to offset {split.stop}, which this "
