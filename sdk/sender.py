@@ -40,8 +40,11 @@ _log = logging.getLogger("keybus.producer")
 # How a Produce stream ends when the broker goes away (or refuses a new id).
 _EXPECTED_STREAM_FAILURES = (grpc.RpcError, errors.KeybusError, asyncio.InvalidStateError,
                              ConnectionError)
-# An InitProducer refused so fails the batches waiting for it, as a stream refused at open.
-_REFUSED_CREDENTIALS = {errors.UNAUTHENTICATED, errors.PERMISSION_DENIED}
+# An InitProducer refused so fails the batches waiting for it, as a stream refused at open
+# does: credentials, rights, a deleted topic. "Not the leader" (FAILED_PRECONDITION) and
+# UNAVAILABLE are retried: the leader moves, a broker comes back.
+_INIT_REFUSALS = {errors.UNAUTHENTICATED, errors.PERMISSION_DENIED, errors.NOT_FOUND,
+                  errors.INVALID_ARGUMENT, errors.UNIMPLEMENTED}
 # Stream failures with these codes are not worth a reconnect: fail the batches.
 _PERMANENT_STREAM_CODES = {
     grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
@@ -281,7 +284,7 @@ class Sender:
         except errors.KeybusError as e:
             if e.code == errors.UNAUTHENTICATED and await self._reauthenticated():
                 return True  # on a channel with the rotated certificate, at once
-            if e.code in _REFUSED_CREDENTIALS:  # as a stream refused at open: no retry mends it
+            if e.code in _INIT_REFUSALS:  # as a stream refused at open: no retry mends it
                 self._fail_all(e)
                 return True
             # gRPC's socket text in a user's words, as a stream's

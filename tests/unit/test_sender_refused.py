@@ -1,4 +1,5 @@
-"""A producer whose client certificate expired before its files were rotated recovers.
+"""A producer whose client certificate expired before its files were rotated recovers;
+an InitProducer refused for good fails the batches waiting for it.
 
 Goal: the broker refuses every call on a connection whose client certificate
 expired (UNAUTHENTICATED at open, so no answer came first). Once a usable
@@ -19,6 +20,7 @@ import asyncio
 from typing import Any, cast
 
 import grpc
+import pytest
 
 from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
@@ -185,3 +187,56 @@ def test_a_new_channel_refused_too_fails_the_batches_without_renewing_again() ->
     assert _refused(first) and _refused(second)
     # one stream and two InitProducers went to the new channel; one renewal per send
     assert files.renewals == 2 and files.fresh.calls == 3
+
+
+class _Refusing:
+    """A stub whose InitProducer the broker refuses with `code` (and `details`)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self.code, self.details = code, details
+
+    async def InitProducer(self, request: Any, timeout: float) -> Any:
+        code, details = self.code, self.details
+
+        class _Refused(grpc.RpcError):
+            def code(self) -> grpc.StatusCode:
+                return code
+
+            def details(self) -> str:
+                return details
+
+        raise _Refused()
+
+
+@pytest.mark.parametrize("code, details, fails", [
+    (grpc.StatusCode.NOT_FOUND, "topic 't' does not exist", True),
+    (grpc.StatusCode.PERMISSION_DENIED, "principal 'app' may not produce to topic 't'", True),
+    (grpc.StatusCode.FAILED_PRECONDITION,
+     "broker 127.0.0.1:7001 is not the leader of topic 't'; the leader is 127.0.0.1:7002.", False),
+    (grpc.StatusCode.UNAVAILABLE, "topic 't' has no leader right now (election); retry shortly",
+     False),
+], ids=["deleted", "denied", "not the leader", "no leader yet"])
+def test_an_init_producer_refused_for_good_fails_at_once_else_is_retried(
+        code: grpc.StatusCode, details: str, fails: bool) -> None:
+    """The topic deleted under an idempotent producer: its next send needs a new
+    producer id, and the refusal "does not exist" was retried as a lost broker
+    ("lost the broker (topic 't' does not exist); retrying") until the delivery
+    timeout, where a stream refused so fails its batches at once (docs/architecture.md:
+    "later sends each fail 'does not exist'"). A leader that moved, or none yet, is
+    retried as before."""
+
+    async def go() -> tuple[bool, ProducerBatch, int | None]:
+        sender = Sender(cast(Any, _Refusing(code, details)), "t", 1)
+        sender.queue.needs_reinit = True
+        batch = _batch()
+        sender.queue.add(batch)
+        return await sender._try_reinit(), batch, sender._lost_since_ms
+
+    healthy, batch, lost_since = asyncio.run(go())
+    outcome = cast(Token, batch.token).outcome
+    if fails:
+        assert healthy and lost_since is None  # nothing to retry: no "lost the broker"
+        assert isinstance(outcome, errors.KeybusError) and outcome.code == code.value[0]
+        assert details in str(outcome)
+    else:
+        assert not healthy and lost_since is not None and outcome is None
