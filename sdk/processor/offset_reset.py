@@ -141,7 +141,8 @@ def check_offset_reset(value: Any) -> None:
     if not isinstance(value, str) or value not in OFFSET_RESETS:
         raise ValueError(f"offset_reset={value!r} is invalid; allowed: "
                          f"{', '.join(repr(v) for v in OFFSET_RESETS)} (what a partition whose "
-                         "checkpoint is behind the log's start or past its end does)")
+                         "checkpoint is behind the log's start, past its end or of a topic "
+                         "since deleted and created again does)")
 
 
 def resume_at(where: str, checkpoint_offset: int, log_start_offset: int | None,

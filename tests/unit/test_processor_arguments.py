@@ -61,8 +61,9 @@ def build(**options: Any) -> EventProcessor:
     ({"start": {0: "latest", 1: -5}}, ValueError, r"start\[1\] -5 is invalid"),
     ({"offset_reset": "none"}, ValueError, r"offset_reset='none' is invalid; allowed: 'fail', "
                                            r"'earliest', 'latest' \(what a partition whose "
-                                           r"checkpoint is behind the log's start or past "
-                                           r"its end does\)"),
+                                           r"checkpoint is behind the log's start, past "
+                                           r"its end or of a topic since deleted and "
+                                           r"created again does\)"),
     ({"offset_reset": None}, ValueError, "offset_reset=None is invalid; allowed: 'fail'"),
 ], ids=lambda value: repr(value)[:40])
 def test_a_bad_argument_is_refused_naming_it(options: dict[str, Any], error: type[Exception],
