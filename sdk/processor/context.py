@@ -72,6 +72,7 @@ class PartitionContext:
         self.expiration_ms = expiration_ms
         self.renewed_at_ms = renewed_at_ms
         self._disowned = False  # the processor stopped the pump: another may own it now
+        self._lag_from: int | None = None  # first offset not checkpointed by this claim
 
     @property
     def epoch(self) -> int:
@@ -91,6 +92,26 @@ class PartitionContext:
         found it lost) while a callback may still run: that callback's checkpoints
         are refused from now on (`update_checkpoint`)."""
         self._disowned = True
+
+    def batch_read(self, batch: ReadBatch, end_offset: int | None) -> None:
+        """The pump read `batch`, the log ending at `end_offset` (runs before
+        on_event). The checkpoint lag moves with every batch read, not only
+        with a checkpoint: a partition whose callback stopped checkpointing
+        (it fails, or never checkpoints) shows its lag growing with the log,
+        as a Kafka group's lag grows while it commits nothing. Without a
+        checkpoint of this claim yet, the lag counts from the first offset read."""
+        self.last_batch = batch
+        self.end_offset = end_offset
+        if self._lag_from is None:
+            self._lag_from = batch.offsets[0] if batch.count else batch.next_offset
+        if end_offset is not None:
+            self._metrics.lag(self.partition, max(0, end_offset - self._lag_from))
+
+    def closed(self, reason: CloseReason) -> None:
+        """The pump closed the partition; lost, its lag is no longer this processor's."""
+        self.close_reason = reason
+        if reason == "ownership_lost":
+            self._metrics.forget_lag(self.partition)
 
     def lease_lapsed(self, now_ms: int) -> bool:
         """Whether the claim may have expired in the store at `now_ms`
@@ -132,6 +153,7 @@ class PartitionContext:
             self._metrics.checkpoint_refused()
             raise
         self.checkpoint = checkpoint
+        self._lag_from = offset + 1
         end = self.end_offset if self.end_offset is not None else offset + 1
         self._metrics.checkpoint(self.partition, max(0, end - offset - 1))
         return checkpoint

@@ -83,8 +83,20 @@ class ProcessorMetrics:
 
     def checkpoint(self, partition: int, lag: int) -> None:
         self.stats.checkpoints += 1
+        self.lag(partition, lag)
+
+    def lag(self, partition: int, lag: int) -> None:
+        """Events after the partition's last checkpoint up to the log's end, as of
+        a checkpoint or a batch read."""
         self.stats.checkpoint_lag[partition] = lag
         CHECKPOINT_LAG.labels(*self._labels, str(partition)).set(lag)
+
+    def forget_lag(self, partition: int) -> None:
+        """The partition is another processor's now: its lag is the new owner's to say
+        (a stale value here, beside the new owner's, would be read as the group's)."""
+        if self.stats.checkpoint_lag.pop(partition, None) is not None:
+            with contextlib.suppress(KeyError):
+                CHECKPOINT_LAG.remove(*self._labels, str(partition))
 
     def checkpoint_refused(self) -> None:
         self.stats.checkpoints_refused += 1

@@ -170,7 +170,7 @@ class PartitionPump:
             reason = "error"
             await self._failed(e)
         finally:
-            context.close_reason = reason
+            context.closed(reason)
             if self._reader is not None:
                 await self._reader.close()
             if opened:
@@ -346,8 +346,7 @@ class PartitionPump:
                 self._worked("reading")
                 if context.lease_lapsed(monotonic_ms()):  # the processor's watch may be late
                     return "ownership_lost"
-                context.last_batch = batch
-                context.end_offset = reader.end_offset
+                context.batch_read(batch, reader.end_offset)
                 self._step = "on_event"
                 await call(self._callbacks.on_event, context, batch)
                 self._worked("on_event")
