@@ -217,7 +217,8 @@ def connection_options(command: F) -> F:
     wrapper: Any = with_connection
     wrapper = click.option(
         "--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
-        help="How long to wait: a call's deadline (default 30; for produce, the whole "
+        help="How long to wait: a call's deadline (default 30 unless the command says "
+             "otherwise above; for produce, the whole "
              "delivery, retries included); consume and read --follow stop when no event "
              "came for this long (default: wait until Ctrl-C).")(wrapper)
     wrapper = broker_option(wrapper)

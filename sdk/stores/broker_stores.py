@@ -119,7 +119,10 @@ class BrokerCheckpointStore(AdminClient):
             InvalidArgument: an offset that is not in the log.
             FailedPrecondition: checkpoint.incarnation is not the topic's (it was
                 deleted and created again since the writer read it).
+            InvalidArgument: a partition, offset, SCN or epoch below 0 or past its
+                field (sent nowhere).
         """
+        _check_numbers(checkpoint)
         record = pb.CheckpointRecord(
             namespace=checkpoint.namespace, topic=checkpoint.topic,
             consumer_group=checkpoint.consumer_group, partition=checkpoint.partition,
@@ -143,3 +146,23 @@ class BrokerCheckpointStore(AdminClient):
                 partition=partition, epoch=epoch, owner_id=owner_id))
         except errors.KeybusError as e:
             raise _lost_or_same(e) from None
+
+
+# The record's unsigned fields and their bits (proto/keybus.proto, CheckpointRecord).
+_UNSIGNED_BITS = {"partition": 32, "offset": 64, "scn": 64, "epoch": 64}
+
+
+def _check_numbers(checkpoint: Checkpoint) -> None:
+    """Refuse a number the record cannot hold in the caller's words: protobuf would
+    raise a bare `ValueError: Value out of range: -1` naming no field.
+
+    Raises:
+        InvalidArgument: naming the field, its value and what is allowed.
+    """
+    for name, bits in _UNSIGNED_BITS.items():
+        value = getattr(checkpoint, name)
+        if not 0 <= value < 1 << bits:
+            raise errors.InvalidArgument(
+                f"checkpoint {name} {value} is invalid: allowed 0..{(1 << bits) - 1} "
+                f"(partition {checkpoint.partition} of topic {checkpoint.topic!r}, consumer "
+                f"group {checkpoint.consumer_group!r}); nothing was stored")
