@@ -23,6 +23,7 @@ from sdk.databus.client import DatabusClient
 from sdk.databus.config import DatabusConfig
 from sdk.databus.errors import (
     CheckpointFailed,
+    CheckpointOtherIncarnation,
     ConsumerFatal,
     DatabusError,
     WindowRetriesExhausted,
@@ -42,7 +43,8 @@ from sdk.databus.results import (
 __all__ = [
     "BOOTSTRAP_CALLBACK_NAMES", "CALLBACK_NAMES", "CHECKPOINT", "ERROR", "FATAL",
     "SKIP_CHECKPOINT", "SUCCESS",
-    "CallbackResult", "CheckpointFailed", "ConsumerFatal", "DatabusBootstrapConsumer",
+    "CallbackResult", "CheckpointFailed", "CheckpointOtherIncarnation", "ConsumerFatal",
+    "DatabusBootstrapConsumer",
     "DatabusClient", "DatabusCombinedConsumer", "DatabusCombinedConsumerBase", "DatabusConfig",
     "DatabusConsumer", "DatabusConsumerBase", "DatabusError", "DatabusRegistration", "DbusEvent",
     "Scn", "WindowRetriesExhausted", "WindowTooLarge",

@@ -80,3 +80,29 @@ def ahead_of_log(checkpoint: Checkpoint, log_end: int) -> bool:
     deleted and created again, which starts its offsets and SCNs over, or a
     broker that has not yet copied so far (a relay follower behind)."""
     return not checkpoint.bootstrap and checkpoint.offset >= log_end
+
+
+def is_other_incarnation(checkpoint: Checkpoint, topic_incarnation: str) -> bool:
+    """Whether the checkpoint is of another incarnation of the topic than
+    `topic_incarnation` (DescribeTopic's): both known and different. The topic
+    was deleted and created again under the same name since the checkpoint was
+    written (a store other than the broker's keeps checkpoints across that); its
+    offset and SCN name no event of the new log, whatever that log's length.
+    "" on either side (a checkpoint written before incarnations were kept, a
+    broker that does not name them) is not judged: it resumes as before."""
+    return bool(checkpoint.incarnation and topic_incarnation
+                and checkpoint.incarnation != topic_incarnation)
+
+
+def other_incarnation_problem(checkpoint: Checkpoint, topic_incarnation: str, log_start: int,
+                              log_end: int) -> str:
+    """What is wrong with a checkpoint of another incarnation, in one line naming
+    both incarnations and what the new log holds (for the WARNING and the error)."""
+    held = (f"empty, its next offset {log_end}" if log_start >= log_end
+            else f"holding offsets {log_start}..{log_end - 1}")
+    return (f"the checkpoint of {checkpoint.consumer_group!r} on "
+            f"{checkpoint.topic}/{checkpoint.partition} (offset {checkpoint.offset}, scn "
+            f"{checkpoint.scn}) is of incarnation {checkpoint.incarnation!r} of the topic, which "
+            f"was deleted and created again: it is now incarnation {topic_incarnation!r} "
+            f"({held}); resuming after the checkpoint would skip the new topic's windows up to "
+            f"scn {checkpoint.scn} unseen")

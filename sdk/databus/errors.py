@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sdk.errors import KeybusError, ResourceExhausted
+from sdk.errors import KeybusError, OffsetOutOfRange, ResourceExhausted
 
 
 class DatabusError(KeybusError):
@@ -48,3 +48,13 @@ class CheckpointFailed(DatabusError):
                          f"{cause}; it is retried at the next checkpoint")
         self.partition = partition
         self.scn = scn
+
+
+class CheckpointOtherIncarnation(OffsetOutOfRange, DatabusError):
+    """A partition's checkpoint is of another incarnation of the topic (it was
+    deleted and created again since the checkpoint was written) and the
+    registration does not allow bootstrap: it does not start. The checkpoint's
+    offset and SCN name no event of the new topic, and resuming after them would
+    skip the new topic's first windows unseen. An `OffsetOutOfRange`, as a
+    checkpoint that retention passed (and as the event processor's error of the
+    same name): the checkpoint cannot be resumed from."""

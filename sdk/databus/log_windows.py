@@ -18,6 +18,14 @@ what the log holds switches to a bootstrap when the registration allows it
 (`bootstrap=True`), and fails loudly when it does not; a checkpoint saved
 during a bootstrap continues that bootstrap, or, without `bootstrap=True`,
 fails loudly too (its consumers have no bootstrap callbacks to finish it).
+
+Incarnation: every checkpoint records the topic's (DescribeTopic's at open).
+A checkpoint of another incarnation (the topic was deleted and created again;
+a file store keeps checkpoints across that) is one no SCN of the new log can
+resume: it is handled as a checkpoint older than the log (bootstrap, or
+`CheckpointOtherIncarnation`), whatever the new log's length. Every reader and
+bootstrap is asked of the topic's incarnation, so the broker refuses one made
+again after that look (`TopicRecreated`).
 """
 
 from __future__ import annotations
@@ -33,9 +41,15 @@ import grpc.aio
 from sdk import errors
 from sdk.bootstrap import BootstrapPosition
 from sdk.core.pb import keybus_pb2 as pb
-from sdk.databus.checkpoint_values import ahead_of_log, checked_position
+from sdk.databus.checkpoint_values import (
+    ahead_of_log,
+    checked_position,
+    is_other_incarnation,
+    other_incarnation_problem,
+)
 from sdk.databus.config import DatabusConfig
 from sdk.databus.connection import BrokerLink
+from sdk.databus.errors import CheckpointOtherIncarnation
 from sdk.databus.inbox import PassedItem, PieceItem
 from sdk.databus.log_bootstrap import BootstrapStart, read_bootstrap
 from sdk.databus.pieces import record_pieces
@@ -69,6 +83,9 @@ class LogWindows(BrokerLink):
         self.bootstrap = bootstrap
         self.sources = sources
         self.starts: dict[int, Start | BootstrapStart] = {}
+        # The topic's incarnation (DescribeTopic's at open; "" = the broker names none):
+        # every read and bootstrap is asked of it and every checkpoint records it.
+        self.incarnation = ""
         self._readers: dict[int, Reader] = {}  # opened by open(), taken by the read tasks
         self._resumed_after: dict[int, int] = {}  # partition -> its checkpoint's offset
         self._tasks: list[asyncio.Task[None]] = []
@@ -83,6 +100,7 @@ class LogWindows(BrokerLink):
         """
         self._connect()
         info = await self.describe_topic()
+        self.incarnation = info.incarnation
         partitions = self._partitions(partition_count(info))
         logs = {p.partition: p for p in info.partitions}
         for partition in partitions:
@@ -120,6 +138,8 @@ class LogWindows(BrokerLink):
                 registration does not allow bootstrap.
             FailedPrecondition: the checkpoint was saved during a bootstrap and
                 the registration does not allow bootstrap.
+            CheckpointOtherIncarnation: the checkpoint is of another incarnation
+                of the topic and the registration does not allow bootstrap.
             ValueError: the checkpoint holds values no registration writes
                 (checkpoint_values.py).
         """
@@ -128,8 +148,10 @@ class LogWindows(BrokerLink):
             checkpoint = await self.checkpoints.get_checkpoint(self.namespace, self.topic,
                                                                self.name, partition)
         if checkpoint is None:
-            return BootstrapStart() if self.start == "bootstrap" else self.start
+            return self._bootstrap_start() if self.start == "bootstrap" else self.start
         position = checked_position(checkpoint)
+        if is_other_incarnation(checkpoint, self.incarnation):
+            return self._recreated(checkpoint, log_start, log_end)
         if position is not None:  # a bootstrap was under way: go on with it
             if not self.bootstrap:
                 raise errors.FailedPrecondition(
@@ -138,7 +160,7 @@ class LogWindows(BrokerLink):
                     "register with bootstrap=True and combined consumers "
                     "(DatabusCombinedConsumerBase) to finish it, or remove that checkpoint "
                     f"(consumer group {self.name!r}) to start over")
-            return BootstrapStart(position, checkpoint.scn)
+            return BootstrapStart(position, checkpoint.scn, self.incarnation or None)
         if ahead_of_log(checkpoint, log_end):
             _log.warning("%s: partition %d's checkpoint (offset %d, scn %d) is past the end of "
                          "%s/%d (offset %d): waiting for the log to pass it; if the topic was "
@@ -150,6 +172,29 @@ class LogWindows(BrokerLink):
             self._resumed_after[partition] = checkpoint.offset
             return {"scn": checkpoint.scn + 1}
         return self._behind(partition, checkpoint.offset, log_start)
+
+    def _recreated(self, checkpoint: Checkpoint, log_start: int,
+                   log_end: int) -> BootstrapStart:
+        """A partition whose checkpoint is of another incarnation of the topic:
+        as a checkpoint retention passed (`_behind`), bootstrap the new topic,
+        or fail, never resume after it (its SCN would skip the new windows).
+
+        Raises:
+            CheckpointOtherIncarnation: the registration does not allow bootstrap.
+        """
+        problem = other_incarnation_problem(checkpoint, self.incarnation, log_start, log_end)
+        if self.bootstrap:
+            _log.warning("%s: %s; bootstrapping incarnation %r from its compacted view instead "
+                         "(bootstrap=True)", self.name, problem, self.incarnation)
+            return self._bootstrap_start()
+        raise CheckpointOtherIncarnation(
+            f"{problem}. Register with bootstrap=True (combined consumers) to bootstrap the "
+            f"new topic from its compacted view, or remove that checkpoint (consumer group "
+            f"{self.name!r}) to read the new topic from the registration's start")
+
+    def _bootstrap_start(self) -> BootstrapStart:
+        """A new bootstrap, of the topic's incarnation (the broker refuses another)."""
+        return BootstrapStart(incarnation=self.incarnation or None)
 
     async def _check_resumed(self) -> None:
         """Look at where the logs start again, now that the reads are open.
@@ -179,7 +224,7 @@ class LogWindows(BrokerLink):
         if self.bootstrap:
             _log.info("%s: partition %d's checkpoint (offset %d) is older than the log (from "
                       "%d): bootstrapping", self.name, partition, offset, log_start)
-            return BootstrapStart()
+            return self._bootstrap_start()
         raise errors.OffsetOutOfRange(
             f"the checkpoint of {self.name} on {self.topic}/{partition} is at offset "
             f"{offset}, but retention removed the log below offset {log_start}: "
@@ -203,7 +248,8 @@ class LogWindows(BrokerLink):
         return Reader(self.broker, self.topic, partition, start=start,
                       key_filter=self.key_filter, follow=True,
                       bytes_max=self.config.reader_bytes_max, channel=self._channel,
-                      on_connection_change=self.connection_changed)
+                      on_connection_change=self.connection_changed,
+                      incarnation=self.incarnation or None)
 
     async def _read_log(self, partition: int, start: Start) -> None:
         """Follow the log; if retention outruns the reader, bootstrap (if allowed)."""
@@ -235,7 +281,8 @@ class LogWindows(BrokerLink):
         bootstrap = (json.dumps(position.to_dict()) if isinstance(position, BootstrapPosition)
                      else "")
         await self.checkpoints.update_checkpoint(Checkpoint(
-            self.namespace, self.topic, self.name, partition, offset, scn, bootstrap=bootstrap))
+            self.namespace, self.topic, self.name, partition, offset, scn, bootstrap=bootstrap,
+            incarnation=self.incarnation))
 
     async def close(self) -> None:
         for task in self._tasks:
