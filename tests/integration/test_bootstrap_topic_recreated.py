@@ -28,51 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Admin, Producer, Reader, TopicRecreated
+from sdk import Admin, Reader, TopicRecreated
 from sdk.bootstrap import ONLINE, BootstrapPosition
+from tests.support.away import WITHIN_S, change_while_away, produce, read_values
 from tests.support.broker_process import BrokerProcess
 
 TOPIC = "again"
-WITHIN_S = 30.0  # the reader's retry and a broker start on a loaded 2-core machine
-
-
-async def _produce(address: str, values: list[bytes]) -> None:
-    async with await Producer.create(address, TOPIC) as producer:
-        futures = [await producer.send(key, value, partition=0)
-                   for key, value in enumerate(values)]
-        await asyncio.gather(*futures)
-
-
-async def _read(reader: Reader, count: int) -> list[bytes]:
-    """The values of the next `count` events (markers carry none)."""
-    values: list[bytes] = []
-    while len(values) < count:
-        batch = await asyncio.wait_for(reader.__anext__(), WITHIN_S)
-        values += batch.values if batch.marker is None else []
-    return values
-
-
-def _meanwhile(tmp_path: Path, broker: BrokerProcess, recreate: bool) -> None:
-    """With `broker` killed: a second broker on its data directory (another port)
-    recreates the topic, or adds to it; then `broker` serves again."""
-    broker.kill()
-    other = BrokerProcess(tmp_path / "data")  # another free port: the reader cannot reach it
-
-    async def change() -> None:
-        if recreate:
-            async with Admin(other.address) as admin:
-                await admin.delete_topic(TOPIC)
-                await admin.create_topic(TOPIC, 1, view=True)
-            await _produce(other.address, [b"new-%d" % i for i in range(5)])
-        else:
-            await _produce(other.address, [b"old-3", b"old-4"])
-
-    other.start()
-    try:
-        asyncio.run(asyncio.wait_for(change(), WITHIN_S))
-    finally:
-        other.stop()
-    broker.start()
 
 
 @pytest.mark.parametrize("recreate", [True, False], ids=["recreated", "same-topic"])
@@ -84,25 +45,25 @@ def test_a_bootstrap_reconnects_only_to_the_topic_it_read(tmp_path: Path,
     async def go() -> None:
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1, view=True)).incarnation
-        await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        await produce(broker.address, TOPIC, [b"old-0", b"old-1", b"old-2"])
         said: list[tuple[bool, str]] = []
         reader = Reader(broker.address, TOPIC, 0, start="bootstrap", follow=True,
                         retry_backoff_ms=50, retry_backoff_max_ms=200,
                         on_connection_change=lambda up, text: said.append((up, text)))
         async with reader:
-            assert sorted(await _read(reader, 3)) == [b"old-0", b"old-1", b"old-2"]
+            assert sorted(await read_values(reader, 3)) == [b"old-0", b"old-1", b"old-2"]
             assert reader.incarnation == created  # named by the broker's first message
-            await asyncio.to_thread(_meanwhile, tmp_path, broker, recreate)
+            await asyncio.to_thread(change_while_away, tmp_path, broker, TOPIC, recreate, view=True)
             async with Admin(broker.address) as admin:
                 now = (await admin.describe_topic(TOPIC)).incarnation
             if not recreate:
                 assert now == created
-                assert await _read(reader, 2) == [b"old-3", b"old-4"]
+                assert await read_values(reader, 2) == [b"old-3", b"old-4"]
                 assert reader.reconnects >= 1 and reader.incarnation == created
                 return
             assert now != created
             with pytest.raises(TopicRecreated) as raised:
-                got = await _read(reader, 1)
+                got = await read_values(reader, 1)
                 pytest.fail(f"the bootstrap read the new topic from where it stood: {got}")
             error = raised.value
             assert error.broker_error == "bootstrap_other_incarnation"
@@ -114,7 +75,7 @@ def test_a_bootstrap_reconnects_only_to_the_topic_it_read(tmp_path: Path,
             assert [up for up, _ in said] == [False, True], said
         # The new topic is bootstrapped with a new reader, from a new snapshot.
         async with Reader(broker.address, TOPIC, 0, start="bootstrap") as fresh:
-            assert sorted(await _read(fresh, 5)) == [b"new-%d" % i for i in range(5)]
+            assert sorted(await read_values(fresh, 5)) == [b"new-%d" % i for i in range(5)]
             assert fresh.incarnation == now
 
     try:
@@ -131,21 +92,21 @@ def test_an_incarnation_given_to_a_bootstrap_is_checked_at_the_first_open(
     async def go() -> None:
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1, view=True)).incarnation
-        await _produce(broker.address, [b"a", b"b"])
+        await produce(broker.address, TOPIC, [b"a", b"b"])
         saved = BootstrapPosition(ONLINE, 0, next_offset=1, target_offset=1)
         stale = Reader(broker.address, TOPIC, 0, start=saved, follow=True,
                        incarnation="0123456789abcdef")
         with pytest.raises(TopicRecreated, match=r"this bootstrap of 'again'/0 \(online at "
                            "offset 1\\) is of incarnation '0123456789abcdef' of the topic.*"
                            f"now incarnation {created!r}"):
-            await _read(stale, 1)
+            await read_values(stale, 1)
         assert stale.reconnects == 0
         await stale.close()
         async with Reader(broker.address, TOPIC, 0, start=saved, follow=True, stop_offset=2,
                           incarnation=created) as given:
-            assert await _read(given, 1) == [b"b"]
+            assert await read_values(given, 1) == [b"b"]
         async with Reader(broker.address, TOPIC, 0, start="bootstrap") as plain:
-            assert sorted(await _read(plain, 2)) == [b"a", b"b"]
+            assert sorted(await read_values(plain, 2)) == [b"a", b"b"]
             assert plain.incarnation == created
 
     asyncio.run(asyncio.wait_for(go(), 2 * WITHIN_S))

@@ -27,49 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Admin, Producer, Reader, TopicRecreated
+from sdk import Admin, Reader, TopicRecreated
+from tests.support.away import WITHIN_S, change_while_away, produce, read_values
 from tests.support.broker_process import BrokerProcess
 
 TOPIC = "again"
-WITHIN_S = 30.0  # the reader's retry and a broker start on a loaded 2-core machine
-
-
-async def _produce(address: str, values: list[bytes]) -> None:
-    async with await Producer.create(address, TOPIC) as producer:
-        futures = [await producer.send(key, value, partition=0)
-                   for key, value in enumerate(values)]
-        await asyncio.gather(*futures)
-
-
-async def _read(reader: Reader, count: int) -> list[bytes]:
-    values: list[bytes] = []
-    while len(values) < count:
-        batch = await asyncio.wait_for(reader.__anext__(), WITHIN_S)
-        values += batch.values
-    return values
-
-
-def _meanwhile(tmp_path: Path, broker: BrokerProcess, recreate: bool) -> None:
-    """With `broker` killed: a second broker on its data directory (another port)
-    recreates the topic, or adds to it; then `broker` serves again."""
-    broker.kill()
-    other = BrokerProcess(tmp_path / "data")  # another free port: the reader cannot reach it
-
-    async def change() -> None:
-        if recreate:
-            async with Admin(other.address) as admin:
-                await admin.delete_topic(TOPIC)
-                await admin.create_topic(TOPIC, 1)
-            await _produce(other.address, [b"new-%d" % i for i in range(5)])
-        else:
-            await _produce(other.address, [b"old-3", b"old-4"])
-
-    other.start()
-    try:
-        asyncio.run(asyncio.wait_for(change(), WITHIN_S))
-    finally:
-        other.stop()
-    broker.start()
 
 
 @pytest.mark.parametrize("recreate", [True, False], ids=["recreated", "same-topic"])
@@ -80,25 +42,25 @@ def test_reader_reconnects_only_to_the_topic_it_read(tmp_path: Path, recreate: b
     async def go() -> None:
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1)).incarnation
-        await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        await produce(broker.address, TOPIC, [b"old-0", b"old-1", b"old-2"])
         said: list[tuple[bool, str]] = []
         reader = Reader(broker.address, TOPIC, 0, follow=True, retry_backoff_ms=50,
                         retry_backoff_max_ms=200,
                         on_connection_change=lambda up, text: said.append((up, text)))
         async with reader:
-            assert await _read(reader, 3) == [b"old-0", b"old-1", b"old-2"]
+            assert await read_values(reader, 3) == [b"old-0", b"old-1", b"old-2"]
             assert reader.incarnation == created  # named by the broker's first answer
-            await asyncio.to_thread(_meanwhile, tmp_path, broker, recreate)
+            await asyncio.to_thread(change_while_away, tmp_path, broker, TOPIC, recreate)
             async with Admin(broker.address) as admin:
                 now = (await admin.describe_topic(TOPIC)).incarnation
             if not recreate:
                 assert now == created
-                assert await _read(reader, 2) == [b"old-3", b"old-4"]
+                assert await read_values(reader, 2) == [b"old-3", b"old-4"]
                 assert reader.reconnects >= 1 and reader.incarnation == created
                 return
             assert now != created
             with pytest.raises(TopicRecreated) as raised:
-                got = await _read(reader, 1)
+                got = await read_values(reader, 1)
                 pytest.fail(f"the reader read the new topic from offset 3: {got}")
             error = raised.value
             assert error.broker_error == "read_other_incarnation"
@@ -126,7 +88,7 @@ def test_an_incarnation_given_is_checked_at_the_first_open(broker: BrokerProcess
     async def go() -> None:
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1)).incarnation
-        await _produce(broker.address, [b"a", b"b"])
+        await produce(broker.address, TOPIC, [b"a", b"b"])
         stale = Reader(broker.address, TOPIC, 0, start=1, follow=True,
                        incarnation="0123456789abcdef")
         with pytest.raises(TopicRecreated, match="from offset 1 is of incarnation "
@@ -168,12 +130,12 @@ def test_an_event_processor_reads_no_event_of_the_new_topic_on_the_old_claim(
     async def go() -> None:
         async with Admin(broker.address) as admin:
             created = (await admin.create_topic(TOPIC, 1)).incarnation
-        await _produce(broker.address, [b"old-0", b"old-1", b"old-2"])
+        await produce(broker.address, TOPIC, [b"old-0", b"old-1", b"old-2"])
         async with EventProcessor(broker.address, TOPIC, "g", on_event=on_event,
                                   on_error=on_error, load_balancing_interval_ms=30_000,
                                   ownership_expiration_ms=120_000):
             await wait_for(lambda: len(seen) == 3, WITHIN_S, "the old topic's 3 events")
-            await asyncio.to_thread(_meanwhile, tmp_path, broker, True)
+            await asyncio.to_thread(change_while_away, tmp_path, broker, TOPIC, True)
             await wait_for(lambda: any(isinstance(e, TopicRecreated) for e in failures)
                            or any(v.startswith(b"new") for _, v in seen), WITHIN_S,
                            "the reader's refusal, or an event of the new topic")
