@@ -43,7 +43,9 @@ FOLLOWER_RESETS = Counter("keybus_relay_follower_resets",
                           ["topic", "partition"])
 LEADER_CHANGES = Counter("keybus_relay_leader_changes",
                          "Times this broker saw the topic's leader change", ["topic"])
-IS_LEADER = Gauge("keybus_relay_is_leader", "1 while this broker accepts produce for the topic",
+IS_LEADER = Gauge("keybus_relay_is_leader",
+                  "1 while this broker accepts produce for the topic (it leads it: elected, "
+                  "static, or no [replication] entry for it), 0 on a follower or candidate",
                   ["topic"])
 ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
                     "Produce answers held until enough followers hold the events", ["topic"])

@@ -75,6 +75,7 @@ class RelayNode:
         `start()` a replicated topic refuses produce (no leader known yet)."""
         self.relay = relay
         self.registry.start_listeners.append(self._topic_started)
+        self.registry.delete_listeners.append(self._topic_deleted)
         for name in self.registry.names():
             self._topic_started(self.registry.meta(name), self.registry.partitions(name))
 
@@ -129,8 +130,13 @@ class RelayNode:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             sweep(self)
 
-    def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
+    def _add_role(self, topic: str, replication: TopicReplication) -> None:
+        """A candidate until taken up: is_leader 0 (not leading), never no series."""
         self.roles[topic] = TopicRole(topic, replication)
+        IS_LEADER.labels(topic).set(0)
+
+    def _follow_missing(self, topic: str, replication: TopicReplication) -> None:
+        self._add_role(topic, replication)
         self._spawn_role(topic, functools.partial(self.become_follower, topic,
                                                   replication.upstream, 0))
 
@@ -155,14 +161,22 @@ class RelayNode:
             partition.write_guard = functools.partial(self.check_producible, meta.name,
                                                       partition.index)
         replication = self.relay.for_topic(meta.name)
-        if replication is None or meta.name in self.roles:
+        if replication is None:  # no entry: it leads the topic, as a single broker does,
+            IS_LEADER.labels(meta.name).set(1)  # and followers may copy from it
+            return
+        if meta.name in self.roles:
             return
         watermark.hold_back(partitions)
-        self.roles[meta.name] = TopicRole(meta.name, replication)
+        self._add_role(meta.name, replication)
         if self._started:
             self._take_up(meta.name)
         else:
             self._pending.append(meta.name)
+
+    async def _topic_deleted(self, topic: str) -> None:
+        """A role-less topic's series goes with it; a role (and its series) outlives the log."""
+        if topic not in self.roles:
+            IS_LEADER.remove(topic)
 
     def _take_up(self, topic: str) -> None:
         replication = self.roles[topic].replication
