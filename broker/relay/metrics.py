@@ -7,6 +7,7 @@ what only a chain has.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge
@@ -47,6 +48,15 @@ IS_LEADER = Gauge("keybus_relay_is_leader",
                   "1 while this broker accepts produce for the topic (it leads it: elected, "
                   "static, or no [replication] entry for it), 0 on a follower or candidate",
                   ["topic"])
+
+
+def drop_is_leader(topic: str) -> None:
+    """Remove the topic's is_leader series, if it has one. Never raises: it runs in a
+    topic's delete listeners, where an error would stop the delete half way."""
+    with contextlib.suppress(KeyError):
+        IS_LEADER.remove(topic)
+
+
 ACK_WAITING = Gauge("keybus_relay_produces_waiting_for_copies",
                     "Produce answers held until enough followers hold the events", ["topic"])
 FOLLOWERS_FOLLOWING = Gauge("keybus_relay_followers_following",

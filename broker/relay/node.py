@@ -40,7 +40,7 @@ from broker.relay.describe import cluster_info
 from broker.relay.election_core import ElectionLike
 from broker.relay.follower import TopicFollower
 from broker.relay.following_log import log_changes
-from broker.relay.metrics import IS_LEADER, LEADER_CHANGES
+from broker.relay.metrics import IS_LEADER, LEADER_CHANGES, drop_is_leader
 from broker.relay.settings import RelaySettings, TopicReplication
 from broker.relay.sweep import SWEEP_INTERVAL_S, sweep
 from broker.relay.tasks import RelayTasks
@@ -176,7 +176,7 @@ class RelayNode:
     async def _topic_deleted(self, topic: str) -> None:
         """A role-less topic's series goes with it; a role (and its series) outlives the log."""
         if topic not in self.roles:
-            IS_LEADER.remove(topic)
+            drop_is_leader(topic)
 
     def _take_up(self, topic: str) -> None:
         replication = self.roles[topic].replication
