@@ -28,20 +28,22 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from broker.read_path import INCARNATION_FIELD_BYTES_MAX, RECORD_FRAMING_BYTES_MAX, EventSelector
+from broker.read_path import RECORD_FRAMING_BYTES_MAX, EventSelector
 from broker.view import codec
+from broker.view.snapshot_bytes import (
+    ENTRY_COLUMNS_BYTES_MAX,
+    RESPONSE_FIELDS_BYTES_MAX,
+    record_fields_bytes_max,
+    resume_bytes_max,
+)
 from broker.view.store import ViewStore
 from sdk.core.pb import keybus_pb2 as pb
 
 SCAN_FACTOR = 8  # a chunk looks at no more than this many entries per event sent
 # A chunk's bytes_max bounds the whole BootstrapResponse (at the default 4 MiB, gRPC's
-# default receive limit of any client): an entry adds at most its key and stored value
-# (its head included) and this much of the Record's columns (offset, SCN, publish time,
-# slot: varints of at most 10 bytes each, tags and lengths); the response's own fields
-# (positions, the resume key; the first message also names the topic's incarnation) at
-# most RESPONSE_FIELDS_BYTES_MAX. Only an entry larger than bytes_max alone goes out past it.
-ENTRY_BYTES_OVERHEAD_MAX = 64
-RESPONSE_FIELDS_BYTES_MAX = 4096 + INCARNATION_FIELD_BYTES_MAX
+# default receive limit of any client), its resume point included: snapshot_bytes.py
+# counts each part. Only a chunk of one entry goes out past it (an entry that does not
+# fit alone: the snapshot must move on, as a log read sends a record too large alone).
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +126,16 @@ class SnapshotCursor:
         records: list[pb.Record] = []
         events = scanned = 0
         size = RESPONSE_FIELDS_BYTES_MAX
+        topic_bytes = len(spec.topic.encode())
         scan_max = SCAN_FACTOR * spec.events_max
         full = False
         while self._index < len(self.sources) and events < spec.events_max \
                 and not full and scanned < scan_max:
             source = self.sources[self._index]
+            fields = record_fields_bytes_max(topic_bytes, len(source.encode()))
             keys, values, looked, full = self._read_source(
                 source, spec.events_max - events, scan_max - scanned,
-                spec.bytes_max - size, must_take=scanned == 0)
+                spec.bytes_max - size - fields, must_take=scanned == 0)
             scanned += looked
             skip = len(self._prefix) + len(codec.source_part(source))
             record = build_record(spec, source, keys, values, skip)
@@ -146,10 +150,22 @@ class SnapshotCursor:
         """Raw entries of one source from the current position that may be
         sent (below the snapshot offset; tombstones if asked): (entry keys,
         values, entries looked at, whether `bytes_left` stopped it). An entry
-        that would take the chunk past `bytes_left` is left for the next chunk,
-        unless `must_take` and it is the first (a chunk always moves on)."""
+        that would take the chunk past `bytes_left`, with the resume point that
+        names it (every entry looked at may be the chunk's last), is left for the
+        next chunk, unless `must_take` and it is the first (a chunk always moves on)."""
         it = self._it
         head = self._prefix + codec.source_part(source)
+        # An entry costs its key part (what follows `head` in its entry key: len(key) -
+        # skip), its stored value less the head the message does not carry, and its
+        # columns; as the chunk's last, also the resume point that names it, which
+        # repeats the key part (snapshot_bytes.py). Both folded into per-source constants,
+        # so an entry costs two len() calls and a few additions.
+        skip = len(head)
+        entry_extra = ENTRY_COLUMNS_BYTES_MAX - codec.ENTRY_HEAD.size - skip
+        resume = resume_bytes_max(skip - len(self._prefix) - codec.SOURCE_LENGTH.size, 0)
+        # bytes_left less the resume point's fixed part, plus `skip`: an entry fits when
+        # its cost and its key part (len(key) - skip) do.
+        room = bytes_left - resume + skip
         if not self._positioned:
             at = head if self._after is None else head + codec.key_part(self._after)
             it.seek(at)
@@ -166,16 +182,17 @@ class SnapshotCursor:
                 self._index, self._after, self._positioned = self._index + 1, None, False
                 break
             value = it.value()
-            cost = len(key) + len(value) + ENTRY_BYTES_OVERHEAD_MAX
-            if cost > bytes_left and (keys or not must_take):
+            key_bytes = len(key)
+            cost = key_bytes + len(value) + entry_extra
+            if cost + key_bytes > room and (keys or not must_take):
                 full = True
                 break
-            bytes_left -= cost
+            room -= cost
             keys.append(key)
             values.append(value)
             it.next()
         if keys:
-            self.position = Position(source, decode_key(keys[-1], len(head)))
+            self.position = Position(source, decode_key(keys[-1], skip))
         looked = len(keys)
         if keys:
             heads = codec.decode_heads(values)
