@@ -331,6 +331,8 @@ class Sender:
                 await reader
         if failure is None and not reader.cancelled():
             failure = reader.exception()
+        if self._answered:  # a channel renewed for a refusal was accepted: renew anew next time
+            self._renewed_unanswered = False
         if isinstance(failure, grpc.RpcError) and failure.code() in _PERMANENT_STREAM_CODES:
             if reauthenticates(failure) and await self._reauthenticated():
                 self.queue.process_stream_broken()  # a new stream reads the token anew
@@ -375,7 +377,6 @@ class Sender:
                 self._finish(queue.process_response(response))
                 if not queue.reconnect_requested:  # a refusal to retry is no answer yet
                     self._answered = True
-                    self._renewed_unanswered = False
                     if self._lost_since_ms is not None:  # a call per answer only when lost
                         self._reached()
                 if queue.unsent or queue.reconnect_requested or queue.needs_reinit:
