@@ -38,7 +38,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sdk.core.model import TopicPartition
-from spark_connector.partitioning import DataLossError, PartitionBounds
+from spark_connector.partitioning import PartitionBounds, report_data_loss
 
 INCARNATIONS_KEY = "$incarnations"  # never a topic name (topics are [A-Za-z0-9._-]+)
 
@@ -96,16 +96,15 @@ def recreated_problems(changed: Mapping[str, tuple[str, str]],
 
 
 def report_recreated(problems: Sequence[str], fail_on_data_loss: bool) -> list[str]:
-    """The problems as warnings to log; raise instead when failOnDataLoss is true.
+    """Topics made again (`recreated_problems`), as `report_data_loss` says them.
 
     Raises:
         DataLossError: there are problems and fail_on_data_loss is true.
     """
-    if problems and fail_on_data_loss:
-        raise DataLossError(
-            f"{'; '.join(problems)}. Events of the old topic the query had not read are gone. "
-            "Set failOnDataLoss=false to read the new topic from its start (its earliest "
-            "stored offset), or start the query with a new checkpointLocation to read it "
-            "from startingOffsets")
-    return [f"{p}; events of the old topic the query had not read are gone, reading the new "
-            "topic from its start (failOnDataLoss=false)" for p in problems]
+    return report_data_loss(
+        problems, fail_on_data_loss,
+        "Events of the old topic the query had not read are gone. Set failOnDataLoss=false "
+        "to read the new topic from its start (its earliest stored offset), or start the "
+        "query with a new checkpointLocation to read it from startingOffsets",
+        "events of the old topic the query had not read are gone, reading the new topic from "
+        "its start (failOnDataLoss=false)")

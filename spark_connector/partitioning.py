@@ -329,20 +329,32 @@ def offsets_moved_back(reached: Mapping[TopicPartition, int],
     return out
 
 
-def report_moved_back(problems: Sequence[str], fail_on_data_loss: bool) -> list[str]:
-    """The problems as warnings to log; raise instead when failOnDataLoss is true.
+def report_data_loss(problems: Sequence[str], fail_on_data_loss: bool, advice: str,
+                     going_on: str) -> list[str]:
+    """The problems as warnings to log, each followed by `going_on`; raise instead, all
+    of them followed by `advice`, when failOnDataLoss is true.
 
     Raises:
         DataLossError: there are problems and fail_on_data_loss is true.
     """
     if problems and fail_on_data_loss:
-        raise DataLossError(
-            f"{'; '.join(problems)}. Some data may have been missed. Set failOnDataLoss=false "
-            "to go on from the partitions' new end offsets (events below them are skipped; a "
-            "deleted topic is skipped until it is created again), or start the query with a "
-            "new checkpointLocation to read the topic again from startingOffsets")
-    return [f"{p}; some data may have been missed, going on (failOnDataLoss=false)"
-            for p in problems]
+        raise DataLossError(f"{'; '.join(problems)}. {advice}")
+    return [f"{p}; {going_on}" for p in problems]
+
+
+def report_moved_back(problems: Sequence[str], fail_on_data_loss: bool) -> list[str]:
+    """Offsets that went back (`offsets_moved_back`), as `report_data_loss` says them.
+
+    Raises:
+        DataLossError: there are problems and fail_on_data_loss is true.
+    """
+    return report_data_loss(
+        problems, fail_on_data_loss,
+        "Some data may have been missed. Set failOnDataLoss=false to go on from the "
+        "partitions' new end offsets (events below them are skipped; a deleted topic is "
+        "skipped until it is created again), or start the query with a new checkpointLocation "
+        "to read the topic again from startingOffsets",
+        "some data may have been missed, going on (failOnDataLoss=false)")
 
 
 def plan_stream_batch(starts: Mapping[TopicPartition, int], stops: Mapping[TopicPartition, int],

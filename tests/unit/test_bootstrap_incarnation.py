@@ -78,22 +78,6 @@ def test_resume_words() -> None:
         phase=pb.ONLINE, next_offset=90))) == "online at offset 90"
 
 
-class _Status(grpc.RpcError):
-    """A call's failure as grpc.aio reports it: code, details, trailing metadata."""
-
-    def __init__(self, error: BrokerError) -> None:
-        self.error = error
-
-    def code(self) -> grpc.StatusCode:
-        return self.error.code
-
-    def details(self) -> str:
-        return self.error.message
-
-    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("keybus-error", self.error.kind.name),)
-
-
 def _refusal() -> BrokerError:
     return BrokerError("bootstrap_other_incarnation", topic="orders", partition=3,
                        position="the catch-up at offset 70", expected=OLD, current=NEW)
@@ -107,7 +91,7 @@ def test_the_refusal_names_both_incarnations_and_is_topic_recreated() -> None:
         f"of the topic, which was deleted and created again (it is now incarnation '{NEW}')"
     ), refusal.message
     assert "bootstrap the new one from a new snapshot" in refusal.message
-    mapped = errors.from_rpc_error(_Status(refusal), "127.0.0.1:6650")
+    mapped = errors.from_rpc_error(rpc_error(refusal.code, refusal.message, refusal.kind.name), "127.0.0.1:6650")
     assert type(mapped) is errors.TopicRecreated
     assert mapped.broker_error == "bootstrap_other_incarnation"
     assert mapped.message == refusal.message

@@ -24,8 +24,8 @@ from broker.rpc import wire
 from broker.rpc.read_servicer import start_words
 from broker.topics import new_incarnation
 from sdk import errors
-from sdk.core.error_names import ERROR_NAME_KEY
 from sdk.core.pb import keybus_pb2 as pb
+from tests.support.scripted_call import rpc_error
 
 
 @given(st.lists(st.binary(max_size=200), max_size=4), st.integers(0, 2**64 - 1),
@@ -61,22 +61,6 @@ def test_start_words() -> None:
     assert start_words(pb.StartPosition()) == "an unset start"
 
 
-class _Status(grpc.RpcError):
-    """A call's failure as grpc.aio reports it: code, details, trailing metadata."""
-
-    def __init__(self, error: BrokerError) -> None:
-        self.error = error
-
-    def code(self) -> grpc.StatusCode:
-        return self.error.code
-
-    def details(self) -> str:
-        return self.error.message
-
-    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((ERROR_NAME_KEY, self.error.kind.name),)
-
-
 def test_the_refusal_names_both_incarnations_and_is_topic_recreated() -> None:
     refusal = BrokerError("read_other_incarnation", topic="orders", partition=3,
                           start=start_words(pb.StartPosition(scn=7)),
@@ -87,7 +71,7 @@ def test_the_refusal_names_both_incarnations_and_is_topic_recreated() -> None:
         "topic, which was deleted and created again (it is now incarnation "
         "'9d2e7b4a1c0f3e58')"), refusal.message
     assert "with a new reader" in refusal.message
-    mapped = errors.from_rpc_error(_Status(refusal), "127.0.0.1:6650")
+    mapped = errors.from_rpc_error(rpc_error(refusal.code, refusal.message, refusal.kind.name), "127.0.0.1:6650")
     assert type(mapped) is errors.TopicRecreated
     assert isinstance(mapped, errors.FailedPrecondition)
     assert mapped.broker_error == "read_other_incarnation"

@@ -26,24 +26,22 @@ from sdk import errors
 from sdk.core.pb import keybus_pb2 as pb
 from sdk.send_queue import ProducerBatch
 from sdk.sender import Sender
+from tests.support.scripted_call import rpc_error
 from tests.unit.test_producer_columns import Token
 
 EXPIRED = "client certificate expired (notAfter passed); get a new one"
 
 
-class _Unauthenticated(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAUTHENTICATED
-
-    def details(self) -> str:
-        return EXPIRED
+def _expired() -> grpc.aio.AioRpcError:
+    """The broker's refusal of a call on a connection whose certificate expired."""
+    return rpc_error(grpc.StatusCode.UNAUTHENTICATED, EXPIRED)
 
 
 class _RefusedCall:
     """A Produce stream the broker refuses at open."""
 
     async def read(self) -> Any:
-        raise _Unauthenticated()
+        raise _expired()
 
     async def write(self, request: Any) -> None:
         await asyncio.sleep(0)  # grpcio queues the write; the read tells the refusal
@@ -69,7 +67,7 @@ class _Stub:
     async def InitProducer(self, request: Any, timeout: float) -> pb.InitProducerResponse:
         self.calls += 1
         if self.expired:
-            raise _Unauthenticated()
+            raise _expired()
         return pb.InitProducerResponse(producer_id=7, next_sequences=[0])
 
 
@@ -196,16 +194,7 @@ class _Refusing:
         self.code, self.details = code, details
 
     async def InitProducer(self, request: Any, timeout: float) -> Any:
-        code, details = self.code, self.details
-
-        class _Refused(grpc.RpcError):
-            def code(self) -> grpc.StatusCode:
-                return code
-
-            def details(self) -> str:
-                return details
-
-        raise _Refused()
+        raise rpc_error(self.code, self.details)
 
 
 @pytest.mark.parametrize("code, details, fails", [
